@@ -1,0 +1,58 @@
+# Thin wrappers. `make help` lists them. The README's test command is `make test`.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BENCH_NODES ?= 2000
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-18s %s\n", $$1, $$2}'
+
+$(PY):
+	python3 -m venv $(VENV)
+
+.PHONY: setup
+setup: $(PY) ## install the package, test tools and Debian packages the tests need
+	bash scripts/setup.sh $(PY)
+
+.PHONY: lint
+lint: ## ruff, ruff format --check, mypy --strict, import contracts
+	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+.PHONY: fmt
+fmt: ## apply ruff's fixes and formatting
+	$(VENV)/bin/ruff check --fix src tests
+	$(VENV)/bin/ruff format src tests
+
+.PHONY: test-unit
+test-unit: ## unit tier: seconds, no root, no network
+	$(PY) -m pytest -m unit
+
+.PHONY: test-netns
+test-netns: ## netns tier (root, iproute2)
+	$(PY) -m pytest -m "netns and not integration"
+
+.PHONY: test-bins
+test-bins: ## build the control-plane binaries from the Go module proxy, or find them in the cache
+	$(PY) -m tests.support.binaries ensure
+
+.PHONY: test-integration
+test-integration: test-bins ## integration tier against a real kube-apiserver + etcd
+	$(PY) -m pytest -m integration
+
+.PHONY: test
+test: test-bins ## the README's test command: every tier but bench, in a network namespace with only lo
+	timeout 45m unshare --net sh -c 'ip link set lo up && exec $(PY) -m pytest -m "not bench"'
+
+.PHONY: bench
+bench: test-bins ## scale and benchmark tier (never part of make test)
+	$(PY) -m pytest -m bench --bench-nodes=$(BENCH_NODES)
+
+.PHONY: dev-cluster
+dev-cluster: test-bins ## start etcd + kube-apiserver on loopback for a person; prints KUBECONFIG
+	$(PY) -m tests.support.controlplane dev

@@ -1,0 +1,1 @@
+"""The ipam component."""
