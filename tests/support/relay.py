@@ -1,0 +1,129 @@
+"""Loopback relay into a network namespace (TESTING.md §4.3, pattern 1).
+
+A short-lived thread enters the namespace, opens a listening TCP socket on ``127.0.0.1:<port>``
+there and leaves; the socket stays in the namespace. Each connection accepted on it is piped to
+``target`` (host, port) in the test process's own namespace. TLS passes through untouched, so a
+process inside the namespace reaches the test apiserver at the same ``127.0.0.1:<port>`` URL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from types import TracebackType
+
+from local_ccm.netlink.netns import run_in_netns
+
+log = logging.getLogger(__name__)
+
+CHUNK = 65536
+CONNECT_TIMEOUT = 5.0
+
+
+class LoopbackRelay:
+    """``with LoopbackRelay(ns_name, ("127.0.0.1", port)) as relay: ...`` (``relay.port``)."""
+
+    def __init__(self, netns: str, target: tuple[str, int], *, port: int | None = None) -> None:
+        """Listen on ``127.0.0.1:port`` in ``netns``; ``port`` defaults to the target's port,
+        0 picks a free one."""
+        self.netns = netns
+        self.target = target
+        listen_port = target[1] if port is None else port
+        self._listener = run_in_netns(
+            netns, lambda: socket.create_server(("127.0.0.1", listen_port), backlog=64)
+        )
+        self.port: int = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        self._closed = False
+        self._acceptor = threading.Thread(
+            target=self._accept_loop, name=f"relay:{netns}:{self.port}", daemon=True
+        )
+        self._acceptor.start()
+
+    def __enter__(self) -> LoopbackRelay:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop accepting and cut every open connection; returns when the acceptor has ended."""
+        with self._lock:
+            self._closed = True
+            sockets = [self._listener, *self._open]
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in accept() or recv()
+        self._acceptor.join(timeout=10)
+        self._listener.close()
+
+    def _accept_loop(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # shut down by close()
+            try:
+                upstream = socket.create_connection(self.target, timeout=CONNECT_TIMEOUT)
+            except OSError as exc:
+                log.warning("relay %s: cannot reach %s: %s", self.netns, self.target, exc)
+                client.close()
+                continue
+            upstream.settimeout(None)
+            if not self._track(client, upstream):
+                return
+            _Pair(client, upstream, self._untrack).start()
+
+    def _track(self, *socks: socket.socket) -> bool:
+        with self._lock:
+            if self._closed:
+                for sock in socks:
+                    sock.close()
+                return False
+            self._open.update(socks)
+            return True
+
+    def _untrack(self, *socks: socket.socket) -> None:
+        with self._lock:
+            self._open.difference_update(socks)
+        for sock in socks:
+            sock.close()
+
+
+class _Pair:
+    """Two pumps, one per direction; a half-close (EOF) is passed on with shutdown(SHUT_WR)."""
+
+    def __init__(
+        self,
+        a: socket.socket,
+        b: socket.socket,
+        done: Callable[[socket.socket, socket.socket], None],
+    ) -> None:
+        self._a, self._b, self._done = a, b, done
+        self._remaining = 2
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        for src, dst in ((self._a, self._b), (self._b, self._a)):
+            threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(CHUNK):
+                dst.sendall(data)
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            for sock in (src, dst):  # one side failed: cut both directions
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+        with self._lock:
+            self._remaining -= 1
+            last = self._remaining == 0
+        if last:
+            self._done(self._a, self._b)
