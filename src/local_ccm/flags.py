@@ -1,0 +1,457 @@
+"""Go-compatible command-line parsing shared by the three binaries.
+
+Pure, no I/O: argv and the environment are parameters. The syntax is that of Go's standard
+`flag` package (spec agent.md §2.1, lifecycle.md §2.1, ipam.md §12.1), because manifests
+written for the Go originals must keep working. Two deliberate differences [fix]: parsing
+never stops at the first error or positional argument, and every problem is collected, so
+`--dry-run false --v=2` reports the stray `false` and still applies `--v=2`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal, TypeVar
+
+from local_ccm.gosyntax import (
+    BOOL_SPELLINGS,
+    GoSyntaxError,
+    escape,
+    format_go_duration,
+    format_go_duration_ns,
+    go_quote,
+    parse_go_bool,
+    parse_go_duration,
+    parse_go_duration_ns,
+    parse_go_float,
+    parse_go_int,
+)
+
+__all__ = [
+    "Flag",
+    "FlagKind",
+    "FlagSet",
+    "GoSyntaxError",
+    "Parsed",
+    "Problem",
+    "format_go_duration",
+    "format_go_duration_ns",
+    "format_usage",
+    "format_version",
+    "go_quote",
+    "invalid",
+    "invalid_env",
+    "missing",
+    "parse",
+    "parse_go_bool",
+    "parse_go_duration",
+    "parse_go_duration_ns",
+    "parse_go_float",
+    "parse_go_int",
+    "problem",
+    "unexpected_argument",
+    "usage_error",
+]
+
+T = TypeVar("T")
+FlagKind = Literal["string", "bool", "int", "float", "duration"]
+ProblemKind = Literal["invalid", "missing", "unknown", "argument", "syntax"]
+
+# klog flags registered by the Go originals: accepted and ignored (agent.md §2.1).
+KLOG_BOOL_FLAGS = frozenset(
+    {"logtostderr", "alsologtostderr", "skip_headers", "skip_log_headers", "add_dir_header"}
+    | {"one_output"}
+)
+KLOG_VALUE_FLAGS = frozenset(
+    {"stderrthreshold", "log_dir", "log_file", "log_file_max_size", "log_backtrace_at", "vmodule"}
+)
+HELP_NAMES = frozenset({"h", "help"})
+_NAME = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]*")
+
+
+# ---------------------------------------------------------------- flags
+
+_CONVERTERS: Mapping[str, Callable[[str], object]] = MappingProxyType(
+    {
+        "string": str,
+        "bool": parse_go_bool,
+        "int": parse_go_int,
+        "float": parse_go_float,
+        "duration": parse_go_duration,
+    }
+)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One user error; `str()` is the line printed on stderr (agent.md §2.4)."""
+
+    flag: str | None
+    message: str
+    env_var: str | None = None
+    kind: ProblemKind = "invalid"
+
+    def __str__(self) -> str:
+        # Escaping control characters keeps every problem on one stderr line.
+        if self.env_var:
+            return escape(f"invalid environment variable {self.env_var}: {self.message}")
+        if self.kind == "invalid" and self.flag:
+            return escape(f"invalid flag --{self.flag}: {self.message}")
+        return escape(self.message)
+
+
+def invalid(flag: str | None, reason: str) -> Problem:
+    """`invalid flag --flag: reason`; with `flag=None` the reason is printed as it is."""
+    return Problem(flag, reason)
+
+
+problem = invalid
+
+
+def invalid_env(var: str, reason: str, flag: str | None = None) -> Problem:
+    """`invalid environment variable VAR: reason`."""
+    return Problem(flag, reason, env_var=var)
+
+
+def missing(flag: str, env: Sequence[str] = ()) -> Problem:
+    """`missing --node-name (or NODE_NAME)`."""
+    alternatives = f" (or {' or '.join(env)})" if env else ""
+    return Problem(flag, f"missing --{flag}{alternatives}", kind="missing")
+
+
+def unexpected_argument(arg: str, hint: str | None = None) -> Problem:
+    """`unexpected argument "x"`, with an optional hint in parentheses."""
+    suffix = f" ({hint})" if hint else ""
+    return Problem(None, f"unexpected argument {go_quote(arg)}{suffix}", kind="argument")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One flag. `default` is typed: str, bool, int, float, or float seconds for a duration;
+    `None` means "unset". `env` lists fallback variables in priority order."""
+
+    name: str
+    kind: FlagKind
+    default: object
+    help: str
+    env: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+    metavar: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in (self.name, *self.aliases):
+            if not _NAME.fullmatch(name):
+                raise ValueError(f"bad flag name {name!r}")
+        if self.default is not None and not _default_fits(self.kind, self.default):
+            raise TypeError(f"flag {self.name}: default {self.default!r} is not a {self.kind}")
+
+
+def _default_fits(kind: FlagKind, default: object) -> bool:
+    if kind == "string":
+        return isinstance(default, str)
+    if kind == "bool":
+        return isinstance(default, bool)
+    if kind == "int":
+        return isinstance(default, int) and not isinstance(default, bool)
+    return isinstance(default, int | float) and not isinstance(default, bool)
+
+
+@dataclass(frozen=True)
+class FlagSet:
+    """The flags of one binary. Declaring a flag twice, or a flag named like `-h`/`--help`
+    (or `--version` when a version is given), is a programming error (ValueError)."""
+
+    prog: str
+    flags: Sequence[Flag]
+    subcommands: frozenset[str] = frozenset()
+    version: str | None = None
+    _index: Mapping[str, Flag] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "flags", tuple(self.flags))
+        object.__setattr__(self, "_index", MappingProxyType(self._build_index()))
+
+    def _build_index(self) -> dict[str, Flag]:
+        reserved = HELP_NAMES | ({"version"} if self.version is not None else set())
+        index: dict[str, Flag] = {}
+        for flag in self.flags:
+            for name in (flag.name, *flag.aliases):
+                if name in index or name in reserved:
+                    raise ValueError(f"{self.prog}: flag name {name!r} declared twice or reserved")
+                index[name] = flag
+        return index
+
+    def lookup(self, name: str) -> Flag | None:
+        """The flag called `name` or having it as an alias."""
+        return self._index.get(name)
+
+    def names(self) -> tuple[str, ...]:
+        """Every spelling the parser accepts (without dashes), for "did you mean" hints."""
+        extra = HELP_NAMES | ({"version"} if self.version is not None else set())
+        return (*self._index, *sorted(extra))
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """The result of `parse`. `values` has every declared flag (canonical name); `sources`
+    says where each value came from: "flag", "env:<VAR>" or "default"; `explicit` holds
+    the flags whose value came from the command line or the environment."""
+
+    values: Mapping[str, object]
+    sources: Mapping[str, str]
+    explicit: frozenset[str]
+    subcommand: str | None = None
+    problems: tuple[Problem, ...] = ()
+    ignored_klog: tuple[str, ...] = ()
+    help_requested: bool = False
+    version_requested: bool = False
+
+    def get_str(self, name: str) -> str:
+        return _typed(self.values[name], str, name)
+
+    def get_bool(self, name: str) -> bool:
+        return _typed(self.values[name], bool, name)
+
+    def get_int(self, name: str) -> int:
+        return _typed(self.values[name], int, name)
+
+    def get_float(self, name: str) -> float:
+        """A float flag, or a duration flag in seconds."""
+        return _typed(self.values[name], float, name)
+
+    def get_optional_int(self, name: str) -> int | None:
+        value = self.values[name]
+        return None if value is None else _typed(value, int, name)
+
+
+def _typed(value: object, kind: type[T], name: str) -> T:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise TypeError(f"flag {name} holds {type(value).__name__}, not {kind.__name__}")
+    return value
+
+
+@dataclass
+class _Acc:
+    """Mutable state of one `parse` call (cursor and findings); it never escapes that call."""
+
+    args: list[str]
+    pos: int = 0
+    values: dict[str, object] = field(default_factory=dict)
+    attempted: set[str] = field(default_factory=set)
+    problems: list[Problem] = field(default_factory=list)
+    klog: list[str] = field(default_factory=list)
+    help: bool = False
+    version: bool = False
+
+    def take(self) -> str | None:
+        """The next argument, consumed; None at the end."""
+        if self.pos >= len(self.args):
+            return None
+        self.pos += 1
+        return self.args[self.pos - 1]
+
+    def set(self, flag: Flag, raw: str) -> None:
+        self.attempted.add(flag.name)
+        try:
+            self.values[flag.name] = _CONVERTERS[flag.kind](raw)
+        except GoSyntaxError as err:
+            self.problems.append(invalid(flag.name, str(err)))
+
+    def ignore_klog(self, name: str) -> None:
+        if name not in self.klog:
+            self.klog.append(name)
+
+
+def parse(flagset: FlagSet, argv: Sequence[str], env: Mapping[str, str]) -> Parsed:
+    """Parse `argv` (without the program name) with Go `flag` rules and the environment
+    fallbacks. Never raises for user errors: they are all in `Parsed.problems`."""
+    acc = _Acc(list(argv))
+    subcommand = acc.args[0] if acc.args and acc.args[0] in flagset.subcommands else None
+    acc.pos = 1 if subcommand else 0
+    _scan(flagset, acc)
+    values, sources = _resolve(flagset, env, acc)
+    explicit = frozenset(name for name, src in sources.items() if src != "default")
+    return Parsed(
+        values=MappingProxyType(values),
+        sources=MappingProxyType(sources),
+        explicit=explicit,
+        subcommand=subcommand,
+        problems=tuple(acc.problems),
+        ignored_klog=tuple(acc.klog),
+        help_requested=acc.help,
+        version_requested=acc.version,
+    )
+
+
+def _scan(flagset: FlagSet, acc: _Acc) -> None:
+    bare_bool: str | None = None  # a bool flag given without "=", for the "use --x=false" hint
+    while (arg := acc.take()) is not None:
+        if arg == "--":
+            acc.problems.extend(unexpected_argument(rest) for rest in acc.args[acc.pos :])
+            return
+        if len(arg) < 2 or arg[0] != "-":
+            acc.problems.append(_positional(flagset, arg, bare_bool))
+            bare_bool = None
+        else:
+            bare_bool = _one_flag(flagset, arg, acc)
+
+
+def _positional(flagset: FlagSet, arg: str, bare_bool: str | None) -> Problem:
+    if bare_bool is not None and arg in BOOL_SPELLINGS:
+        return unexpected_argument(arg, f"use --{bare_bool}={arg}")
+    if arg in flagset.subcommands:
+        return unexpected_argument(arg, f"the sub-command {arg} must be the first argument")
+    return unexpected_argument(arg)
+
+
+def _one_flag(flagset: FlagSet, arg: str, acc: _Acc) -> str | None:
+    """Handle the flag `arg`. Returns the name of a boolean given without a value."""
+    body = arg[2:] if arg.startswith("--") else arg[1:]
+    if not body or body[0] in "-=":
+        acc.problems.append(Problem(None, f"bad flag syntax: {escape(arg)}", kind="syntax"))
+        return None
+    name, eq, value = body.partition("=")
+    flag = flagset.lookup(name)
+    if flag is None:
+        return _undeclared(flagset, name, value if eq else None, acc)
+    if flag.kind == "bool":
+        acc.set(flag, value if eq else "true")
+        return None if eq else name
+    given = value if eq else acc.take()
+    if given is None:
+        acc.attempted.add(flag.name)
+        acc.problems.append(invalid(flag.name, "needs an argument"))
+    else:
+        acc.set(flag, given)
+    return None
+
+
+def _undeclared(flagset: FlagSet, name: str, value: str | None, acc: _Acc) -> str | None:
+    """Help, version, klog and unknown flags."""
+    if name in HELP_NAMES:
+        acc.help = True  # Go's flag package ignores any "=value" here too
+        return None
+    if (name == "version" and flagset.version is not None) or name in KLOG_BOOL_FLAGS:
+        return _builtin_bool(name, value, acc)
+    if name in KLOG_VALUE_FLAGS:
+        acc.ignore_klog(name)
+        if value is None and acc.take() is None:
+            acc.problems.append(invalid(name, "needs an argument"))
+        return None
+    acc.problems.append(_unknown(flagset, name))
+    # A value after an unknown flag most likely belongs to it; reporting it as a second,
+    # "unexpected argument" problem would only hide the real mistake.
+    if value is None and acc.pos < len(acc.args) and not acc.args[acc.pos].startswith("-"):
+        acc.take()
+    return None
+
+
+def _builtin_bool(name: str, value: str | None, acc: _Acc) -> str | None:
+    try:
+        on = parse_go_bool(value) if value is not None else True
+    except GoSyntaxError as err:
+        acc.problems.append(invalid(name, str(err)))
+        return None
+    if name == "version":
+        acc.version = on
+    else:
+        acc.ignore_klog(name)
+    return name if value is None else None
+
+
+def _unknown(flagset: FlagSet, name: str) -> Problem:
+    spellings = flagset.names()
+    normalized = name.replace("_", "-")
+    close = [normalized] if normalized in spellings else []
+    close = close or difflib.get_close_matches(name, spellings, n=1, cutoff=0.75)
+    hint = f" (did you mean --{close[0]}?)" if close else ""
+    return Problem(None, f"unknown flag --{escape(name)}{hint}", kind="unknown")
+
+
+def _resolve(
+    flagset: FlagSet, env: Mapping[str, str], acc: _Acc
+) -> tuple[dict[str, object], dict[str, str]]:
+    """Flag beats environment beats default."""
+    values: dict[str, object] = {}
+    sources: dict[str, str] = {}
+    for flag in flagset.flags:
+        if flag.name in acc.values:
+            values[flag.name], sources[flag.name] = acc.values[flag.name], "flag"
+        elif flag.name in acc.attempted:  # given but invalid: already reported
+            values[flag.name], sources[flag.name] = _default(flag), "default"
+        else:
+            values[flag.name], sources[flag.name] = _from_env(flag, env, acc.problems)
+    return values, sources
+
+
+def _from_env(flag: Flag, env: Mapping[str, str], problems: list[Problem]) -> tuple[object, str]:
+    # An empty variable counts as unset: Kubernetes manifests often template optional
+    # variables to "" (and Go code commonly reads them with `os.Getenv(...) != ""`).
+    var = next((name for name in flag.env if env.get(name)), None)
+    if var is None:
+        return _default(flag), "default"
+    try:
+        return _CONVERTERS[flag.kind](env[var]), f"env:{var}"
+    except GoSyntaxError as err:
+        problems.append(invalid_env(var, str(err), flag.name))
+        return _default(flag), "default"
+
+
+def _default(flag: Flag) -> object:
+    if flag.kind in ("float", "duration") and isinstance(flag.default, int | float):
+        return float(flag.default)
+    return flag.default
+
+
+def usage_error(prog: str, problems: Sequence[Problem]) -> str:
+    """The stderr text for exit 2: one line per problem, then where to get help."""
+    return "\n".join([*(str(p) for p in problems), f"run '{prog} --help' for usage"])
+
+
+def format_version(flagset: FlagSet, python_version: str) -> str:
+    """`local-ccm <version> (python <x.y.z>)` (agent.md §2.1)."""
+    return f"{flagset.prog} {flagset.version or 'unknown'} (python {python_version})"
+
+
+def format_usage(flagset: FlagSet) -> str:
+    """Usage text in the layout of Go's `flag.PrintDefaults`, flags sorted by name."""
+    sub = f" [{'|'.join(sorted(flagset.subcommands))}]" if flagset.subcommands else ""
+    lines = [f"Usage: {flagset.prog}{sub} [flags]", "", "Flags:"]
+    lines += [_usage_entry(flag) for flag in sorted(flagset.flags, key=lambda f: f.name)]
+    lines.append("  -h, -help\n    \tPrint this help and exit.")
+    if flagset.version is not None:
+        lines.append("  -version\n    \tPrint the version and exit.")
+    klog = " ".join(f"-{name}" for name in sorted(KLOG_BOOL_FLAGS | KLOG_VALUE_FLAGS))
+    lines += ["", *textwrap.wrap(f"Accepted for compatibility and ignored (klog): {klog}", 78)]
+    return "\n".join(lines) + "\n"
+
+
+def _usage_entry(flag: Flag) -> str:
+    metavar = flag.metavar or ("" if flag.kind == "bool" else flag.kind)
+    head = f"  -{flag.name}" + (f" {metavar}" if metavar else "")
+    # Go puts the help of a one-letter flag without a type on the same line.
+    sep = "\t" if len(head) <= 4 else "\n    \t"
+    notes = [_default_note(flag)]
+    notes += [f"[alias: {', '.join('-' + a for a in flag.aliases)}]"] if flag.aliases else []
+    notes += [f"[env: {', '.join(flag.env)}]"] if flag.env else []
+    text = " ".join(part for part in (flag.help, *notes) if part)
+    return head + sep + text.replace("\n", "\n    \t")
+
+
+def _default_note(flag: Flag) -> str:
+    value = flag.default
+    if value is None or value in ("", 0, False):  # Go omits zero values
+        return ""
+    if flag.kind == "string":
+        return f"(default {go_quote(str(value))})"
+    if flag.kind == "duration" and isinstance(value, int | float):
+        return f"(default {format_go_duration(value)})"
+    if flag.kind == "bool":
+        return "(default true)"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
+        return f"(default {int(value)})"
+    return f"(default {value})"

@@ -1,0 +1,36 @@
+"""Every label, annotation, taint key, condition type, field manager and component name.
+
+Pure, no I/O. Nothing else in the package spells these strings (spec/agent.md §0).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Components: binary names double as field managers and Event reporting components.
+AGENT: Final = "local-ccm"
+LIFECYCLE: Final = "node-lifecycle-controller"
+IPAM: Final = "node-ipam-controller"
+
+# Prefix of every annotation the product owns (shared by the agent and the lifecycle controller).
+ANNOTATION_PREFIX: Final = "local-ccm.io/"
+OWNED_ADDRESSES_ANNOTATION: Final = ANNOTATION_PREFIX + "owned-addresses"
+
+# Written by the kubelet, read (never written) by the agent.
+PROVIDED_NODE_IP_ANNOTATION: Final = "alpha.kubernetes.io/provided-node-ip"
+
+# Taints.
+UNINITIALIZED_TAINT: Final = "node.cloudprovider.kubernetes.io/uninitialized"
+NOT_READY_TAINT: Final = "node.kubernetes.io/not-ready"
+UNREACHABLE_TAINT: Final = "node.kubernetes.io/unreachable"
+OUT_OF_SERVICE_TAINT: Final = "node.kubernetes.io/out-of-service"
+AUTOSCALER_TAINT: Final = "ToBeDeletedByClusterAutoscaler"
+
+# Node conditions.
+ADDRESSES_SYNCED_CONDITION: Final = "LocalCCMAddressesSynced"
+
+# Labels.
+CONTROL_PLANE_LABEL: Final = "node-role.kubernetes.io/control-plane"
+
+# Metric name prefixes.
+AGENT_METRIC_PREFIX: Final = "local_ccm_"
