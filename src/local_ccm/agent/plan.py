@@ -1,0 +1,433 @@
+"""What to write to the Node: the address status patch (spec/agent.md §4.5, §5.1-§5.2), the
+condition (§8.2), the taint and provider-ID patch (§5.4, §5.5), the taint gates (§7.1, §7.3)
+and the address-fight state machine (§7.4).
+
+Pure, no I/O, no clock: times are parameters. A planner returns the patch to send or None.
+Patches are RFC 6902 JSON Patches, never strategic merge: ``status.addresses`` merges by
+``type``, which is not unique, and would collapse dual-stack InternalIPs
+(kubernetes/kubernetes#79391).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from local_ccm import names
+from local_ccm.agent.addresses import (
+    AddressPlan,
+    Finding,
+    NodeAddress,
+    address_policy,
+    desired_addresses,
+    node_addresses,
+    parse_owned,
+    parse_provided,
+)
+from local_ccm.agent.candidates import (
+    Detection,
+    DetectorKey,
+    Failed,
+)
+from local_ccm.agent.config import INTERNAL, AgentConfig, IPAddress, family_name
+
+Obj = Mapping[str, Any]
+Operation = dict[str, Any]
+BlockReason = Literal["no_internal_ip", "provided_node_ip_mismatch", "provider_id_unavailable"]
+MAX_MESSAGE = 1024
+NO_INTERNAL_IP = (
+    "no InternalIP: set --internal-ip-target or --internal-ip-cidrs, "
+    "or start the kubelet with --node-ip"
+)
+
+
+@dataclass(frozen=True)
+class Patch:
+    """A JSON Patch for the Node's main resource (``subresource=None``) or ``status``."""
+
+    subresource: Literal["status"] | None
+    operations: tuple[Operation, ...]
+
+    content_type = "application/json-patch+json"  # set explicitly: a dict body means SMP
+
+    def body(self) -> list[Operation]:
+        return list(self.operations)
+
+
+def pointer(*parts: str | int) -> str:
+    """RFC 6901 JSON Pointer: ``~`` -> ``~0``, ``/`` -> ``~1``."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def _test_rv(node: Obj) -> Operation:
+    rv = node["metadata"]["resourceVersion"]
+    return {"op": "test", "path": "/metadata/resourceVersion", "value": rv}
+
+
+# ------------------------------------------------------------------ reading the Node
+@dataclass(frozen=True)
+class NodeInputs:
+    current: tuple[NodeAddress, ...]
+    provided: tuple[IPAddress, ...]
+    owned: tuple[NodeAddress, ...] | None
+    findings: tuple[Finding, ...]
+
+
+def node_inputs(node: Obj) -> NodeInputs:
+    """The §4.1 inputs that come from the Node object."""
+    annotations = node.get("metadata", {}).get("annotations") or {}
+    provided, bad_provided = parse_provided(annotations.get(names.PROVIDED_NODE_IP_ANNOTATION))
+    owned, bad_owned = parse_owned(annotations.get(names.OWNED_ADDRESSES_ANNOTATION))
+    current = node_addresses((node.get("status") or {}).get("addresses"))
+    return NodeInputs(current, provided, owned, (*bad_provided, *bad_owned))
+
+
+def plan_addresses(
+    node: Obj, detected: Mapping[DetectorKey, Detection], config: AgentConfig
+) -> AddressPlan:
+    """desired_addresses() for this Node, with the annotation-parsing findings first."""
+    inputs = node_inputs(node)
+    policy = address_policy(config, inputs.provided)
+    plan = desired_addresses(inputs.current, inputs.provided, detected, inputs.owned, policy)
+    return replace(plan, findings=(*inputs.findings, *plan.findings))
+
+
+def owned_annotation(node: Obj) -> str | None:
+    annotations = node.get("metadata", {}).get("annotations") or {}
+    value = annotations.get(names.OWNED_ADDRESSES_ANNOTATION)
+    return None if value is None else str(value)
+
+
+def addresses_match(node: Obj, plan: AddressPlan) -> bool:
+    """§4.5.3: ordered (type, address) pairs, and the ownership record."""
+    current = node_addresses((node.get("status") or {}).get("addresses"))
+    return current == plan.addresses and owned_annotation(node) == plan.annotation
+
+
+# ------------------------------------------------------------------ condition (§8.2)
+@dataclass(frozen=True)
+class Condition:
+    status: Literal["True", "False"]
+    reason: str
+    message: str
+
+
+_FAILURE_REASONS = {
+    "no_route": "NoRoute",
+    "no_eligible_address": "NoEligibleAddress",
+    "netlink_error": "NetlinkError",
+}
+_REASON_ORDER = (
+    "KubeletOwnsAddresses", "NoInternalIP", "ProvidedNodeIPMismatch", "ProviderIDUnavailable",
+    "NoRoute", "NoEligibleAddress", "NetlinkError",
+)  # fmt: skip
+
+
+def desired_condition(
+    plan: AddressPlan,
+    detected: Mapping[DetectorKey, Detection],
+    *,
+    blocked: Sequence[BlockReason] = (),
+    conflict_manager: str | None = None,
+) -> Condition:
+    """Highest-priority reason; the message lists every problem in that order (deterministic)."""
+    problems: list[tuple[str, str]] = []
+    if conflict_manager is not None:
+        why = f"status.addresses keeps being reverted by {conflict_manager}"
+        fix = "start the kubelet with --cloud-provider=external"
+        problems.append(("KubeletOwnsAddresses", f"{why}; {fix}"))
+    if not any(a.type == INTERNAL for a in plan.addresses):
+        problems.append(("NoInternalIP", NO_INTERNAL_IP))
+    for f in plan.findings:
+        if f.kind == "provided_mismatch":
+            problems.append(("ProvidedNodeIPMismatch", f.message))
+    if "provider_id_unavailable" in blocked:
+        problems.append(("ProviderIDUnavailable", "provider ID template has an empty value"))
+    kept = {(f.type, f.family): f.address for f in plan.findings if f.kind == "kept_last_good"}
+    for (kind, family), d in sorted(detected.items()):
+        if isinstance(d, Failed):
+            keeping = f"; keeping {kept[(kind, family)]}" if (kind, family) in kept else ""
+            detail = f"{kind} {family_name(family)}: {d.detail or d.reason}{keeping}"
+            problems.append((_FAILURE_REASONS[d.reason], detail))
+    if not problems:
+        return Condition("True", "AddressesSynced", "every enabled detector found an address")
+    problems.sort(key=lambda p: _REASON_ORDER.index(p[0]))
+    message = "; ".join(m for _, m in problems)
+    return Condition("False", problems[0][0], message[:MAX_MESSAGE])
+
+
+def _condition_operations(node: Obj, condition: Condition | None, now: str) -> list[Operation]:
+    """Replace ours by index with a type test; add it; or (reporting off) remove it once."""
+    conditions = (node.get("status") or {}).get("conditions")
+    index = next(
+        (
+            i
+            for i, c in enumerate(conditions or ())
+            if c.get("type") == names.ADDRESSES_SYNCED_CONDITION
+        ),
+        None,
+    )
+    path = pointer("status", "conditions", index) if index is not None else ""
+    test = {"op": "test", "path": path + "/type", "value": names.ADDRESSES_SYNCED_CONDITION}
+    if condition is None:
+        return [] if index is None else [test, {"op": "remove", "path": path}]
+    old = conditions[index] if conditions is not None and index is not None else None
+    if old is not None and _same_condition(old, condition):
+        return []
+    body = {
+        "type": names.ADDRESSES_SYNCED_CONDITION,
+        "status": condition.status,
+        "reason": condition.reason,
+        "message": condition.message,
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": _transition_time(old, condition, now),
+    }
+    if old is not None:
+        return [test, {"op": "replace", "path": path, "value": body}]
+    if conditions is None:
+        return [{"op": "add", "path": "/status/conditions", "value": [body]}]
+    return [{"op": "add", "path": "/status/conditions/-", "value": body}]
+
+
+def _same_condition(old: Obj, new: Condition) -> bool:
+    return (old.get("status"), old.get("reason"), old.get("message")) == (
+        new.status,
+        new.reason,
+        new.message,
+    )
+
+
+def _transition_time(old: Obj | None, new: Condition, now: str) -> str:
+    if old is not None and old.get("status") == new.status and old.get("lastTransitionTime"):
+        return str(old["lastTransitionTime"])
+    return now
+
+
+# ------------------------------------------------------------------ status patch (§5.2)
+def plan_status_patch(
+    node: Obj,
+    plan: AddressPlan,
+    *,
+    condition: Condition | None,
+    now: str,
+    write_addresses: bool = True,
+) -> Patch | None:
+    """The status PATCH, or None when nothing differs (§4.5).
+
+    ``condition=None`` means --report-condition=false (an existing condition is removed once).
+    ``write_addresses=False`` (address-fight pause, §7.4) leaves ``status.addresses`` as found.
+    ``now`` is the RFC 3339 time for the condition's timestamps.
+    """
+    ops: list[Operation] = []
+    if write_addresses and not addresses_match(node, plan):
+        addresses = [a.to_api() for a in plan.addresses]
+        ops.append({"op": "add", "path": "/status/addresses", "value": addresses})
+        ops.append(_annotation_operation(node, plan.annotation))
+    ops += _condition_operations(node, condition, now)
+    return Patch("status", (_test_rv(node), *ops)) if ops else None
+
+
+def _annotation_operation(node: Obj, value: str) -> Operation:
+    key = names.OWNED_ADDRESSES_ANNOTATION
+    if node.get("metadata", {}).get("annotations") is None:
+        return {"op": "add", "path": "/metadata/annotations", "value": {key: value}}
+    return {"op": "add", "path": pointer("metadata", "annotations", key), "value": value}
+
+
+# ------------------------------------------------------------------ taint, provider ID (§5.4, §5.5)
+def is_tainted(node: Obj) -> bool:
+    return any(t.get("key") == names.UNINITIALIZED_TAINT for t in _taints(node))
+
+
+def _taints(node: Obj) -> Sequence[Obj]:
+    return (node.get("spec") or {}).get("taints") or ()
+
+
+def plan_taint_patch(
+    node: Obj, *, remove_taint: bool, provider_id: str | None = None
+) -> Patch | None:
+    """Main-resource PATCH: set the provider ID (RV-guarded) and/or remove every uninitialized
+    taint by index, each guarded by a test of its key, highest index first.
+
+    Concurrently added taints survive because they are not part of the patch; an index that no
+    longer holds our key fails its test (422) and the caller re-reads (§5.4).
+    """
+    ops: list[Operation] = []
+    if provider_id:
+        ops += [_test_rv(node), {"op": "add", "path": "/spec/providerID", "value": provider_id}]
+    if remove_taint:
+        taints = list(enumerate(_taints(node)))
+        for i, taint in reversed(taints):
+            if taint.get("key") == names.UNINITIALIZED_TAINT:
+                path = pointer("spec", "taints", i)
+                ops.append(
+                    {"op": "test", "path": path + "/key", "value": names.UNINITIALIZED_TAINT}
+                )
+                ops.append({"op": "remove", "path": path})
+    return Patch(None, tuple(ops)) if ops else None
+
+
+_PLACEHOLDERS = ("{node_name}", "{system_uuid}", "{machine_id}")
+
+
+def render_provider_id(template: str, node: Obj) -> str | None:
+    """§5.5.2: fill placeholders from the Node; None when a used placeholder is empty."""
+    info = (node.get("status") or {}).get("nodeInfo") or {}
+    values = {
+        "{node_name}": str(node.get("metadata", {}).get("name") or ""),
+        "{system_uuid}": str(info.get("systemUUID") or "").lower(),
+        "{machine_id}": str(info.get("machineID") or ""),
+    }
+    result = template
+    for placeholder in _PLACEHOLDERS:
+        if placeholder in result:
+            if not values[placeholder]:
+                return None
+            result = result.replace(placeholder, values[placeholder])
+    return result
+
+
+@dataclass(frozen=True)
+class ProviderIDAction:
+    kind: Literal["none", "set", "mismatch", "unavailable"]
+    value: str | None = None  # the value to set, or the configured value on a mismatch
+    existing: str | None = None
+
+
+def provider_id_action(node: Obj, desired: str | None, *, configured: bool) -> ProviderIDAction:
+    """Set-once (kubernetes/kubernetes#51761): write only when empty, report a mismatch.
+
+    ``desired`` is the rendered value (None: a placeholder was empty, or Azure is not
+    available); ``configured`` says whether any provider-ID source is set at all.
+    """
+    existing = (node.get("spec") or {}).get("providerID") or None
+    if not configured:
+        return ProviderIDAction("none", existing=existing)
+    if existing is not None:
+        kind: Literal["none", "mismatch"] = "none" if desired in (None, existing) else "mismatch"
+        return ProviderIDAction(kind, desired, existing)
+    return ProviderIDAction("set", desired) if desired else ProviderIDAction("unavailable")
+
+
+# ------------------------------------------------------------------ gates (§7.1, §7.3)
+@dataclass(frozen=True)
+class TaintDecision:
+    remove: bool
+    blocked: tuple[BlockReason, ...] = ()  # reported while the taint is held (§7.2)
+    waiting_for_addresses: bool = False  # gate 2: the status write has not landed
+
+
+def decide_taint(
+    config: AgentConfig,
+    *,
+    tainted: bool,
+    addresses_synced: bool,
+    plan: AddressPlan,
+    provider_id_blocks: bool = False,
+) -> TaintDecision:
+    """The five gates of §7.1. ``provider_id_blocks``: a configured template has an empty
+    placeholder (Azure's "not Azure" never blocks)."""
+    if not (config.remove_taint and tainted):
+        return TaintDecision(False)
+    blocked: list[BlockReason] = []
+    types = {a.type for a in plan.addresses}
+    wanted = {INTERNAL} if config.require_internal_ip else {"InternalIP", "ExternalIP"}
+    if not types & wanted:
+        blocked.append("no_internal_ip")
+    mismatch = any(f.kind == "provided_mismatch" for f in plan.findings)
+    if config.provided_node_ip_policy == "strict" and mismatch:
+        blocked.append("provided_node_ip_mismatch")
+    if provider_id_blocks:
+        blocked.append("provider_id_unavailable")
+    remove = addresses_synced and not blocked
+    return TaintDecision(remove, tuple(blocked), waiting_for_addresses=not addresses_synced)
+
+
+# ------------------------------------------------------------------ address fights (§7.4)
+REVERT_WINDOW = 600.0
+REVERTS_FOR_CONFLICT = 3
+FIRST_PAUSE, MAX_PAUSE = 60.0, 1800.0
+RESOLVE_AFTER = 600.0
+FightEvent = Literal["revert", "conflict_entered", "conflict_resolved"]
+
+
+@dataclass(frozen=True)
+class FightState:
+    """What the agent last wrote and how often someone undid it (monotonic seconds)."""
+
+    written: tuple[NodeAddress, ...] | None = None  # None: nothing written, or already reverted
+    written_rv: str | None = None
+    written_at: float | None = None
+    reverts: tuple[float, ...] = ()
+    conflict: bool = False
+    pause: float = 0.0
+    retry_at: float = 0.0
+
+
+def fight_record_write(
+    state: FightState, written: Sequence[NodeAddress], rv: str, now: float
+) -> FightState:
+    return replace(state, written=tuple(written), written_rv=rv, written_at=now)
+
+
+def fight_observe(
+    state: FightState,
+    *,
+    addresses: Sequence[NodeAddress],
+    rv: str,
+    would_write: bool,
+    now: float,
+) -> tuple[FightState, FightEvent | None]:
+    """A watch event not caused by the agent. A revert needs a newer RV, a list that differs
+    from what we wrote, and a desired list that differs from it (we would write again)."""
+    if state.written is None or not _newer(rv, state.written_rv):
+        return state, None
+    if tuple(addresses) == state.written or not would_write:
+        return state, None
+    reverts = (*(t for t in state.reverts if now - t < REVERT_WINDOW), now)
+    state = replace(state, written=None, reverts=reverts)  # one revert per write
+    if state.conflict:  # the retry write was undone again: back off further
+        pause = min(state.pause * 2, MAX_PAUSE)
+        return replace(state, pause=pause, retry_at=now + pause), "revert"
+    if len(reverts) >= REVERTS_FOR_CONFLICT:
+        entered = replace(state, conflict=True, pause=FIRST_PAUSE, retry_at=now + FIRST_PAUSE)
+        return entered, "conflict_entered"
+    return state, "revert"
+
+
+def fight_may_write(state: FightState, now: float) -> bool:
+    """Address writes pause in the conflict state until the retry time."""
+    return not state.conflict or now >= state.retry_at
+
+
+def fight_tick(state: FightState, now: float) -> tuple[FightState, FightEvent | None]:
+    """Leave the conflict state once a write has survived RESOLVE_AFTER seconds."""
+    if not state.conflict or state.written is None or state.written_at is None:
+        return state, None
+    if now - state.written_at < RESOLVE_AFTER:
+        return state, None
+    return replace(state, conflict=False, pause=0.0, retry_at=0.0, reverts=()), "conflict_resolved"
+
+
+def _newer(rv: str, than: str | None) -> bool:
+    if than is None:
+        return True
+    try:
+        return int(rv) > int(than)
+    except ValueError:  # resourceVersions are opaque; etcd's are integers
+        return rv != than
+
+
+def last_address_writer(node: Obj, *, ignore: str = names.AGENT) -> str | None:
+    """The field manager that most recently touched ``status.addresses`` (other than us)."""
+    best: tuple[str, str] | None = None
+    for entry in node.get("metadata", {}).get("managedFields") or ():
+        fields = entry.get("fieldsV1") or {}
+        manager = entry.get("manager")
+        if manager == ignore or "f:addresses" not in (fields.get("f:status") or {}):
+            continue
+        stamp = str(entry.get("time") or "")
+        if best is None or stamp >= best[0]:
+            best = (stamp, str(manager))
+    return None if best is None else best[1]

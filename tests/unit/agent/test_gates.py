@@ -1,0 +1,170 @@
+"""Taint gates (§7.1), provided-node-ip policies (§7.3) and the condition's reason (§8.2)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from local_ccm.agent.addresses import (
+    AddressPlan,
+    Finding,
+)
+from local_ccm.agent.candidates import (
+    Failed,
+)
+from local_ccm.agent.config import AgentConfig, ProvidedPolicy, TypeSettings
+from local_ccm.agent.plan import decide_taint, desired_condition, plan_addresses
+from tests.unit.agent.builders import EXT4, INT4, addrs, detections, found, no_route, node
+
+DEFAULT = AgentConfig()
+NO_INTERNAL_IP = (
+    "no InternalIP: set --internal-ip-target or --internal-ip-cidrs, "
+    "or start the kubelet with --node-ip"
+)
+MISMATCH = Finding(
+    "provided_mismatch", "InternalIP ipv4: detected 192.0.2.10 but ...", "InternalIP", 4
+)
+
+
+def _plan(spec: str, *findings: Finding) -> AddressPlan:
+    return AddressPlan(addrs(spec), (), findings)
+
+
+def test_gate1_nothing_to_do_when_untainted_or_removal_disabled() -> None:
+    plan = _plan("Int 192.0.2.10")
+    assert not decide_taint(DEFAULT, tainted=False, addresses_synced=True, plan=plan).remove
+    off = replace(DEFAULT, remove_taint=False)
+    decision = decide_taint(off, tainted=True, addresses_synced=True, plan=plan)
+    assert (decision.remove, decision.blocked) == (False, ())
+
+
+def test_gate2_addresses_are_written_before_the_taint_is_removed_a02() -> None:
+    decision = decide_taint(
+        DEFAULT, tainted=True, addresses_synced=False, plan=_plan("Int 192.0.2.10")
+    )
+    assert not decision.remove
+    assert decision.waiting_for_addresses
+
+
+def test_gate3_external_ip_alone_initialises_by_default_a03() -> None:
+    decision = decide_taint(
+        DEFAULT, tainted=True, addresses_synced=True, plan=_plan("Ext 198.51.100.10, Hostname n1")
+    )
+    assert decision.remove
+
+
+def test_gate3_no_ip_at_all_holds_the_taint_a09() -> None:
+    decision = decide_taint(DEFAULT, tainted=True, addresses_synced=True, plan=_plan("Hostname n1"))
+    assert (decision.remove, decision.blocked) == (False, ("no_internal_ip",))
+
+
+def test_gate3_require_internal_ip() -> None:
+    strict = replace(DEFAULT, require_internal_ip=True)
+    held = decide_taint(
+        strict, tainted=True, addresses_synced=True, plan=_plan("Ext 198.51.100.10")
+    )
+    assert held.blocked == ("no_internal_ip",)
+    assert decide_taint(
+        strict, tainted=True, addresses_synced=True, plan=_plan("Int 192.0.2.5")
+    ).remove
+
+
+def test_gate4_unavailable_provider_id_holds_the_taint() -> None:
+    decision = decide_taint(
+        DEFAULT,
+        tainted=True,
+        addresses_synced=True,
+        plan=_plan("Int 192.0.2.10"),
+        provider_id_blocks=True,
+    )
+    assert decision.blocked == ("provider_id_unavailable",)
+
+
+@pytest.mark.parametrize(
+    ("policy", "removed", "blocked"),
+    [("prefer", True, ()), ("strict", False, ("provided_node_ip_mismatch",))],
+)
+def test_gate5_mismatch_blocks_only_under_strict_a22(
+    policy: ProvidedPolicy, removed: bool, blocked: tuple[str, ...]
+) -> None:
+    config = replace(DEFAULT, provided_node_ip_policy=policy)
+    decision = decide_taint(
+        config, tainted=True, addresses_synced=True, plan=_plan("Int 192.0.2.5", MISMATCH)
+    )
+    assert (decision.remove, decision.blocked) == (removed, blocked)
+
+
+@pytest.mark.parametrize(
+    ("policy", "addresses", "mismatch", "removed"),
+    [
+        ("prefer", "Int 192.0.2.5", True, True),
+        ("strict", "Int 192.0.2.5", True, False),
+        ("ignore", "Int 192.0.2.10", False, True),
+    ],
+)
+def test_provided_node_ip_policies_end_to_end_a22(
+    policy: ProvidedPolicy, addresses: str, mismatch: bool, removed: bool
+) -> None:
+    config = AgentConfig(
+        internal=TypeSettings(targets=(found("192.0.2.1").address,)),
+        external=TypeSettings(),
+        provided_node_ip_policy=policy,
+    )
+    n = node("Int 192.0.2.5", provided="192.0.2.5")
+    plan = plan_addresses(n, detections(int4=found("192.0.2.10")), config)
+    assert plan.addresses == addrs(addresses)
+    assert any(f.kind == "provided_mismatch" for f in plan.findings) == mismatch
+    assert decide_taint(config, tainted=True, addresses_synced=True, plan=plan).remove == removed
+
+
+def test_external_detection_failure_does_not_block_the_taint_a08() -> None:
+    n = node("Int 192.0.2.10, Hostname n1")
+    plan = plan_addresses(n, detections(ext4=no_route()), DEFAULT)
+    assert decide_taint(DEFAULT, tainted=True, addresses_synced=True, plan=plan).remove
+
+
+# ------------------------------------------------------------------ condition reasons
+def test_condition_true_when_every_detector_found_an_address_a01() -> None:
+    condition = desired_condition(_plan("Int 192.0.2.10"), detections(int4=found("192.0.2.10")))
+    assert (condition.status, condition.reason) == ("True", "AddressesSynced")
+
+
+def test_condition_no_route_names_the_detector_and_the_kept_address_a10() -> None:
+    n = node("Int 192.0.2.10, Ext 203.0.113.10", owned="ExternalIP=203.0.113.10")
+    detected = detections(ext4=Failed("no_route", "no route to 8.8.8.8 (ENETUNREACH)"))
+    condition = desired_condition(plan_addresses(n, detected, DEFAULT), detected)
+    assert (condition.status, condition.reason) == ("False", "NoRoute")
+    assert (
+        condition.message
+        == "ExternalIP ipv4: no route to 8.8.8.8 (ENETUNREACH); keeping 203.0.113.10"
+    )
+
+
+def test_condition_reasons_are_ordered_and_all_listed() -> None:
+    detected = {
+        EXT4: Failed("no_route", "no route to 8.8.8.8"),
+        INT4: Failed("no_eligible_address", "source excluded"),
+    }
+    condition = desired_condition(
+        _plan("Hostname n1", MISMATCH),
+        detected,
+        blocked=("no_internal_ip",),
+        conflict_manager="kubelet",
+    )
+    assert condition.reason == "KubeletOwnsAddresses"
+    parts = condition.message.split("; ")
+    assert parts[0].startswith("status.addresses keeps being reverted by kubelet")
+    assert parts[2:] == [
+        NO_INTERNAL_IP,
+        MISMATCH.message,
+        "ExternalIP ipv4: no route to 8.8.8.8",  # NoRoute ranks above NoEligibleAddress
+        "InternalIP ipv4: source excluded",
+    ]
+
+
+def test_condition_message_is_capped() -> None:
+    long = Failed("netlink_error", "x" * 2000)
+    condition = desired_condition(_plan("Int 192.0.2.1"), {EXT4: long})
+    assert condition.reason == "NetlinkError"
+    assert len(condition.message) == 1024
