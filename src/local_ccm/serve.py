@@ -1,0 +1,222 @@
+"""The metrics and health HTTP server shared by the three binaries.
+
+`/metrics` is the Prometheus exposition of a per-process `CollectorRegistry`;
+`/healthz` and `/readyz` run registered checks and answer kube-apiserver style:
+200 `ok`, or 503 listing the failing checks; `?verbose` lists every check as
+`[+]name ok` / `[-]name failed: reason`.
+
+The server runs in its own daemon thread (stdlib `ThreadingHTTPServer`), so a
+stuck event loop cannot stop `/healthz` from answering "not healthy". Checks are
+therefore called from that thread: they must only read simple state (a
+timestamp, a flag), never touch the event loop.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+
+from local_ccm.logs import V4
+from local_ccm.validate import BindAddress, parse_bind_address
+
+log = logging.getLogger(__name__)
+
+Check = Callable[[], tuple[bool, str]]
+HEALTH_PATHS = ("/healthz", "/readyz")
+METRICS_PATH = "/metrics"
+
+
+class Checks:
+    """Named health checks; thread-safe to add to while the server runs."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._checks: dict[str, Check] = {}
+
+    def add(self, name: str, check: Check) -> None:
+        with self._lock:
+            self._checks[name] = check
+
+    def run(self) -> list[tuple[str, bool, str]]:
+        """(name, ok, detail) for every check; a check that raises has failed."""
+        with self._lock:
+            checks = list(self._checks.items())
+        return [(name, *_run_check(check)) for name, check in checks]
+
+
+def _run_check(check: Check) -> tuple[bool, str]:
+    try:
+        ok, detail = check()
+    except Exception as exc:  # a broken check must fail the probe, not the server
+        return False, f"check raised {type(exc).__name__}: {exc}"
+    return bool(ok), detail
+
+
+def render_checks(path: str, results: Iterable[tuple[str, bool, str]], verbose: bool) -> str:
+    """The body kube-apiserver would answer for `path` (`/healthz` or `/readyz`)."""
+    results = list(results)
+    healthy = all(ok for _, ok, _ in results)
+    if healthy and not verbose:
+        return "ok\n"
+    lines = [
+        f"[+]{name} ok" if ok else f"[-]{name} failed: {detail or 'no reason given'}"
+        for name, ok, detail in results
+        if verbose or not ok
+    ]
+    lines.append(f"{path.lstrip('/')} check {'passed' if healthy else 'failed'}")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Routes:
+    """What one server answers: metrics when `registry` is set, health when checks are."""
+
+    registry: CollectorRegistry | None = None
+    healthz: Checks | None = None
+    readyz: Checks | None = None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        routes = self.server.routes
+        checks = {"/healthz": routes.healthz, "/readyz": routes.readyz}.get(url.path)
+        if checks is not None:
+            self._health(url.path, checks, "verbose" in parse_qs(url.query, keep_blank_values=True))
+        elif url.path == METRICS_PATH and routes.registry is not None:
+            self._metrics(routes.registry)
+        else:
+            self._reply(404, "text/plain; charset=utf-8", b"404 page not found\n")
+
+    def _health(self, path: str, checks: Checks, verbose: bool) -> None:
+        results = checks.run()
+        status = 200 if all(ok for _, ok, _ in results) else 503
+        body = render_checks(path, results, verbose).encode()
+        self._reply(status, "text/plain; charset=utf-8", body)
+
+    def _metrics(self, registry: CollectorRegistry) -> None:
+        encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+        self._reply(200, content_type, encoder(registry))
+
+    def _reply(self, status: int, content_type: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.log(V4, "http %s " + format, self.client_address[0], *args)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, family: socket.AddressFamily, address: tuple[str, int], routes: Routes):
+        self.address_family = family
+        self.routes = routes
+        super().__init__(address, _Handler)
+
+    def server_bind(self) -> None:
+        if self.address_family == socket.AF_INET6 and self.server_address[0] == "::":
+            # `:port` means every address of both families: one dual-stack socket.
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
+
+
+def _bind(address: BindAddress, routes: Routes) -> _Server:
+    if address.host is None:
+        try:
+            return _Server(socket.AF_INET6, ("::", address.port), routes)
+        except OSError as exc:
+            if exc.errno not in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT):
+                raise
+            log.info("IPv6 unavailable (%s); listening on IPv4 only", exc)
+            return _Server(socket.AF_INET, ("0.0.0.0", address.port), routes)
+    family = socket.AF_INET6 if address.host.version == 6 else socket.AF_INET
+    return _Server(family, (str(address.host), address.port), routes)
+
+
+class HttpServer:
+    """One listening server in a daemon thread; `close()` stops it."""
+
+    def __init__(self, address: BindAddress, routes: Routes) -> None:
+        self._server = _bind(address, routes)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name=f"http-{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+
+    @property
+    def port(self) -> int:
+        """The bound port (the ephemeral one when asked for port 0)."""
+        return int(self._server.server_address[1])
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+
+class Servers:
+    """The metrics and health servers of one process (one, two or none)."""
+
+    def __init__(
+        self, servers: list[HttpServer], metrics: HttpServer | None, health: HttpServer | None
+    ):
+        self.servers = servers
+        self.metrics = metrics
+        self.health = health
+
+    def close(self) -> None:
+        for server in self.servers:
+            server.close()
+
+
+def start_servers(
+    *,
+    metrics_address: str,
+    health_address: str,
+    registry: CollectorRegistry,
+    healthz: Checks,
+    readyz: Checks,
+) -> Servers:
+    """Start the servers; equal addresses share one server serving every path.
+
+    Addresses use `parse_bind_address` syntax (`0` disables one). Raises ValueError on a
+    bad address and OSError when a port cannot be bound.
+    """
+    metrics_at = parse_bind_address(metrics_address)
+    health_at = parse_bind_address(health_address)
+    if metrics_at is not None and metrics_at == health_at:
+        both = HttpServer(metrics_at, Routes(registry, healthz, readyz))
+        return Servers([both], both, both)
+    started: list[HttpServer] = []
+    try:
+        metrics = health = None
+        if metrics_at is not None:
+            metrics = HttpServer(metrics_at, Routes(registry=registry))
+            started.append(metrics)
+        if health_at is not None:
+            health = HttpServer(health_at, Routes(healthz=healthz, readyz=readyz))
+            started.append(health)
+    except BaseException:
+        for server in started:
+            server.close()
+        raise
+    return Servers(started, metrics, health)
