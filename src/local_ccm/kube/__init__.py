@@ -1,0 +1,8 @@
+"""The project's small Kubernetes REST layer on the standard library (spec/stack.md §1).
+
+Layers, bottom up: ``resources`` and ``request`` (pure request building and response
+parsing), ``errors`` and ``backoff`` (pure), ``config`` (kubeconfig, in-cluster,
+credentials), ``transport`` (the only sockets), ``client`` (verbs, retries), ``watch``
+(resumable list+watch), ``cache`` (slim projections), ``aio`` (asyncio wrappers).
+Import what you need from the submodules; this package imports nothing eagerly.
+"""

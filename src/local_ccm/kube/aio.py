@@ -1,0 +1,145 @@
+"""asyncio face of the client: the same verbs as coroutines, watches as async iterators.
+
+Requests run in worker threads (``asyncio.to_thread``); a watch is read by one daemon
+thread per stream, which hands events to the event loop through an ``asyncio.Queue``
+(``loop.call_soon_threadsafe``). Cancelling the consuming task, ``aclose()`` or leaving
+``async with`` shuts the stream's socket down, so the reader thread ends at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, TypeVar
+
+from local_ccm.kube.client import Client
+from local_ccm.kube.request import Obj, WatchEvent
+from local_ccm.kube.resources import Resource
+from local_ccm.kube.watch import Watcher, WatchOptions
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_ITEM, _ERROR, _END = 0, 1, 2
+
+
+class ThreadedIterator(Generic[T]):
+    """Consume a blocking iterable from a reader thread as an async iterator."""
+
+    def __init__(self, source: Iterable[T], stop: Callable[[], None], name: str) -> None:
+        self._source, self._stop, self._name = source, stop, name
+        self._queue: asyncio.Queue[tuple[int, Any]] | None = None
+        self._thread: threading.Thread | None = None
+        self._done = False
+
+    def _start(self) -> asyncio.Queue[tuple[int, Any]]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+
+        def put(kind: int, value: Any) -> bool:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
+            except RuntimeError:  # the loop is closed: nobody is listening any more
+                return False
+            return True
+
+        def pump() -> None:
+            try:
+                for item in self._source:
+                    if self._done or not put(_ITEM, item):
+                        return
+            except BaseException as exc:  # handed to the consumer, which re-raises it
+                put(_ERROR, exc)
+            else:
+                put(_END, None)
+
+        self._thread = threading.Thread(target=pump, name=self._name, daemon=True)
+        self._thread.start()
+        return queue
+
+    def __aiter__(self) -> ThreadedIterator[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        if self._done:
+            raise StopAsyncIteration
+        if self._queue is None:
+            self._queue = self._start()
+        try:
+            kind, value = await self._queue.get()
+        except asyncio.CancelledError:
+            self.close()
+            raise
+        if kind == _ITEM:
+            return value  # type: ignore[no-any-return]
+        self.close()
+        if kind == _ERROR:
+            raise value
+        raise StopAsyncIteration
+
+    def close(self) -> None:
+        """Stop the reader thread (it exits as soon as its blocking read returns)."""
+        if not self._done:
+            self._done = True
+            self._stop()
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """For tests: True when the reader thread has ended."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
+    async def __aenter__(self) -> ThreadedIterator[T]:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncClient:
+    """Wraps a ``Client``; keyword arguments are those of the matching ``Client`` method."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    async def get(self, res: Resource, name: str, **kw: Any) -> Obj:
+        return await asyncio.to_thread(self.client.get, res, name, **kw)
+
+    async def list(self, res: Resource, **kw: Any) -> Obj:
+        return await asyncio.to_thread(self.client.list, res, **kw)
+
+    async def create(self, res: Resource, body: Obj, **kw: Any) -> Obj:
+        return await asyncio.to_thread(self.client.create, res, body, **kw)
+
+    async def update(self, res: Resource, body: Obj, **kw: Any) -> Obj:
+        return await asyncio.to_thread(self.client.update, res, body, **kw)
+
+    async def patch(self, res: Resource, name: str, body: Any, **kw: Any) -> Obj:
+        return await asyncio.to_thread(self.client.patch, res, name, body, **kw)
+
+    async def delete(self, res: Resource, name: str, **kw: Any) -> Obj:
+        return await asyncio.to_thread(self.client.delete, res, name, **kw)
+
+    async def request(self, method: str, path: str, **kw: Any) -> Any:
+        return await asyncio.to_thread(self.client.request, method, path, **kw)
+
+    def watch(self, res: Resource, **kw: Any) -> ThreadedIterator[WatchEvent]:
+        """One raw watch stream (``Client.watch``) as an async iterator."""
+        stream = self.client.watch(res, **kw)
+        return ThreadedIterator(stream, stream.close, f"watch-{res.plural}")
+
+    def watcher(
+        self, res: Resource, options: WatchOptions | None = None, **kw: Any
+    ) -> ThreadedIterator[WatchEvent]:
+        """A resumable ``Watcher`` (list, watch, relist on 410) as an async iterator."""
+        watcher = Watcher(self.client, res, options, **kw)
+        return ThreadedIterator(watcher, watcher.stop, f"watcher-{res.plural}")
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.client.close)

@@ -1,0 +1,99 @@
+"""The API resources local-ccm talks to, and their REST paths. Pure, no I/O."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# A path segment name may not contain "/" or "%" and may not be "." or ".."
+# (apimachinery's path segment name validation); we also refuse "?" and "#".
+_BAD_SEGMENT = re.compile(r"[/%?#]")
+
+
+def _check_segment(what: str, value: str) -> str:
+    if not value or value in {".", ".."} or _BAD_SEGMENT.search(value):
+        raise ValueError(f"invalid {what} for a Kubernetes path: {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def prefix(self) -> str:
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+    def path(
+        self,
+        namespace: str | None = None,
+        name: str | None = None,
+        subresource: str | None = None,
+    ) -> str:
+        """``/api/v1/namespaces/<ns>/pods/<name>/<sub>``; without a namespace a namespaced
+        resource lists across all namespaces."""
+        parts = [self.prefix]
+        if namespace is not None:
+            if not self.namespaced:
+                raise ValueError(f"{self.kind} is cluster-scoped; namespace {namespace!r} given")
+            parts.append(f"/namespaces/{_check_segment('namespace', namespace)}")
+        parts.append(f"/{self.plural}")
+        if name is not None:
+            parts.append(f"/{_check_segment('name', name)}")
+        if subresource is not None:
+            if name is None:
+                raise ValueError("a subresource needs a name")
+            parts.append(f"/{_check_segment('subresource', subresource)}")
+        return "".join(parts)
+
+
+_RBAC = "rbac.authorization.k8s.io"
+_ADMISSION = "admissionregistration.k8s.io"
+_AUTHZ = "authorization.k8s.io"
+
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+EVENTS = Resource("", "v1", "events", "Event", namespaced=True)
+PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True)
+CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
+SECRETS = Resource("", "v1", "secrets", "Secret", namespaced=True)
+SERVICES = Resource("", "v1", "services", "Service", namespaced=True)
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
+EVENTS_V1 = Resource("events.k8s.io", "v1", "events", "Event", namespaced=True)
+CLUSTER_CIDRS = Resource(
+    "networking.x-k8s.io", "v1", "clustercidrs", "ClusterCIDR", namespaced=False
+)
+CUSTOM_RESOURCE_DEFINITIONS = Resource(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
+)
+CLUSTER_ROLES = Resource(_RBAC, "v1", "clusterroles", "ClusterRole", namespaced=False)
+CLUSTER_ROLE_BINDINGS = Resource(
+    _RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False
+)
+ROLES = Resource(_RBAC, "v1", "roles", "Role", namespaced=True)
+ROLE_BINDINGS = Resource(_RBAC, "v1", "rolebindings", "RoleBinding", namespaced=True)
+VALIDATING_ADMISSION_POLICIES = Resource(
+    _ADMISSION, "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", False
+)
+VALIDATING_ADMISSION_POLICY_BINDINGS = Resource(
+    _ADMISSION,
+    "v1",
+    "validatingadmissionpolicybindings",
+    "ValidatingAdmissionPolicyBinding",
+    namespaced=False,
+)
+SELF_SUBJECT_ACCESS_REVIEWS = Resource(
+    _AUTHZ, "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", namespaced=False
+)
+SUBJECT_ACCESS_REVIEWS = Resource(
+    _AUTHZ, "v1", "subjectaccessreviews", "SubjectAccessReview", namespaced=False
+)

@@ -1,0 +1,318 @@
+"""HTTP(S) to the apiserver over http.client: the only code here that opens sockets.
+
+A small pool of keep-alive connections serves ordinary requests; each watch gets its
+own connection, whose socket ``close()`` shuts down so a blocked reader wakes at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import logging
+import os
+import socket
+import ssl
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from local_ccm.kube.config import Authenticator, ClusterConfig, ConfigError, Credential
+from local_ccm.kube.errors import Transient, Unauthorized, error_from_response
+from local_ccm.kube.request import Request, Response
+
+log = logging.getLogger(__name__)
+
+# Errors that mean "the server closed an idle keep-alive connection": on a reused
+# connection the request was not processed (Go's net/http retries the same way).
+_STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
+
+
+def make_ssl_context(config: ClusterConfig, credential: Credential) -> ssl.SSLContext:
+    """Verify against the config's CA (only it, as client-go does) or the system store."""
+    if config.ca_data:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        try:
+            ctx.load_verify_locations(cadata=config.ca_data.decode("ascii", "replace"))
+        except ssl.SSLError as exc:
+            raise ConfigError(f"{config.source}: certificate authority is not PEM: {exc}") from exc
+    else:
+        ctx = ssl.create_default_context()
+    if config.insecure_skip_tls_verify:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if credential.cert_data and credential.key_data:
+        _load_client_cert(ctx, credential.cert_data, credential.key_data)
+    return ctx
+
+
+def _load_client_cert(ctx: ssl.SSLContext, cert: bytes, key: bytes) -> None:
+    # ssl can only load a certificate chain from files: write them into a private
+    # (0700) directory, load, and remove them at once.
+    with tempfile.TemporaryDirectory(prefix="local-ccm-tls-") as tmp:
+        paths = []
+        for name, data in (("cert.pem", cert), ("key.pem", key)):
+            path = Path(tmp) / name
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            paths.append(path)
+        try:
+            ctx.load_cert_chain(paths[0], paths[1])
+        except ssl.SSLError as exc:
+            raise ConfigError(f"client certificate or key is unusable: {exc}") from exc
+
+
+class _Connection(http.client.HTTPSConnection):
+    """HTTPSConnection that can verify a different name than it dials (tls-server-name)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int | None,
+        *,
+        server_name: str | None,
+        timeout: float,
+        context: ssl.SSLContext,
+    ) -> None:
+        super().__init__(host, port, timeout=timeout, context=context)
+        self._server_name = server_name
+
+    def connect(self) -> None:
+        if self._server_name is None:
+            super().connect()
+            return
+        http.client.HTTPConnection.connect(self)
+        self.sock = self._context.wrap_socket(  # type: ignore[attr-defined]
+            self.sock, server_hostname=self._server_name
+        )
+
+
+class HttpStream:
+    """A streaming response (a watch): lines until the server ends it or ``close()``.
+
+    ``close()`` from another thread only shuts the socket down (which wakes the
+    blocked read); the reading thread itself closes the connection, so no thread ever
+    frees a socket another one is reading from.
+    """
+
+    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse):
+        self._conn, self._resp = conn, resp
+        self._lock = threading.Lock()
+        self._closed = False
+        self._reading = False
+
+    def lines(self) -> Iterator[bytes]:
+        with self._lock:
+            if self._closed:
+                self._conn.close()
+                return
+            self._reading = True
+        try:
+            while not self.closed:
+                line = self._resp.readline()
+                if not line:
+                    return
+                yield line
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            if self.closed:
+                return
+            raise Transient(0, "StreamBroken", str(exc) or type(exc).__name__) from exc
+        finally:
+            with self._lock:
+                self._closed, self._reading = True, False
+            self._conn.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Safe from any thread."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            reading = self._reading
+        sock = self._conn.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        if not reading:
+            self._conn.close()
+
+
+class HttpTransport:
+    """Thread-safe; keeps at most ``max_idle`` idle keep-alive connections."""
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        *,
+        user_agent: str,
+        authenticator: Authenticator | None = None,
+        max_idle: int = 4,
+    ) -> None:
+        url = urlsplit(config.server)
+        self._config = config
+        self._https = url.scheme == "https"
+        self._host, self._port = url.hostname or "", url.port
+        self._base = url.path.rstrip("/")
+        self._user_agent = user_agent
+        self._auth = authenticator or Authenticator(config)
+        self._max_idle = max_idle
+        self._lock = threading.Lock()
+        self._idle: list[http.client.HTTPConnection] = []
+        self._ssl: tuple[Credential, ssl.SSLContext] | None = None
+        if self._https and config.exec is None:
+            # Fail at start-up, with a ConfigError, on an unusable CA or client key.
+            self._context(self._auth.credential())
+
+    # -------------------------------------------------------------- connections
+
+    def _context(self, credential: Credential) -> ssl.SSLContext:
+        with self._lock:
+            key = Credential(None, credential.cert_data, credential.key_data)
+            if self._ssl is None or self._ssl[0] != key:
+                if self._ssl is not None:  # an exec plugin rotated the client certificate
+                    self._drop_idle_locked()
+                self._ssl = (key, make_ssl_context(self._config, credential))
+            return self._ssl[1]
+
+    def _new_connection(self, credential: Credential, timeout: float) -> http.client.HTTPConnection:
+        if not self._https:
+            return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+        return _Connection(
+            self._host,
+            self._port,
+            server_name=self._config.tls_server_name,
+            timeout=timeout,
+            context=self._context(credential),
+        )
+
+    def _acquire(
+        self, credential: Credential, timeout: float, *, fresh: bool = False
+    ) -> tuple[http.client.HTTPConnection, bool]:
+        with self._lock:
+            conn = self._idle.pop() if self._idle and not fresh else None
+        if conn is not None:
+            conn.timeout = timeout
+            if conn.sock is not None:
+                conn.sock.settimeout(timeout)
+            return conn, True
+        conn = self._new_connection(credential, timeout)
+        _connect(conn)
+        return conn, False
+
+    def _release(self, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            if len(self._idle) < self._max_idle:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def _drop_idle_locked(self) -> None:
+        for conn in self._idle:
+            conn.close()
+        self._idle.clear()
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop_idle_locked()
+
+    # -------------------------------------------------------------- requests
+
+    def _headers(self, req: Request, credential: Credential) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": self._user_agent}
+        if req.content_type:
+            headers["Content-Type"] = req.content_type
+        if credential.token:
+            headers["Authorization"] = f"Bearer {credential.token}"
+        return headers
+
+    def _credential(self) -> Credential:
+        try:
+            return self._auth.credential()
+        except ConfigError as exc:
+            raise Unauthorized(401, "CredentialError", str(exc)) from exc
+
+    def send(self, req: Request, timeout: float) -> Response:
+        """One request; a 401 with a refreshable credential is retried once with a new one."""
+        response = self._send_once(req, timeout)
+        if response.status == 401 and self._auth.refreshable:
+            log.info("401 from the apiserver: refreshing credentials and retrying once")
+            self._auth.invalidate()
+            response = self._send_once(req, timeout)
+        return response
+
+    def _send_once(self, req: Request, timeout: float) -> Response:
+        credential = self._credential()
+        headers = self._headers(req, credential)
+        for attempt in range(2):
+            conn, reused = self._acquire(credential, timeout, fresh=attempt > 0)
+            try:
+                conn.request(req.method, self._base + req.path, req.body, headers)
+                resp = conn.getresponse()
+                body = resp.read()
+            except _STALE as exc:
+                conn.close()
+                if reused and attempt == 0:
+                    # The others are likely as stale (an apiserver restart): drop them all.
+                    log.debug("keep-alive connection was closed by the server; reconnecting")
+                    self.close()
+                    continue
+                raise _transient(exc, sent=True) from exc
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                raise _transient(exc, sent=True) from exc
+            if resp.will_close:
+                conn.close()
+            else:
+                self._release(conn)
+            log.debug("%s %s -> %d", req.method, req.path.split("?")[0], resp.status)
+            headers_out = {k.lower(): v for k, v in resp.getheaders()}
+            return Response(resp.status, body, headers_out)
+        raise AssertionError("unreachable")
+
+    def stream(self, req: Request, timeout: float) -> HttpStream:
+        """Open a streaming GET; a non-200 answer raises the translated error."""
+        for attempt in range(2):
+            credential = self._credential()
+            conn = self._new_connection(credential, timeout)
+            _connect(conn)
+            try:
+                headers = self._headers(req, credential)
+                conn.request(req.method, self._base + req.path, None, headers)
+                resp = conn.getresponse()
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                raise _transient(exc, sent=True) from exc
+            if resp.status == 200:
+                return HttpStream(conn, resp)
+            body = resp.read()
+            conn.close()
+            if resp.status == 401 and attempt == 0 and self._auth.refreshable:
+                self._auth.invalidate()
+                continue
+            raise error_from_response(resp.status, body, resp.getheader("retry-after"))
+        raise AssertionError("unreachable")
+
+
+def _connect(conn: http.client.HTTPConnection) -> None:
+    """Connect now, so a failure here is known to have sent nothing."""
+    try:
+        conn.connect()
+    except (OSError, http.client.HTTPException) as exc:
+        conn.close()
+        raise _transient(exc, sent=False) from exc
+
+
+def _transient(exc: BaseException, *, sent: bool) -> Transient:
+    if isinstance(exc, TimeoutError | socket.timeout):
+        reason = "Timeout"
+    elif isinstance(exc, ssl.SSLError):
+        reason = "TLSError"
+    else:
+        reason = "ConnectionError"
+    return Transient(0, reason, str(exc) or type(exc).__name__, request_sent=sent)
