@@ -1,0 +1,120 @@
+"""Child processes of the harness (TESTING.md §3.6): spawned in their own process group under
+`setpriv --pdeathsig TERM`, logging to a file, stopped by recorded pid only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+STOP_GRACE = 20.0
+
+
+class StartupError(RuntimeError):
+    """A component failed to start; the message carries its log tail."""
+
+
+def free_port() -> int:
+    """A free loopback port: bind :0, read it, close (the small race is handled by a retry)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def tail(path: Path, lines: int = 50) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 256 * 1024))
+            data = f.read().decode(errors="replace")
+    except OSError as exc:
+        return f"<cannot read {path}: {exc}>"
+    return "\n".join(data.splitlines()[-lines:])
+
+
+@dataclass
+class Child:
+    """A started component. Mutable only in that it is reaped once."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def exited(self) -> int | None:
+        return self.proc.poll()
+
+    def stop(self, grace: float = STOP_GRACE) -> None:
+        """SIGTERM the process group, wait up to `grace` seconds, then SIGKILL; always reap."""
+        if self.proc.poll() is not None:
+            return
+        self._signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            log.warning(
+                "%s (pid %d) ignored SIGTERM for %.0fs; killing", self.name, self.pid, grace
+            )
+            self._signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def _signal(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, sig)  # its own group: process_group=0 at spawn
+
+
+def spawn(
+    name: str,
+    args: Sequence[str],
+    log_path: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    die_with_parent: bool = True,
+    cwd: Path | None = None,
+) -> Child:
+    """Start `args` in its own process group, stdout and stderr appended to `log_path`.
+
+    `setpriv --pdeathsig TERM` (not preexec_fn, which is unsafe in a threaded process) makes
+    the child die with the thread that spawned it, so call this from the main thread.
+    """
+    cmd = list(args)
+    if die_with_parent:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            raise StartupError("setpriv not found: install util-linux (scripts/setup.sh does)")
+        cmd = [setpriv, "--pdeathsig", "TERM", "--", *cmd]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as out:
+        out.write(f"# {' '.join(cmd)}\n".encode())
+        out.flush()
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            process_group=0,
+        )
+    log.info("started %s (pid %d), log %s", name, proc.pid, log_path)
+    return Child(name, proc, log_path)
+
+
+def stop_all(children: Sequence[Child], grace: float = STOP_GRACE) -> None:
+    """Stop children in reverse start order; an error stopping one never skips the rest."""
+    for child in reversed(children):
+        try:
+            child.stop(grace)
+        except Exception:
+            log.exception("stopping %s (pid %d) failed", child.name, child.pid)
