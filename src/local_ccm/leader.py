@@ -1,0 +1,344 @@
+"""Leader election over a Lease: the API seam, its kube adapter and the campaign loop.
+
+Decisions come from `local_ccm.election` (pure); this module only does the GETs and
+writes, keeps time with an injected `Clock`, and runs the leader's work next to the
+renew loop. Policy (lifecycle.md §7):
+
+- candidate: attempt, then wait retry period + jitter; any API error → try again later;
+- leader: renew every retry period; a failed renewal is retried until the renew deadline,
+  then the work is cancelled and `LeadershipLost` raised (the CLI exits 3). Seeing another
+  holder (or the Lease gone) while leading is an immediate loss;
+- `stop()`, the work returning, or the work raising: the work is stopped, the Lease is
+  released (empty holder, `leaseDurationSeconds = 1`) so a standby takes over at once.
+  Cancelling `run()` does the same and then re-raises `CancelledError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from local_ccm import election
+from local_ccm.clock import Clock
+from local_ccm.election import Action, ElectionConfig, ObservedState, Rng
+from local_ccm.kube.aio import AsyncClient
+from local_ccm.kube.errors import ApiError, Conflict, NotFound
+from local_ccm.kube.resources import LEASES
+from local_ccm.logs import V2, kv
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Obj = dict[str, Any]
+
+
+class LeaseApi(Protocol):
+    """One Lease. Errors are `local_ccm.kube.errors` kinds: NotFound, Conflict, Transient…"""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    async def get(self) -> Obj: ...
+
+    async def create(self, lease: Mapping[str, Any]) -> Obj: ...
+
+    async def update(self, lease: Mapping[str, Any]) -> Obj:
+        """PUT with `lease.metadata.resourceVersion` as precondition (stale → Conflict)."""
+        ...
+
+
+class KubeLeaseApi:
+    """`LeaseApi` on the project's REST client.
+
+    `timeout` bounds each request; the CLI passes the election's `write_timeout`
+    (lifecycle.md §7.7). The elector also bounds every attempt on its own clock.
+    """
+
+    def __init__(
+        self, client: AsyncClient, namespace: str, name: str, *, timeout: float | None = None
+    ) -> None:
+        self._client = client
+        self._namespace = namespace
+        self._name = name
+        self._timeout = timeout
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def namespace(self) -> str:
+        return self._namespace
+
+    async def get(self) -> Obj:
+        return await self._client.get(
+            LEASES, self._name, namespace=self._namespace, timeout=self._timeout
+        )
+
+    async def create(self, lease: Mapping[str, Any]) -> Obj:
+        return await self._client.create(
+            LEASES, dict(lease), namespace=self._namespace, timeout=self._timeout
+        )
+
+    async def update(self, lease: Mapping[str, Any]) -> Obj:
+        return await self._client.update(
+            LEASES, dict(lease), namespace=self._namespace, timeout=self._timeout
+        )
+
+
+class LeadershipLost(Exception):  # noqa: N818 (the name the CLI and specs use)
+    """The lease was lost or could not be renewed in time; the process must exit 3."""
+
+
+@dataclass(frozen=True)
+class LeaderContext:
+    """Given to the leader's work: who we are and whether a write may start now."""
+
+    identity: str
+    write_timeout: float
+    _may_write: Callable[[], bool]
+
+    def may_write(self) -> bool:
+        """False once the last renewal is too old for a write to land safely (§7.7)."""
+        return self._may_write()
+
+
+LeaderWork = Callable[[LeaderContext], Awaitable[None]]
+
+
+class LeaderElector:
+    """Campaigns for one Lease and runs the leader's work while holding it."""
+
+    def __init__(
+        self,
+        api: LeaseApi,
+        config: ElectionConfig,
+        clock: Clock,
+        rng: Rng,
+        *,
+        on_leader_change: Callable[[bool], None] | None = None,
+    ) -> None:
+        self._api = api
+        self._config = config
+        self._clock = clock
+        self._rng = rng
+        self._on_leader_change = on_leader_change
+        self._stop = asyncio.Event()
+        self._observed = ObservedState()
+        self._lease: Obj | None = None  # our last successful write, for the release
+        self._last_renewed: float | None = None
+        self._leading = False
+        self._last_error: str | None = None  # repeats of one error are logged at DEBUG
+
+    @property
+    def identity(self) -> str:
+        return self._config.identity
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leading
+
+    def stop(self) -> None:
+        """Graceful stop: stop the work, release the lease, and let `run()` return."""
+        self._stop.set()
+
+    def may_write(self) -> bool:
+        now = self._clock.monotonic()
+        return self._leading and election.may_write(self._config, self._last_renewed, now)
+
+    async def run(self, on_started_leading: LeaderWork) -> None:
+        """Campaign until leading, then run `on_started_leading` while renewing."""
+        fields = kv(lease=f"{self._api.namespace}/{self._api.name}", identity=self.identity)
+        log.info("campaigning for the lease", extra=fields)
+        if not await self._campaign():
+            return
+        log.info("became leader", extra=fields)
+        self._set_leading(True)
+        await self._lead(on_started_leading)
+
+    # ------------------------------------------------------------- candidate
+
+    async def _campaign(self) -> bool:
+        """Attempt until we hold the lease (True) or stop() was called (False)."""
+        while not self._stop.is_set():
+            try:
+                acquired = await self._bounded(self._attempt(), self._config.renew_deadline)
+            except TimeoutError:
+                log.warning("lease attempt timed out", extra=kv(identity=self.identity))
+                acquired = False
+            if acquired:
+                return True
+            await self._sleep_unless_stopped(election.candidate_delay(self._config, self._rng))
+        return False
+
+    async def _attempt(self) -> bool:
+        """One GET and, if the decision says so, one CREATE/UPDATE. True: we hold the lease."""
+        started = self._clock.monotonic()
+        try:
+            current: Obj | None = await self._api.get()
+        except NotFound:
+            current = None
+        except ApiError as exc:
+            self._warn("reading the lease failed: %s", exc)
+            return False
+        return await self._apply(current, started)
+
+    async def _apply(self, current: Obj | None, started: float) -> bool:
+        record = None if current is None else election.record_from_lease(current)
+        decision = election.decide(
+            self._config, self._observed, record, self._clock.monotonic(), self._clock.now()
+        )
+        changed = decision.observed != self._observed
+        self._observed = decision.observed
+        if decision.action is Action.LOST:
+            raise LeadershipLost(decision.reason)
+        if decision.action is Action.WAIT or decision.record is None:
+            # V2 only when the holder or renewTime moved; every attempt at DEBUG.
+            level = V2 if changed and not self._leading else logging.DEBUG
+            log.log(level, "standing by: %s", decision.reason, extra=kv(identity=self.identity))
+            return False
+        try:
+            self._lease = await self._write(decision.action, current, decision.record)
+        except Conflict:
+            log.log(V2, "lease changed concurrently; another candidate won")
+            return False
+        except ApiError as exc:
+            self._warn("writing the lease failed: %s", exc)
+            return False
+        self._last_error = None
+        self._observed = election.written(decision.record, self._clock.monotonic())
+        # The attempt's start is a safe lower bound of when the lease was renewed.
+        self._last_renewed = started
+        return True
+
+    async def _write(
+        self, action: Action, current: Obj | None, record: election.LeaseRecord
+    ) -> Obj:
+        if action is Action.CREATE or current is None:
+            body = election.lease_for_create(self._api.name, self._api.namespace, record)
+            return await self._api.create(body)
+        return await self._api.update(election.lease_for_update(current, record))
+
+    # ------------------------------------------------------------- leader
+
+    async def _lead(self, work: LeaderWork) -> None:
+        context = LeaderContext(self.identity, self._config.write_timeout, self.may_write)
+        work_task: asyncio.Future[None] = asyncio.ensure_future(work(context))
+        renew_task = asyncio.create_task(self._renew_loop(), name="lease-renew")
+        stop_task = asyncio.create_task(self._stop.wait(), name="leader-stop")
+        tasks: set[asyncio.Future[Any]] = {work_task, renew_task, stop_task}
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop_task.cancel()
+            await _cancel_and_wait(work_task)  # renewals continue while the work winds down
+            await _cancel_and_wait(renew_task)
+            self._set_leading(False)
+            if not _raised(renew_task):
+                await self._release()
+        if _raised(renew_task):
+            log.error("leadership lost: %s", renew_task.exception())
+            renew_task.result()
+        if _raised(work_task):
+            work_task.result()
+
+    async def _renew_loop(self) -> None:
+        while True:
+            assert self._last_renewed is not None  # set by the acquiring attempt
+            deadline = self._last_renewed + self._config.renew_deadline
+            remaining = deadline - self._clock.monotonic()
+            await self._clock.sleep(min(self._config.retry_period, max(remaining, 0.0)))
+            remaining = deadline - self._clock.monotonic()
+            if election.renewal_overdue(self._config, self._last_renewed, self._clock.monotonic()):
+                raise LeadershipLost(f"no successful renewal for {self._config.renew_deadline:g}s")
+            try:
+                renewed = await self._bounded(self._attempt(), remaining)
+            except TimeoutError:
+                renewed = False
+            if not renewed:
+                log.warning("renewing the lease failed", extra=kv(identity=self.identity))
+
+    async def _release(self) -> None:
+        """Hand the lease back (lifecycle.md §7.5); failures only cost the standby time."""
+        current, self._lease = self._lease, None
+        if current is None:
+            return
+        try:
+            await self._bounded(self._release_from(current), self._config.write_timeout)
+        except (ApiError, TimeoutError) as exc:
+            log.warning("releasing the lease failed: %s", exc, extra=kv(identity=self.identity))
+
+    async def _release_from(self, current: Obj) -> None:
+        for attempt in range(2):
+            record = election.release_record(
+                self._config, election.record_from_lease(current), self._clock.now()
+            )
+            if record is None:
+                log.info("not releasing: the lease is no longer ours")
+                return
+            try:
+                await self._api.update(election.lease_for_update(current, record))
+            except Conflict:
+                # A cancelled renewal may have landed after all: re-read once.
+                if attempt:
+                    raise
+                current = await self._api.get()
+                continue
+            self._observed = election.written(record, self._clock.monotonic())
+            log.info("released the lease", extra=kv(identity=self.identity))
+            return
+
+    # ------------------------------------------------------------- helpers
+
+    def _warn(self, what: str, exc: ApiError) -> None:
+        """WARNING when an error starts or changes; its repeats (an outage) at DEBUG."""
+        text = f"{type(exc).__name__}: {exc}"
+        level = logging.DEBUG if text == self._last_error else logging.WARNING
+        self._last_error = text
+        log.log(level, what, exc, extra=kv(identity=self.identity))
+
+    def _set_leading(self, leading: bool) -> None:
+        if leading == self._leading:
+            return
+        self._leading = leading
+        if self._on_leader_change is not None:
+            self._on_leader_change(leading)
+
+    async def _bounded(self, awaitable: Awaitable[T], timeout: float) -> T:
+        """Await with a timeout measured on the injected clock (TimeoutError when it passes)."""
+        task = asyncio.ensure_future(awaitable)
+        timer = asyncio.ensure_future(self._clock.sleep(max(timeout, 0.0)))
+        try:
+            await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+            if not task.done():
+                task.cancel()
+        if not task.done():
+            raise TimeoutError(f"no answer within {timeout:g}s")
+        return task.result()
+
+    async def _sleep_unless_stopped(self, seconds: float) -> None:
+        sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
+        stopper = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            stopper.cancel()
+
+
+def _raised(task: asyncio.Future[Any]) -> bool:
+    return task.done() and not task.cancelled() and task.exception() is not None
+
+
+async def _cancel_and_wait(task: asyncio.Future[Any]) -> None:
+    """Cancel `task` and wait for it to finish; its outcome stays on the task."""
+    task.cancel()
+    await asyncio.wait({task})
