@@ -1,0 +1,105 @@
+"""The optional out-of-service step before deleting a Node (spec/lifecycle.md §6.6): taint
+`node.kubernetes.io/out-of-service`, wait for VolumeAttachments to go, then delete, or remove the
+taint again when the Node recovered.
+
+Pure, no I/O: the loop counts attachments and sends the JSON Patches returned here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from local_ccm.lifecycle.model import (
+    OUT_OF_SERVICE_ANNOTATION,
+    OUT_OF_SERVICE_EFFECT,
+    OUT_OF_SERVICE_VALUE,
+    format_time,
+    parse_time,
+)
+from local_ccm.names import OUT_OF_SERVICE_TAINT
+
+Obj = Mapping[str, Any]
+OosStep = Literal["taint", "wait", "delete", "remove", "end"]
+
+
+@dataclass(frozen=True)
+class OutOfService:
+    """The next §6.6 step; `patch` is the JSON Patch for `taint` and `remove`."""
+
+    step: OosStep
+    patch: tuple[dict[str, Any], ...] = ()
+    would_taint: bool = False  # dry-run: the log says the taint would have been applied
+
+
+def plan_out_of_service(
+    fresh: Obj, *, now: datetime, attachments: int, timeout: float, recovered: bool, dry_run: bool
+) -> OutOfService:
+    """Decide the out-of-service step for the fresh, unfiltered Node object. `attachments`
+    counts VolumeAttachments naming it; `recovered` is Ready or a `reachable` verdict."""
+    annotations = (fresh.get("metadata") or {}).get("annotations") or {}
+    applied = parse_time(annotations.get(OUT_OF_SERVICE_ANNOTATION))
+    if recovered:
+        if OUT_OF_SERVICE_ANNOTATION in annotations:  # never remove an administrator's taint
+            return OutOfService("remove", remove_out_of_service_patch(fresh))
+        return OutOfService("end")
+    if dry_run:
+        return OutOfService("delete", would_taint=applied is None)
+    if applied is None:
+        return OutOfService("taint", add_out_of_service_patch(fresh, now))
+    if attachments == 0 or (now - applied).total_seconds() >= timeout:
+        return OutOfService("delete")
+    return OutOfService("wait")
+
+
+def _pointer(*parts: str | int) -> str:
+    """RFC 6901 JSON Pointer: `~` -> `~0`, `/` -> `~1`."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def _oos_taint() -> dict[str, str]:
+    return {"key": OUT_OF_SERVICE_TAINT, "value": OUT_OF_SERVICE_VALUE,
+            "effect": OUT_OF_SERVICE_EFFECT}  # fmt: skip
+
+
+def add_out_of_service_patch(fresh: Obj, now: datetime) -> tuple[dict[str, Any], ...]:
+    """§6.6.1: taint and annotation in one JSON Patch guarded by the resourceVersion."""
+    meta, spec = fresh.get("metadata") or {}, fresh.get("spec") or {}
+    ops: list[dict[str, Any]] = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]}
+    ]
+    taints = spec.get("taints")
+    if not taints:
+        ops.append({"op": "add", "path": "/spec/taints", "value": [_oos_taint()]})
+    elif _oos_taint() not in taints:
+        ops.append({"op": "add", "path": "/spec/taints/-", "value": _oos_taint()})
+    stamp = format_time(now)
+    if "annotations" not in meta or meta["annotations"] is None:
+        ops.append(
+            {"op": "add", "path": "/metadata/annotations",
+             "value": {OUT_OF_SERVICE_ANNOTATION: stamp}}
+        )  # fmt: skip
+    else:
+        path = _pointer("metadata", "annotations", OUT_OF_SERVICE_ANNOTATION)
+        ops.append({"op": "add", "path": path, "value": stamp})
+    return tuple(ops)
+
+
+def remove_out_of_service_patch(fresh: Obj) -> tuple[dict[str, Any], ...]:
+    """§6.6.3: remove our taint (each index guarded by a `test`) and the annotation."""
+    meta, spec = fresh.get("metadata") or {}, fresh.get("spec") or {}
+    ops: list[dict[str, Any]] = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]}
+    ]
+    taints = list(spec.get("taints") or ())
+    # Highest index first, so earlier removals do not shift later ones.
+    for index in reversed([i for i, t in enumerate(taints) if t == _oos_taint()]):
+        path = _pointer("spec", "taints", index)
+        ops.append({"op": "test", "path": path, "value": taints[index]})
+        ops.append({"op": "remove", "path": path})
+    if OUT_OF_SERVICE_ANNOTATION in (meta.get("annotations") or {}):
+        ops.append({"op": "remove", "path": _pointer("metadata", "annotations",
+                                                     OUT_OF_SERVICE_ANNOTATION)})  # fmt: skip
+    return tuple(ops)
