@@ -9,11 +9,21 @@ from collections.abc import Generator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.support import tiers
 
 pytest_plugins = ["tests.support.fixtures", "tests.support.netns"]
 TESTS_DIR = Path(__file__).resolve().parent
+
+# Property tests assert behaviour, never speed: no per-example deadline (a loaded 2-core CI
+# machine would otherwise fail them at random), and in CI the examples are derandomized so a
+# red run can be reproduced from its log.
+settings.register_profile("dev", deadline=None)
+settings.register_profile(
+    "ci", deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("ci" if os.environ.get("CI") == "true" else "dev")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
