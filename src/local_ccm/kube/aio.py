@@ -25,11 +25,27 @@ T = TypeVar("T")
 _ITEM, _ERROR, _END = 0, 1, 2
 
 
-class ThreadedIterator(Generic[T]):
-    """Consume a blocking iterable from a reader thread as an async iterator."""
+# Items read but not yet consumed, at most. A watch can deliver events faster than a loop
+# consumes them; without a bound every backlogged Node object sits in the queue and CPython
+# keeps the arenas afterwards (measured: 27 -> 42 MiB RSS after 3 000 fast events). With it,
+# the reader thread waits and TCP flow control keeps the rest in the kernel.
+MAX_PENDING = 16
 
-    def __init__(self, source: Iterable[T], stop: Callable[[], None], name: str) -> None:
+
+class ThreadedIterator(Generic[T]):
+    """Consume a blocking iterable from a reader thread as an async iterator, with at most
+    `max_pending` items read ahead of the consumer."""
+
+    def __init__(
+        self,
+        source: Iterable[T],
+        stop: Callable[[], None],
+        name: str,
+        *,
+        max_pending: int = MAX_PENDING,
+    ) -> None:
         self._source, self._stop, self._name = source, stop, name
+        self._slots = threading.BoundedSemaphore(max_pending)
         self._queue: asyncio.Queue[tuple[int, Any]] | None = None
         self._thread: threading.Thread | None = None
         self._done = False
@@ -48,7 +64,7 @@ class ThreadedIterator(Generic[T]):
         def pump() -> None:
             try:
                 for item in self._source:
-                    if self._done or not put(_ITEM, item):
+                    if not self._wait_for_slot() or not put(_ITEM, item):
                         return
             except BaseException as exc:  # handed to the consumer, which re-raises it
                 put(_ERROR, exc)
@@ -58,6 +74,13 @@ class ThreadedIterator(Generic[T]):
         self._thread = threading.Thread(target=pump, name=self._name, daemon=True)
         self._thread.start()
         return queue
+
+    def _wait_for_slot(self) -> bool:
+        """Block the reader until the consumer has room; False once closed."""
+        while not self._slots.acquire(timeout=0.2):
+            if self._done:
+                return False
+        return not self._done
 
     def __aiter__(self) -> ThreadedIterator[T]:
         return self
@@ -73,6 +96,7 @@ class ThreadedIterator(Generic[T]):
             self.close()
             raise
         if kind == _ITEM:
+            self._slots.release()
             return value  # type: ignore[no-any-return]
         self.close()
         if kind == _ERROR:

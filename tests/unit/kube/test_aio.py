@@ -54,6 +54,31 @@ def test_cancelling_the_consumer_stops_the_reader_thread() -> None:
     assert it.join(timeout=5)
 
 
+def test_the_reader_never_runs_more_than_max_pending_items_ahead_of_the_consumer() -> None:
+    """Backpressure: a fast watch cannot pile events up in memory behind a slow loop."""
+    pulled = 0
+    ahead: list[int] = []
+
+    def counting() -> Iterator[int]:
+        nonlocal pulled
+        for i in range(200):
+            pulled += 1
+            yield i
+
+    it = ThreadedIterator(counting(), lambda: None, "test-reader", max_pending=4)
+
+    async def main() -> list[int]:
+        got: list[int] = []
+        async for item in it:
+            got.append(item)
+            # The reader may hold one more item it has pulled but not yet queued.
+            ahead.append(pulled - len(got))
+        return got
+
+    assert asyncio.run(main()) == list(range(200))
+    assert max(ahead) <= 4 + 1, ahead
+
+
 def test_errors_from_the_source_are_raised_in_the_consumer() -> None:
     def failing() -> Iterator[int]:
         yield 1
