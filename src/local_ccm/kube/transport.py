@@ -164,6 +164,7 @@ class HttpTransport:
         self._max_idle = max_idle
         self._lock = threading.Lock()
         self._idle: list[http.client.HTTPConnection] = []
+        self._closed = False
         self._ssl: tuple[Credential, ssl.SSLContext] | None = None
         if self._https and config.exec is None:
             # Fail at start-up, with a ConfigError, on an unusable CA or client key.
@@ -206,8 +207,10 @@ class HttpTransport:
         return conn, False
 
     def _release(self, conn: http.client.HTTPConnection) -> None:
+        # A request still running when close() was called must not park its connection in a
+        # pool nobody will drain again (it would leak the socket).
         with self._lock:
-            if len(self._idle) < self._max_idle:
+            if not self._closed and len(self._idle) < self._max_idle:
                 self._idle.append(conn)
                 return
         conn.close()
@@ -219,6 +222,7 @@ class HttpTransport:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             self._drop_idle_locked()
 
     # -------------------------------------------------------------- requests
