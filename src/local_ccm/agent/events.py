@@ -1,0 +1,211 @@
+"""Which Kubernetes Events a pass emits, their rate limit and their bodies
+(spec/agent.md §3.5, §7.2-§7.4, §8.1).
+
+Pure, no I/O, no clock: times are parameters. The loop sends what these functions return,
+asynchronously, so an Event never delays a pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any, Literal
+
+from local_ccm import names
+from local_ccm.agent.addresses import Finding, NodeAddress
+from local_ccm.agent.candidates import Detection, DetectorKey, Failed, Found
+from local_ccm.agent.config import AgentConfig, family_name
+from local_ccm.agent.plan import NO_INTERNAL_IP, BlockReason
+
+EventType = Literal["Normal", "Warning"]
+
+ADDRESSES_UPDATED = "AddressesUpdated"
+NODE_INITIALIZED = "NodeInitialized"
+PROVIDER_ID_SET = "ProviderIDSet"
+DETECTION_FAILED = "AddressDetectionFailed"
+DETECTION_RECOVERED = "AddressDetectionRecovered"
+INITIALIZATION_BLOCKED = "InitializationBlocked"
+PROVIDED_NODE_IP_MISMATCH = "ProvidedNodeIPMismatch"
+KUBELET_ADDRESS_CONFLICT = "KubeletAddressConflict"
+ADDRESS_CONFLICT_RESOLVED = "AddressConflictResolved"
+PROVIDER_ID_MISMATCH = "ProviderIDMismatch"
+NODE_UPDATE_REJECTED = "NodeUpdateRejected"
+
+SAME_EVENT_EVERY = 600.0  # the same (reason, message) at most once per 10 min
+MAX_PER_MINUTE = 10
+MAX_MESSAGE = 1024
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    type: EventType
+    reason: str
+    message: str
+
+
+# ------------------------------------------------------------------ what to emit
+def detection_events(
+    previous: Mapping[DetectorKey, Detection] | None,
+    current: Mapping[DetectorKey, Detection],
+    config: AgentConfig,
+) -> list[EventSpec]:
+    """Transitions only (§3.5.3): ok (or unknown, at start-up) -> failed, failed -> found."""
+    events = []
+    for key, detection in sorted(current.items()):
+        before = None if previous is None else previous.get(key)
+        if isinstance(detection, Failed) and not isinstance(before, Failed):
+            events.append(EventSpec("Warning", DETECTION_FAILED, _failed(key, detection, config)))
+        elif isinstance(detection, Found) and isinstance(before, Failed):
+            kind, family = key
+            text = f"{kind} {family_name(family)}: detected {detection.address} again"
+            events.append(EventSpec("Normal", DETECTION_RECOVERED, text))
+    return events
+
+
+def _failed(key: DetectorKey, detection: Failed, config: AgentConfig) -> str:
+    kind, family = key
+    target = config.settings(kind).target(family)
+    via = f" (target {target})" if target is not None else ""
+    detail = f": {detection.detail}" if detection.detail else ""
+    return f"{kind} {family_name(family)}{via}: {detection.reason}{detail}"
+
+
+def addresses_updated(old: Sequence[NodeAddress], new: Sequence[NodeAddress]) -> EventSpec | None:
+    """``ExternalIP 198.51.100.10 → 198.51.100.20``; None when the list did not change."""
+    if tuple(old) == tuple(new):
+        return None
+    return EventSpec("Normal", ADDRESSES_UPDATED, describe_change(old, new))
+
+
+def describe_change(old: Sequence[NodeAddress], new: Sequence[NodeAddress]) -> str:
+    """Removed and added entries per type, paired as replacements where possible."""
+    parts: list[str] = []
+    for kind in dict.fromkeys(a.type for a in (*old, *new)):
+        removed = [a.address for a in old if a.type == kind and a not in new]
+        added = [a.address for a in new if a.type == kind and a not in old]
+        for before, after in zip(removed, added, strict=False):
+            parts.append(f"{kind} {before} → {after}")
+        parts += [f"added {kind} {a}" for a in added[len(removed) :]]
+        parts += [f"removed {kind} {a}" for a in removed[len(added) :]]
+    if not parts:
+        parts.append("reordered: " + ", ".join(f"{a.type} {a.address}" for a in new))
+    return _clip("; ".join(parts))
+
+
+def node_initialized(delay: float | None) -> EventSpec:
+    since = f" {delay:.1f}s after creation" if delay is not None else ""
+    return EventSpec(
+        "Normal", NODE_INITIALIZED, f"removed taint {names.UNINITIALIZED_TAINT}{since}"
+    )
+
+
+_REMEDIES: Mapping[BlockReason, str] = {
+    "no_internal_ip": NO_INTERNAL_IP,
+    "provided_node_ip_mismatch": (
+        "provided-node-ip mismatch with --provided-node-ip-policy=strict: fix the kubelet's "
+        "--node-ip or the InternalIP detection, or use --provided-node-ip-policy=prefer"
+    ),
+    "provider_id_unavailable": (
+        "provider ID unavailable: a --provider-id placeholder is empty on the Node"
+    ),
+}
+
+
+def initialization_blocked(reasons: Iterable[BlockReason]) -> list[EventSpec]:
+    """One Warning per distinct gate, naming it and its remedy (§7.2)."""
+    text = f"taint {names.UNINITIALIZED_TAINT} kept: "
+    return [EventSpec("Warning", INITIALIZATION_BLOCKED, text + _REMEDIES[r]) for r in reasons]
+
+
+def provided_mismatches(findings: Iterable[Finding]) -> list[EventSpec]:
+    return [
+        EventSpec("Warning", PROVIDED_NODE_IP_MISMATCH, f.message)
+        for f in findings
+        if f.kind == "provided_mismatch"
+    ]
+
+
+def provider_id_set(value: str) -> EventSpec:
+    return EventSpec("Normal", PROVIDER_ID_SET, f"set spec.providerID to {value}")
+
+
+def provider_id_mismatch(existing: str, configured: str | None) -> EventSpec:
+    text = f"spec.providerID is {existing}, configured {configured}; not changed (set-once)"
+    return EventSpec("Warning", PROVIDER_ID_MISMATCH, text)
+
+
+def conflict_entered(manager: str | None) -> EventSpec:
+    who = manager or "another writer"
+    text = (
+        f"status.addresses keeps being reverted by {who}; address writes paused. "
+        "Start the kubelet with --cloud-provider=external"
+    )
+    return EventSpec("Warning", KUBELET_ADDRESS_CONFLICT, text)
+
+
+def conflict_resolved() -> EventSpec:
+    return EventSpec("Normal", ADDRESS_CONFLICT_RESOLVED, "address write survived 10 min")
+
+
+def update_rejected(what: str, message: str) -> EventSpec:
+    return EventSpec("Warning", NODE_UPDATE_REJECTED, _clip(f"{what} rejected: {message}"))
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
+
+
+# ------------------------------------------------------------------ rate limit (§8.1)
+@dataclass(frozen=True)
+class EventBudget:
+    """Recently sent (reason, message) pairs and send times (monotonic seconds)."""
+
+    recent: tuple[tuple[str, str, float], ...] = ()
+    sent: tuple[float, ...] = ()
+
+
+def admit(budget: EventBudget, spec: EventSpec, now: float) -> tuple[EventBudget, bool]:
+    """May ``spec`` be sent now? Same pair once per 10 min; at most 10 per minute in total."""
+    recent = tuple(e for e in budget.recent if now - e[2] < SAME_EVENT_EVERY)
+    sent = tuple(t for t in budget.sent if now - t < 60.0)
+    pruned = replace(budget, recent=recent, sent=sent)
+    if any((r, m) == (spec.reason, spec.message) for r, m, _ in recent):
+        return pruned, False
+    if len(sent) >= MAX_PER_MINUTE:
+        return pruned, False
+    return EventBudget((*recent, (spec.reason, spec.message, now)), (*sent, now)), True
+
+
+# ------------------------------------------------------------------ body
+def event_body(
+    spec: EventSpec, node: Mapping[str, Any], *, namespace: str, now: str
+) -> dict[str, Any]:
+    """A core/v1 Event about ``node``; ``now`` is an RFC 3339 timestamp."""
+    meta = node.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{name}.", "namespace": namespace},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": name,
+            "uid": str(meta.get("uid", "")),
+        },
+        "type": spec.type,
+        "reason": spec.reason,
+        "message": spec.message,
+        "source": {"component": names.AGENT, "host": name},
+        "reportingComponent": names.AGENT,
+        "reportingInstance": name,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+
+def rfc3339(moment: datetime) -> str:
+    """metav1.Time: UTC, whole seconds."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

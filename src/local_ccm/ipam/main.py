@@ -1,0 +1,320 @@
+"""Composition root of node-ipam-controller: flags, logging, adapters, leader election, run.
+
+Exit codes (spec/ipam.md §12.4): 0 graceful stop or --help; 1 internal error; 2 invalid
+flags or environment; 3 leadership lost; 4 start-up precondition failed (credentials, RBAC).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import platform
+import random
+import signal
+import socket
+import sys
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from local_ccm import __version__, flags, names
+from local_ccm.clock import SystemClock
+from local_ccm.ipam import options as opts
+from local_ccm.ipam.metrics import IpamMetrics
+from local_ccm.ipam.model import default_pool
+from local_ccm.ipam.nodeapi import IpamApi, KubeIpamApi, TokenBucket
+from local_ccm.ipam.run import Controller, Settings
+from local_ccm.logs import configure_logging, kv
+
+log = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LOST, EXIT_PRECONDITION = 0, 1, 2, 3, 4
+
+
+class PreconditionFailed(Exception):
+    """No usable credentials or a missing permission (exit 4)."""
+
+
+@dataclass(frozen=True)
+class Permission:
+    verb: str
+    group: str
+    resource: str
+    subresource: str = ""
+    namespace: str = ""
+    name: str = ""
+
+    def __str__(self) -> str:
+        what = self.resource + (f"/{self.subresource}" if self.subresource else "")
+        where = f" in namespace {self.namespace}" if self.namespace else ""
+        named = f" named {self.name}" if self.name else ""
+        group = self.group or "core"
+        return f"{self.verb} {what} ({group}){named}{where}"
+
+
+def required_permissions(options: opts.IpamOptions) -> list[Permission]:
+    """§17's matrix for this configuration."""
+    perms = [Permission(v, "", "nodes") for v in ("get", "list", "watch", "patch")]
+    group = "networking.x-k8s.io"
+    perms += [Permission(v, group, "clustercidrs") for v in ("get", "list", "watch", "patch")]
+    perms.append(Permission("patch", group, "clustercidrs", "status"))
+    perms += [Permission(v, "", "events", namespace=options.event_namespace) for v in ("create",)]
+    if options.leader_election:
+        ns, lease = options.lease_namespace, options.lease_name
+        perms += [
+            Permission("get", "coordination.k8s.io", "leases", namespace=ns, name=lease),
+            Permission("create", "coordination.k8s.io", "leases", namespace=ns),
+            Permission("update", "coordination.k8s.io", "leases", namespace=ns, name=lease),
+        ]
+    return perms
+
+
+async def check_access(api: IpamApi, options: opts.IpamOptions) -> None:
+    """SelfSubjectAccessReview for every required permission; exit 4 listing what is missing."""
+    from local_ccm.kube.errors import Unauthorized  # noqa: PLC0415
+
+    missing = []
+    try:
+        for perm in required_permissions(options):
+            allowed = await api.allowed(
+                perm.verb, perm.group, perm.resource, namespace=perm.namespace,
+                subresource=perm.subresource, name=perm.name,
+            )  # fmt: skip
+            if not allowed:
+                missing.append(str(perm))
+    except Unauthorized as exc:
+        raise PreconditionFailed(f"the API server rejected the credentials: {exc}") from exc
+    if missing:
+        raise PreconditionFailed("missing RBAC permissions: " + "; ".join(missing))
+
+
+def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    """Run node-ipam-controller: `argv` without the program name; returns the exit status."""
+    fixed_env, warnings, problems = opts.resolve_resource_lock_env(env)
+    parsed = flags.parse(opts.FLAGS, argv, fixed_env)
+    if parsed.help_requested:
+        sys.stdout.write(flags.format_usage(opts.FLAGS))
+        return EXIT_OK
+    if parsed.version_requested:
+        print(flags.format_version(opts.FLAGS, platform.python_version()))
+        return EXIT_OK
+    loaded = opts.options_from(parsed, env, warnings=warnings, problems=problems)
+    if isinstance(loaded, list):
+        print(flags.usage_error(opts.PROG, loaded), file=sys.stderr)
+        return EXIT_USAGE
+    configure_logging(
+        fmt=loaded.log_format, verbosity=loaded.verbosity, component=names.IPAM, bound={}
+    )
+    for note in loaded.warnings:
+        log.warning("%s", note)
+    log.info("starting %s %s", names.IPAM, __version__, extra=kv(**opts.startup_fields(loaded)))
+    try:
+        return run(loaded, env)
+    except PreconditionFailed as exc:
+        log.error("start-up precondition failed: %s", exc)
+        return EXIT_PRECONDITION
+    except Exception as exc:  # the last line of defence: one line, exit 1
+        log.error("internal error: %s: %s", type(exc).__name__, exc, exc_info=True)
+        return EXIT_FAILED
+
+
+def run(options: opts.IpamOptions, env: Mapping[str, str]) -> int:
+    """Build the adapters and run until a signal (0), leadership loss (3) or failure."""
+    from local_ccm.kube.config import ConfigError, resolve_config  # noqa: PLC0415
+
+    try:
+        config = resolve_config(options.kubeconfig, options.apiserver, env)
+    except (ConfigError, OSError, ValueError) as exc:
+        raise PreconditionFailed(f"no usable credentials: {exc}") from exc
+    return asyncio.run(serve(options, config))
+
+
+def settings_from(options: opts.IpamOptions, identity: str) -> Settings:
+    pool = None
+    if options.cluster_cidrs:
+        pool = default_pool(options.cluster_cidrs, options.mask_v4, options.mask_v6)
+    return Settings(
+        event_namespace=options.event_namespace,
+        concurrent_node_syncs=options.concurrent_node_syncs,
+        status_interval=options.status_interval,
+        default_pool=pool,
+        reserved=options.reserved,
+        legacy_and_terms=options.legacy_and_terms,
+        reuse_delay=options.reuse_delay,
+        instance=identity,
+    )
+
+
+def identity_of(options: opts.IpamOptions, rng: random.Random) -> str:
+    """§12.2: verbatim, else lower-cased POD_NAME or hostname plus `_` and 16 hex digits."""
+    if options.identity:
+        return options.identity
+    from local_ccm.election import new_identity  # noqa: PLC0415
+
+    return new_identity((options.pod_name or socket.gethostname()).lower(), rng)
+
+
+async def serve(options: opts.IpamOptions, config: object) -> int:
+    from local_ccm.kube.aio import AsyncClient  # noqa: PLC0415
+    from local_ccm.kube.client import Client  # noqa: PLC0415
+    from local_ccm.kube.config import ClusterConfig  # noqa: PLC0415
+
+    assert isinstance(config, ClusterConfig)
+    rng = random.Random()
+    identity = identity_of(options, rng)
+    metrics = IpamMetrics()
+    client = Client(config, field_manager=names.IPAM, user_agent=f"{names.IPAM}/{__version__}")
+    aclient = AsyncClient(client)
+    api = KubeIpamApi(
+        aclient,
+        count=lambda verb, res, code: metrics.api_requests.labels(verb, res, code).inc(),
+        limiter=TokenBucket(options.qps, options.burst),
+        on_relist=lambda res: metrics.watch_restarts.labels(res, "gone").inc(),
+    )
+    health = Health()
+    servers = start_http(options, metrics, health)
+    try:
+        await check_access(api, options)
+        return await lead(options, api, metrics, health, identity, rng, aclient)
+    finally:
+        servers.close()
+        client.close()
+
+
+class Health:
+    """State the health server thread reads (plain attributes only)."""
+
+    def __init__(self) -> None:
+        self.controller: Controller | None = None
+        self.loop_beat = time.monotonic()
+
+    def healthz(self) -> tuple[bool, str]:
+        late = time.monotonic() - self.loop_beat
+        return (late < 10.0, "ok" if late < 10.0 else f"event loop stalled for {late:.0f}s")
+
+    def readyz(self) -> tuple[bool, str]:
+        controller = self.controller
+        if controller is None:
+            return True, "standby"
+        return controller.ready()
+
+
+def start_http(options: opts.IpamOptions, metrics: IpamMetrics, health: Health) -> object:
+    from local_ccm.serve import Checks, start_servers  # noqa: PLC0415
+
+    healthz, readyz = Checks(), Checks()
+    healthz.add("loop", health.healthz)
+    readyz.add("controller", health.readyz)
+    web = str(options.web_bind) if options.web_bind else "0"
+    if options.metrics_mode == "web":
+        metrics_at = web
+    elif options.metrics_mode == "off":
+        metrics_at = "0"
+    else:
+        metrics_at = str(options.metrics_bind)
+    return _Closer(start_servers(
+        metrics_address=metrics_at, health_address=web, registry=metrics.registry,
+        healthz=healthz, readyz=readyz,
+    ))  # fmt: skip
+
+
+class _Closer:
+    def __init__(self, servers: object) -> None:
+        self._servers = servers
+
+    def close(self) -> None:
+        close = getattr(self._servers, "close", None)
+        if close is not None:
+            close()
+
+
+async def lead(
+    options: opts.IpamOptions,
+    api: IpamApi,
+    metrics: IpamMetrics,
+    health: Health,
+    identity: str,
+    rng: random.Random,
+    aclient: object,
+) -> int:
+    """Leader election (§13) around the controller; signals stop everything gracefully."""
+    from local_ccm.election import ElectionConfig  # noqa: PLC0415
+    from local_ccm.kube.aio import AsyncClient  # noqa: PLC0415
+    from local_ccm.leader import KubeLeaseApi, LeaderContext, LeaderElector  # noqa: PLC0415
+    from local_ccm.leader import LeadershipLost  # noqa: PLC0415
+
+    assert isinstance(aclient, AsyncClient)
+    stop = asyncio.Event()
+    install_signal_handlers(stop)
+    beat = asyncio.ensure_future(_heartbeat(health))
+    clock = SystemClock()
+
+    async def work(may_write: Callable[[], bool]) -> None:
+        controller = Controller(api, settings_from(options, identity), metrics, clock,
+                                may_write=may_write)  # fmt: skip
+        health.controller = controller
+        try:
+            await controller.run()
+        finally:
+            health.controller = None
+
+    try:
+        if not options.leader_election:
+            metrics.leader.set(1)
+            return await _until_stopped(work(lambda: True), stop, None)
+        config = ElectionConfig(
+            options.lease_duration, options.renew_deadline, options.retry_period, identity
+        )
+        lease_api = KubeLeaseApi(
+            aclient, options.lease_namespace, options.lease_name, timeout=config.write_timeout
+        )
+        elector = LeaderElector(
+            lease_api, config, clock, rng, on_leader_change=lambda on: metrics.leader.set(int(on))
+        )
+
+        async def leading(context: LeaderContext) -> None:
+            await work(context.may_write)
+
+        try:
+            return await _until_stopped(elector.run(leading), stop, elector.stop)
+        except LeadershipLost as exc:
+            log.error("leadership lost: %s", exc)
+            return EXIT_LOST
+    finally:
+        beat.cancel()
+
+
+async def _until_stopped(
+    main: Awaitable[None], stop: asyncio.Event, graceful: Callable[[], None] | None
+) -> int:
+    task = asyncio.ensure_future(main)
+    stopper = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        stopper.cancel()
+        task.result()
+        return EXIT_OK
+    log.info("stopping")
+    if graceful is not None:
+        graceful()  # the elector stops the work and releases the lease
+        await asyncio.wait({task}, timeout=10.0)
+    if not task.done():
+        task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    if not task.cancelled() and task.exception() is not None:
+        raise task.exception()  # type: ignore[misc]
+    log.info("stopped")
+    return EXIT_OK
+
+
+async def _heartbeat(health: Health) -> None:
+    while True:
+        health.loop_beat = time.monotonic()
+        await asyncio.sleep(1.0)
+
+
+def install_signal_handlers(stop: asyncio.Event) -> None:
+    """SIGTERM/SIGINT: graceful stop (lease released, exit 0)."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
