@@ -19,19 +19,28 @@ from dataclasses import dataclass
 
 from local_ccm import __version__, flags, names
 from local_ccm.clock import SystemClock
+from local_ccm.election import ElectionConfig, new_identity
 from local_ccm.ipam import options as opts
 from local_ccm.ipam.metrics import IpamMetrics
 from local_ccm.ipam.model import default_pool
 from local_ccm.ipam.nodeapi import IpamApi, KubeIpamApi, TokenBucket
 from local_ccm.ipam.run import Controller, Settings
+from local_ccm.kube.aio import AsyncClient
+from local_ccm.kube.client import Client
+from local_ccm.kube.config import ClusterConfig, ConfigError, resolve_config
+from local_ccm.kube.errors import Unauthorized
+from local_ccm.leader import KubeLeaseApi, LeaderContext, LeaderElector, LeadershipLost
 from local_ccm.logs import configure_logging, kv
+from local_ccm.serve import Checks, Servers, start_servers
 
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LOST, EXIT_PRECONDITION = 0, 1, 2, 3, 4
+WATCHDOG = 10.0  # /healthz fails when the event loop has not run for this long (§15.3)
+STOP_GRACE = 10.0
 
 
-class PreconditionFailed(Exception):
+class PreconditionFailed(Exception):  # noqa: N818 (names the exit condition)
     """No usable credentials or a missing permission (exit 4)."""
 
 
@@ -71,8 +80,6 @@ def required_permissions(options: opts.IpamOptions) -> list[Permission]:
 
 async def check_access(api: IpamApi, options: opts.IpamOptions) -> None:
     """SelfSubjectAccessReview for every required permission; exit 4 listing what is missing."""
-    from local_ccm.kube.errors import Unauthorized  # noqa: PLC0415
-
     missing = []
     try:
         for perm in required_permissions(options):
@@ -120,8 +127,6 @@ def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
 
 def run(options: opts.IpamOptions, env: Mapping[str, str]) -> int:
     """Build the adapters and run until a signal (0), leadership loss (3) or failure."""
-    from local_ccm.kube.config import ConfigError, resolve_config  # noqa: PLC0415
-
     try:
         config = resolve_config(options.kubeconfig, options.apiserver, env)
     except (ConfigError, OSError, ValueError) as exc:
@@ -149,17 +154,23 @@ def identity_of(options: opts.IpamOptions, rng: random.Random) -> str:
     """§12.2: verbatim, else lower-cased POD_NAME or hostname plus `_` and 16 hex digits."""
     if options.identity:
         return options.identity
-    from local_ccm.election import new_identity  # noqa: PLC0415
-
     return new_identity((options.pod_name or socket.gethostname()).lower(), rng)
 
 
-async def serve(options: opts.IpamOptions, config: object) -> int:
-    from local_ccm.kube.aio import AsyncClient  # noqa: PLC0415
-    from local_ccm.kube.client import Client  # noqa: PLC0415
-    from local_ccm.kube.config import ClusterConfig  # noqa: PLC0415
+@dataclass(frozen=True)
+class Runtime:
+    """What the leader's work is built from."""
 
-    assert isinstance(config, ClusterConfig)
+    options: opts.IpamOptions
+    api: IpamApi
+    metrics: IpamMetrics
+    health: Health
+    identity: str
+    rng: random.Random
+    client: AsyncClient
+
+
+async def serve(options: opts.IpamOptions, config: ClusterConfig) -> int:
     rng = random.Random()
     identity = identity_of(options, rng)
     metrics = IpamMetrics()
@@ -175,7 +186,7 @@ async def serve(options: opts.IpamOptions, config: object) -> int:
     servers = start_http(options, metrics, health)
     try:
         await check_access(api, options)
-        return await lead(options, api, metrics, health, identity, rng, aclient)
+        return await lead(Runtime(options, api, metrics, health, identity, rng, aclient))
     finally:
         servers.close()
         client.close()
@@ -190,7 +201,7 @@ class Health:
 
     def healthz(self) -> tuple[bool, str]:
         late = time.monotonic() - self.loop_beat
-        return (late < 10.0, "ok" if late < 10.0 else f"event loop stalled for {late:.0f}s")
+        return (late < WATCHDOG, "ok" if late < WATCHDOG else f"event loop stalled {late:.0f}s")
 
     def readyz(self) -> tuple[bool, str]:
         controller = self.controller
@@ -199,82 +210,43 @@ class Health:
         return controller.ready()
 
 
-def start_http(options: opts.IpamOptions, metrics: IpamMetrics, health: Health) -> object:
-    from local_ccm.serve import Checks, start_servers  # noqa: PLC0415
-
+def start_http(options: opts.IpamOptions, metrics: IpamMetrics, health: Health) -> Servers:
+    """One web server (health, readiness, metrics) unless metrics go elsewhere (§12.3)."""
     healthz, readyz = Checks(), Checks()
     healthz.add("loop", health.healthz)
     readyz.add("controller", health.readyz)
     web = str(options.web_bind) if options.web_bind else "0"
-    if options.metrics_mode == "web":
-        metrics_at = web
-    elif options.metrics_mode == "off":
-        metrics_at = "0"
-    else:
-        metrics_at = str(options.metrics_bind)
-    return _Closer(start_servers(
+    metrics_at = {"web": web, "off": "0"}.get(options.metrics_mode, str(options.metrics_bind))
+    return start_servers(
         metrics_address=metrics_at, health_address=web, registry=metrics.registry,
         healthz=healthz, readyz=readyz,
-    ))  # fmt: skip
+    )  # fmt: skip
 
 
-class _Closer:
-    def __init__(self, servers: object) -> None:
-        self._servers = servers
-
-    def close(self) -> None:
-        close = getattr(self._servers, "close", None)
-        if close is not None:
-            close()
-
-
-async def lead(
-    options: opts.IpamOptions,
-    api: IpamApi,
-    metrics: IpamMetrics,
-    health: Health,
-    identity: str,
-    rng: random.Random,
-    aclient: object,
-) -> int:
+async def lead(rt: Runtime) -> int:
     """Leader election (§13) around the controller; signals stop everything gracefully."""
-    from local_ccm.election import ElectionConfig  # noqa: PLC0415
-    from local_ccm.kube.aio import AsyncClient  # noqa: PLC0415
-    from local_ccm.leader import KubeLeaseApi, LeaderContext, LeaderElector  # noqa: PLC0415
-    from local_ccm.leader import LeadershipLost  # noqa: PLC0415
-
-    assert isinstance(aclient, AsyncClient)
     stop = asyncio.Event()
     install_signal_handlers(stop)
-    beat = asyncio.ensure_future(_heartbeat(health))
+    beat = asyncio.ensure_future(_heartbeat(rt.health))
     clock = SystemClock()
 
     async def work(may_write: Callable[[], bool]) -> None:
-        controller = Controller(api, settings_from(options, identity), metrics, clock,
-                                may_write=may_write)  # fmt: skip
-        health.controller = controller
+        settings = settings_from(rt.options, rt.identity)
+        controller = Controller(rt.api, settings, rt.metrics, clock, may_write=may_write)
+        rt.health.controller = controller
         try:
             await controller.run()
         finally:
-            health.controller = None
+            rt.health.controller = None
+
+    async def leading(context: LeaderContext) -> None:
+        await work(context.may_write)
 
     try:
-        if not options.leader_election:
-            metrics.leader.set(1)
+        if not rt.options.leader_election:
+            rt.metrics.leader.set(1)
             return await _until_stopped(work(lambda: True), stop, None)
-        config = ElectionConfig(
-            options.lease_duration, options.renew_deadline, options.retry_period, identity
-        )
-        lease_api = KubeLeaseApi(
-            aclient, options.lease_namespace, options.lease_name, timeout=config.write_timeout
-        )
-        elector = LeaderElector(
-            lease_api, config, clock, rng, on_leader_change=lambda on: metrics.leader.set(int(on))
-        )
-
-        async def leading(context: LeaderContext) -> None:
-            await work(context.may_write)
-
+        elector = _elector(rt, clock)
         try:
             return await _until_stopped(elector.run(leading), stop, elector.stop)
         except LeadershipLost as exc:
@@ -282,6 +254,17 @@ async def lead(
             return EXIT_LOST
     finally:
         beat.cancel()
+
+
+def _elector(rt: Runtime, clock: SystemClock) -> LeaderElector:
+    options = rt.options
+    config = ElectionConfig(
+        options.lease_duration, options.renew_deadline, options.retry_period, rt.identity
+    )
+    lease_api = KubeLeaseApi(
+        rt.client, options.lease_namespace, options.lease_name, timeout=config.write_timeout
+    )
+    return LeaderElector(lease_api, config, clock, rt.rng, on_leader_change=rt.metrics.leader.set)
 
 
 async def _until_stopped(
@@ -297,12 +280,12 @@ async def _until_stopped(
     log.info("stopping")
     if graceful is not None:
         graceful()  # the elector stops the work and releases the lease
-        await asyncio.wait({task}, timeout=10.0)
+        await asyncio.wait({task}, timeout=STOP_GRACE)
     if not task.done():
         task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-    if not task.cancelled() and task.exception() is not None:
-        raise task.exception()  # type: ignore[misc]
+    if not task.cancelled() and (error := task.exception()) is not None:
+        raise error
     log.info("stopped")
     return EXIT_OK
 

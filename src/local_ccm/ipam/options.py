@@ -1,0 +1,486 @@
+"""node-ipam-controller's command line and environment (spec/ipam.md §11, §12).
+
+Pure, no I/O: argv and the environment are parameters. `load_options` returns a frozen
+`IpamOptions` or every problem at once (§12.4). The `IPAM_RESOURCE_LOCK` rule of §12.2 is
+applied to the environment *before* parsing (`resolve_resource_lock_env`), because that one
+variable may mean either the retry period or the lock type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from local_ccm import __version__, names
+from local_ccm.election import election_problems
+from local_ccm.flags import (
+    Flag,
+    FlagSet,
+    GoSyntaxError,
+    Parsed,
+    Problem,
+    format_go_duration,
+    go_quote,
+    invalid,
+    invalid_env,
+    parse,
+    parse_go_duration,
+)
+from local_ccm.ipam.cidrset import IPV6_MAX_BLOCKS, IPNetwork
+from local_ccm.validate import (
+    BindAddress,
+    ValidationError,
+    dns1123_label,
+    dns1123_subdomain,
+    parse_bind_address,
+    parse_cidr,
+    split_list,
+)
+
+PROG = names.IPAM
+LogFormat = Literal["text", "json"]
+LOCK_TYPES = ("leases", "endpointsleases", "configmapsleases", "endpoints", "configmaps")
+_REMOVED_LOCKS = ("endpoints", "configmaps")
+_MIGRATION_LOCKS = ("endpointsleases", "configmapsleases")
+
+FLAGS = FlagSet(
+    PROG,
+    [
+        # §12.2, upstream's flags and variables [compat]
+        Flag("apiserver", "string", "", "API server URL; overrides the kubeconfig's server "
+             "(also with in-cluster credentials).", env=("IPAM_API_SERVER_URL",), metavar="URL"),
+        Flag("kubeconfig", "string", "", "Kubeconfig path; empty: in-cluster config.",
+             env=("IPAM_KUBECONFIG",), metavar="path"),
+        Flag("health-probe-address", "string", ":8081", "Listen address of the web server "
+             "(health, readiness, metrics); deprecated alias of --webserver-bind-address, "
+             "wins when set.", env=("IPAM_HEALTH_PROBE_ADDR",), metavar="host:port"),
+        Flag("webserver-bind-address", "string", ":8081", "Listen address of the web server.",
+             env=("IPAM_WEBSERVER_BIND_ADDR",), metavar="host:port"),
+        Flag("enable-leader-election", "bool", True, "Lease-based leader election.",
+             env=("IPAM_ENABLE_LEADER_ELECTION",)),
+        Flag("leader-elect-lease-duration", "duration", 15, "Lease duration.",
+             env=("IPAM_LEASE_DURATION",)),
+        Flag("leader-elect-renew-deadline", "duration", 10, "Renew deadline.",
+             env=("IPAM_RENEW_DEADLINE",)),
+        # IPAM_RESOURCE_LOCK (legacy) is folded in by resolve_resource_lock_env (§12.2).
+        Flag("leader-elect-retry-period", "duration", 2, "Retry period.",
+             env=("IPAM_LEADER_ELECT_RETRY_PERIOD",)),
+        Flag("leader-elect-resource-lock", "string", "leases", "Lock type; only leases works.",
+             env=("IPAM_RESOURCE_LOCK_NAME",), metavar="type"),
+        Flag("leader-elect-resource-name", "string", "node-ipam-controller", "Lease name.",
+             env=("IPAM_RESOURCE_NAME",), metavar="name"),
+        Flag("leader-elect-id", "string", "", "Holder identity; empty: POD_NAME or hostname "
+             "plus a random suffix.", env=("IPAM_LEADER_ELECT_ID",), metavar="id"),
+        Flag("leader-elect-namespace", "string", "", "Lease namespace; empty: POD_NAMESPACE.",
+             env=("IPAM_LEADER_ELECT_NAMESPACE",), metavar="namespace"),
+        # §12.3, new flags [beyond]
+        Flag("metrics-bind-address", "string", "", "Empty: /metrics on the web server; an "
+             "address: a separate server; 0: off.", env=("IPAM_METRICS_BIND_ADDR",),
+             metavar="host:port"),
+        Flag("v", "int", 0, "Log verbosity: 0-1 INFO, 2-3 more INFO, >= 4 DEBUG.",
+             env=("IPAM_LOG_VERBOSITY",)),
+        Flag("log-format", "string", "text", "text or json.", env=("IPAM_LOG_FORMAT",),
+             aliases=("logging-format",), metavar="format"),
+        Flag("cluster-cidr", "string", "", "Default pool: at most one IPv4 and one IPv6 CIDR.",
+             env=("IPAM_CLUSTER_CIDR",), metavar="CIDRs"),
+        Flag("node-cidr-mask-size", "int", None, "Mask of a single-stack --cluster-cidr.",
+             env=("IPAM_NODE_CIDR_MASK_SIZE",)),
+        Flag("node-cidr-mask-size-ipv4", "int", 24, "Per-Node IPv4 mask of the default pool.",
+             env=("IPAM_NODE_CIDR_MASK_SIZE_IPV4",)),
+        Flag("node-cidr-mask-size-ipv6", "int", 64, "Per-Node IPv6 mask of the default pool.",
+             env=("IPAM_NODE_CIDR_MASK_SIZE_IPV6",)),
+        Flag("service-cluster-ip-range", "string", "", "Reserved: at most one CIDR per family.",
+             env=("IPAM_SERVICE_CLUSTER_IP_RANGE",), metavar="CIDRs"),
+        Flag("reserved-cidrs", "string", "", "Reserved CIDRs, comma-separated.",
+             env=("IPAM_RESERVED_CIDRS",), metavar="CIDRs"),
+        Flag("legacy-and-selector-terms", "bool", False, "Deprecated: AND the terms of a "
+             "nodeSelector as upstream did.", env=("IPAM_LEGACY_AND_SELECTOR_TERMS",)),
+        Flag("cidr-reuse-delay", "duration", 0, "Quarantine of released blocks.",
+             env=("IPAM_CIDR_REUSE_DELAY",)),
+        Flag("concurrent-node-syncs", "int", 20, "Concurrent Node writes.",
+             env=("IPAM_CONCURRENT_NODE_SYNCS",)),
+        Flag("status-update-interval", "duration", 5, "Minimum gap between status writes of "
+             "one pool.", env=("IPAM_STATUS_UPDATE_INTERVAL",)),
+        Flag("kube-api-qps", "float", 50, "Client-side request rate.",
+             env=("IPAM_KUBE_API_QPS",)),
+        Flag("kube-api-burst", "int", 100, "Client-side burst.", env=("IPAM_KUBE_API_BURST",)),
+        Flag("event-namespace", "string", "default", "Namespace of Events about Nodes and "
+             "ClusterCIDRs.", env=("IPAM_EVENT_NAMESPACE",), metavar="namespace"),
+    ],
+    version=__version__,
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class IpamOptions:
+    """The validated command line; durations in seconds."""
+
+    kubeconfig: str = ""
+    apiserver: str = ""
+    web_bind: BindAddress | None = None
+    metrics_bind: BindAddress | None = None  # used only when metrics_mode == "separate"
+    metrics_mode: Literal["web", "separate", "off"] = "web"
+    leader_election: bool = True
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    resource_lock: str = "leases"
+    lease_name: str = "node-ipam-controller"
+    lease_namespace: str = ""
+    identity: str = ""  # "" = generated at start-up (§12.2)
+    pod_name: str = ""
+    verbosity: int = 0
+    log_format: LogFormat = "text"
+    cluster_cidrs: tuple[IPNetwork, ...] = ()
+    mask_v4: int = 24
+    mask_v6: int = 64
+    reserved: tuple[IPNetwork, ...] = ()  # service ranges and --reserved-cidrs
+    legacy_and_terms: bool = False
+    reuse_delay: float = 0.0
+    concurrent_node_syncs: int = 20
+    status_interval: float = 5.0
+    qps: float = 50.0
+    burst: int = 100
+    event_namespace: str = "default"
+    warnings: tuple[str, ...] = field(default=(), compare=False)  # logged after start-up
+
+
+def resolve_resource_lock_env(
+    env: Mapping[str, str],
+) -> tuple[dict[str, str], list[str], list[Problem]]:
+    """§12.2's `IPAM_RESOURCE_LOCK` rule: (rewritten env, warnings, problems)."""
+    out = dict(env)
+    value = out.pop("IPAM_RESOURCE_LOCK", "")
+    if not value or out.get("IPAM_LEADER_ELECT_RETRY_PERIOD"):
+        return out, [], []
+    try:
+        parse_go_duration(value)
+    except GoSyntaxError:
+        pass
+    else:
+        out["IPAM_LEADER_ELECT_RETRY_PERIOD"] = value
+        note = (
+            "IPAM_RESOURCE_LOCK is deprecated for the retry period; "
+            "use IPAM_LEADER_ELECT_RETRY_PERIOD"
+        )
+        return out, [note], []
+    if value in LOCK_TYPES:
+        out.setdefault("IPAM_RESOURCE_LOCK_NAME", value)
+        note = f"IPAM_RESOURCE_LOCK={value} read as the lock type; use IPAM_RESOURCE_LOCK_NAME"
+        return out, [note], []
+    reason = (
+        f"{go_quote(value)} is neither a duration (retry period) nor a lock type "
+        f"({', '.join(LOCK_TYPES)})"
+    )
+    return out, [], [invalid_env("IPAM_RESOURCE_LOCK", reason)]
+
+
+def load_options(argv: Sequence[str], env: Mapping[str, str]) -> IpamOptions | list[Problem]:
+    """Parse and validate `argv` (without the program name); every problem at once."""
+    fixed_env, warnings, problems = resolve_resource_lock_env(env)
+    parsed = parse(FLAGS, argv, fixed_env)
+    return options_from(parsed, env, warnings=warnings, problems=problems)
+
+
+def options_from(
+    parsed: Parsed,
+    env: Mapping[str, str],
+    *,
+    warnings: Sequence[str] = (),
+    problems: Sequence[Problem] = (),
+) -> IpamOptions | list[Problem]:
+    """Validate a parsed command line (the CLI handles --help/--version first)."""
+    found = [*problems, *parsed.problems]
+    notes = list(warnings)
+    lock = _lock(parsed, found, notes)
+    durations = _election(parsed, found)
+    cluster = _cluster_cidrs(parsed, found)
+    masks = _masks(parsed, cluster, found)
+    web, metrics_mode, metrics_bind = _web(parsed, found)
+    legacy = parsed.get_bool("legacy-and-selector-terms")
+    if legacy:
+        notes.append("--legacy-and-selector-terms is deprecated: nodeSelector terms are AND-ed")
+    options = IpamOptions(
+        kubeconfig=parsed.get_str("kubeconfig"),
+        apiserver=parsed.get_str("apiserver"),
+        web_bind=web,
+        metrics_bind=metrics_bind,
+        metrics_mode=metrics_mode,
+        leader_election=parsed.get_bool("enable-leader-election"),
+        lease_duration=durations[0],
+        renew_deadline=durations[1],
+        retry_period=durations[2],
+        resource_lock=lock,
+        lease_name=_name(parsed, "leader-elect-resource-name", dns1123_subdomain, found),
+        lease_namespace=_lease_namespace(parsed, env, found),
+        identity=parsed.get_str("leader-elect-id"),
+        pod_name=env.get("POD_NAME", ""),
+        verbosity=_verbosity(parsed, found),
+        log_format=_log_format(parsed, found),
+        cluster_cidrs=cluster,
+        mask_v4=masks[0],
+        mask_v6=masks[1],
+        reserved=_service_ranges(parsed, found) + _reserved(parsed, found),
+        legacy_and_terms=legacy,
+        reuse_delay=_duration(parsed, "cidr-reuse-delay", found, allow_zero=True),
+        concurrent_node_syncs=_at_least(parsed, "concurrent-node-syncs", 1, found),
+        status_interval=_duration(parsed, "status-update-interval", found),
+        qps=_positive_float(parsed, "kube-api-qps", found),
+        burst=_at_least(parsed, "kube-api-burst", 1, found),
+        event_namespace=_name(parsed, "event-namespace", dns1123_label, found),
+        warnings=tuple(notes),
+    )
+    return found or options
+
+
+# ---------------------------------------------------------------- leader election
+
+
+def _lock(parsed: Parsed, problems: list[Problem], notes: list[str]) -> str:
+    value = parsed.get_str("leader-elect-resource-lock")
+    if value == "leases":
+        return value
+    if value in _MIGRATION_LOCKS:
+        notes.append(f"--leader-elect-resource-lock={value} is treated as leases")
+        return "leases"
+    if value in _REMOVED_LOCKS:
+        reason = f"{go_quote(value)} is no longer supported (removed from client-go); use leases"
+    else:
+        reason = f"{go_quote(value)} is not a lock type; use leases"
+    problems.append(_problem(parsed, "leader-elect-resource-lock", reason))
+    return "leases"
+
+
+def _election(parsed: Parsed, problems: list[Problem]) -> tuple[float, float, float]:
+    names_ = (
+        "leader-elect-lease-duration",
+        "leader-elect-renew-deadline",
+        "leader-elect-retry-period",
+    )
+    values = tuple(parsed.get_float(n) for n in names_)
+    before = len(problems)
+    for flag, value in zip(names_, values, strict=True):
+        if not value > 0:
+            problems.append(_problem(parsed, flag, f"must be > 0, got {format_go_duration(value)}"))
+    if len(problems) == before:
+        for text in election_problems(*values):
+            problems.append(invalid(None, f"invalid leader election durations: {text}"))
+    return values[0], values[1], values[2]
+
+
+def _lease_namespace(parsed: Parsed, env: Mapping[str, str], problems: list[Problem]) -> str:
+    """§12.2: flag, else POD_NAMESPACE; still empty with leader election on: exit 2."""
+    value = parsed.get_str("leader-elect-namespace") or env.get("POD_NAMESPACE", "")
+    if not value:
+        if parsed.get_bool("enable-leader-election"):
+            problems.append(
+                invalid(
+                    "leader-elect-namespace",
+                    "empty and POD_NAMESPACE is not set; required with leader election "
+                    "(a default could put two replicas in different namespaces)",
+                )
+            )
+        return ""
+    try:
+        return dns1123_label(value)
+    except ValidationError as err:
+        problems.append(_problem(parsed, "leader-elect-namespace", str(err)))
+        return value
+
+
+# ---------------------------------------------------------------- pools (§11)
+
+
+def _cluster_cidrs(parsed: Parsed, problems: list[Problem]) -> tuple[IPNetwork, ...]:
+    """At most one CIDR per family, each valid (§12.4)."""
+    flag = "cluster-cidr"
+    cidrs = _cidr_list(parsed, flag, problems)
+    if cidrs is None:
+        return ()
+    versions = [c.version for c in cidrs]
+    if len(set(versions)) != len(versions):
+        problems.append(_problem(parsed, flag, "at most one IPv4 and one IPv6 CIDR"))
+        return ()
+    return tuple(sorted(cidrs, key=lambda c: c.version))
+
+
+def _masks(parsed: Parsed, cidrs: Sequence[IPNetwork], problems: list[Problem]) -> tuple[int, int]:
+    """Mask sizes within the family, not shorter than the pool, IPv6 ≤ 2^16 blocks (§12.4)."""
+    masks = {
+        4: parsed.get_int("node-cidr-mask-size-ipv4"),
+        6: parsed.get_int("node-cidr-mask-size-ipv6"),
+    }
+    flags = {4: "node-cidr-mask-size-ipv4", 6: "node-cidr-mask-size-ipv6"}
+    single = parsed.get_optional_int("node-cidr-mask-size")
+    if single is not None:
+        if len(cidrs) > 1:
+            problems.append(
+                _problem(parsed, "node-cidr-mask-size", "only for a single-stack --cluster-cidr; "
+                         "use --node-cidr-mask-size-ipv4 and -ipv6")
+            )  # fmt: skip
+        else:
+            version = cidrs[0].version if cidrs else 4
+            masks[version], flags[version] = single, "node-cidr-mask-size"
+    for version, width in ((4, 32), (6, 128)):
+        mask, flag = masks[version], flags[version]
+        if not 0 <= mask <= width:
+            problems.append(_problem(parsed, flag, f"must be 0-{width}, got {mask}"))
+            continue
+        pool = next((c for c in cidrs if c.version == version), None)
+        if pool is None:
+            continue
+        if mask < pool.prefixlen:
+            problems.append(_problem(parsed, flag, f"{mask} is shorter than the prefix of {pool}"))
+        elif version == 6 and 1 << (mask - pool.prefixlen) > IPV6_MAX_BLOCKS:
+            problems.append(
+                _problem(parsed, flag, f"{pool} with /{mask} blocks exceeds 65536 blocks "
+                         "(mask - prefix length must be at most 16)")
+            )  # fmt: skip
+    return masks[4], masks[6]
+
+
+def _service_ranges(parsed: Parsed, problems: list[Problem]) -> tuple[IPNetwork, ...]:
+    flag = "service-cluster-ip-range"
+    cidrs = _cidr_list(parsed, flag, problems)
+    if cidrs is None:
+        return ()
+    versions = [c.version for c in cidrs]
+    if len(cidrs) > 2 or len(set(versions)) != len(versions):
+        problems.append(_problem(parsed, flag, "at most two CIDRs, one per family"))
+        return ()
+    return tuple(cidrs)
+
+
+def _reserved(parsed: Parsed, problems: list[Problem]) -> tuple[IPNetwork, ...]:
+    return tuple(_cidr_list(parsed, "reserved-cidrs", problems) or ())
+
+
+def _cidr_list(parsed: Parsed, flag: str, problems: list[Problem]) -> list[IPNetwork] | None:
+    """Valid CIDRs; None (one problem per bad item) when any is invalid."""
+    cidrs: list[IPNetwork] = []
+    bad = False
+    for item in split_list(parsed.get_str(flag)):
+        try:
+            cidrs.append(parse_cidr(item))
+        except ValidationError as err:
+            problems.append(_problem(parsed, flag, str(err)))
+            bad = True
+    return None if bad else cidrs
+
+
+# ---------------------------------------------------------------- web server, scalars
+
+
+def _web(
+    parsed: Parsed, problems: list[Problem]
+) -> tuple[BindAddress | None, Literal["web", "separate", "off"], BindAddress | None]:
+    """The web server's address (`--health-probe-address` wins when set) and the metrics mode."""
+    web_flag = (
+        "health-probe-address"
+        if "health-probe-address" in parsed.explicit
+        else ("webserver-bind-address")
+    )
+    web = _bind(parsed, web_flag, problems)
+    raw = parsed.get_str("metrics-bind-address")
+    if raw == "":
+        return web, "web", None
+    if raw == "0":
+        return web, "off", None
+    return web, "separate", _bind(parsed, "metrics-bind-address", problems)
+
+
+def _bind(parsed: Parsed, flag: str, problems: list[Problem]) -> BindAddress | None:
+    try:
+        return parse_bind_address(parsed.get_str(flag))
+    except ValidationError as err:
+        problems.append(_problem(parsed, flag, str(err)))
+        return None
+
+
+def _duration(
+    parsed: Parsed, flag: str, problems: list[Problem], *, allow_zero: bool = False
+) -> float:
+    value = parsed.get_float(flag)
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        problems.append(_problem(parsed, flag, f"must be {bound}, got {format_go_duration(value)}"))
+    return value
+
+
+def _at_least(parsed: Parsed, flag: str, low: int, problems: list[Problem]) -> int:
+    value = parsed.get_int(flag)
+    if value < low:
+        problems.append(_problem(parsed, flag, f"must be at least {low}, got {value}"))
+    return value
+
+
+def _positive_float(parsed: Parsed, flag: str, problems: list[Problem]) -> float:
+    value = parsed.get_float(flag)
+    if not value > 0:
+        problems.append(_problem(parsed, flag, f"must be > 0, got {value:g}"))
+    return value
+
+
+def _verbosity(parsed: Parsed, problems: list[Problem]) -> int:
+    value = parsed.get_int("v")
+    if value < 0:
+        problems.append(_problem(parsed, "v", f"must be 0 or more, got {value}"))
+        return 0
+    return min(value, 5)
+
+
+def _log_format(parsed: Parsed, problems: list[Problem]) -> LogFormat:
+    value = parsed.get_str("log-format")
+    if value == "json":
+        return "json"
+    if value != "text":
+        problems.append(
+            _problem(parsed, "log-format", f"{go_quote(value)} is not one of text, json")
+        )
+    return "text"
+
+
+def _name(parsed: Parsed, flag: str, check: object, problems: list[Problem]) -> str:
+    value = parsed.get_str(flag)
+    try:
+        return check(value)  # type: ignore[operator,no-any-return]
+    except ValidationError as err:
+        problems.append(_problem(parsed, flag, str(err)))
+        return value
+
+
+def _problem(parsed: Parsed, flag: str, reason: str) -> Problem:
+    """Blame the variable when the value came from the environment."""
+    source = parsed.sources.get(flag, "")
+    if source.startswith("env:"):
+        return invalid_env(source.removeprefix("env:"), reason, flag)
+    return invalid(flag, reason)
+
+
+# ---------------------------------------------------------------- start-up line (§12.4)
+
+
+def startup_fields(options: IpamOptions) -> dict[str, str]:
+    """The effective configuration, logged at INFO at start-up."""
+    return {
+        "leader_election": str(options.leader_election).lower(),
+        "lease": f"{options.lease_namespace or '-'}/{options.lease_name}",
+        "lock": options.resource_lock,
+        "lease_duration": format_go_duration(options.lease_duration),
+        "renew_deadline": format_go_duration(options.renew_deadline),
+        "retry_period": format_go_duration(options.retry_period),
+        "cluster_cidr": ",".join(map(str, options.cluster_cidrs)) or "-",
+        "node_cidr_mask_size_ipv4": str(options.mask_v4),
+        "node_cidr_mask_size_ipv6": str(options.mask_v6),
+        "reserved": ",".join(map(str, options.reserved)) or "-",
+        "legacy_and_selector_terms": str(options.legacy_and_terms).lower(),
+        "cidr_reuse_delay": format_go_duration(options.reuse_delay),
+        "concurrent_node_syncs": str(options.concurrent_node_syncs),
+        "status_update_interval": format_go_duration(options.status_interval),
+        "event_namespace": options.event_namespace,
+        "web": str(options.web_bind or "off"),
+        "metrics": {"web": "web server", "off": "off"}.get(
+            options.metrics_mode, str(options.metrics_bind)
+        ),
+    }

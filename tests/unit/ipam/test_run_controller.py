@@ -1,0 +1,493 @@
+"""The loop of node-ipam-controller against an in-memory `IpamApi` (spec/ipam.md §5-§10).
+
+The fake stands in for API semantics only as far as the loop relies on them (podCIDRs
+set-once, the uid `test`); the real semantics are proven in tests/integration/ipam.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import heapq
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from ipaddress import ip_network
+from typing import Any
+
+import pytest
+
+from local_ccm.ipam.metrics import IpamMetrics
+from local_ccm.ipam.model import FINALIZER, default_pool
+from local_ccm.ipam.nodeapi import Obj, Watched
+from local_ccm.ipam.run import Controller, Settings
+from local_ccm.kube.errors import ApiError, Conflict, Invalid, NotFound, Transient
+from local_ccm.kube.request import WatchEvent
+
+_uids = itertools.count(1)
+
+
+class FakeClock:
+    """Manual time: `sleep` waits until `jump()` moves time to its deadline (autojump
+    while the loop is idle, see `run_scenario`); nothing waits on the wall clock."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._ids = itertools.count()
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def now(self) -> datetime:
+        return datetime(2026, 1, 1, tzinfo=UTC)
+
+    async def sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            await asyncio.sleep(0)
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (self.t + seconds, next(self._ids), future))
+        await future
+
+    def jump(self) -> None:
+        """Move time to the earliest pending deadline and wake every sleeper due by then."""
+        while self._sleepers and self._sleepers[0][2].done():
+            heapq.heappop(self._sleepers)
+        if not self._sleepers:
+            return
+        self.t = max(self.t, self._sleepers[0][0])
+        while self._sleepers and self._sleepers[0][0] <= self.t:
+            _, _, future = heapq.heappop(self._sleepers)
+            if not future.done():
+                future.set_result(None)
+
+
+def node_obj(
+    name: str,
+    labels: Mapping[str, str] | None = None,
+    cidrs: list[str] | None = None,
+    *,
+    managers: list[str] | None = None,
+) -> Obj:
+    stamp = f"2026-01-01T00:00:{next(_uids) % 60:02d}Z"
+    meta: Obj = {"name": name, "uid": f"uid-{name}-{next(_uids)}", "labels": dict(labels or {}),
+                 "resourceVersion": "1", "creationTimestamp": stamp}  # fmt: skip
+    if managers:
+        meta["managedFields"] = [
+            {"manager": m, "fieldsV1": {"f:spec": {"f:podCIDRs": {}}}} for m in managers
+        ]
+    spec: Obj = {}
+    if cidrs:
+        spec = {"podCIDR": cidrs[0], "podCIDRs": list(cidrs)}
+    return {"metadata": meta, "spec": spec}
+
+
+def pool_obj(
+    name: str,
+    *,
+    bits: int = 8,
+    ipv4: str | None = None,
+    ipv6: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    finalizers: list[str] | None = None,
+    deleting: bool = False,
+    generation: int = 1,
+) -> Obj:
+    spec: Obj = {"perNodeHostBits": bits}
+    if ipv4:
+        spec["ipv4"] = ipv4
+    if ipv6:
+        spec["ipv6"] = ipv6
+    if labels is not None:
+        exprs = [{"key": k, "operator": "In", "values": [v]} for k, v in labels.items()]
+        spec["nodeSelector"] = {"nodeSelectorTerms": [{"matchExpressions": exprs}]}
+    meta: Obj = {"name": name, "uid": f"uid-{name}", "generation": generation,
+                 "resourceVersion": "5", "finalizers": list(finalizers or [])}  # fmt: skip
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta, "spec": spec}
+
+
+class FakeApi:
+    """An in-memory IpamApi: server-side Nodes and ClusterCIDRs plus recorded writes."""
+
+    def __init__(
+        self, nodes: Sequence[Obj] = (), pools: Sequence[Obj] = (), *, served: bool = True
+    ) -> None:
+        self.nodes = {n["metadata"]["name"]: copy.deepcopy(n) for n in nodes}
+        self.pools = {p["metadata"]["name"]: copy.deepcopy(p) for p in pools}
+        self.served = served
+        self.queues: dict[str, asyncio.Queue[WatchEvent]] = {}
+        self.node_patches: list[tuple[str, list[Obj]]] = []
+        self.pool_patches: list[tuple[str, list[Obj]]] = []
+        self.statuses: list[tuple[str, Obj]] = []
+        self.events: list[Obj] = []
+        self.fail_patch: list[ApiError] = []  # raised by the next node patches, in order
+        self.fail_get: list[ApiError] = []
+        self.land_before_failing = False  # the failing patch landed anyway (timeout case)
+
+    async def cluster_cidrs_served(self) -> bool:
+        return self.served
+
+    def watch(self, what: Watched) -> AsyncIterator[WatchEvent]:
+        queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
+        self.queues[what] = queue
+        items = self.nodes if what == "nodes" else self.pools
+        for obj in items.values():
+            queue.put_nowait(WatchEvent("ADDED", copy.deepcopy(obj)))
+        queue.put_nowait(WatchEvent("SYNCED", {"metadata": {"resourceVersion": "9"}}))
+
+        async def stream() -> AsyncIterator[WatchEvent]:
+            while True:
+                yield await queue.get()
+
+        return stream()
+
+    def send(self, what: Watched, kind: str, obj: Obj) -> None:
+        self.queues[what].put_nowait(WatchEvent(kind, copy.deepcopy(obj)))
+
+    async def get_node(self, name: str) -> Obj:
+        if self.fail_get:
+            raise self.fail_get.pop(0)
+        if name not in self.nodes:
+            raise NotFound(404, "NotFound", name)
+        return copy.deepcopy(self.nodes[name])
+
+    async def patch_node(self, name: str, ops: list[Obj]) -> Obj:
+        self.node_patches.append((name, ops))
+        if self.fail_patch:
+            error = self.fail_patch.pop(0)
+            if self.land_before_failing:
+                self._apply_node(name, ops)
+            raise error
+        return self._apply_node(name, ops)
+
+    def _apply_node(self, name: str, ops: list[Obj]) -> Obj:
+        node = self.nodes.get(name)
+        if node is None:
+            raise NotFound(404, "NotFound", name)
+        if node["metadata"]["uid"] != ops[0]["value"]:
+            raise Conflict(409, "Conflict", "test failed")
+        spec = node.setdefault("spec", {})
+        if spec.get("podCIDRs") and spec["podCIDRs"] != ops[2]["value"]:
+            raise Invalid(422, "Invalid", "spec.podCIDRs: Forbidden: may not change")
+        spec["podCIDR"], spec["podCIDRs"] = ops[1]["value"], ops[2]["value"]
+        return copy.deepcopy(node)
+
+    async def patch_cluster_cidr(self, name: str, ops: list[Obj]) -> Obj:
+        self.pool_patches.append((name, ops))
+        pool = self.pools[name]
+        finalizers = pool["metadata"].setdefault("finalizers", [])
+        if ops[-1]["op"] == "remove":
+            finalizers.remove(FINALIZER)
+        else:
+            finalizers.append(FINALIZER)
+        pool["metadata"]["resourceVersion"] = str(int(pool["metadata"]["resourceVersion"]) + 1)
+        return copy.deepcopy(pool)
+
+    async def patch_cluster_cidr_status(self, name: str, status: Mapping[str, Any]) -> Obj:
+        self.statuses.append((name, dict(status)))
+        self.pools[name]["status"] = dict(status)
+        return copy.deepcopy(self.pools[name])
+
+    async def create_event(self, namespace: str, body: Obj) -> Obj:
+        self.events.append(body)
+        return body
+
+    async def allowed(self, verb: str, group: str, resource: str, **kw: str) -> bool:
+        return True
+
+    def reasons(self, name: str) -> list[str]:
+        return [e["reason"] for e in self.events if e["involvedObject"]["name"] == name]
+
+
+async def settle(rounds: int = 200) -> None:
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+Scenario = Callable[[Controller, FakeApi], Awaitable[None]]
+
+
+def run_scenario(api: FakeApi, scenario: Scenario, **settings: Any) -> Controller:
+    """Run the controller, then `scenario`, with time jumping whenever the loop is idle."""
+
+    async def autojump(clock: FakeClock) -> None:
+        while True:
+            await settle(50)
+            clock.jump()
+
+    async def main() -> Controller:
+        clock = FakeClock()
+        controller = Controller(api, Settings(**settings), IpamMetrics(), clock)
+        task = asyncio.ensure_future(controller.run())
+        jumper = asyncio.ensure_future(autojump(clock))
+        await settle()
+        try:
+            await scenario(controller, api)
+            await settle(500)
+        finally:
+            task.cancel()
+            jumper.cancel()
+            await asyncio.gather(task, jumper, return_exceptions=True)
+        return controller
+
+    return asyncio.run(main())
+
+
+def cidrs(api: FakeApi, name: str) -> list[str]:
+    return list(api.nodes[name].get("spec", {}).get("podCIDRs") or [])
+
+
+async def nothing(controller: Controller, api: FakeApi) -> None:
+    return None
+
+
+# ---------------------------------------------------------------- start-up (§6)
+
+
+def test_finalizer_first_then_recovery_then_lowest_free_in_creation_order() -> None:
+    held = node_obj("held", {"a": "1"}, ["10.0.0.0/24"])
+    api = FakeApi([held, node_obj("n1", {"a": "1"}), node_obj("n2", {"a": "1"})],
+                  [pool_obj("p", ipv4="10.0.0.0/22", labels={"a": "1"})])  # fmt: skip
+    controller = run_scenario(api, nothing)
+    assert api.pool_patches[0][1][0] == {"op": "test", "path": "/metadata/resourceVersion",
+                                         "value": "5"}  # fmt: skip
+    assert (cidrs(api, "n1"), cidrs(api, "n2")) == (["10.0.1.0/24"], ["10.0.2.0/24"])
+    assert [n for n, _ in api.node_patches] == ["n1", "n2"]  # the held Node is never patched
+    assert controller.ready() == (True, "ok")
+    assert "CIDRAssigned" in api.reasons("n1")
+
+
+def test_patch_is_guarded_by_uid_and_ipv4_comes_first() -> None:
+    api = FakeApi([node_obj("n", {"a": "1"})],
+                  [pool_obj("p", ipv4="10.0.0.0/22", ipv6="fd00::/118",
+                            labels={"a": "1"})])  # fmt: skip
+    run_scenario(api, nothing)
+    ((_, ops),) = api.node_patches
+    assert ops == [
+        {"op": "test", "path": "/metadata/uid", "value": api.nodes["n"]["metadata"]["uid"]},
+        {"op": "add", "path": "/spec/podCIDR", "value": "10.0.0.0/24"},
+        {"op": "add", "path": "/spec/podCIDRs", "value": ["10.0.0.0/24", "fd00::/120"]},
+    ]
+
+
+def test_flags_only_mode_without_the_crd() -> None:
+    api = FakeApi([node_obj("n")], served=False)
+    pool = default_pool((ip_network("10.99.0.0/16"),), 24, 64)
+    controller = run_scenario(api, nothing, default_pool=pool)
+    assert cidrs(api, "n") == ["10.99.0.0/24"]
+    assert "clustercidrs" not in api.queues
+    assert controller.ready() == (True, "ok")
+
+
+def test_not_ready_without_any_pool_source() -> None:
+    controller = run_scenario(FakeApi([node_obj("n")], served=False), nothing)
+    ok, why = controller.ready()
+    assert not ok
+    assert "nothing can be allocated" in why
+
+
+def test_overlapping_cidrs_at_start_up_are_conflicts_and_untouched() -> None:
+    api = FakeApi([node_obj("c1", cidrs=["10.83.0.0/24"]), node_obj("c2", cidrs=["10.83.0.0/25"])])
+    controller = run_scenario(api, nothing)
+    assert api.reasons("c1").count("CIDRConflict") == 1
+    assert api.reasons("c2").count("CIDRConflict") == 1
+    assert controller.allocator.conflict_count() == 1
+    assert not api.node_patches
+
+
+# ---------------------------------------------------------------- write outcomes (§5.4)
+
+
+def test_conflict_then_get_showing_our_cidrs_commits() -> None:
+    api = FakeApi([node_obj("n")])
+    api.fail_patch = [Transient(0, "Timeout", "timed out")]
+    api.land_before_failing = True
+    pool = default_pool((ip_network("10.99.0.0/16"),), 24, 64)
+    controller = run_scenario(api, nothing, default_pool=pool)
+    assert cidrs(api, "n") == ["10.99.0.0/24"]
+    assert len(api.node_patches) == 1  # the GET told us it landed: no second PATCH
+    assert not controller.allocator.is_pending(api.nodes["n"]["metadata"]["uid"])
+
+
+def test_unknown_outcome_keeps_the_reservation_until_known() -> None:
+    api = FakeApi([node_obj("n"), node_obj("m")])
+    api.fail_patch = [Transient(503, "ServiceUnavailable", "down")]
+    api.fail_get = [Transient(0, "Timeout", "x"), Transient(0, "Timeout", "y")]
+    pool = default_pool((ip_network("10.99.0.0/16"),), 24, 64)
+    run_scenario(api, nothing, default_pool=pool)
+    # n's first write failed without landing; the GETs failed too, so its block stayed held
+    # and m never got it; the retry then wrote the same block again.
+    assert sorted([cidrs(api, "n"), cidrs(api, "m")]) == [["10.99.0.0/24"], ["10.99.1.0/24"]]
+
+
+def test_node_gone_during_the_write_releases_the_block() -> None:
+    api = FakeApi([node_obj("n")])
+    api.fail_patch = [NotFound(404, "NotFound", "n")]
+    pool = default_pool((ip_network("10.99.0.0/16"),), 24, 64)
+    controller = run_scenario(api, nothing, default_pool=pool)
+    assert controller.allocator.usage(pool.name).families[0].free == 256  # type: ignore[union-attr]
+
+
+def test_foreign_cidrs_found_after_a_rejected_write() -> None:
+    api = FakeApi([node_obj("n")])
+    pool = default_pool((ip_network("10.99.0.0/16"),), 24, 64)
+
+    async def scenario(controller: Controller, api: FakeApi) -> None:
+        return None
+
+    api.fail_patch = [Invalid(422, "Invalid", "podCIDRs already set")]
+    original = api.get_node
+
+    async def get_with_theirs(name: str) -> Obj:
+        api.nodes[name]["spec"] = {"podCIDR": "10.99.7.0/24", "podCIDRs": ["10.99.7.0/24"]}
+        api.nodes[name]["metadata"]["managedFields"] = [
+            {"manager": "kube-controller-manager", "fieldsV1": {"f:spec": {"f:podCIDRs": {}}}}
+        ]
+        return await original(name)
+
+    api.get_node = get_with_theirs  # type: ignore[method-assign]
+    controller = run_scenario(api, scenario, default_pool=pool)
+    assert cidrs(api, "n") == ["10.99.7.0/24"]
+    assert "CIDRAssignedByOtherAllocator" in api.reasons("n")
+    usage = controller.allocator.usage(pool.name)
+    assert usage is not None
+    assert usage.families[0].allocated == 1  # theirs, ours released
+
+
+def test_three_failures_emit_cidr_assignment_failed() -> None:
+    api = FakeApi([node_obj("n")])
+    api.fail_patch = [Transient(500, "InternalError", "boom")] * 3
+    pool = default_pool((ip_network("10.99.0.0/16"),), 24, 64)
+    run_scenario(api, nothing, default_pool=pool)
+    assert api.reasons("n").count("CIDRAssignmentFailed") == 1
+    assert cidrs(api, "n") == ["10.99.0.0/24"]
+
+
+# ---------------------------------------------------------------- watch events (§7-§10)
+
+
+def test_release_only_when_gone_then_waiting_node_served() -> None:
+    n1 = node_obj("n1", {"a": "1"})
+    api = FakeApi([n1], [pool_obj("p", ipv4="10.0.0.0/24", labels={"a": "1"})])
+
+    async def scenario(controller: Controller, api: FakeApi) -> None:
+        n2 = node_obj("n2", {"a": "1"})
+        api.nodes["n2"] = n2
+        api.send("nodes", "ADDED", n2)
+        await settle()
+        assert cidrs(api, "n2") == []
+        assert "CIDRNotAvailable" in api.reasons("n2")
+        terminating = copy.deepcopy(api.nodes["n1"])
+        terminating["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        api.send("nodes", "MODIFIED", terminating)
+        await settle()
+        assert cidrs(api, "n2") == []  # deletionTimestamp alone releases nothing
+        api.send("nodes", "DELETED", api.nodes.pop("n1"))
+        await settle()
+        assert cidrs(api, "n2") == ["10.0.0.0/24"]
+
+    run_scenario(api, scenario)
+
+
+def test_foreign_writer_is_reported_and_reserved() -> None:
+    api = FakeApi([], [pool_obj("p", ipv4="10.82.0.0/16", labels={"k": "1"})])
+
+    async def scenario(controller: Controller, api: FakeApi) -> None:
+        foreign = node_obj("f", cidrs=["10.82.0.0/24"], managers=["kube-controller-manager"])
+        api.nodes["f"] = foreign
+        api.send("nodes", "ADDED", foreign)
+        k = node_obj("k", {"k": "1"})
+        api.nodes["k"] = k
+        api.send("nodes", "ADDED", k)
+        await settle()
+
+    run_scenario(api, scenario)
+    assert "CIDRAssignedByOtherAllocator" in api.reasons("f")
+    message = next(
+        e["message"] for e in api.events if e["reason"] == "CIDRAssignedByOtherAllocator"
+    )
+    assert "kube-controller-manager" in message
+    assert cidrs(api, "k") == ["10.82.1.0/24"]
+
+
+def test_new_pool_serves_waiting_node_after_its_finalizer() -> None:
+    api = FakeApi([node_obj("n", {"e": "1"})], [])
+
+    async def scenario(controller: Controller, api: FakeApi) -> None:
+        assert cidrs(api, "n") == []
+        pool = pool_obj("more", ipv4="10.78.0.0/24", labels={"e": "1"})
+        api.pools["more"] = pool
+        api.send("clustercidrs", "ADDED", pool)
+        await settle()
+
+    run_scenario(api, scenario)
+    assert [name for name, _ in api.pool_patches] == ["more"]
+    assert cidrs(api, "n") == ["10.78.0.0/24"]
+
+
+def test_terminating_pool_loses_its_finalizer_once_empty() -> None:
+    n = node_obj("n", {"a": "1"}, ["10.0.0.0/24"])
+    pool = pool_obj("p", ipv4="10.0.0.0/24", labels={"a": "1"}, finalizers=[FINALIZER],
+                    deleting=True)  # fmt: skip
+    api = FakeApi([n], [pool])
+
+    async def scenario(controller: Controller, api: FakeApi) -> None:
+        assert api.pool_patches == []  # still owns a CIDR
+        assert "WaitingForNodes" in api.reasons("p")
+        api.send("nodes", "DELETED", api.nodes.pop("n"))
+        await settle()
+
+    run_scenario(api, scenario)
+    ((_, ops),) = api.pool_patches
+    assert ops == [{"op": "test", "path": "/metadata/finalizers/0", "value": FINALIZER},
+                   {"op": "remove", "path": "/metadata/finalizers/0"}]  # fmt: skip
+
+
+def test_invalid_and_frozen_pools_are_reported_not_used() -> None:
+    bad = pool_obj("zero", bits=10, ipv4="10.0.0.0/24", labels={"z": "1"})
+    edited = pool_obj("edited", ipv4="10.84.0.0/23", labels={"z": "1"}, finalizers=[FINALIZER],
+                      generation=2)  # fmt: skip
+    api = FakeApi([node_obj("n", {"z": "1"})], [bad, edited])
+    pool = default_pool((ip_network("10.96.0.0/12"),), 24, 64)
+    run_scenario(api, nothing, default_pool=pool, status_interval=0.5)
+    assert cidrs(api, "n") == ["10.96.0.0/24"]
+    assert "InvalidClusterCIDR" in api.reasons("zero")
+    assert "SpecChanged" in api.reasons("edited")
+    assert api.pool_patches == []  # no finalizer for an invalid one; edited has it
+    ready = {name: s["conditions"][0]["reason"] for name, s in api.statuses}
+    assert ready == {"zero": "Invalid", "edited": "SpecChanged"}
+
+
+def test_status_is_written_once_per_change() -> None:
+    api = FakeApi([node_obj("n", {"s": "1"})],
+                  [pool_obj("st", ipv4="10.81.0.0/22", ipv6="fd00:81::/118",
+                            labels={"s": "1"})])  # fmt: skip
+    run_scenario(api, nothing, status_interval=1.0)
+    name, status = api.statuses[-1]
+    assert name == "st"
+    assert status["ipv4"] == {"blockPrefixLength": 24, "capacity": 4, "allocated": 1,
+                              "unavailable": 0, "free": 3}  # fmt: skip
+    assert [c["type"] for c in status["conditions"]] == ["Ready", "Exhausted"]
+    assert all(c["lastTransitionTime"] == "2026-01-01T00:00:00Z" for c in status["conditions"])
+    assert len(api.statuses) == len({repr(s) for _, s in api.statuses})  # never the same twice
+
+
+@pytest.mark.parametrize("reuse_delay", [0.0, 30.0])
+def test_reuse_delay_quarantines_released_blocks(reuse_delay: float) -> None:
+    api = FakeApi([node_obj("a", cidrs=["10.0.0.0/25"]), node_obj("b", cidrs=["10.0.0.128/25"])],
+                  [pool_obj("p", bits=7, ipv4="10.0.0.0/24")])  # fmt: skip
+
+    async def scenario(controller: Controller, api: FakeApi) -> None:
+        api.send("nodes", "DELETED", api.nodes.pop("a"))
+        c = node_obj("c")
+        api.nodes["c"] = c
+        api.send("nodes", "ADDED", c)
+        await settle(20)  # less than the autojump's idle threshold: no time has passed
+        assert cidrs(api, "c") == ([] if reuse_delay else ["10.0.0.0/25"])
+        await settle(50 * 40)  # about 40 jumps of the 1 s status tick: past the delay
+
+    run_scenario(api, scenario, reuse_delay=reuse_delay)
+    assert cidrs(api, "c") == ["10.0.0.0/25"]
