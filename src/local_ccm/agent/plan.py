@@ -1,6 +1,6 @@
 """What to write to the Node: the address status patch (spec/agent.md §4.5, §5.1-§5.2), the
-condition (§8.2), the taint and provider-ID patch (§5.4, §5.5), the taint gates (§7.1, §7.3)
-and the address-fight state machine (§7.4).
+condition (§8.2), the taint and provider-ID patch (§5.4, §5.5) and the taint gates (§7.1,
+§7.3). The address-fight state machine (§7.4) lives in ``agent.fight`` and is re-exported.
 
 Pure, no I/O, no clock: times are parameters. A planner returns the patch to send or None.
 Patches are RFC 6902 JSON Patches, never strategic merge: ``status.addresses`` merges by
@@ -30,7 +30,32 @@ from local_ccm.agent.candidates import (
     DetectorKey,
     Failed,
 )
-from local_ccm.agent.config import INTERNAL, AgentConfig, IPAddress, family_name
+from local_ccm.agent.config import EXTERNAL, INTERNAL, AgentConfig, IPAddress, family_name
+from local_ccm.agent.fight import (
+    FIRST_PAUSE,
+    MAX_PAUSE,
+    RESOLVE_AFTER,
+    REVERT_WINDOW,
+    REVERTS_FOR_CONFLICT,
+    FightEvent,
+    FightState,
+    fight_may_write,
+    fight_observe,
+    fight_record_write,
+    fight_tick,
+    last_address_writer,
+)
+
+__all__ = [  # the address-fight names are re-exported from agent.fight
+    "FIRST_PAUSE", "MAX_MESSAGE", "MAX_PAUSE", "NO_INTERNAL_IP", "RESOLVE_AFTER",
+    "REVERTS_FOR_CONFLICT", "REVERT_WINDOW", "BlockReason", "Condition", "FightEvent",
+    "FightState", "NodeInputs", "Obj", "Operation", "Patch", "ProviderIDAction", "TaintDecision",
+    "addresses_match", "decide_taint", "desired_condition", "desired_provider_id",
+    "fight_may_write", "fight_observe", "fight_record_write", "fight_tick", "has_ip",
+    "is_tainted", "last_address_writer", "node_inputs", "owned_annotation", "plan_addresses",
+    "plan_annotation_patch", "plan_status_patch", "plan_taint_patch", "pointer",
+    "provider_id_action", "render_provider_id",
+]  # fmt: skip
 
 Obj = Mapping[str, Any]
 Operation = dict[str, Any]
@@ -131,13 +156,18 @@ def desired_condition(
     blocked: Sequence[BlockReason] = (),
     conflict_manager: str | None = None,
 ) -> Condition:
-    """Highest-priority reason; the message lists every problem in that order (deterministic)."""
+    """Highest-priority reason; the message lists every problem in that order (deterministic).
+
+    ``blocked`` names the gates that hold the taint now (§7.2). ``NoInternalIP`` means gate 3
+    holds it, or the list has no IP at all (a gate-3 failure under any setting); a Node
+    initialised with an ExternalIP only is not a problem here, the loop warns about it (§7.1).
+    """
     problems: list[tuple[str, str]] = []
     if conflict_manager is not None:
         why = f"status.addresses keeps being reverted by {conflict_manager}"
         fix = "start the kubelet with --cloud-provider=external"
         problems.append(("KubeletOwnsAddresses", f"{why}; {fix}"))
-    if not any(a.type == INTERNAL for a in plan.addresses):
+    if "no_internal_ip" in blocked or not has_ip(plan.addresses):
         problems.append(("NoInternalIP", NO_INTERNAL_IP))
     for f in plan.findings:
         if f.kind == "provided_mismatch":
@@ -155,6 +185,12 @@ def desired_condition(
     problems.sort(key=lambda p: _REASON_ORDER.index(p[0]))
     message = "; ".join(m for _, m in problems)
     return Condition("False", problems[0][0], message[:MAX_MESSAGE])
+
+
+def has_ip(addresses: Sequence[NodeAddress], *, internal_only: bool = False) -> bool:
+    """Gate 3's test (§7.1): an InternalIP, or (by default) an InternalIP or ExternalIP."""
+    wanted = {INTERNAL} if internal_only else {INTERNAL, EXTERNAL}
+    return any(a.type in wanted for a in addresses)
 
 
 def _condition_operations(node: Obj, condition: Condition | None, now: str) -> list[Operation]:
@@ -212,20 +248,34 @@ def plan_status_patch(
     condition: Condition | None,
     now: str,
     write_addresses: bool = True,
+    with_annotation: bool = True,
 ) -> Patch | None:
     """The status PATCH, or None when nothing differs (§4.5).
 
     ``condition=None`` means --report-condition=false (an existing condition is removed once).
     ``write_addresses=False`` (address-fight pause, §7.4) leaves ``status.addresses`` as found.
+    ``with_annotation=False``: the ownership annotation goes in a main-resource patch first
+    (:func:`plan_annotation_patch`), for an apiserver that drops metadata on status (§5.2).
     ``now`` is the RFC 3339 time for the condition's timestamps.
     """
     ops: list[Operation] = []
-    if write_addresses and not addresses_match(node, plan):
+    current = node_addresses((node.get("status") or {}).get("addresses"))
+    differs = not addresses_match(node, plan) if with_annotation else current != plan.addresses
+    if write_addresses and differs:
         addresses = [a.to_api() for a in plan.addresses]
         ops.append({"op": "add", "path": "/status/addresses", "value": addresses})
-        ops.append(_annotation_operation(node, plan.annotation))
+        if with_annotation:
+            ops.append(_annotation_operation(node, plan.annotation))
     ops += _condition_operations(node, condition, now)
     return Patch("status", (_test_rv(node), *ops)) if ops else None
+
+
+def plan_annotation_patch(node: Obj, plan: AddressPlan) -> Patch | None:
+    """The ownership annotation alone, on the main resource, guarded by the resourceVersion;
+    None when it is already stored (§5.2's fallback)."""
+    if owned_annotation(node) == plan.annotation:
+        return None
+    return Patch(None, (_test_rv(node), _annotation_operation(node, plan.annotation)))
 
 
 def _annotation_operation(node: Obj, value: str) -> Operation:
@@ -310,6 +360,14 @@ def provider_id_action(node: Obj, desired: str | None, *, configured: bool) -> P
     return ProviderIDAction("set", desired) if desired else ProviderIDAction("unavailable")
 
 
+def desired_provider_id(node: Obj, *, template: str, fetched: str | None) -> ProviderIDAction:
+    """The action for a --provider-id ``template``, else a value ``fetched`` from instance
+    metadata (Azure, §5.5.3; None: not Azure, nothing configured or given up: never blocks)."""
+    if template:
+        return provider_id_action(node, render_provider_id(template, node), configured=True)
+    return provider_id_action(node, fetched, configured=fetched is not None)
+
+
 # ------------------------------------------------------------------ gates (§7.1, §7.3)
 @dataclass(frozen=True)
 class TaintDecision:
@@ -331,9 +389,7 @@ def decide_taint(
     if not (config.remove_taint and tainted):
         return TaintDecision(False)
     blocked: list[BlockReason] = []
-    types = {a.type for a in plan.addresses}
-    wanted = {INTERNAL} if config.require_internal_ip else {"InternalIP", "ExternalIP"}
-    if not types & wanted:
+    if not has_ip(plan.addresses, internal_only=config.require_internal_ip):
         blocked.append("no_internal_ip")
     mismatch = any(f.kind == "provided_mismatch" for f in plan.findings)
     if config.provided_node_ip_policy == "strict" and mismatch:
@@ -342,92 +398,3 @@ def decide_taint(
         blocked.append("provider_id_unavailable")
     remove = addresses_synced and not blocked
     return TaintDecision(remove, tuple(blocked), waiting_for_addresses=not addresses_synced)
-
-
-# ------------------------------------------------------------------ address fights (§7.4)
-REVERT_WINDOW = 600.0
-REVERTS_FOR_CONFLICT = 3
-FIRST_PAUSE, MAX_PAUSE = 60.0, 1800.0
-RESOLVE_AFTER = 600.0
-FightEvent = Literal["revert", "conflict_entered", "conflict_resolved"]
-
-
-@dataclass(frozen=True)
-class FightState:
-    """What the agent last wrote and how often someone undid it (monotonic seconds)."""
-
-    written: tuple[NodeAddress, ...] | None = None  # None: nothing written, or already reverted
-    written_rv: str | None = None
-    written_at: float | None = None
-    reverts: tuple[float, ...] = ()
-    conflict: bool = False
-    pause: float = 0.0
-    retry_at: float = 0.0
-
-
-def fight_record_write(
-    state: FightState, written: Sequence[NodeAddress], rv: str, now: float
-) -> FightState:
-    return replace(state, written=tuple(written), written_rv=rv, written_at=now)
-
-
-def fight_observe(
-    state: FightState,
-    *,
-    addresses: Sequence[NodeAddress],
-    rv: str,
-    would_write: bool,
-    now: float,
-) -> tuple[FightState, FightEvent | None]:
-    """A watch event not caused by the agent. A revert needs a newer RV, a list that differs
-    from what we wrote, and a desired list that differs from it (we would write again)."""
-    if state.written is None or not _newer(rv, state.written_rv):
-        return state, None
-    if tuple(addresses) == state.written or not would_write:
-        return state, None
-    reverts = (*(t for t in state.reverts if now - t < REVERT_WINDOW), now)
-    state = replace(state, written=None, reverts=reverts)  # one revert per write
-    if state.conflict:  # the retry write was undone again: back off further
-        pause = min(state.pause * 2, MAX_PAUSE)
-        return replace(state, pause=pause, retry_at=now + pause), "revert"
-    if len(reverts) >= REVERTS_FOR_CONFLICT:
-        entered = replace(state, conflict=True, pause=FIRST_PAUSE, retry_at=now + FIRST_PAUSE)
-        return entered, "conflict_entered"
-    return state, "revert"
-
-
-def fight_may_write(state: FightState, now: float) -> bool:
-    """Address writes pause in the conflict state until the retry time."""
-    return not state.conflict or now >= state.retry_at
-
-
-def fight_tick(state: FightState, now: float) -> tuple[FightState, FightEvent | None]:
-    """Leave the conflict state once a write has survived RESOLVE_AFTER seconds."""
-    if not state.conflict or state.written is None or state.written_at is None:
-        return state, None
-    if now - state.written_at < RESOLVE_AFTER:
-        return state, None
-    return replace(state, conflict=False, pause=0.0, retry_at=0.0, reverts=()), "conflict_resolved"
-
-
-def _newer(rv: str, than: str | None) -> bool:
-    if than is None:
-        return True
-    try:
-        return int(rv) > int(than)
-    except ValueError:  # resourceVersions are opaque; etcd's are integers
-        return rv != than
-
-
-def last_address_writer(node: Obj, *, ignore: str = names.AGENT) -> str | None:
-    """The field manager that most recently touched ``status.addresses`` (other than us)."""
-    best: tuple[str, str] | None = None
-    for entry in node.get("metadata", {}).get("managedFields") or ():
-        fields = entry.get("fieldsV1") or {}
-        manager = entry.get("manager")
-        if manager == ignore or "f:addresses" not in (fields.get("f:status") or {}):
-            continue
-        stamp = str(entry.get("time") or "")
-        if best is None or stamp >= best[0]:
-            best = (stamp, str(manager))
-    return None if best is None else best[1]

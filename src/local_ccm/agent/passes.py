@@ -1,0 +1,140 @@
+"""Small decisions of one pass of the agent (spec/agent.md §2.7, §6.5.1, §6.6, §7.2, §8.3):
+reading the cached Node, whether a write must settle, metric labels of a PATCH, what a held
+taint reports, and run-once's verdict.
+
+Pure, no I/O, no clock: times are parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, get_args
+
+from local_ccm import names
+from local_ccm.agent import events as ev
+from local_ccm.agent.addresses import AddressPlan, NodeAddress, node_addresses, parse_owned
+from local_ccm.agent.candidates import Detection, DetectorKey, Disabled, Found
+from local_ccm.agent.config import FAMILIES, AgentConfig, family_name
+from local_ccm.agent.plan import (
+    BlockReason,
+    Patch,
+    ProviderIDAction,
+    TaintDecision,
+    addresses_match,
+    is_tainted,
+)
+
+Obj = Mapping[str, Any]
+Detected = Mapping[DetectorKey, Detection]
+BLOCK_REASONS: tuple[BlockReason, ...] = get_args(BlockReason)
+
+
+# ------------------------------------------------------------------ the cached Node
+def node_rv(node: Obj | None) -> str:
+    return str(((node or {}).get("metadata") or {}).get("resourceVersion", ""))
+
+
+def node_uid(node: Obj | None) -> str:
+    return str(((node or {}).get("metadata") or {}).get("uid", ""))
+
+
+def is_older(rv: str, than: str) -> bool:
+    """An event older than the response of our own write (§6.6 keeps the newest)."""
+    try:
+        return int(rv) < int(than)
+    except ValueError:  # resourceVersions are opaque; etcd's are integers
+        return False
+
+
+def current_addresses(node: Obj) -> tuple[NodeAddress, ...]:
+    return node_addresses((node.get("status") or {}).get("addresses"))
+
+
+def creation_delay(node: Obj, now: datetime) -> float | None:
+    """Seconds since ``metadata.creationTimestamp`` (§7.2: NodeInitialized, the histogram)."""
+    created = (node.get("metadata") or {}).get("creationTimestamp")
+    if not created:
+        return None
+    born = datetime.fromisoformat(str(created).replace("Z", "+00:00"))
+    return max(0.0, (now - born).total_seconds())
+
+
+# ------------------------------------------------------------------ settle (§6.5.1)
+def is_settle_needed(node: Obj, plan: AddressPlan) -> bool:
+    """§6.5.1: the plan removes or replaces an owned address already on the (initialised)
+    Node. The first write (nothing owned yet, or still tainted) is immediate."""
+    if is_tainted(node):
+        return False
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    owned, _ = parse_owned(annotations.get(names.OWNED_ADDRESSES_ANNOTATION))
+    if not owned:
+        return False
+    current = {a.key for a in current_addresses(node)}
+    desired = {a.key for a in plan.addresses}
+    return any(o.key in current and o.key not in desired for o in owned)
+
+
+# ------------------------------------------------------------------ metrics (§8.3)
+def patch_kinds(patch: Patch) -> list[str]:
+    """Metric ``kind`` labels for one PATCH; the ownership annotation counts as addresses."""
+    paths = [str(op["path"]) for op in patch.operations if op["op"] != "test"]
+    kinds = []
+    if any(p == "/status/addresses" or p.startswith("/metadata/annotations") for p in paths):
+        kinds.append("addresses")
+    if any(p.startswith("/status/conditions") for p in paths):
+        kinds.append("condition")
+    if any(p.startswith("/spec/taints") for p in paths):
+        kinds.append("taint")
+    if "/spec/providerID" in paths:
+        kinds.append("provider_id")
+    return kinds
+
+
+# ------------------------------------------------------------------ reporting gates (§7.2, §7.3)
+@dataclass(frozen=True)
+class GateReport:
+    """Gauge values and Events for one pass's taint decision."""
+
+    blocked: Mapping[str, int]  # local_ccm_initialization_blocked{reason}
+    mismatch: Mapping[str, int]  # local_ccm_provided_node_ip_mismatch{family}
+    events: tuple[ev.EventSpec, ...]
+
+
+def gate_report(
+    node: Obj, decision: TaintDecision, plan: AddressPlan, provider: ProviderIDAction
+) -> GateReport:
+    """Never block silently: every held gate, mismatch and provider-ID conflict is reported."""
+    held = set(decision.blocked) if is_tainted(node) else set()
+    mismatched = {f.family for f in plan.findings if f.kind == "provided_mismatch"}
+    events = [
+        *ev.initialization_blocked(decision.blocked if held else ()),
+        *ev.provided_mismatches(plan.findings),
+    ]
+    if provider.kind == "mismatch" and provider.existing:
+        events.append(ev.provider_id_mismatch(provider.existing, provider.value))
+    return GateReport(
+        blocked={r: int(r in held) for r in BLOCK_REASONS},
+        mismatch={family_name(f): int(f in mismatched) for f in FAMILIES},
+        events=tuple(events),
+    )
+
+
+# ------------------------------------------------------------------ run-once (§2.7)
+def unmet_run_once(
+    node: Obj, plan: AddressPlan, detected: Detected, config: AgentConfig, provider_id: str
+) -> list[str]:
+    """The reasons run-once did not reach the final state (empty = exit 0); ``provider_id``
+    is the configured template or the fetched value ("" = none)."""
+    unmet = []
+    if not addresses_match(node, plan):
+        unmet.append("status.addresses differ from the desired list")
+    for (kind, family), d in sorted(detected.items()):
+        if not isinstance(d, Found | Disabled):
+            unmet.append(f"{kind} {family_name(family)} detection failed: {d.reason} {d.detail}")
+    if config.remove_taint and is_tainted(node):
+        unmet.append(f"taint {names.UNINITIALIZED_TAINT} is still present")
+    if provider_id and not (node.get("spec") or {}).get("providerID"):
+        unmet.append("spec.providerID is not set")
+    return unmet

@@ -1,0 +1,275 @@
+"""The agent's long-running jobs and its two modes (spec/agent.md §2.5-§2.7, §6.1-§6.4):
+start-up checks, the worker, the watch, the netlink monitor, the timers, loop and run-once.
+
+Each job is a coroutine over an :class:`~local_ccm.agent.loop.Agent`; the pass itself is the
+agent's. Time comes from the agent's clock, so unit tests drive every job with a fake one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from typing import TYPE_CHECKING
+
+from local_ccm import names
+from local_ccm.agent.nodeapi import (
+    WATCH_TIMEOUT,
+    ConflictError,
+    ExpiredError,
+    ForbiddenError,
+    NodeApiError,
+    TransientError,
+    UnauthorizedError,
+)
+from local_ccm.agent.passes import unmet_run_once
+from local_ccm.agent.plan import plan_addresses
+from local_ccm.agent.providerid import fetch_provider_id
+from local_ccm.agent.timing import API_BACKOFF, MONITOR_BACKOFF, WATCH_BACKOFF, watch_end_reason
+from local_ccm.agent.triggers import Triggers
+from local_ccm.clock import Clock
+from local_ccm.logs import V1, kv
+
+if TYPE_CHECKING:
+    from local_ccm.agent.loop import Agent
+
+log = logging.getLogger(__name__)
+
+RUN_ONCE_TRANSIENT_RETRIES = 3
+RUN_ONCE_DEADLINE = 60.0
+EXIT_OK, EXIT_FAILED, EXIT_PRECONDITION = 0, 1, 4
+REQUIRED_ACCESS = (  # §2.6: (verb, resource, subresource, namespaced)
+    ("get", "nodes", "", False),
+    ("list", "nodes", "", False),
+    ("watch", "nodes", "", False),
+    ("patch", "nodes", "", False),
+    ("patch", "nodes", "status", False),
+    ("create", "events", "", True),
+)
+NETLINK_KINDS = {"address": "addr", "resync": "overflow"}  # Change.kind -> metric label
+
+
+class PreconditionError(Exception):
+    """Exit 4 in loop mode (§2.6): credentials rejected or permissions missing."""
+
+
+# ------------------------------------------------------------------ timers and the worker
+async def fire_after(clock: Clock, triggers: Triggers, delay: float, kind: str = "retry") -> None:
+    await clock.sleep(delay)
+    triggers.fire(kind)
+
+
+async def tick(agent: Agent) -> None:
+    while True:
+        await agent.clock.sleep(agent.settings.reconcile_interval)
+        agent.triggers.fire("tick")
+
+
+async def resync(agent: Agent) -> None:
+    while True:
+        jitter = 0.9 + 0.2 * agent.rng.random()  # ±10 % (§6.4)
+        await agent.clock.sleep(agent.settings.resync_interval * jitter)
+        agent.triggers.fire("resync")
+
+
+async def watchdog(agent: Agent) -> None:
+    while True:
+        agent.health.beat = agent.clock.monotonic()
+        await agent.clock.sleep(1.0)
+
+
+async def work(agent: Agent) -> None:
+    """Passes never overlap: one worker consumes coalesced triggers."""
+    while True:
+        await agent.run_pass(await agent.triggers.next_burst())
+
+
+async def send_events(agent: Agent) -> None:
+    await agent.events.send_forever()
+
+
+# ------------------------------------------------------------------ watch (§6.3, §6.4)
+async def watch(agent: Agent) -> None:
+    """One watch after another from the last seen resourceVersion; a 410 ends this job and
+    fires a resync, whose pass relists and starts a new one."""
+    failures = 0
+    while True:
+        delay, reason = 0.0, "error"
+        started, events = agent.clock.monotonic(), 0
+        try:
+            async for event in agent.api.watch_node(agent.name, agent.watch_rv):
+                failures, events = 0, events + 1
+                agent.on_watch_event(event)
+            ended = watch_end_reason(agent.clock.monotonic() - started, WATCH_TIMEOUT[0])
+            reason = ended
+            if ended == "closed" and not events:  # a server or proxy that hangs up at once
+                delay = WATCH_BACKOFF.next_delay(failures, None, agent.rng)
+                failures += 1
+        except ExpiredError:
+            log.log(V1, "watch expired; relisting", extra=kv(node=agent.name))
+            agent.triggers.fire("resync")
+            agent.metrics.watch_restarts.labels("gone").inc()
+            return
+        except NodeApiError as exc:
+            delay = WATCH_BACKOFF.next_delay(failures, exc.retry_after, agent.rng)
+            failures += 1
+            if agent.health.watch_down_since is None:
+                agent.health.watch_down_since = agent.clock.monotonic()
+            log.log(
+                V1,
+                "watch failed (%s); reconnecting in %.1fs",
+                exc,
+                delay,
+                extra=kv(node=agent.name),
+            )
+        agent.metrics.watch_restarts.labels(reason).inc()
+        await agent.clock.sleep(delay)
+
+
+# ------------------------------------------------------------------ netlink (§6.2)
+async def netlink(agent: Agent) -> None:
+    """Every batch of kernel notifications is a trigger; a failed socket is reopened."""
+    if agent.changes is None:
+        return
+    failures = 0
+    while True:
+        try:
+            async for batch in agent.changes():
+                failures = 0
+                for change in batch:
+                    kind = NETLINK_KINDS.get(change.kind, change.kind)
+                    agent.metrics.netlink_events.labels(kind).inc()
+                agent.triggers.fire("netlink")
+        except OSError as exc:
+            delay = MONITOR_BACKOFF.next_delay(failures, None, agent.rng)
+            failures += 1
+            log.warning(
+                "netlink monitor failed (%s); reopening in %.1fs",
+                exc,
+                delay,
+                extra=kv(node=agent.name),
+            )
+            await agent.clock.sleep(delay)
+
+
+# ------------------------------------------------------------------ start-up (§6.1)
+async def check_permissions(agent: Agent) -> None:
+    """§2.6: SelfSubjectAccessReview for every permission the loop needs."""
+    missing = []
+    for verb, resource, sub, namespaced in REQUIRED_ACCESS:
+        namespace = agent.settings.event_namespace if namespaced else ""
+        try:
+            allowed = await agent.api.can_i(verb, resource, subresource=sub, namespace=namespace)
+        except UnauthorizedError as exc:
+            raise PreconditionError(f"credentials rejected: {exc.message}") from exc
+        if not allowed:
+            missing.append(f"{verb} {resource}{'/' + sub if sub else ''}")
+    if missing:
+        raise PreconditionError("missing permissions: " + ", ".join(missing))
+
+
+async def initial_list(agent: Agent) -> None:
+    """§6.1 step 4: transient errors back off; rejected credentials are fatal."""
+    failures = 0
+    while True:
+        try:
+            await agent.relist()
+            return
+        except (UnauthorizedError, ForbiddenError) as exc:
+            raise PreconditionError(f"cannot list Node {agent.name}: {exc.message}") from exc
+        except NodeApiError as exc:
+            delay = API_BACKOFF.next_delay(failures, exc.retry_after, agent.rng)
+            failures += 1
+            log.warning(
+                "listing Node failed (%s); retry in %.1fs", exc, delay, extra=kv(node=agent.name)
+            )
+            await agent.clock.sleep(delay)
+
+
+async def fetch_instance_provider_id(agent: Agent) -> None:
+    """§5.5.3: once per process, before the first pass (which then sets it with the taint
+    removal); a missing or failing metadata service blocks nothing."""
+    if agent.provider_ids is None or agent.settings.provider_id:
+        return
+    attempts = await fetch_provider_id(agent.provider_ids, agent.clock, agent.rng, agent.name)
+    agent.fetched_provider_id = attempts.value
+
+
+# ------------------------------------------------------------------ loop mode (§6.1)
+async def run_loop(agent: Agent, *, check_access: bool = True) -> int:
+    """§6.1; runs until cancelled. Returns only for a failed precondition (exit 4)."""
+    jobs: list[asyncio.Task[None]] = []
+    loop = asyncio.get_running_loop()
+    try:
+        jobs.append(loop.create_task(netlink(agent)))  # step 2: the monitor first
+        if check_access:
+            await check_permissions(agent)
+        await initial_list(agent)
+        await fetch_instance_provider_id(agent)
+        await agent.run_pass(["startup"])
+        agent.health.first_pass = True
+        agent.restart_watch()
+        for job in (send_events, tick, resync, watchdog):
+            jobs.append(loop.create_task(job(agent)))
+        await work(agent)
+    except PreconditionError as exc:
+        print(f"{names.AGENT}: {exc}", file=sys.stderr)
+        log.error("start-up precondition failed: %s", exc, extra=kv(node=agent.name))
+        return EXIT_PRECONDITION
+    finally:
+        for task in [*jobs, agent.watch_task, agent.retry_task]:
+            if task is not None:
+                task.cancel()
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------ run-once (§2.5, §2.7)
+async def run_once(agent: Agent) -> int:
+    """One full pass with bounded retries, then exit 0 or 1."""
+    try:
+        return await asyncio.wait_for(_once(agent), RUN_ONCE_DEADLINE)
+    except TimeoutError:
+        print(
+            f"{names.AGENT}: run-once: no final state within {RUN_ONCE_DEADLINE:.0f}s",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    finally:
+        if agent.retry_task is not None:
+            agent.retry_task.cancel()
+
+
+async def _once(agent: Agent) -> int:
+    await fetch_instance_provider_id(agent)
+    for attempt in range(RUN_ONCE_TRANSIENT_RETRIES + 1):
+        try:
+            await agent.relist()
+        except NodeApiError as exc:
+            agent.last_error = exc
+        else:
+            if agent.node is None:
+                print(f"{names.AGENT}: Node {agent.name} not found", file=sys.stderr)
+                return EXIT_FAILED
+            agent.backoff_until = 0.0  # run-once keeps its own retry count
+            await agent.run_pass(["startup"])
+        if not isinstance(agent.last_error, TransientError | ConflictError):
+            break
+        delay = API_BACKOFF.next_delay(attempt, agent.last_error.retry_after, agent.rng)
+        await agent.clock.sleep(delay)
+    await agent.events.flush(5.0)
+    return _verdict(agent)
+
+
+def _verdict(agent: Agent) -> int:
+    if agent.node is None or agent.detected is None:
+        error = agent.last_error.message if agent.last_error else "Node not read"
+        print(f"{names.AGENT}: run-once failed: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    plan = plan_addresses(agent.node, agent.detected, agent.config)
+    provider_id = agent.settings.provider_id or agent.fetched_provider_id or ""
+    unmet = unmet_run_once(agent.node, plan, agent.detected, agent.config, provider_id)
+    for item in unmet:
+        print(f"{names.AGENT}: unmet: {item}", file=sys.stderr)
+    if agent.last_error is not None and unmet:
+        print(f"{names.AGENT}: last error: {agent.last_error.message}", file=sys.stderr)
+    return EXIT_FAILED if unmet else EXIT_OK

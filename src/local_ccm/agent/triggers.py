@@ -1,0 +1,80 @@
+"""What wakes the agent's worker and what its health checks read (spec/agent.md §6.2, §8.4).
+
+:class:`Triggers` coalesces triggers into bursts (the timing is ``timing.debounce_wait``);
+:class:`Health` holds plain timestamps the HTTP thread reads and the loop writes. Both take
+an injected :class:`Clock`, so unit tests never sleep on the wall clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from local_ccm.agent.timing import debounce_wait
+from local_ccm.clock import Clock
+
+WATCH_GRACE = 60.0  # readiness tolerates a reconnecting watch this long (§8.4)
+LOOP_STALL = 10.0  # liveness: the watchdog ticks every second
+
+
+class Triggers:
+    """A burst ends after ``quiet`` seconds without a new trigger, or ``longest`` seconds
+    after its first trigger; its kinds are returned in order of first appearance."""
+
+    def __init__(self, clock: Clock, quiet: float, longest: float) -> None:
+        self._clock, self._quiet, self._longest = clock, quiet, longest
+        self._pending: list[str] = []
+        self._last = 0.0
+        self._event = asyncio.Event()
+
+    def fire(self, kind: str) -> None:
+        if kind not in self._pending:
+            self._pending.append(kind)
+        self._last = self._clock.monotonic()
+        self._event.set()
+
+    async def next_burst(self) -> list[str]:
+        await self._event.wait()
+        first = self._clock.monotonic()
+        while (wait := self._wait(first)) > 0:
+            await self._clock.sleep(wait)
+        kinds, self._pending = self._pending, []
+        self._event.clear()
+        return kinds
+
+    def _wait(self, first: float) -> float:
+        now = self._clock.monotonic()
+        return debounce_wait(first, self._last, now, quiet=self._quiet, longest=self._longest)
+
+
+class Health:
+    """/healthz and /readyz checks (§8.4) over timestamps the loop keeps current."""
+
+    def __init__(self, clock: Clock, pass_budget: float) -> None:
+        self._clock = clock
+        self.pass_budget = pass_budget
+        self.beat = clock.monotonic()
+        self.last_pass = clock.monotonic()
+        self.first_pass = False
+        self.watch_down_since: float | None = None
+        self.forbidden: str | None = None
+
+    def loop_ok(self) -> tuple[bool, str]:
+        age = self._clock.monotonic() - self.beat
+        return age < LOOP_STALL, f"event loop last ticked {age:.1f}s ago"
+
+    def pass_ok(self) -> tuple[bool, str]:
+        age = self._clock.monotonic() - self.last_pass
+        return age < self.pass_budget, f"last pass completed {age:.1f}s ago"
+
+    def first_pass_ok(self) -> tuple[bool, str]:
+        return self.first_pass, "the first pass has not completed"
+
+    def watch_ok(self) -> tuple[bool, str]:
+        since = self.watch_down_since
+        if since is None:
+            return True, "connected"
+        down = self._clock.monotonic() - since
+        return down < WATCH_GRACE, f"watch reconnecting for {down:.0f}s"
+
+    def writes_ok(self) -> tuple[bool, str]:
+        return self.forbidden is None, f"last write was forbidden: {self.forbidden}"
