@@ -105,6 +105,16 @@ def test_delete_with_stale_uid_precondition_is_conflict_and_keeps_the_object(
         kube.get(NODES, unique_name)
 
 
+def test_dry_run_delete_with_preconditions_leaves_the_object_in_place(
+    kube: Client, track: Track, unique_name: str, test_labels: dict[str, str]
+) -> None:
+    """With a DeleteOptions body the apiserver ignores ?dryRun=All; the body must carry it."""
+    node = make_node(kube, track, unique_name, test_labels)
+    uid = node["metadata"]["uid"]
+    kube.delete(NODES, unique_name, uid=uid, resource_version=rv(node), dry_run=True)
+    assert kube.get(NODES, unique_name)["metadata"]["uid"] == uid
+
+
 DUAL_STACK = [
     {"type": "InternalIP", "address": "192.0.2.10"},
     {"type": "InternalIP", "address": "2001:db8::10"},

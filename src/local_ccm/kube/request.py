@@ -181,6 +181,7 @@ def delete_options(
     resource_version: str | None = None,
     propagation_policy: str | None = None,
     grace_period_seconds: int | None = None,
+    dry_run: bool = False,
 ) -> Obj | None:
     """The DeleteOptions body, or None when every option is at its default."""
     options: Obj = {}
@@ -195,6 +196,8 @@ def delete_options(
         options["gracePeriodSeconds"] = grace_period_seconds
     if not options:
         return None
+    if dry_run:  # with a body, the apiserver ignores the query's dryRun (see delete_request)
+        options["dryRun"] = ["All"]
     return {"apiVersion": "v1", "kind": "DeleteOptions", **options}
 
 
@@ -209,13 +212,17 @@ def delete_request(
     grace_period_seconds: int | None = None,
     dry_run: bool = False,
 ) -> Request:
-    # DeleteOptions has no fieldManager: a delete manages no fields.
+    # DeleteOptions has no fieldManager: a delete manages no fields. When a DeleteOptions body
+    # is sent, the apiserver takes every option from the body and ignores the query, so dryRun
+    # must be in the body too: with it only in the query, a dry-run delete with preconditions
+    # deleted the object for real.
     path = res.path(namespace, name) + encode_query([("dryRun", "All" if dry_run else None)])
     options = delete_options(
         uid=uid,
         resource_version=resource_version,
         propagation_policy=propagation_policy,
         grace_period_seconds=grace_period_seconds,
+        dry_run=dry_run,
     )
     if options is None:
         return Request("DELETE", path)

@@ -143,6 +143,13 @@ def test_plain_delete_has_no_body() -> None:
     assert req.path == "/api/v1/namespaces/ns/pods/p?dryRun=All"
 
 
+def test_dry_run_delete_with_preconditions_carries_dry_run_in_the_body() -> None:
+    req = rq.delete_request(NODES, "n1", uid="u1", dry_run=True)
+    assert req.body is not None
+    assert json.loads(req.body)["dryRun"] == ["All"]
+    assert json.loads(req.body)["preconditions"] == {"uid": "u1"}
+
+
 def test_raw_request_encodes_json_and_query() -> None:
     req = rq.raw_request("post", "/apis/x", query={"a": "b c"}, body={"k": 1})
     assert (req.method, req.path, req.content_type) == (
