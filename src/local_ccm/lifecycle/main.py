@@ -1,16 +1,307 @@
-"""Composition root of node-lifecycle-controller: parses flags, builds the adapters, runs the loop.
-
-Called by `local_ccm.cli`; the component's loop lands with issue #4.
+"""Composition root of node-lifecycle-controller (spec/lifecycle.md §2.4, §5.5, §7, §9, §10):
+parses flags, starts logging, builds the adapters, checks the start-up preconditions and runs
+the loop. Exit codes: 0 graceful stop or --help, 1 internal error, 2 invalid command line,
+3 leadership lost, 4 start-up precondition failed (credentials, RBAC, no usable probe).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import random
+import signal
+import socket
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from local_ccm import __version__, election, flags, names
+from local_ccm.clock import Clock, SystemClock
+from local_ccm.kube import errors as ke
+from local_ccm.kube.aio import AsyncClient
+from local_ccm.kube.backoff import Backoff
+from local_ccm.kube.client import Client
+from local_ccm.kube.config import ConfigError, resolve_config
+from local_ccm.leader import KubeLeaseApi, LeaderContext, LeaderElector
+from local_ccm.lifecycle.metrics import LifecycleMetrics
+from local_ccm.lifecycle.nodeapi import Access, KubeNodeApi, NodeApi, required_access
+from local_ccm.lifecycle.options import FLAGS, PROG, LifecycleOptions, options_from, startup_fields
+from local_ccm.lifecycle.probe import (
+    Capabilities,
+    ProbeCapabilityError,
+    Prober,
+    SocketProber,
+    detect_capabilities,
+    require_usable,
+)
+from local_ccm.lifecycle.run import (
+    Controller,
+    LoopConfig,
+    Status,
+    health_checks,
+    leader_callback,
+    run_controller,
+)
+from local_ccm.logs import configure_logging, kv
+from local_ccm.serve import start_servers
+
+log = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PRECONDITION = 0, 1, 2, 4
+API_TIMEOUT = 15.0  # reads; writes use the election's write timeout (§7.7)
+ACCESS_BACKOFF = Backoff(initial=1.0, factor=2.0, cap=30.0, jitter=0.2)
 
 
 def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
     """Run node-lifecycle-controller: `argv` without the program name; returns the exit status."""
-    del argv, env
-    print("node-lifecycle-controller: not implemented yet (issue #4)", file=sys.stderr)
-    return 1
+    parsed = flags.parse(FLAGS, argv, env)
+    if parsed.help_requested:
+        sys.stdout.write(flags.format_usage(FLAGS))
+        return EXIT_OK
+    loaded = options_from(parsed)
+    if isinstance(loaded, list):
+        print(flags.usage_error(PROG, loaded), file=sys.stderr)
+        return EXIT_USAGE
+    start_logging(loaded)
+    try:
+        return asyncio.run(_main(loaded, env))
+    except Exception as exc:  # the last line of defence: one line, exit 1
+        log.error("internal error: %s: %s", type(exc).__name__, exc, exc_info=True)
+        return EXIT_FAILED
+
+
+async def _main(options: LifecycleOptions, env: Mapping[str, str]) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return await run_lifecycle(options, env, stop=stop)
+
+
+def start_logging(options: LifecycleOptions) -> None:
+    configure_logging(fmt=options.log_format, verbosity=options.verbosity, component=PROG, bound={})
+    if options.ignored_klog:
+        given = ", ".join(f"--{name}" for name in options.ignored_klog)
+        log.warning("ignoring klog flags %s: logging is set by --v and --log-format", given)
+    for warning in options.warnings:
+        log.warning("%s", warning)
+    log.info("starting %s %s", PROG, __version__, extra=kv(**startup_fields(options)))
+
+
+@dataclass(frozen=True)
+class Started:
+    """Handed to `on_start` (in-process tests): what the running controller is made of."""
+
+    identity: str
+    metrics: LifecycleMetrics
+    status: Status
+    health_port: int | None
+    metrics_port: int | None
+
+
+async def run_lifecycle(
+    options: LifecycleOptions,
+    env: Mapping[str, str],
+    *,
+    stop: asyncio.Event,
+    prober: Prober | None = None,
+    clock: Clock | None = None,
+    on_start: Callable[[Started], None] | None = None,
+    watch_selector: str | None = None,
+    wrap_api: Callable[[NodeApi], NodeApi] | None = None,
+) -> int:
+    """Everything after flag parsing; tests call it in a thread with their own loop and may
+    inject the prober (then no capability check runs) and the clock. `watch_selector`
+    narrows what the watch sees (a test's own Nodes) without changing the scope rules;
+    `wrap_api` wraps the real Node API adapter (e.g. to see Nodes by name)."""
+    clock = clock or SystemClock()
+    metrics = LifecycleMetrics()
+    try:
+        cluster = resolve_config(options.kubeconfig, "", env)
+    except ConfigError as exc:
+        log.error("no usable Kubernetes credentials: %s", exc)
+        return EXIT_PRECONDITION
+    if prober is None:
+        built = build_prober(options, metrics)
+        if isinstance(built, str):
+            log.error("%s", built)
+            return EXIT_PRECONDITION
+        prober = built
+    metrics.unprobed.set(1 if options.unprobed else 0)
+    identity = election.new_identity(socket.gethostname(), random.SystemRandom())
+    client = Client(
+        cluster, field_manager=names.LIFECYCLE, user_agent=f"{PROG}/{__version__}",
+        timeout=API_TIMEOUT,
+    )  # fmt: skip
+    try:
+        write_timeout = _write_timeout(options)
+        aio = AsyncClient(client)
+        api: NodeApi = KubeNodeApi(
+            aio, write_timeout=write_timeout, observe=metrics.observe_request
+        )
+        if wrap_api is not None:
+            api = wrap_api(api)
+        problem = await check_access(api, _needed(options), stop, clock)
+        if problem is not None:
+            log.error("%s", problem)
+            return EXIT_PRECONDITION
+        if stop.is_set():
+            return EXIT_OK
+        return await _serve(
+            options, aio=aio, api=api, prober=prober, clock=clock, metrics=metrics,
+            identity=identity, stop=stop, on_start=on_start, watch_selector=watch_selector,
+        )  # fmt: skip
+    finally:
+        client.close()
+
+
+async def _serve(
+    options: LifecycleOptions,
+    *,
+    aio: AsyncClient,
+    api: NodeApi,
+    prober: Prober,
+    clock: Clock,
+    metrics: LifecycleMetrics,
+    identity: str,
+    stop: asyncio.Event,
+    on_start: Callable[[Started], None] | None,
+    watch_selector: str | None,
+) -> int:
+    status = Status()
+    healthz, readyz = health_checks(status, clock, options.interval)
+    try:
+        servers = start_servers(
+            metrics_address=options.metrics_address, health_address=options.health_address,
+            registry=metrics.registry, healthz=healthz, readyz=readyz,
+        )  # fmt: skip
+    except OSError as exc:
+        log.error("cannot listen for metrics or health probes: %s", exc)
+        return EXIT_FAILED
+    try:
+        config = loop_config(options)
+        if watch_selector is not None:
+            config = replace(config, selector=watch_selector)
+
+        def make(context: LeaderContext | None) -> Controller:
+            return Controller(
+                config, api, prober, clock, metrics=metrics, status=status,
+                identity=identity, rng=random.Random(),
+                may_write=context.may_write if context else lambda: True,
+                write_timeout=context.write_timeout if context else API_TIMEOUT,
+            )  # fmt: skip
+
+        changed = leader_callback(status, metrics)
+        elector = _elector(options, aio, clock, identity, changed)
+        if elector is None:
+            changed(True)
+        if on_start is not None:
+            ports = (servers.health.port if servers.health else None,
+                     servers.metrics.port if servers.metrics else None)  # fmt: skip
+            on_start(Started(identity, metrics, status, *ports))
+        log.info("running", extra=kv(identity=identity))
+        return await run_controller(make, clock, status, elector=elector, stop=stop)
+    finally:
+        servers.close()
+
+
+def loop_config(options: LifecycleOptions) -> LoopConfig:
+    return LoopConfig(
+        scope=options.scope,
+        settings=options.settings,
+        timeout=options.not_ready_timeout,
+        selector=options.node_selector or None,
+        event_namespace=options.event_namespace,
+        out_of_service_timeout=options.out_of_service_timeout,
+    )
+
+
+def _election_config(options: LifecycleOptions, identity: str) -> election.ElectionConfig:
+    e = options.election
+    return election.ElectionConfig(e.lease_duration, e.renew_deadline, e.retry_period, identity)
+
+
+def _write_timeout(options: LifecycleOptions) -> float:
+    if not options.election.enabled:
+        return API_TIMEOUT
+    return _election_config(options, "-").write_timeout
+
+
+def _elector(
+    options: LifecycleOptions,
+    aio: AsyncClient,
+    clock: Clock,
+    identity: str,
+    changed: Callable[[bool], None],
+) -> LeaderElector | None:
+    if not options.election.enabled:
+        return None
+    config = _election_config(options, identity)
+    lease = KubeLeaseApi(
+        aio, options.election.namespace, options.election.lease_name, timeout=config.write_timeout
+    )
+    return LeaderElector(lease, config, clock, random.Random(), on_leader_change=changed)
+
+
+def build_prober(options: LifecycleOptions, metrics: LifecycleMetrics) -> Prober | str:
+    """§5.5.2-3: a test socket per configured (kind, family); the problem text when none is
+    usable. Unprobed mode (§5.6) needs no socket at all."""
+    kinds = options.settings.kinds
+    if not kinds:
+        log.warning(
+            "unprobed mode (--ping-count=0 without --probe, or --probe=none): eligible Nodes "
+            "are deleted on NotReady age alone, without any reachability probe"
+        )
+        return SocketProber(options.probe, Capabilities(()))
+    capabilities = detect_capabilities(kinds, options.settings.families, options.icmp_mode)
+    for entry in capabilities.entries:
+        metrics.capability.labels(entry.kind, entry.family).set(1 if entry.usable else 0)
+    try:
+        require_usable(capabilities)
+    except ProbeCapabilityError as exc:
+        return str(exc)
+    return SocketProber(options.probe, capabilities)
+
+
+def _needed(options: LifecycleOptions) -> tuple[Access, ...]:
+    e = options.election
+    return required_access(
+        event_namespace=options.event_namespace,
+        lease_namespace=e.namespace,
+        lease_name=e.lease_name if e.enabled else None,
+        out_of_service=options.settings.out_of_service_taint,
+    )
+
+
+async def check_access(
+    api: NodeApi, needed: Sequence[Access], stop: asyncio.Event, clock: Clock
+) -> str | None:
+    """§10: SelfSubjectAccessReview of every permission; the problem text (exit 4) when the
+    credentials are rejected or a permission is missing. Transient errors are retried until
+    they pass or `stop` is set."""
+    failures = 0
+    while not stop.is_set():
+        try:
+            missing = [str(a) for a in needed if not await api.can_i(a)]
+        except ke.Unauthorized as exc:
+            return f"the Kubernetes credentials were rejected (401): {exc.message}"
+        except ke.ApiError as exc:
+            delay = ACCESS_BACKOFF.next_delay(failures, exc.retry_after)
+            log.warning("checking permissions failed (%s); retry in %.1fs", exc, delay)
+            failures += 1
+            await _sleep_or_stop(clock, delay, stop)
+            continue
+        if missing:
+            return "missing RBAC permissions: " + "; ".join(missing)
+        return None
+    return None
+
+
+async def _sleep_or_stop(clock: Clock, seconds: float, stop: asyncio.Event) -> None:
+    sleeper = asyncio.ensure_future(clock.sleep(seconds))
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        sleeper.cancel()
+        stopper.cancel()

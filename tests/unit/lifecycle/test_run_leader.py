@@ -1,0 +1,91 @@
+"""The process around the loop (local_ccm.lifecycle.run.run_controller, spec/lifecycle.md §7):
+graceful stop releases the Lease and exits 0; a lost lease exits 3; only the leader acts."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+from local_ccm.election import ElectionConfig
+from local_ccm.leader import LeaderContext, LeaderElector
+from local_ccm.lifecycle.metrics import LifecycleMetrics
+from local_ccm.lifecycle.run import Controller, Status, leader_callback, run_controller
+from tests.fakes import FakeClock, FakeLeaseApi, settle
+from tests.unit.lifecycle.fakes import FakeProber, raw_node
+from tests.unit.lifecycle.test_run_loop import FakeNodeApi, config
+
+ELECTION = ElectionConfig(4.0, 3.0, 0.5, "me_0000000000000001")
+
+
+class World:
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.lease = FakeLeaseApi(clock=self.clock)
+        self.nodes = FakeNodeApi([raw_node("w1", ready="True")])
+        self.metrics = LifecycleMetrics()
+        self.status = Status()
+        self.contexts: list[LeaderContext | None] = []
+        changed = leader_callback(self.status, self.metrics)
+        self.elector = LeaderElector(
+            self.lease, ELECTION, self.clock, random.Random(1), on_leader_change=changed
+        )
+
+    def make(self, context: LeaderContext | None) -> Controller:
+        self.contexts.append(context)
+        return Controller(
+            config(), self.nodes, FakeProber(), self.clock, metrics=self.metrics,
+            status=self.status, identity=ELECTION.identity,
+        )  # fmt: skip
+
+    def leader(self) -> float:
+        return self.metrics.registry.get_sample_value("node_lifecycle_controller_leader") or 0.0
+
+
+def test_graceful_stop_releases_the_lease_and_exits_0() -> None:
+    async def main() -> tuple[int, World]:
+        world, stop = World(), asyncio.Event()
+        run = asyncio.create_task(run_controller(world.make, world.clock, world.status,
+                                                 elector=world.elector, stop=stop))  # fmt: skip
+        await world.clock.run_until(lambda: world.status.synced, timeout=5)
+        assert world.leader() == 1
+        stop.set()
+        await settle()
+        return await run, world
+
+    code, world = asyncio.run(main())
+    assert code == 0
+    spec = world.lease.server.spec(world.lease.namespace, world.lease.name)
+    assert spec["holderIdentity"] == ""
+    assert spec["leaseDurationSeconds"] == 1
+    assert world.leader() == 0
+
+
+def test_failed_renewals_for_the_renew_deadline_exit_3() -> None:
+    async def main() -> tuple[int, World]:
+        world = World()
+        stop = asyncio.Event()
+        run = asyncio.create_task(run_controller(world.make, world.clock, world.status,
+                                                 elector=world.elector, stop=stop))  # fmt: skip
+        await world.clock.run_until(lambda: world.status.synced, timeout=5)
+        world.lease.outage = True
+        await world.clock.run_until(run.done, timeout=10)
+        return await run, world
+
+    code, world = asyncio.run(main())
+    assert code == 3
+    assert world.leader() == 0
+    assert not world.status.synced
+
+
+def test_without_leader_election_it_acts_at_once_and_stops_with_0() -> None:
+    async def main() -> int:
+        world, stop = World(), asyncio.Event()
+        run = asyncio.create_task(run_controller(world.make, world.clock, world.status,
+                                                 elector=None, stop=stop))  # fmt: skip
+        await world.clock.run_until(lambda: world.status.synced, timeout=5)
+        assert world.contexts == [None]
+        stop.set()
+        await settle()
+        return await run
+
+    assert asyncio.run(main()) == 0

@@ -1,0 +1,320 @@
+"""The lifecycle loop (local_ccm.lifecycle.run) driven with an in-memory NodeApi, a
+FakeProber and a FakeClock: nothing sleeps, nothing leaves the process."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from local_ccm.kube import errors as ke
+from local_ccm.lifecycle.health import Scope
+from local_ccm.lifecycle.metrics import LifecycleMetrics
+from local_ccm.lifecycle.nodeapi import Access, NodeEvent, NodeList, Obj
+from local_ccm.lifecycle.plan import PipelineSettings
+from local_ccm.lifecycle.run import Controller, LoopConfig, Status, health_checks
+from local_ccm.validate import CountOrPercent
+from tests.fakes import START_WALL, FakeClock, settle
+from tests.unit.lifecycle.fakes import FakeProber, raw_node
+
+INTERVAL = 1.0
+SETTINGS = PipelineSettings(interval=INTERVAL, max_unhealthy=CountOrPercent(100, percent=True))
+END = object()
+
+
+class FakeNodeApi:
+    """`NodeApi` over a dict of Nodes, with uid/resourceVersion preconditions and a watch
+    fed from a queue (`push`), so tests can play the apiserver's part."""
+
+    def __init__(self, nodes: Sequence[Obj] = ()) -> None:
+        self.versions = itertools.count(100)
+        self.nodes: dict[str, Obj] = {}
+        for node in nodes:
+            self.store(node)
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.lists = 0
+        self.gets: list[str] = []
+        self.deletes: list[tuple[str, bool]] = []
+        self.events: list[Obj] = []
+        self.denied: set[str] = set()
+
+    def store(self, node: Obj) -> Obj:
+        node = copy.deepcopy(node)
+        node["metadata"]["resourceVersion"] = str(next(self.versions))
+        self.nodes[node["metadata"]["name"]] = node
+        return node
+
+    def push(self, kind: str, node: Obj) -> None:
+        self.queue.put_nowait(NodeEvent(kind, copy.deepcopy(node)))
+
+    def update(self, node: Obj) -> None:
+        """A write by someone else: stored, and seen by the watch."""
+        self.push("MODIFIED", self.store(node))
+
+    async def list_nodes(self, selector: str | None) -> NodeList:
+        self.lists += 1
+        items = tuple(copy.deepcopy(n) for n in self.nodes.values())
+        return NodeList(items, str(next(self.versions)))
+
+    async def watch_nodes(
+        self, selector: str | None, resource_version: str
+    ) -> AsyncIterator[NodeEvent]:
+        while True:
+            item = await self.queue.get()
+            if item is END:
+                return
+            if isinstance(item, Exception):
+                raise item
+            yield item
+
+    async def get_node(self, name: str) -> Obj:
+        self.gets.append(name)
+        if name not in self.nodes:
+            raise ke.NotFound(404, "NotFound", name)
+        return copy.deepcopy(self.nodes[name])
+
+    async def delete_node(
+        self, name: str, *, uid: str, resource_version: str, dry_run: bool
+    ) -> None:
+        self.deletes.append((name, dry_run))
+        node = self.nodes.get(name)
+        if node is None:
+            raise ke.NotFound(404, "NotFound", name)
+        meta = node["metadata"]
+        if meta["uid"] != uid or meta["resourceVersion"] != resource_version:
+            raise ke.Conflict(409, "Conflict", "Precondition failed")
+        if not dry_run:
+            del self.nodes[name]
+            self.push("DELETED", node)
+
+    async def patch_node(self, name: str, operations: Sequence[Obj]) -> Obj:
+        raise AssertionError("not used by these tests")
+
+    async def count_volume_attachments(self, node_name: str) -> int:
+        return 0
+
+    async def create_event(self, namespace: str, body: Obj) -> None:
+        self.events.append(body)
+
+    async def can_i(self, access: Access) -> bool:
+        return str(access) not in self.denied
+
+    def reasons(self, name: str) -> list[str]:
+        return [e["reason"] for e in self.events if e["involvedObject"]["name"] == name]
+
+
+class Harness:
+    def __init__(self, api: FakeNodeApi, prober: FakeProber, config: LoopConfig) -> None:
+        self.api, self.prober, self.config = api, prober, config
+        self.clock = FakeClock(wall=START_WALL)
+        self.metrics = LifecycleMetrics()
+        self.status = Status(leading=True)
+        self.controller = Controller(
+            config, api, prober, self.clock, metrics=self.metrics, status=self.status,
+            identity="test_0123456789abcdef",
+        )  # fmt: skip
+
+    def value(self, name: str, **labels: str) -> float:
+        sample = self.metrics.registry.get_sample_value("node_lifecycle_controller_" + name, labels)
+        return sample or 0.0
+
+
+def config(**changes: Any) -> LoopConfig:
+    settings = PipelineSettings(**{**SETTINGS.__dict__, **changes.pop("settings", {})})
+    scope = changes.pop("scope", Scope())
+    return LoopConfig(scope=scope, settings=settings, timeout=10.0, **changes)
+
+
+def run(
+    nodes: Sequence[Obj],
+    body: Callable[[Harness], Awaitable[None]],
+    *,
+    prober: FakeProber | None = None,
+    cfg: LoopConfig | None = None,
+) -> Harness:
+    async def main() -> Harness:
+        harness = Harness(FakeNodeApi(nodes), prober or FakeProber(), cfg or config())
+        task = asyncio.create_task(harness.controller.run())
+        await settle()
+        try:
+            await body(harness)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        return harness
+
+    return asyncio.run(main())
+
+
+def test_unreachable_eligible_node_is_deleted_once_with_events() -> None:
+    async def body(h: Harness) -> None:
+        await h.clock.run_until(lambda: "w1" not in h.api.nodes, timeout=10)
+        await h.clock.advance(5 * INTERVAL)
+
+    h = run([raw_node("w1")], body)
+    assert h.api.deletes == [("w1", False)]
+    assert h.api.reasons("w1")[:1] == ["CheckingReachability"]
+    assert "DeletingNode" in h.api.reasons("w1")
+    assert h.value("deletions_total", result="deleted") == 1
+    assert h.value("probes_total", kind="icmp", family="ipv4", outcome="no_reply") >= 1
+    assert h.api.lists == 1  # no periodic LIST (§8)
+
+
+def test_reachable_node_is_kept_and_announced_once() -> None:
+    async def body(h: Harness) -> None:
+        await h.clock.advance(6 * INTERVAL)
+
+    h = run([raw_node("r1", addresses=[("InternalIP", "127.0.0.2")])], body,
+            prober=FakeProber({"127.0.0.2": "reply"}))  # fmt: skip
+    assert h.api.deletes == []
+    assert h.api.reasons("r1").count("NodeReachable") == 1
+    assert h.value("probes_total", kind="icmp", family="ipv4", outcome="reply") >= 5
+
+
+def test_dry_run_sends_a_dry_run_delete_once_per_episode() -> None:
+    async def body(h: Harness) -> None:
+        await h.clock.advance(6 * INTERVAL)
+
+    h = run([raw_node("d1")], body, cfg=config(settings={"dry_run": True}))
+    assert h.api.deletes == [("d1", True)]
+    assert "d1" in h.api.nodes
+    assert h.api.reasons("d1").count("NodeDeletionDryRun") == 1
+    assert h.value("deletions_total", result="dry_run") == 1
+
+
+class HookedProber(FakeProber):
+    """Runs `hook` while probing: the world changes between the probe and the delete."""
+
+    def __init__(self, hook: Callable[[], None]) -> None:
+        super().__init__()
+        self.hook = hook
+
+    async def probe(self, addresses: Sequence[Any], kinds: Sequence[Any]) -> Any:
+        self.hook()
+        return await super().probe(addresses, kinds)
+
+
+def test_node_recovered_before_delete_is_not_deleted_and_aborted() -> None:
+    api = FakeNodeApi([raw_node("a1")])
+
+    def recover() -> None:
+        # The API says Ready, the watch has not told the cache yet: the fresh GET decides.
+        api.nodes["a1"]["status"]["conditions"][0]["status"] = "True"
+
+    async def main() -> Harness:
+        h = Harness(api, HookedProber(recover), config())
+        task = asyncio.create_task(h.controller.run())
+        await h.clock.advance(3 * INTERVAL)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return h
+
+    h = asyncio.run(main())
+    assert h.api.deletes == []
+    assert h.api.reasons("a1").count("DeletionAborted") == 1
+    assert h.value("deletions_total", result="aborted") >= 1
+
+
+def test_changed_node_fails_the_precondition_and_survives() -> None:
+    class RacingApi(FakeNodeApi):
+        async def get_node(self, name: str) -> Obj:
+            fresh = await super().get_node(name)
+            self.store(self.nodes[name])  # someone writes between our GET and DELETE
+            return fresh
+
+    async def main() -> Harness:
+        h = Harness(RacingApi([raw_node("c1")]), FakeProber(), config())
+        task = asyncio.create_task(h.controller.run())
+        await h.clock.advance(2 * INTERVAL)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return h
+
+    h = asyncio.run(main())
+    assert "c1" in h.api.nodes
+    assert h.value("deletions_total", result="precondition_failed") >= 1
+    assert h.value("deletions_total", result="deleted") == 0
+
+
+def test_protected_and_ready_nodes_are_never_probed() -> None:
+    scope = Scope(protected=parse("team=db"))
+
+    async def body(h: Harness) -> None:
+        await h.clock.advance(3 * INTERVAL)
+
+    nodes = [raw_node("p1", labels={"team": "db"}), raw_node("ok", ready="True")]
+    h = run(nodes, body, cfg=config(scope=scope))
+    assert h.prober.calls == []
+    assert h.api.deletes == []
+
+
+def parse(text: str) -> Any:
+    from local_ccm.lifecycle.health import parse_protected  # noqa: PLC0415
+
+    return parse_protected(text)
+
+
+def test_watch_gone_relists_and_replaces_the_cache() -> None:
+    async def body(h: Harness) -> None:
+        del h.api.nodes["old"]  # deleted while the watch was expired: only a LIST tells
+        h.api.store(raw_node("new", ready="True"))
+        h.api.queue.put_nowait(ke.Gone(410, "Expired", "too old"))
+        await settle()
+
+    h = run([raw_node("old", ready="True")], body)
+    assert set(h.controller.cache) == {"new"}
+    assert h.api.lists == 2
+    assert h.value("watch_restarts_total", reason="gone") == 1
+
+
+def test_node_turning_eligible_is_evaluated_without_waiting_a_full_interval() -> None:
+    since = START_WALL - timedelta(seconds=9.5)
+
+    async def body(h: Harness) -> None:
+        await h.clock.advance(0.6)
+
+    h = run([raw_node("soon", since=since)], body, cfg=config(settings={"interval": 30.0}))
+    assert h.prober.calls, "the Node became eligible 0.5 s in and must have been probed"
+
+
+def test_breaker_open_blocks_deletion_and_reports() -> None:
+    cfg = config(settings={"max_unhealthy": CountOrPercent(0, percent=False)})
+    sick = raw_node("u1", taints=())  # untainted NotReady: counts as unhealthy
+
+    async def body(h: Harness) -> None:
+        await h.clock.advance(3 * INTERVAL)
+
+    h = run([raw_node("z"), sick], body, cfg=cfg)
+    assert h.api.deletes == []
+    assert h.value("circuit_breaker_open") == 1
+    assert "DeletionBlockedByCircuitBreaker" in h.api.reasons("z")
+
+
+def test_readiness_fails_after_the_watch_is_down_for_two_intervals() -> None:
+    clock = FakeClock()
+    status = Status(leading=True, synced=True, connected=False, disconnected_at=clock.monotonic())
+    _, readyz = health_checks(status, clock, INTERVAL)
+    assert all(ok for _, ok, _ in readyz.run())
+
+    async def later() -> None:
+        await clock.advance(2.5 * INTERVAL)
+
+    asyncio.run(later())
+    assert not all(ok for _, ok, _ in readyz.run())
+
+
+def test_liveness_ignores_api_outages_but_not_a_stuck_loop() -> None:
+    clock = FakeClock()
+    status = Status(leading=True, synced=True, last_tick=clock.monotonic(),
+                    last_evaluation=clock.monotonic())  # fmt: skip
+    healthz, _ = health_checks(status, clock, INTERVAL)
+    assert all(ok for _, ok, _ in healthz.run())
+
+    async def later() -> None:
+        await clock.advance(11)
+
+    asyncio.run(later())
+    assert [name for name, ok, _ in healthz.run() if not ok] == ["loop"]

@@ -1,0 +1,80 @@
+"""`node-lifecycle-controller` entry point (spec/lifecycle.md §2.4): --help, exit 2 with every
+problem, exit 4 without credentials; and the start-up access check (§10)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from local_ccm.kube import errors as ke
+from local_ccm.lifecycle.main import check_access, main
+from local_ccm.lifecycle.nodeapi import Access, required_access
+from tests.fakes import FakeClock
+
+
+def test_help_prints_usage_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"], {}) == 0
+    out = capsys.readouterr().out
+    assert "-not-ready-timeout" in out
+    assert "-max-unhealthy" in out
+
+
+def test_invalid_command_line_exits_2_listing_every_problem(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["--ping-count=-1", "--reconcile-interval=0", "--max-unhealthy=150%",
+                 "--probe=udp:1", "--bogus"], {})  # fmt: skip
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2
+    assert len([line for line in err if "--help" not in line]) == 5
+
+
+def test_missing_credentials_exit_4(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    env = {"HOME": str(tmp_path)}  # no kubeconfig anywhere, not in a cluster
+    assert main(["--metrics-bind-address=0", "--health-probe-bind-address=0"], env) == 4
+    assert "credentials" in capsys.readouterr().err
+
+
+class AccessApi:
+    def __init__(self, denied: set[str], error: ke.ApiError | None = None) -> None:
+        self.denied, self.error = denied, error
+
+    async def can_i(self, access: Access) -> bool:
+        if self.error is not None:
+            raise self.error
+        return str(access) not in self.denied
+
+
+NEEDED = required_access(event_namespace="default", lease_namespace="kube-system",
+                         lease_name="nlc", out_of_service=False)  # fmt: skip
+
+
+def check(api: AccessApi) -> str | None:
+    return asyncio.run(check_access(api, NEEDED, asyncio.Event(), FakeClock()))  # type: ignore[arg-type]
+
+
+def test_missing_permissions_are_listed() -> None:
+    problem = check(AccessApi({"delete nodes", "update leases.coordination.k8s.io/nlc in "
+                                               "namespace kube-system"}))  # fmt: skip
+    assert problem is not None
+    assert "delete nodes" in problem
+    assert "update leases.coordination.k8s.io/nlc" in problem
+
+
+def test_rejected_credentials_are_a_precondition_failure() -> None:
+    problem = check(AccessApi(set(), ke.Unauthorized(401, "Unauthorized", "bad token")))
+    assert problem is not None
+    assert "401" in problem
+
+
+def test_all_permissions_present_passes() -> None:
+    assert check(AccessApi(set())) is None
+
+
+def test_out_of_service_needs_patch_and_volume_attachments() -> None:
+    needed = {str(a) for a in required_access(event_namespace="e", lease_namespace="n",
+                                               lease_name=None, out_of_service=True)}  # fmt: skip
+    assert {"patch nodes", "list volumeattachments.storage.k8s.io"} <= needed
+    assert not any("leases" in a for a in needed)
