@@ -34,7 +34,6 @@ from local_ccm.agent.config import (
 )
 from local_ccm.agent.plan import (
     NO_INTERNAL_IP,
-    BlockReason,
     Condition,
     Obj,
     Patch,
@@ -125,14 +124,14 @@ def plan_node(
     desired_id = render_provider_id(template, node) if template else None
     action = provider_id_action(node, desired_id, configured=bool(template))
     blocks = action.kind == "unavailable"
-    blocked: tuple[BlockReason, ...] = ("provider_id_unavailable",) if blocks else ()
-    condition = desired_condition(addresses, detected, blocked=blocked)
-    status = plan_status_patch(
-        node, addresses, condition=condition if config.report_condition else None, now=now
-    )
     tainted = is_tainted(node)
     taint = decide_taint(
         config, tainted=tainted, addresses_synced=True, plan=addresses, provider_id_blocks=blocks
+    )
+    # The same gates the loop passes (agent.writes), so detect mode shows what the loop writes.
+    condition = desired_condition(addresses, detected, blocked=taint.blocked)
+    status = plan_status_patch(
+        node, addresses, condition=condition if config.report_condition else None, now=now
     )
     set_id = action.value if action.kind == "set" else None
     return NodePlan(

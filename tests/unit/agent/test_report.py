@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from ipaddress import IPv4Interface, IPv6Interface, ip_address, ip_network
 from typing import Any
 
@@ -213,6 +214,15 @@ def test_plan_without_any_address_keeps_the_taint_and_says_why() -> None:
     assert plan.condition is not None
     assert plan.condition.reason == "NoInternalIP"
     assert plan.node_patch is None
+
+
+def test_plan_condition_matches_the_loop_when_require_internal_ip_holds_the_taint() -> None:
+    """Detect mode reports the gates the loop passes to the condition (agent.writes)."""
+    config = replace(AgentConfig(), require_internal_ip=True)
+    plan = plan_node(tainted_node(), detections(ext4=found("198.51.100.10")), config, now=NOW)
+    assert not plan.taint.remove
+    assert plan.condition is not None
+    assert (plan.condition.status, plan.condition.reason) == ("False", "NoInternalIP")
 
 
 def test_plan_with_empty_provider_id_placeholder_keeps_the_taint() -> None:
