@@ -17,6 +17,14 @@ $(PY):
 setup: $(PY) ## install the package, test tools and Debian packages the tests need
 	bash scripts/setup.sh $(PY)
 
+# A fresh clone gets the venv and the package on first use; `make setup` refreshes them.
+$(VENV)/bin/local-ccm: | $(PY)
+	bash scripts/setup.sh $(PY)
+
+.PHONY: demo
+demo: $(VENV)/bin/local-ccm ## the main job: the agent initialises a Node for this host on a throw-away control plane
+	$(PY) -m tests.support.demo
+
 .PHONY: lint
 lint: ## ruff, ruff format --check, mypy --strict, import contracts
 	$(VENV)/bin/ruff check src tests
@@ -51,7 +59,7 @@ test: test-bins ## the README's test command: every tier but bench, in a network
 
 .PHONY: bench
 bench: test-bins ## scale and benchmark tier (never part of make test)
-	$(PY) -m pytest -m bench --bench-nodes=$(BENCH_NODES)
+	$(PY) -m pytest -m bench -s --bench-nodes=$(BENCH_NODES)
 
 .PHONY: dev-cluster
 dev-cluster: test-bins ## start etcd + kube-apiserver on loopback for a person; prints KUBECONFIG

@@ -1,0 +1,22 @@
+"""Fixtures of the agent benchmarks (tests/bench/test_agent_*.py)."""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+
+from local_ccm.kube.client import Client
+from tests.bench.agent_bench import AgentIdentity, Tracker, grant_agent
+from tests.support.controlplane import ControlPlane
+
+
+@pytest.fixture
+def agent_identity(
+    control_plane: ControlPlane, kube: Client, track: Tracker, test_labels: dict[str, str]
+) -> AgentIdentity:
+    """A client-certificate user with exactly the agent's permissions on the shared plane."""
+    user = f"local-ccm-bench-{secrets.token_hex(3)}"
+    grant_agent(kube, user, test_labels, track)
+    port = int(control_plane.api_url.rsplit(":", 1)[1])
+    return AgentIdentity(user, control_plane.user_kubeconfig(user, []), port, control_plane.version)
