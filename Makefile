@@ -3,6 +3,9 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BENCH_NODES ?= 2000
+# The one place the image repository is defined (spec/deploy.md §1.2); `make manifests` copies
+# it into deploy/, and a chart test checks that values.yaml agrees.
+IMAGE ?= ghcr.io/local-ccm/local-ccm
 
 .DEFAULT_GOAL := help
 
@@ -31,6 +34,7 @@ lint: ## ruff, ruff format --check, mypy --strict, import contracts
 	$(VENV)/bin/ruff format --check src tests
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(MAKE) check-manifests
 
 .PHONY: fmt
 fmt: ## apply ruff's fixes and formatting
@@ -64,3 +68,13 @@ bench: test-bins ## scale and benchmark tier (never part of make test)
 .PHONY: dev-cluster
 dev-cluster: test-bins ## start etcd + kube-apiserver on loopback for a person; prints KUBECONFIG
 	$(PY) -m tests.support.controlplane dev
+
+.PHONY: manifests
+manifests: ## render deploy/ from charts/local-ccm (spec/deploy.md §4); never edit deploy/ by hand
+	$(PY) -m tests.support.chart manifests deploy --image $(IMAGE)
+
+.PHONY: check-manifests
+check-manifests: manifests ## fail if a fresh render of deploy/ differs from what git has
+	git diff --exit-code -- deploy/
+	@untracked="$$(git ls-files --others --exclude-standard -- deploy/)"; \
+	if [ -n "$$untracked" ]; then echo "not in git: $$untracked"; exit 1; fi
