@@ -21,6 +21,7 @@ from local_ccm import __version__, flags, names
 from local_ccm.clock import SystemClock
 from local_ccm.election import ElectionConfig, new_identity
 from local_ccm.ipam import options as opts
+from local_ccm.ipam.flagdefs import FLAGS, PROG, resolve_resource_lock_env
 from local_ccm.ipam.metrics import IpamMetrics
 from local_ccm.ipam.model import default_pool
 from local_ccm.ipam.nodeapi import IpamApi, KubeIpamApi, TokenBucket
@@ -97,17 +98,17 @@ async def check_access(api: IpamApi, options: opts.IpamOptions) -> None:
 
 def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
     """Run node-ipam-controller: `argv` without the program name; returns the exit status."""
-    fixed_env, warnings, problems = opts.resolve_resource_lock_env(env)
-    parsed = flags.parse(opts.FLAGS, argv, fixed_env)
+    fixed_env, warnings, problems = resolve_resource_lock_env(env)
+    parsed = flags.parse(FLAGS, argv, fixed_env)
     if parsed.help_requested:
-        sys.stdout.write(flags.format_usage(opts.FLAGS))
+        sys.stdout.write(flags.format_usage(FLAGS))
         return EXIT_OK
     if parsed.version_requested:
-        print(flags.format_version(opts.FLAGS, platform.python_version()))
+        print(flags.format_version(FLAGS, platform.python_version()))
         return EXIT_OK
     loaded = opts.options_from(parsed, env, warnings=warnings, problems=problems)
     if isinstance(loaded, list):
-        print(flags.usage_error(opts.PROG, loaded), file=sys.stderr)
+        print(flags.usage_error(PROG, loaded), file=sys.stderr)
         return EXIT_USAGE
     configure_logging(
         fmt=loaded.log_format, verbosity=loaded.verbosity, component=names.IPAM, bound={}

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any, Literal, Protocol, TypeVar
 
+from local_ccm.ipam.readiness import WatchStatus
 from local_ccm.kube.aio import AsyncClient, ThreadedIterator
-from local_ccm.kube.errors import ApiError, NotFound
+from local_ccm.kube.client import Client, WatchStream
+from local_ccm.kube.errors import ApiError, NotFound, Transient
 from local_ccm.kube.request import WatchEvent
 from local_ccm.kube.resources import (
     CLUSTER_CIDRS,
@@ -40,6 +42,10 @@ class IpamApi(Protocol):
 
     def watch(self, what: Watched) -> AsyncIterator[WatchEvent]:
         """Resumable list+watch: ADDED…, SYNCED, then events (relists re-send SYNCED)."""
+        ...
+
+    def watch_status(self, what: Watched) -> WatchStatus:
+        """Is the watch's stream open, being re-established, or failing? (/readyz, §15.3)"""
         ...
 
     async def get_node(self, name: str) -> Obj:
@@ -109,6 +115,7 @@ class KubeIpamApi:
         on_relist: Callable[[str], None] | None = None,
     ) -> None:
         self._client = client
+        self._streams: dict[str, _StreamTracker] = {}
         self._count = count or (lambda verb, resource, code: None)
         self._limiter = limiter
         self._on_relist = on_relist
@@ -135,9 +142,14 @@ class KubeIpamApi:
 
     def watch(self, what: Watched) -> AsyncIterator[WatchEvent]:
         res = NODES if what == "nodes" else CLUSTER_CIDRS
-        watcher = Watcher(self._client.client, res, WatchOptions())
+        tracker = self._streams[what] = _StreamTracker(self._client.client)
+        watcher = Watcher(tracker, res, WatchOptions())
         stream = ThreadedIterator(watcher, watcher.stop, f"watcher-{res.plural}")
         return self._counted(stream, res.plural)
+
+    def watch_status(self, what: Watched) -> WatchStatus:
+        tracker = self._streams.get(what)
+        return tracker.status() if tracker is not None else "reconnecting"
 
     async def _counted(
         self, stream: ThreadedIterator[WatchEvent], plural: str
@@ -196,3 +208,54 @@ class KubeIpamApi:
         res = SELF_SUBJECT_ACCESS_REVIEWS
         review = await self._call("create", res, lambda: self._client.create(res, body), "201")
         return bool((review.get("status") or {}).get("allowed"))
+
+
+class _StreamTracker:
+    """The client as a Watcher's `ListWatchApi`, remembering the stream it opened last and
+    whether the last list or stream failed, so `/readyz` can tell a connected watch from one
+    being re-established (a stream renewal, a relist) and from one failing (§15.3)."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._stream: WatchStream | None = None
+        self._failed = False  # written by the watcher thread, read by the loop
+
+    def list(self, res: Resource, **kw: Any) -> Obj:
+        try:
+            page = self._client.list(res, **kw)
+        except Transient:
+            self._failed = True
+            raise
+        self._failed = False
+        return page
+
+    def watch(self, res: Resource, **kw: Any) -> _TrackedStream:
+        self._stream = stream = self._client.watch(res, **kw)
+        return _TrackedStream(stream, self)
+
+    def failed(self) -> None:
+        self._failed = True
+
+    def status(self) -> WatchStatus:
+        stream = self._stream
+        if stream is not None and stream.is_open:
+            self._failed = False
+            return "connected"
+        return "failing" if self._failed else "reconnecting"
+
+
+class _TrackedStream:
+    """A watch stream that reports a broken connection (`Transient`) to its tracker."""
+
+    def __init__(self, stream: WatchStream, tracker: _StreamTracker) -> None:
+        self._stream, self._tracker = stream, tracker
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        try:
+            yield from self._stream
+        except Transient:
+            self._tracker.failed()
+            raise
+
+    def close(self) -> None:
+        self._stream.close()

@@ -2,25 +2,25 @@
 
 Pure, no I/O. The `Allocator` is the controller's in-memory state (spec/ipam.md §5–§8): one
 reservation set per family shared by all pools, one `BlockSet` per pool family kept in step
-with it, and a ledger of every Node's CIDRs with the pool that owns each one. The loop feeds it
-observed objects and API outcomes and writes what it returns; nothing here raises for odd data.
+with it, and a ledger of every Node's CIDRs with the pool that owns each one (both in
+`ipam.ledger`). The loop feeds it observed objects and API outcomes and writes what it returns;
+nothing here raises for odd data.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Literal
 
-from local_ccm.ipam.cidrset import BlockSet, Holder, IPNetwork, ReservationSet
+from local_ccm.ipam.cidrset import BlockSet, IPNetwork
+from local_ccm.ipam.ledger import Ledger, Owners
 from local_ccm.ipam.model import ClusterCIDR, InvalidClusterCIDR, NodeView, Pool
 from local_ccm.ipam.selector import Match
 
 WaitReason = Literal["NoMatchingClusterCIDR", "Exhausted"]
 ReadyReason = Literal["Ready", "Invalid", "Terminating", "SpecChanged", "FinalizerPending"]
 FinalizerAction = Literal["add", "remove"]
-Owners = tuple[tuple[IPNetwork, str | None], ...]
 _CANDIDATE_CACHE_LIMIT = 4096
 
 
@@ -168,15 +168,6 @@ class PoolUsage:
 # ---------------------------------------------------------------- allocator state
 
 
-@dataclass(frozen=True)
-class _Entry:
-    """Ledger record of one Node (by uid): its CIDRs and their owners (§5.1 rule 3, §10)."""
-
-    name: str
-    owners: Owners
-    pending: bool  # reserved for a write whose outcome is not known yet
-
-
 @dataclass
 class _PoolState:
     pool: Pool
@@ -184,9 +175,6 @@ class _PoolState:
     sets: dict[int, BlockSet]
     uid: str = ""
     owned: dict[str, tuple[IPNetwork, ...]] = field(default_factory=dict)  # Node uid -> CIDRs
-
-
-_RESERVED: Holder = ("reserved", "")
 
 
 class Allocator:
@@ -201,14 +189,9 @@ class Allocator:
     ) -> None:
         self.legacy = legacy_and_terms
         self.reuse_delay = reuse_delay
-        self._reservations = {4: ReservationSet(4), 6: ReservationSet(6)}
         self._pools: dict[str, _PoolState] = {}
-        self._ledger: dict[str, _Entry] = {}
-        self._conflicts: set[frozenset[str]] = set()
-        self._quarantine: list[tuple[float, int, str, IPNetwork]] = []  # heap by expiry
+        self._ledger = Ledger(self._sets, reserved=reserved, reuse_delay=reuse_delay)
         self._candidates: dict[tuple[object, ...], tuple[str, ...]] = {}
-        for cidr in reserved:
-            self._reserve(cidr, _RESERVED)
 
     # ------------------------------------------------------------ pools
 
@@ -235,24 +218,19 @@ class Allocator:
         self._candidates.clear()
         if state is None:
             return ()
-        for uid in state.owned:
-            entry = self._ledger[uid]
-            owners = tuple((c, None if o == name else o) for c, o in entry.owners)
-            self._ledger[uid] = replace(entry, owners=owners)
-        return tuple(sorted(self._ledger[uid].name for uid in state.owned))
+        return tuple(sorted(self._ledger.disown(uid, name) for uid in state.owned))
 
     def pool(self, name: str) -> Pool | None:
         state = self._pools.get(name)
         return state.pool if state else None
 
     def _block_sets(self, pool: Pool) -> dict[int, BlockSet]:
-        sets = {}
-        for family in pool.families:
-            blocks = BlockSet(family.network, family.block_prefix)
-            for cidr in self._reservations[family.version].intersecting(family.network):
-                blocks.occupy(blocks.index_range(cidr))
-            sets[family.version] = blocks
-        return sets
+        return {
+            f.version: self._ledger.fill(BlockSet(f.network, f.block_prefix)) for f in pool.families
+        }
+
+    def _sets(self, version: int) -> list[BlockSet]:
+        return [s.sets[version] for s in self._pools.values() if version in s.sets]
 
     # ------------------------------------------------------------ choosing
 
@@ -281,7 +259,7 @@ class Allocator:
         entry = self._ledger.get(node.uid)
         if entry is not None:
             owner = next((o for _, o in entry.owners if o), "")
-            return Allocation(node.name, node.uid, owner, tuple(c for c, _ in entry.owners))
+            return Allocation(node.name, node.uid, owner, entry.cidrs)
         if node.deleting:
             return Skipped(node.name, "Terminating")
         names = self.candidates(node)
@@ -311,14 +289,11 @@ class Allocator:
 
     def commit(self, uid: str) -> None:
         """The write landed: the pool owns the CIDRs for good (§5.4 rule 3, 2xx)."""
-        entry = self._ledger.get(uid)
-        if entry is not None:
-            self._ledger[uid] = replace(entry, pending=False)
+        self._ledger.commit(uid)
 
     def abort(self, uid: str) -> tuple[IPNetwork, ...]:
         """The write certainly did not land (404, other uid): release at once, no quarantine."""
-        entry = self._ledger.get(uid)
-        if entry is None or not entry.pending:
+        if not self.is_pending(uid):
             return ()
         return self._drop(uid, quarantine=False)
 
@@ -339,13 +314,13 @@ class Allocator:
         if not node.pod_cidrs:
             return Recorded(node.name, node.uid, changed=False)
         if entry is not None:
-            if tuple(c for c, _ in entry.owners) == node.pod_cidrs:
+            if entry.cidrs == node.pod_cidrs:
                 self.commit(node.uid)
                 return Recorded(node.name, node.uid, entry.owners, changed=False)
             self._drop(node.uid, quarantine=False)  # theirs landed, so ours did not
         order = [self._pools[name].pool for name in self._order_all(node)]
         owners = tuple((cidr, self._owner(cidr, order)) for cidr in node.pod_cidrs)
-        conflicts = self._conflicting(node.uid, node.pod_cidrs)
+        conflicts = self._ledger.conflicting(node.uid, node.pod_cidrs)
         self._hold(node, owners, pending=False)
         return Recorded(node.name, node.uid, owners, conflicts, foreign=not recovery)
 
@@ -362,21 +337,9 @@ class Allocator:
                 return pool.name
         return None
 
-    def _conflicting(self, uid: str, cidrs: Iterable[IPNetwork]) -> tuple[str, ...]:
-        others = set()
-        for cidr in cidrs:
-            for hit in self._reservations[cidr.version].intersecting(cidr):
-                for kind, other in self._reservations[cidr.version].holders(hit):
-                    if kind == "node" and other != uid:
-                        others.add(other)
-        for other in others:
-            self._conflicts.add(frozenset((uid, other)))
-        return tuple(sorted(self._ledger[o].name for o in others if o in self._ledger))
-
     def _hold(self, node: NodeView, owners: Owners, *, pending: bool) -> None:
-        self._ledger[node.uid] = _Entry(node.name, owners, pending)
+        self._ledger.hold(node.uid, node.name, owners, pending=pending)
         for cidr, owner in owners:
-            self._reserve(cidr, ("node", node.uid))
             state = self._pools.get(owner) if owner else None
             if state is not None:
                 state.owned[node.uid] = (*state.owned.get(node.uid, ()), cidr)
@@ -388,49 +351,21 @@ class Allocator:
         return self._drop(uid, quarantine=self.reuse_delay > 0, now=now)
 
     def _drop(self, uid: str, *, quarantine: bool, now: float = 0.0) -> tuple[IPNetwork, ...]:
-        entry = self._ledger.pop(uid, None)
+        entry = self._ledger.drop(uid, quarantine=quarantine, now=now)
         if entry is None:
             return ()
-        self._conflicts = {pair for pair in self._conflicts if uid not in pair}
-        for cidr, owner in entry.owners:
+        for _, owner in entry.owners:
             state = self._pools.get(owner) if owner else None
             if state is not None:
                 state.owned.pop(uid, None)
-            if quarantine:
-                # Held by the quarantine before the Node lets go, so it is never free between.
-                self._reserve(cidr, ("quarantine", uid))
-                heapq.heappush(self._quarantine, (now + self.reuse_delay, cidr.version, uid, cidr))
-            self._unreserve(cidr, ("node", uid))
-        return tuple(c for c, _ in entry.owners)
+        return entry.cidrs
 
     def expire(self, now: float) -> bool:
         """Free quarantined blocks whose delay has passed; True when any became free."""
-        freed = False
-        while self._quarantine and self._quarantine[0][0] <= now:
-            _, _, uid, cidr = heapq.heappop(self._quarantine)
-            freed |= self._unreserve(cidr, ("quarantine", uid))
-        return freed
+        return self._ledger.expire(now)
 
     def next_expiry(self) -> float | None:
-        return self._quarantine[0][0] if self._quarantine else None
-
-    # ------------------------------------------------------------ reservations (§5.1)
-
-    def _reserve(self, cidr: IPNetwork, holder: Holder) -> None:
-        if self._reservations[cidr.version].add(cidr, holder):
-            for blocks in self._sets(cidr.version):
-                blocks.occupy(blocks.index_range(cidr))
-
-    def _unreserve(self, cidr: IPNetwork, holder: Holder) -> bool:
-        reservations = self._reservations[cidr.version]
-        if not reservations.remove(cidr, holder):
-            return False
-        for blocks in self._sets(cidr.version):
-            _release_unreserved(blocks, cidr, reservations)
-        return True
-
-    def _sets(self, version: int) -> list[BlockSet]:
-        return [s.sets[version] for s in self._pools.values() if version in s.sets]
+        return self._ledger.next_expiry()
 
     # ------------------------------------------------------------ status
 
@@ -449,38 +384,13 @@ class Allocator:
         return sum(len(c) for c in state.owned.values()) if state else 0
 
     def unowned_count(self) -> int:
-        return sum(1 for e in self._ledger.values() for _, owner in e.owners if owner is None)
+        return self._ledger.unowned_count()
 
     def conflict_count(self) -> int:
-        return len(self._conflicts)
+        return self._ledger.conflict_count()
 
     def node_cidrs(self, uid: str) -> Mapping[IPNetwork, str | None]:
-        entry = self._ledger.get(uid)
-        return dict(entry.owners) if entry else {}
-
-
-def _release_unreserved(blocks: BlockSet, cidr: IPNetwork, reservations: ReservationSet) -> None:
-    """Free the blocks `cidr` touched that no other reservation intersects (§14 rule 4)."""
-    span = blocks.index_range(cidr)
-    if not span:
-        return
-    # The blocks of `span` cover exactly this region: the CIDR's part of the pool, or the one
-    # block that contains it. Reservations elsewhere in that region may share its blocks.
-    if cidr.prefixlen > blocks.block_prefix:
-        region = blocks.block(span.start)
-    else:
-        region = cidr if cidr.prefixlen >= blocks.network.prefixlen else blocks.network
-    remaining = reservations.intersecting(region)
-    if any(other.prefixlen <= region.prefixlen for other in remaining):
-        return  # something covers the whole region
-    covered = sorted((r.start, r.stop) for r in (blocks.index_range(o) for o in remaining) if r)
-    start = span.start
-    for kept_start, kept_stop in covered:
-        if kept_start > start:
-            blocks.release(range(start, kept_start))
-        start = max(start, kept_stop)
-    if start < span.stop:
-        blocks.release(range(start, span.stop))
+        return self._ledger.node_cidrs(uid)
 
 
 def _family_usage(blocks: BlockSet, owned: Iterable[tuple[IPNetwork, ...]]) -> FamilyUsage:

@@ -6,7 +6,8 @@ from ipaddress import ip_network
 
 import pytest
 
-from local_ccm.ipam.options import IpamOptions, load_options, resolve_resource_lock_env
+from local_ccm.ipam.flagdefs import resolve_resource_lock_env
+from local_ccm.ipam.options import IpamOptions, load_options
 from local_ccm.validate import BindAddress
 
 NS = {"POD_NAMESPACE": "kube-system"}
@@ -181,3 +182,14 @@ def test_legacy_selector_terms_warn() -> None:
     o = ok("--legacy-and-selector-terms")
     assert o.legacy_and_terms
     assert any("deprecated" in w for w in o.warnings)
+
+
+def test_event_namespace_other_than_default_is_refused_with_the_reason() -> None:
+    # The API server answers 422 to a core/v1 Event about a cluster-scoped object anywhere
+    # but `default`, so the flag is checked at start-up instead of losing every Event.
+    assert ok("--event-namespace=default").event_namespace == "default"
+    (flag_problem,) = problems("--event-namespace=kube-system")
+    assert flag_problem.startswith("invalid flag --event-namespace")
+    assert "only in namespace 'default'" in flag_problem
+    (env_problem,) = problems(env={"IPAM_EVENT_NAMESPACE": "ipam"})
+    assert env_problem.startswith("invalid environment variable IPAM_EVENT_NAMESPACE")

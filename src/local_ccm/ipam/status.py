@@ -1,0 +1,112 @@
+"""What node-ipam-controller writes: the Node patch, finalizer patches and ClusterCIDR status
+(spec/ipam.md §1.4, §1.6, §5.4).
+
+Pure, no I/O: objects and times are parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from local_ccm import names
+from local_ccm.ipam.cidrset import IPNetwork
+from local_ccm.ipam.model import FINALIZER, ClusterCIDR, InvalidClusterCIDR, NodeView
+from local_ccm.ipam.plan import PoolUsage, pool_readiness
+
+Obj = dict[str, Any]
+CC = ClusterCIDR | InvalidClusterCIDR
+
+
+def node_patch(uid: str, cidrs: tuple[IPNetwork, ...]) -> list[Obj]:
+    """§5.4 rule 2: guarded by the uid seen; IPv4 first (the Allocator orders families)."""
+    texts = [str(c) for c in cidrs]
+    return [
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {"op": "add", "path": "/spec/podCIDR", "value": texts[0]},
+        {"op": "add", "path": "/spec/podCIDRs", "value": texts},
+    ]
+
+
+def add_finalizer_patch(cc: CC) -> list[Obj]:
+    """§1.6 rule 2: guarded by the resourceVersion the decision was made on."""
+    test = {"op": "test", "path": "/metadata/resourceVersion", "value": cc.resource_version}
+    if not cc.finalizers:
+        return [test, {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]}]
+    return [test, {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER}]
+
+
+def remove_finalizer_patch(cc: CC) -> list[Obj]:
+    """§1.6 rule 3: `test` on the entry, then `remove`."""
+    path = f"/metadata/finalizers/{cc.finalizers.index(FINALIZER)}"
+    return [{"op": "test", "path": path, "value": FINALIZER}, {"op": "remove", "path": path}]
+
+
+def _condition(kind: str, status: bool, reason: str, message: str, generation: int) -> Obj:
+    value = "True" if status else "False"
+    return {
+        "type": kind,
+        "status": value,
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation,
+    }
+
+
+def desired_status(cc: CC, usage: PoolUsage | None) -> Obj:
+    """§1.4 without `lastTransitionTime` (kept or stamped by `with_transition_times`)."""
+    reason, message = pool_readiness(cc)
+    conditions = [_condition("Ready", reason == "Ready", reason, message, cc.generation)]
+    status: Obj = {"observedGeneration": cc.generation, "nodes": usage.nodes if usage else 0}
+    if usage is not None:
+        for fam in usage.families:
+            status[f"ipv{fam.network.version}"] = {
+                "blockPrefixLength": fam.block_prefix,
+                "capacity": fam.capacity,
+                "allocated": fam.allocated,
+                "unavailable": fam.unavailable,
+                "free": fam.free,
+            }
+        full = usage.exhausted_versions
+        text = "no free block in " + ", ".join(f"IPv{v}" for v in full) if full else "free blocks"
+        why = "NoFreeBlocks" if full else "FreeBlocksAvailable"
+        conditions.append(_condition("Exhausted", bool(full), why, text, cc.generation))
+    status["conditions"] = conditions
+    return status
+
+
+def with_transition_times(desired: Obj, current: Mapping[str, Any] | None, now: str) -> Obj:
+    """Keep `lastTransitionTime` of conditions whose status did not change."""
+    before = {c.get("type"): c for c in (current or {}).get("conditions") or []}
+    conditions = []
+    for cond in desired["conditions"]:
+        old = before.get(cond["type"])
+        same = old is not None and old.get("status") == cond["status"]
+        stamp = old.get("lastTransitionTime") if same and old else now
+        conditions.append({**cond, "lastTransitionTime": stamp or now})
+    return {**desired, "conditions": conditions}
+
+
+def status_differs(desired: Obj, current: Mapping[str, Any] | None) -> bool:
+    """Compare ignoring `lastTransitionTime` (§1.4: skipped when unchanged)."""
+
+    def strip(status: Mapping[str, Any] | None) -> Obj:
+        status = dict(status or {})
+        conds = [
+            {k: v for k, v in c.items() if k != "lastTransitionTime"}
+            for c in status.get("conditions") or []
+        ]
+        return {**status, "conditions": conds}
+
+    return strip(desired) != strip(current)
+
+
+def timestamp(now: datetime) -> str:
+    """RFC 3339 with second precision, as metav1.Time."""
+    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def foreign_managers(view: NodeView) -> tuple[str, ...]:
+    """Field managers other than ours that own the Node's `spec.podCIDRs` (§10)."""
+    return tuple(m for m in view.pod_cidrs_managers if m != names.IPAM)

@@ -1,0 +1,259 @@
+"""node-ipam-controller at scale (TESTING.md §5, §7.5; spec/ipam.md §14, scenario I27).
+
+The controller runs as a subprocess of its real entry point with the shipped RBAC against a
+dedicated scale plane (tests/support/dedicated.py). Nodes are created at once from a thread
+pool; the clock stops when the controller's own counter of successful Node PATCHes reaches the
+Node count, and one paged LIST then checks every Node. Controller CPU time and RSS come from
+/proc/<pid>. The allocator's CPU time is measured in-process on the pure `Allocator`, fed the
+same Nodes (same labels, same pool) in the same order, with `time.thread_time()`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import platform
+import subprocess
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from local_ccm.ipam.model import FINALIZER, project_cluster_cidr, project_node
+from local_ccm.ipam.plan import Allocation, Allocator
+from local_ccm.kube import resources as r
+from local_ccm.kube.client import Client, Obj
+from tests.integration.ipam import harness
+from tests.integration.ipam.objects import cluster_cidr
+from tests.support import names
+from tests.support.binaries import Binaries
+from tests.support.cleanup import Tracker
+from tests.support.controlplane import ControlPlane
+from tests.support.kwok import create_fake_nodes
+from tests.support.waiting import eventually
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "test-artifacts" / "bench"
+POOL_V4, POOL_V6, BITS = "10.128.0.0/9", "fd00:128::/104", 8
+SCALE_LABEL = {"scale": "1"}
+NODE_PATCHES_OK = (
+    "node_ipam_controller_api_requests_total",
+    {"verb": "patch", "resource": "nodes", "code": "200"},
+)
+MIB = 1024 * 1024
+
+
+# ------------------------------------------------------------------ /proc
+@dataclass(frozen=True)
+class ProcStats:
+    cpu_seconds: float  # user + system, all threads
+    rss_mib: float
+    hwm_mib: float  # peak RSS
+
+
+def proc_stats(pid: int) -> ProcStats:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()  # field 3 (state) onwards
+    ticks = int(fields[11]) + int(fields[12])  # utime (14) + stime (15)
+    status = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    kib = {key: int(status[key].split()[0]) for key in ("VmRSS", "VmHWM")}
+    return ProcStats(
+        ticks / os.sysconf("SC_CLK_TCK"), kib["VmRSS"] * 1024 / MIB, kib["VmHWM"] * 1024 / MIB
+    )
+
+
+# ------------------------------------------------------------------ objects
+def node_names(prefix: str, count: int) -> list[str]:
+    return [f"{prefix}-{i:05d}" for i in range(count)]
+
+
+def plain_node(name: str, labels: Mapping[str, str]) -> Obj:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": dict(labels)}}
+
+
+def make_big_pool(kube: Client, track: Tracker, name: str, labels: Mapping[str, str]) -> Obj:
+    """Pool `big` of I27 ({10.128.0.0/9, fd00:128::/104}, bits 8), selecting `labels`."""
+    body = cluster_cidr(name, labels, bits=BITS, ipv4=POOL_V4, ipv6=POOL_V6, sel=labels)
+    created = kube.create(r.CLUSTER_CIDRS, body)
+    track(r.CLUSTER_CIDRS, name)
+    return created
+
+
+def create_all(kube: Client, bodies: Sequence[Obj], workers: int) -> tuple[float, float]:
+    """Create the Nodes from `workers` threads; (start, end) on the monotonic clock."""
+    start = time.monotonic()
+    create_fake_nodes(lambda body: kube.create(r.NODES, body), bodies, workers=workers)
+    return start, time.monotonic()
+
+
+def list_pod_cidrs(kube: Client, selector: str) -> dict[str, list[str]]:
+    """Node name -> spec.podCIDRs of every Node matching `selector` (paged LIST)."""
+    out: dict[str, list[str]] = {}
+    token: str | None = None
+    while True:
+        page = kube.list(r.NODES, label_selector=selector, limit=500, continue_token=token)
+        for item in page["items"]:
+            out[item["metadata"]["name"]] = list((item.get("spec") or {}).get("podCIDRs") or [])
+        token = (page.get("metadata") or {}).get("continue") or None
+        if token is None:
+            return out
+
+
+def v4_block_indices(cidrs: Mapping[str, list[str]]) -> list[int]:
+    """Index of each Node's IPv4 block within POOL_V4 (sorted), for the exactness check."""
+    base = int(ipaddress.ip_network(POOL_V4).network_address)
+    return sorted(
+        (int(ipaddress.ip_network(c[0]).network_address) - base) >> BITS for c in cidrs.values()
+    )
+
+
+# ------------------------------------------------------------------ the controller
+@dataclass
+class Controller:
+    proc: harness.IpamProcess
+
+    @property
+    def pid(self) -> int:
+        return self.proc.child.pid
+
+    def patches(self) -> float:
+        return self.proc.metric(*NODE_PATCHES_OK)
+
+    def events_dropped(self) -> float:
+        return self.proc.metric("node_ipam_controller_events_dropped_total")
+
+    def wait_patches(self, count: int, timeout: float) -> float:
+        """Wait until `count` Node PATCHes succeeded; the monotonic time it was seen."""
+        eventually(lambda: self.patches() >= count, timeout=timeout, interval=0.25,
+                   message=f"{count} Node PATCHes")  # fmt: skip
+        return time.monotonic()
+
+
+@contextmanager
+def running_controller(
+    kube: Client,
+    track: Tracker,
+    plane: ControlPlane,
+    *,
+    namespace: str,
+    labels: Mapping[str, str],
+    name: str,
+    log_path: Path,
+    args: Sequence[str] = (),
+) -> Iterator[Controller]:
+    """The controller with the shipped RBAC and a ServiceAccount token (TESTING.md §3.9),
+    stopped (SIGTERM) when the block ends."""
+    harness.apply_rbac(
+        kube, track, labels, name=name, namespace=namespace, lease_name=f"{name[:40]}-lease",
+        event_namespace="default",
+    )  # fmt: skip
+    kubeconfig = plane.token_kubeconfig(harness.SA, namespace)
+    proc = harness.start(["--enable-leader-election=false", *args], kubeconfig, log_path)
+    try:
+        proc.wait_ready(timeout=60)
+        yield Controller(proc)
+    finally:
+        proc.stop()
+
+
+def pool_allocated(kube: Client, pool: str) -> int:
+    status = kube.get(r.CLUSTER_CIDRS, pool).get("status") or {}
+    return int((status.get("ipv4") or {}).get("allocated") or 0)
+
+
+def wait_allocated(kube: Client, pool: str, count: int) -> int:
+    return eventually(lambda: pool_allocated(kube, pool) == count and count, timeout=30,
+                      message=f"status.ipv4.allocated = {count}")  # fmt: skip
+
+
+# ------------------------------------------------------------------ the pure allocator
+def allocator_cpu(names_: Sequence[str], labels: Mapping[str, str]) -> dict[str, float]:
+    """Thread CPU time of the pure Allocator for the same Nodes and pool: every allocation
+    decision plus its commit, then start-up recovery of the same Nodes holding their CIDRs."""
+    body = cluster_cidr("big", {}, bits=BITS, ipv4=POOL_V4, ipv6=POOL_V6, sel=labels)
+    body["metadata"].update(uid="big", generation=1, finalizers=[FINALIZER])
+    cc = project_cluster_cidr(body)
+    pool = cc.pool()  # type: ignore[union-attr]
+    views = [project_node(_node_obj(n, labels)) for n in names_]
+    allocator = Allocator()
+    allocator.set_pool(pool, ready=True, uid="big")
+    decisions: list[float] = []
+    held: list[Obj] = []
+    start = time.thread_time()
+    for view in views:
+        before = time.thread_time()
+        result = allocator.allocate(view)
+        allocator.commit(view.uid)
+        decisions.append(time.thread_time() - before)
+        assert isinstance(result, Allocation), result
+        held.append(_node_obj(view.name, labels, [str(c) for c in result.cidrs]))
+    allocate_total = time.thread_time() - start
+    fresh = Allocator()
+    fresh.set_pool(pool, ready=True, uid="big")
+    holding = [project_node(obj) for obj in held]
+    start = time.thread_time()
+    fresh.recover(holding)
+    recover_total = time.thread_time() - start
+    decisions.sort()
+    return {
+        "allocate_and_commit_total_s": round(allocate_total, 4),
+        "decision_p50_ms": round(decisions[len(decisions) // 2] * 1000, 4),
+        "decision_p99_ms": round(decisions[int(len(decisions) * 0.99)] * 1000, 4),
+        "recover_total_s": round(recover_total, 4),
+    }
+
+
+def _node_obj(name: str, labels: Mapping[str, str], cidrs: list[str] | None = None) -> Obj:
+    obj: Obj = {"metadata": {"name": name, "uid": f"uid-{name}", "labels": dict(labels),
+                             "creationTimestamp": "2026-01-01T00:00:00Z"}}  # fmt: skip
+    if cidrs:
+        obj["spec"] = {"podCIDR": cidrs[0], "podCIDRs": cidrs}
+    return obj
+
+
+# ------------------------------------------------------------------ results
+def machine_facts(binaries: Binaries, plane: ControlPlane) -> dict[str, Any]:
+    def run(*cmd: str) -> str:
+        try:
+            out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+        except OSError:
+            return "unknown"
+        return out.stdout.strip() or "unknown"
+
+    return {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "git": run("git", "rev-parse", "--short", "HEAD"),
+        "nproc": os.cpu_count(),
+        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "go": run("go", "version"),
+        "kube_apiserver": plane.version,
+        "pins": {"etcd": binaries.pins.etcd, "kwok": binaries.pins.kwok},
+    }
+
+
+def write_result(name: str, result: dict[str, Any]) -> Path:
+    result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"ipam-{name}-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\n{name}: {path}\n{json.dumps(result, indent=2)}")
+    return path
+
+
+def table(rows: Sequence[tuple[str, str, str]]) -> str:
+    """| measure | budget | measured | as printed by the bench."""
+    lines = ["| measure | budget | measured |", "|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return "\n".join(lines)
+
+
+def selector_of(labels: Mapping[str, str]) -> str:
+    return f"{names.TEST_LABEL}={labels[names.TEST_LABEL]}"

@@ -1,0 +1,247 @@
+"""An in-memory `IpamApi`, a manual clock and a scenario runner for the loop of
+node-ipam-controller (used by tests/unit/ipam/test_run_controller.py and test_readiness.py).
+
+The fake stands in for API semantics only as far as the loop relies on them (podCIDRs
+set-once, the uid `test`); the real semantics are proven in tests/integration/ipam.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import heapq
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from local_ccm.ipam.metrics import IpamMetrics
+from local_ccm.ipam.model import FINALIZER
+from local_ccm.ipam.nodeapi import Obj, Watched
+from local_ccm.ipam.readiness import WatchStatus
+from local_ccm.ipam.run import Controller, Settings
+from local_ccm.kube.errors import ApiError, Conflict, Invalid, NotFound
+from local_ccm.kube.request import WatchEvent
+
+_uids = itertools.count(1)
+
+
+class FakeClock:
+    """Manual time: `sleep` waits until `jump()` moves time to its deadline (autojump
+    while the loop is idle, see `run_scenario`); nothing waits on the wall clock."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._ids = itertools.count()
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def now(self) -> datetime:
+        return datetime(2026, 1, 1, tzinfo=UTC)
+
+    async def sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            await asyncio.sleep(0)
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (self.t + seconds, next(self._ids), future))
+        await future
+
+    def jump(self) -> None:
+        """Move time to the earliest pending deadline and wake every sleeper due by then."""
+        while self._sleepers and self._sleepers[0][2].done():
+            heapq.heappop(self._sleepers)
+        if not self._sleepers:
+            return
+        self.t = max(self.t, self._sleepers[0][0])
+        while self._sleepers and self._sleepers[0][0] <= self.t:
+            _, _, future = heapq.heappop(self._sleepers)
+            if not future.done():
+                future.set_result(None)
+
+
+def node_obj(
+    name: str,
+    labels: Mapping[str, str] | None = None,
+    cidrs: list[str] | None = None,
+    *,
+    managers: list[str] | None = None,
+) -> Obj:
+    stamp = f"2026-01-01T00:00:{next(_uids) % 60:02d}Z"
+    meta: Obj = {"name": name, "uid": f"uid-{name}-{next(_uids)}", "labels": dict(labels or {}),
+                 "resourceVersion": "1", "creationTimestamp": stamp}  # fmt: skip
+    if managers:
+        meta["managedFields"] = [
+            {"manager": m, "fieldsV1": {"f:spec": {"f:podCIDRs": {}}}} for m in managers
+        ]
+    spec: Obj = {}
+    if cidrs:
+        spec = {"podCIDR": cidrs[0], "podCIDRs": list(cidrs)}
+    return {"metadata": meta, "spec": spec}
+
+
+def pool_obj(
+    name: str,
+    *,
+    bits: int = 8,
+    ipv4: str | None = None,
+    ipv6: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    finalizers: list[str] | None = None,
+    deleting: bool = False,
+    generation: int = 1,
+) -> Obj:
+    spec: Obj = {"perNodeHostBits": bits}
+    if ipv4:
+        spec["ipv4"] = ipv4
+    if ipv6:
+        spec["ipv6"] = ipv6
+    if labels is not None:
+        exprs = [{"key": k, "operator": "In", "values": [v]} for k, v in labels.items()]
+        spec["nodeSelector"] = {"nodeSelectorTerms": [{"matchExpressions": exprs}]}
+    meta: Obj = {"name": name, "uid": f"uid-{name}", "generation": generation,
+                 "resourceVersion": "5", "finalizers": list(finalizers or [])}  # fmt: skip
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta, "spec": spec}
+
+
+class FakeApi:
+    """An in-memory IpamApi: server-side Nodes and ClusterCIDRs plus recorded writes."""
+
+    def __init__(
+        self, nodes: Sequence[Obj] = (), pools: Sequence[Obj] = (), *, served: bool = True
+    ) -> None:
+        self.nodes = {n["metadata"]["name"]: copy.deepcopy(n) for n in nodes}
+        self.pools = {p["metadata"]["name"]: copy.deepcopy(p) for p in pools}
+        self.served = served
+        self.queues: dict[str, asyncio.Queue[WatchEvent]] = {}
+        self.node_patches: list[tuple[str, list[Obj]]] = []
+        self.pool_patches: list[tuple[str, list[Obj]]] = []
+        self.statuses: list[tuple[str, Obj]] = []
+        self.events: list[Obj] = []
+        self.fail_patch: list[ApiError] = []  # raised by the next node patches, in order
+        self.fail_get: list[ApiError] = []
+        self.land_before_failing = False  # the failing patch landed anyway (timeout case)
+        self.watch_statuses: dict[str, WatchStatus] = {}  # absent = connected
+
+    async def cluster_cidrs_served(self) -> bool:
+        return self.served
+
+    def watch(self, what: Watched) -> AsyncIterator[WatchEvent]:
+        queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
+        self.queues[what] = queue
+        items = self.nodes if what == "nodes" else self.pools
+        for obj in items.values():
+            queue.put_nowait(WatchEvent("ADDED", copy.deepcopy(obj)))
+        queue.put_nowait(WatchEvent("SYNCED", {"metadata": {"resourceVersion": "9"}}))
+
+        async def stream() -> AsyncIterator[WatchEvent]:
+            while True:
+                yield await queue.get()
+
+        return stream()
+
+    def watch_status(self, what: Watched) -> WatchStatus:
+        return self.watch_statuses.get(what, "connected")
+
+    def send(self, what: Watched, kind: str, obj: Obj) -> None:
+        self.queues[what].put_nowait(WatchEvent(kind, copy.deepcopy(obj)))
+
+    async def get_node(self, name: str) -> Obj:
+        if self.fail_get:
+            raise self.fail_get.pop(0)
+        if name not in self.nodes:
+            raise NotFound(404, "NotFound", name)
+        return copy.deepcopy(self.nodes[name])
+
+    async def patch_node(self, name: str, ops: list[Obj]) -> Obj:
+        self.node_patches.append((name, ops))
+        if self.fail_patch:
+            error = self.fail_patch.pop(0)
+            if self.land_before_failing:
+                self._apply_node(name, ops)
+            raise error
+        return self._apply_node(name, ops)
+
+    def _apply_node(self, name: str, ops: list[Obj]) -> Obj:
+        node = self.nodes.get(name)
+        if node is None:
+            raise NotFound(404, "NotFound", name)
+        if node["metadata"]["uid"] != ops[0]["value"]:
+            raise Conflict(409, "Conflict", "test failed")
+        spec = node.setdefault("spec", {})
+        if spec.get("podCIDRs") and spec["podCIDRs"] != ops[2]["value"]:
+            raise Invalid(422, "Invalid", "spec.podCIDRs: Forbidden: may not change")
+        spec["podCIDR"], spec["podCIDRs"] = ops[1]["value"], ops[2]["value"]
+        return copy.deepcopy(node)
+
+    async def patch_cluster_cidr(self, name: str, ops: list[Obj]) -> Obj:
+        self.pool_patches.append((name, ops))
+        pool = self.pools[name]
+        finalizers = pool["metadata"].setdefault("finalizers", [])
+        if ops[-1]["op"] == "remove":
+            finalizers.remove(FINALIZER)
+        else:
+            finalizers.append(FINALIZER)
+        pool["metadata"]["resourceVersion"] = str(int(pool["metadata"]["resourceVersion"]) + 1)
+        return copy.deepcopy(pool)
+
+    async def patch_cluster_cidr_status(self, name: str, status: Mapping[str, Any]) -> Obj:
+        self.statuses.append((name, dict(status)))
+        self.pools[name]["status"] = dict(status)
+        return copy.deepcopy(self.pools[name])
+
+    async def create_event(self, namespace: str, body: Obj) -> Obj:
+        self.events.append(body)
+        return body
+
+    async def allowed(self, verb: str, group: str, resource: str, **kw: str) -> bool:
+        return True
+
+    def reasons(self, name: str) -> list[str]:
+        return [e["reason"] for e in self.events if e["involvedObject"]["name"] == name]
+
+
+async def settle(rounds: int = 200) -> None:
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+Scenario = Callable[[Controller, FakeApi], Awaitable[None]]
+
+
+def run_scenario(api: FakeApi, scenario: Scenario, **settings: Any) -> Controller:
+    """Run the controller, then `scenario`, with time jumping whenever the loop is idle."""
+
+    async def autojump(clock: FakeClock) -> None:
+        while True:
+            await settle(50)
+            clock.jump()
+
+    async def main() -> Controller:
+        clock = FakeClock()
+        controller = Controller(api, Settings(**settings), IpamMetrics(), clock)
+        task = asyncio.ensure_future(controller.run())
+        jumper = asyncio.ensure_future(autojump(clock))
+        await settle()
+        try:
+            await scenario(controller, api)
+            await settle(500)
+        finally:
+            task.cancel()
+            jumper.cancel()
+            await asyncio.gather(task, jumper, return_exceptions=True)
+        return controller
+
+    return asyncio.run(main())
+
+
+def cidrs(api: FakeApi, name: str) -> list[str]:
+    return list(api.nodes[name].get("spec", {}).get("podCIDRs") or [])
+
+
+async def nothing(controller: Controller, api: FakeApi) -> None:
+    return None
