@@ -26,7 +26,9 @@ log = logging.getLogger(__name__)
 
 # Errors that mean "the server closed an idle keep-alive connection": on a reused
 # connection the request was not processed (Go's net/http retries the same way).
-_STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
+# After an apiserver restart a reused TLS connection can also end in an EOF without
+# close_notify (ssl.SSLEOFError), which must reconnect the same way.
+_STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError, ssl.SSLEOFError)
 
 
 def make_ssl_context(config: ClusterConfig, credential: Credential) -> ssl.SSLContext:
@@ -215,6 +217,11 @@ class HttpTransport:
                 return
         conn.close()
 
+    def _drop_idle(self) -> None:
+        """Close the idle connections but keep pooling (unlike close())."""
+        with self._lock:
+            self._drop_idle_locked()
+
     def _drop_idle_locked(self) -> None:
         for conn in self._idle:
             conn.close()
@@ -264,7 +271,7 @@ class HttpTransport:
                 if reused and attempt == 0:
                     # The others are likely as stale (an apiserver restart): drop them all.
                     log.debug("keep-alive connection was closed by the server; reconnecting")
-                    self.close()
+                    self._drop_idle()
                     continue
                 raise _transient(exc, sent=True) from exc
             except (OSError, http.client.HTTPException) as exc:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import http.client
+import http.server
+import threading
 
 from local_ccm.kube.config import ClusterConfig
+from local_ccm.kube.request import Request
 from local_ccm.kube.transport import HttpTransport
 
 
@@ -34,3 +37,39 @@ def test_a_connection_released_while_open_is_kept_for_reuse() -> None:
     assert conn.closed_calls == 0
     transport.close()
     assert conn.closed_calls == 1
+
+
+class _DropAfterAnswer(http.server.BaseHTTPRequestHandler):
+    """Answers as if keeping the connection alive, then closes it: a restarted server."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        body = b'{"kind":"Status"}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self.close_connection = True
+
+    def log_message(self, format: str, *args: object) -> None:
+        del format, args
+
+
+def test_a_connection_closed_by_the_server_is_replaced_and_pooling_goes_on() -> None:
+    """Loopback only. The stale keep-alive is retried on a fresh connection, and the pool
+    keeps working afterwards (dropping stale connections must not close the transport)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _DropAfterAnswer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        transport = HttpTransport(ClusterConfig(server=url), user_agent="t")
+        for _ in range(3):
+            assert transport.send(Request("GET", "/version"), timeout=5).status == 200
+        assert len(transport._idle) == 1
+        transport.close()
+    finally:
+        server.shutdown()
+        server.server_close()
