@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal, TypeVar
 
-from local_ccm.flags import go_quote as _q
+from local_ccm.gosyntax import go_quote as _q
 
 T = TypeVar("T")
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address

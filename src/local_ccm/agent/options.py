@@ -9,14 +9,12 @@ kubeconfig or service-account files but never contacts the API. Unit tests pass 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from ipaddress import ip_address
 from typing import Literal, Protocol, TypeVar
 
-from local_ccm import __version__, names
 from local_ccm.agent.config import (
-    DEFAULT_INTERFACE_EXCLUDE,
     AgentConfig,
     Family,
     IPAddress,
@@ -25,9 +23,8 @@ from local_ccm.agent.config import (
     TypeSettings,
     family_name,
 )
+from local_ccm.agent.flagdefs import DETECT, FLAGS, MINUTE
 from local_ccm.flags import (
-    Flag,
-    FlagSet,
     Parsed,
     Problem,
     format_go_duration,
@@ -37,13 +34,13 @@ from local_ccm.flags import (
     missing,
     parse,
 )
+from local_ccm.flagvalues import bind_address, checked, choice
 from local_ccm.kube.config import ClusterConfig, ConfigError, resolve_config
 from local_ccm.validate import (
     BindAddress,
     ValidationError,
     dns1123_label,
     dns1123_subdomain,
-    parse_bind_address,
     parse_cidr,
     parse_ip_target,
     split_list,
@@ -54,9 +51,6 @@ LogFormat = Literal["text", "json"]
 Output = Literal["text", "json"]
 Mode = Literal["loop", "run-once", "detect"]
 
-PROG = names.AGENT
-DETECT = "detect"
-MINUTE = 60.0
 PROVIDER_ID_PLACEHOLDERS = ("node_name", "system_uuid", "machine_id")
 IFNAMSIZ = 15  # Linux interface names have at most 15 characters
 _KUBE_VARIABLE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
@@ -69,72 +63,6 @@ _POLICIES: Mapping[str, ProvidedPolicy] = {
 }
 _FORMATS: Mapping[str, LogFormat] = {"text": "text", "json": "json"}
 
-FLAGS = FlagSet(
-    PROG,
-    [
-        # §2.2, flags of the original [compat]
-        Flag("node-name", "string", "", "Node to manage (required except in detect mode).",
-             env=("NODE_NAME",)),
-        Flag("kubeconfig", "string", "", "Kubeconfig file. Empty: in-cluster config, else "
-             "$KUBECONFIG, else ~/.kube/config.", metavar="path"),
-        Flag("internal-ip-target", "string", "", "Route-lookup targets for InternalIP, at most "
-             "one per family. Empty: no route-based InternalIP detection.", metavar="IPs"),
-        Flag("external-ip-target", "string", "8.8.8.8", "Route-lookup targets for ExternalIP, "
-             "at most one per family. Empty: no route-based ExternalIP detection.",
-             metavar="IPs"),
-        Flag("remove-taint", "bool", True, "Remove the node.cloudprovider.kubernetes.io/"
-             "uninitialized taint."),
-        Flag("reconcile-interval", "duration", 10, "Period of local re-detection (>= 1s)."),
-        Flag("run-once", "bool", False, "One pass, then exit 0 (done) or 1."),
-        Flag("enable-azure-provider-id", "bool", False, "Set spec.providerID from Azure IMDS."),
-        Flag("v", "int", 0, "Log verbosity 0-5."),
-        # §2.3, new flags [beyond]
-        Flag("internal-ip-cidrs", "string", "", "Allowed ranges for InternalIP; a '!' prefix "
-             "excludes (e.g. 10.0.0.0/8,!10.96.0.0/12).", metavar="CIDRs"),
-        Flag("external-ip-cidrs", "string", "", "Allowed ranges for ExternalIP; a '!' prefix "
-             "excludes.", metavar="CIDRs"),
-        Flag("external-ip-subnet", "string", "", "Alias appended to --external-ip-cidrs.",
-             metavar="CIDR"),
-        Flag("internal-ip-interfaces", "string", "", "Interface globs allowed for InternalIP "
-             "(empty: all).", metavar="globs"),
-        Flag("external-ip-interfaces", "string", "", "Interface globs allowed for ExternalIP "
-             "(empty: all).", metavar="globs"),
-        Flag("interface-exclude", "string", ",".join(DEFAULT_INTERFACE_EXCLUDE),
-             "Interface globs never used; setting it replaces the default list.",
-             metavar="globs"),
-        Flag("include-vips", "bool", False, "Allow host-prefix VIPs and IPv4 secondary "
-             "addresses as candidates."),
-        Flag("ip-family-order", "string", "", "ipv4,ipv6 or ipv6,ipv4. Empty: the order of "
-             "the provided-node-ip annotation, else ipv4 first.", metavar="families"),
-        Flag("provided-node-ip-policy", "string", "prefer", "prefer, strict or ignore.",
-             metavar="policy"),
-        Flag("dedupe-external-ip", "bool", True, "Do not write an ExternalIP equal to an "
-             "InternalIP."),
-        Flag("require-internal-ip", "bool", False, "Taint removal needs an InternalIP."),
-        Flag("provider-id", "string", "", "spec.providerID template with {node_name}, "
-             "{system_uuid}, {machine_id} (e.g. local://{system_uuid}).", metavar="template"),
-        Flag("report-condition", "bool", True, "Maintain the LocalCCMAddressesSynced "
-             "condition."),
-        Flag("resync-interval", "duration", 30 * MINUTE, "Full resync against the API "
-             "(>= 1m, >= --reconcile-interval)."),
-        Flag("settle-time", "duration", 5, "A changed address must be stable this long "
-             "(0-5m)."),
-        Flag("api-timeout", "duration", 15, "Timeout of one API request (>= 1s)."),
-        Flag("event-namespace", "string", "default", "Namespace for Events about the Node.",
-             metavar="namespace"),
-        Flag("metrics-bind-address", "string", "127.0.0.1:8092", "Address of /metrics; 0 "
-             "disables.", metavar="host:port"),
-        Flag("health-probe-bind-address", "string", "127.0.0.1:8093", "Address of /healthz "
-             "and /readyz; 0 disables.", metavar="host:port"),
-        Flag("log-format", "string", "text", "text or json.", metavar="format"),
-        Flag("detect-only", "bool", False, "Same as the detect sub-command: print what would "
-             "be written, write nothing."),
-        Flag("output", "string", "text", "Detect mode output: text or json.",
-             metavar="format"),
-    ],
-    subcommands=frozenset({DETECT}),
-    version=__version__,
-)  # fmt: skip
 
 DEFAULT_METRICS_BIND = BindAddress(ip_address("127.0.0.1"), 8092)
 DEFAULT_HEALTH_BIND = BindAddress(ip_address("127.0.0.1"), 8093)
@@ -224,16 +152,16 @@ def options_from(
         resync_interval=resync,
         settle_time=_duration(parsed, "settle-time", 0.0, 5 * MINUTE, problems),
         api_timeout=_duration(parsed, "api-timeout", 1.0, None, problems),
-        metrics_bind=_bind(parsed, "metrics-bind-address", problems),
-        health_bind=_bind(parsed, "health-probe-bind-address", problems),
-        log_format=_choice(parsed, "log-format", _FORMATS, problems) or "text",
+        metrics_bind=bind_address(parsed, "metrics-bind-address", problems),
+        health_bind=bind_address(parsed, "health-probe-bind-address", problems),
+        log_format=choice(parsed, "log-format", _FORMATS, problems) or "text",
         verbosity=_verbosity(parsed, problems),
         run_once=parsed.get_bool("run-once"),
         detect=detect,
-        output=_choice(parsed, "output", _FORMATS, problems) or "text",
+        output=choice(parsed, "output", _FORMATS, problems) or "text",
         provider_id=provider_id,
         azure_provider_id=parsed.get_bool("enable-azure-provider-id"),
-        event_namespace=_checked(parsed, "event-namespace", dns1123_label, problems),
+        event_namespace=checked(parsed, "event-namespace", dns1123_label, problems),
         ignored_klog=parsed.ignored_klog,
     )
     return problems or options
@@ -249,7 +177,7 @@ def _agent_config(parsed: Parsed, problems: list[Problem]) -> AgentConfig:
         interface_exclude=_globs(parsed, "interface-exclude", problems),
         include_vips=parsed.get_bool("include-vips"),
         family_order=_family_order(parsed, problems),
-        provided_node_ip_policy=_choice(parsed, "provided-node-ip-policy", _POLICIES, problems)
+        provided_node_ip_policy=choice(parsed, "provided-node-ip-policy", _POLICIES, problems)
         or "prefer",
         dedupe_external_ip=parsed.get_bool("dedupe-external-ip"),
         require_internal_ip=parsed.get_bool("require-internal-ip"),
@@ -461,37 +389,6 @@ def _verbosity(parsed: Parsed, problems: list[Problem]) -> int:
         problems.append(invalid("v", f"must be 0 or more, got {value}"))
         return 0
     return min(value, 5)
-
-
-def _choice(
-    parsed: Parsed, flag: str, choices: Mapping[str, T], problems: list[Problem]
-) -> T | None:
-    """§2.4 rule 5: enums."""
-    value = parsed.get_str(flag)
-    if value in choices:
-        return choices[value]
-    problems.append(invalid(flag, f"{go_quote(value)} is not one of {', '.join(choices)}"))
-    return None
-
-
-def _bind(parsed: Parsed, flag: str, problems: list[Problem]) -> BindAddress | None:
-    """§2.4 rule 7: ``[host]:port`` or ``0`` (disabled)."""
-    try:
-        return parse_bind_address(parsed.get_str(flag))
-    except ValidationError as err:
-        problems.append(invalid(flag, str(err)))
-        return None
-
-
-def _checked(
-    parsed: Parsed, flag: str, check: Callable[[str], str], problems: list[Problem]
-) -> str:
-    value = parsed.get_str(flag)
-    try:
-        return check(value)
-    except ValidationError as err:
-        problems.append(invalid(flag, str(err)))
-        return value
 
 
 def _provider_id(parsed: Parsed, problems: list[Problem]) -> str:
