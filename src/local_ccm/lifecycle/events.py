@@ -1,9 +1,8 @@
-"""Kubernetes Events about Nodes (spec/lifecycle.md §9.1): bodies and the repeat limit of
-`DeletingNodeFailed`.
+"""Kubernetes Events about Nodes (spec/lifecycle.md §9.1): the reasons, bodies and the repeat
+limit of `DeletingNodeFailed`.
 
-Pure, no I/O, no clock: times are parameters. Reasons are the constants of
-`local_ccm.lifecycle.plan`; the loop sends what these functions return, asynchronously, so an
-Event never delays a decision.
+Pure, no I/O, no clock: times are parameters. The loop sends what these functions return,
+asynchronously, so an Event never delays a decision.
 """
 
 from __future__ import annotations
@@ -13,7 +12,25 @@ from typing import Any, Final, Literal
 
 from local_ccm import names
 from local_ccm.lifecycle.model import format_time
-from local_ccm.lifecycle.plan import WARNING_REASONS
+
+# Reasons (§9.1): constants, so alerts can match them.
+CHECKING_REACHABILITY: Final = "CheckingReachability"
+NODE_REACHABLE: Final = "NodeReachable"
+PROBE_FAILED: Final = "ProbeFailed"
+NO_PROBE_ADDRESS: Final = "NoProbeAddress"
+BLOCKED_BY_CIRCUIT_BREAKER: Final = "DeletionBlockedByCircuitBreaker"
+BLOCKED_BY_SELF_CHECK: Final = "DeletionBlockedBySelfCheck"
+RATE_LIMITED: Final = "DeletionRateLimited"
+DELETION_ABORTED: Final = "DeletionAborted"
+OUT_OF_SERVICE_ADDED: Final = "OutOfServiceTaintAdded"
+OUT_OF_SERVICE_REMOVED: Final = "OutOfServiceTaintRemoved"
+DELETING_NODE: Final = "DeletingNode"
+DELETING_NODE_FAILED: Final = "DeletingNodeFailed"
+DRY_RUN_EVENT: Final = "NodeDeletionDryRun"
+WARNING_REASONS: Final = frozenset(
+    {PROBE_FAILED, NO_PROBE_ADDRESS, BLOCKED_BY_CIRCUIT_BREAKER, BLOCKED_BY_SELF_CHECK,
+     DELETING_NODE_FAILED}
+)  # fmt: skip
 
 EventType = Literal["Normal", "Warning"]
 MAX_MESSAGE: Final = 1024

@@ -23,9 +23,11 @@ from local_ccm.kube.backoff import Backoff
 from local_ccm.kube.client import Client
 from local_ccm.kube.config import ConfigError, resolve_config
 from local_ccm.leader import KubeLeaseApi, LeaderContext, LeaderElector
+from local_ccm.lifecycle.flagset import FLAGS, PROG
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.nodeapi import Access, KubeNodeApi, NodeApi, required_access
-from local_ccm.lifecycle.options import FLAGS, PROG, LifecycleOptions, options_from, startup_fields
+from local_ccm.lifecycle.options import LifecycleOptions, options_from, startup_fields
+from local_ccm.lifecycle.pipeline import LoopConfig
 from local_ccm.lifecycle.probe import (
     Capabilities,
     ProbeCapabilityError,
@@ -34,14 +36,8 @@ from local_ccm.lifecycle.probe import (
     detect_capabilities,
     require_usable,
 )
-from local_ccm.lifecycle.run import (
-    Controller,
-    LoopConfig,
-    Status,
-    health_checks,
-    leader_callback,
-    run_controller,
-)
+from local_ccm.lifecycle.process import Status, health_checks, leader_callback, run_controller
+from local_ccm.lifecycle.run import Controller
 from local_ccm.logs import configure_logging, kv
 from local_ccm.serve import start_servers
 

@@ -165,18 +165,9 @@ class KubeNodeApi:
     async def delete_node(
         self, name: str, *, uid: str, resource_version: str, dry_run: bool
     ) -> None:
-        # The apiserver reads DeleteOptions from the body when there is one and then ignores
-        # the query string, so `dryRun` must travel in the body next to the preconditions:
-        # `?dryRun=All` plus a preconditions body deletes for real.
-        options = {
-            "apiVersion": "v1",
-            "kind": "DeleteOptions",
-            "preconditions": {"uid": uid, "resourceVersion": resource_version},
-            **({"dryRun": ["All"]} if dry_run else {}),
-        }
-        await self._call("DELETE", "nodes", lambda: self._client.request(
-            "DELETE", r.NODES.path(name=name), query=[("dryRun", "All")] if dry_run else None,
-            body=options, content_type="application/json", timeout=self._write_timeout,
+        await self._call("DELETE", "nodes", lambda: self._client.delete(
+            r.NODES, name, uid=uid, resource_version=resource_version, dry_run=dry_run,
+            timeout=self._write_timeout,
         ))  # fmt: skip
 
     async def patch_node(self, name: str, operations: Sequence[Obj]) -> Obj:

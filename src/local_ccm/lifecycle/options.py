@@ -15,8 +15,6 @@ from typing import Literal, TypeVar
 from local_ccm import names
 from local_ccm.election import JITTER_FACTOR
 from local_ccm.flags import (
-    Flag,
-    FlagSet,
     Parsed,
     Problem,
     format_go_duration,
@@ -24,9 +22,10 @@ from local_ccm.flags import (
     invalid,
     parse,
 )
+from local_ccm.lifecycle.flagset import FLAGS, MINUTE
 from local_ccm.lifecycle.health import Protection, Scope, parse_protected
 from local_ccm.lifecycle.model import ICMP, Family, ProbeKind, resolve_kinds, tcp
-from local_ccm.lifecycle.plan import DEFAULT_MAX_UNHEALTHY, PipelineSettings
+from local_ccm.lifecycle.pipeline import DEFAULT_MAX_UNHEALTHY, PipelineSettings
 from local_ccm.lifecycle.probe import IcmpMode, ProbeConfig
 from local_ccm.validate import (
     BindAddress,
@@ -44,8 +43,6 @@ from local_ccm.validate import (
 T = TypeVar("T")
 LogFormat = Literal["text", "json"]
 
-PROG = names.LIFECYCLE
-MINUTE = 60.0
 MAX_VERBOSITY = 5
 _FORMATS: Mapping[str, LogFormat] = {"text": "text", "json": "json"}
 _ICMP_MODES: Mapping[str, IcmpMode] = {"auto": "auto", "raw": "raw", "datagram": "datagram"}
@@ -54,68 +51,6 @@ _POSITIVE_DURATIONS = (
     "not-ready-timeout", "ping-timeout", "ping-interval", "reconcile-interval",
     "out-of-service-timeout", "leader-elect-lease-duration", "leader-elect-renew-deadline",
     "leader-elect-retry-period",
-)  # fmt: skip
-
-FLAGS = FlagSet(
-    PROG,
-    [
-        # §2.2, flags of the original [compat]
-        Flag("kubeconfig", "string", "", "Kubeconfig file. Empty: in-cluster config, else "
-             "$KUBECONFIG, else ~/.kube/config.", metavar="path"),
-        Flag("node-selector", "string", "", "Label selector of the managed Nodes; when set, "
-             "the autoscaler-taint filter is ignored.", metavar="selector"),
-        Flag("watch-autoscaler-taint", "bool", True, "Without a selector, manage only Nodes "
-             "tainted ToBeDeletedByClusterAutoscaler:NoSchedule."),
-        Flag("protected-labels", "string", "", "Comma-separated key or key=value; a matching "
-             "label or annotation protects a Node.", metavar="list"),
-        Flag("not-ready-timeout", "duration", 5 * MINUTE, "Minimum NotReady age (since the "
-             "Ready condition's lastTransitionTime) before probing."),
-        Flag("ping-timeout", "duration", 5.0, "Upper bound of one probe of one address."),
-        Flag("ping-count", "int", 3, "ICMP echo requests per address; 0 = no ICMP probe "
-             "(without --probe: delete on NotReady alone)."),
-        Flag("reconcile-interval", "duration", 30.0, "Re-evaluation period, probe gap and "
-             "rate-limit window."),
-        Flag("leader-elect", "bool", True, "Lease-based leader election."),
-        Flag("leader-elect-id", "string", names.LIFECYCLE, "Lease name.", metavar="name"),
-        Flag("namespace", "string", "kube-system", "Lease namespace.", env=("POD_NAMESPACE",),
-             metavar="namespace"),
-        Flag("dry-run", "bool", False, "Decide and log, never delete Nodes."),
-        Flag("v", "int", 0, "Log verbosity 0-5."),
-        # §2.3, new flags [beyond]
-        Flag("leader-elect-lease-duration", "duration", 15.0, "Lease duration."),
-        Flag("leader-elect-renew-deadline", "duration", 10.0, "Stop acting when the lease "
-             "could not be renewed for this long."),
-        Flag("leader-elect-retry-period", "duration", 2.0, "Interval between lease attempts."),
-        Flag("max-unhealthy", "string", str(DEFAULT_MAX_UNHEALTHY), "Circuit breaker: N or P% "
-             "unhealthy Nodes above which nothing is deleted.", metavar="N|P%"),
-        Flag("max-deletions-per-interval", "int", 1, "Deletions allowed per "
-             "--reconcile-interval."),
-        Flag("probe", "string", "icmp", "Probe kinds: icmp, tcp:<port>, or none.",
-             metavar="kinds"),
-        Flag("probe-all-addresses", "bool", False, "Probe every InternalIP and ExternalIP "
-             "(default: InternalIPs, else ExternalIPs)."),
-        Flag("probe-families", "string", "ipv4,ipv6", "Address families probed.",
-             metavar="families"),
-        Flag("ping-interval", "duration", 1.0, "Gap between ICMP echoes of one probe."),
-        Flag("icmp-mode", "string", "auto", "raw, datagram or auto.", metavar="mode"),
-        Flag("probe-concurrency", "int", 64, "Maximum concurrently running probes."),
-        Flag("self-check", "bool", True, "Probe Ready peers before deleting (self-partition "
-             "check)."),
-        Flag("self-check-sample", "int", 3, "Ready peer Nodes probed by the self-check."),
-        Flag("node-name", "string", "", "The Node this controller runs on: never deleted, "
-             "never a self-check peer.", env=("NODE_NAME",), metavar="name"),
-        Flag("out-of-service-taint", "bool", False, "Taint node.kubernetes.io/out-of-service "
-             "before deleting."),
-        Flag("out-of-service-timeout", "duration", 5 * MINUTE, "Longest wait for "
-             "VolumeAttachments after tainting."),
-        Flag("metrics-bind-address", "string", ":8090", "Address of /metrics; 0 disables.",
-             metavar="host:port"),
-        Flag("health-probe-bind-address", "string", ":8091", "Address of /healthz and "
-             "/readyz; 0 disables.", metavar="host:port"),
-        Flag("log-format", "string", "text", "text or json.", metavar="format"),
-        Flag("event-namespace", "string", "default", "Namespace of Events about Nodes.",
-             metavar="namespace"),
-    ],
 )  # fmt: skip
 
 

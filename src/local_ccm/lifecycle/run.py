@@ -6,7 +6,9 @@ and every `--reconcile-interval`, it evaluates the cache with the pure core
 (`health.assess` → `plan.plan_deletions`) and performs the plan: Events, probes (independent
 tasks, so probing never blocks evaluation), the self-check, and deletion attempts (fresh GET,
 re-check, optional out-of-service taint, DELETE with uid + resourceVersion preconditions).
-Results flow back through `record_probe`, `record_self_check` and `record_attempt`.
+Results flow back through `record_probe`, `record_self_check` and `record_attempt`; one
+deletion attempt is `local_ccm.lifecycle.attempt`, leadership and health checks
+`local_ccm.lifecycle.process`.
 
 One event loop, no locks: state is only changed by code running on it, between awaits.
 Time comes from an injected `Clock`, the API from a `NodeApi`, probes from a `Prober`, so
@@ -21,16 +23,16 @@ import logging
 import random
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from local_ccm.clock import Clock
 from local_ccm.kube import errors as ke
 from local_ccm.kube.backoff import Backoff
-from local_ccm.leader import LeaderContext, LeaderElector, LeadershipLost
 from local_ccm.lifecycle import events as ev
-from local_ccm.lifecycle import plan as pl
-from local_ccm.lifecycle.health import Assessment, Episode, Scope, assess, eligible_at, recheck
+from local_ccm.lifecycle import pipeline as pl
+from local_ccm.lifecycle.attempt import run_attempt
+from local_ccm.lifecycle.health import Assessment, Episode, assess, eligible_at
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.model import (
     IPAddress,
@@ -38,97 +40,19 @@ from local_ccm.lifecycle.model import (
     ProbeKind,
     ProbeOutcome,
     combine,
-    format_time,
     project_node,
     summarize,
 )
 from local_ccm.lifecycle.nodeapi import NodeApi, NodeEvent, Obj
-from local_ccm.lifecycle.outofservice import plan_out_of_service
+from local_ccm.lifecycle.plan import plan_deletions
 from local_ccm.lifecycle.probe import Prober
+from local_ccm.lifecycle.process import Status
 from local_ccm.logs import kv
-from local_ccm.serve import Checks
 
 log = logging.getLogger(__name__)
 
 WATCH_BACKOFF = Backoff(initial=0.5, factor=2.0, cap=30.0, jitter=0.2)  # §8.1
-WATCHDOG_TICK = 1.0
-WATCHDOG_LIMIT = 10.0  # §9.3: /healthz fails when the loop has not ticked for this long
 MIN_WAKE = 0.05
-EXIT_OK, EXIT_LEADERSHIP = 0, 3
-
-
-@dataclass(frozen=True)
-class LoopConfig:
-    """What the loop needs from the command line; durations in seconds."""
-
-    scope: Scope
-    settings: pl.PipelineSettings
-    timeout: float  # --not-ready-timeout
-    selector: str | None = None  # server-side labelSelector of the watch (--node-selector)
-    event_namespace: str = "default"
-    out_of_service_timeout: float = 300.0
-
-    @property
-    def interval(self) -> float:
-        return self.settings.interval
-
-
-@dataclass
-class Status:
-    """Plain values the health checks read from the HTTP server's thread (§9.3)."""
-
-    leading: bool = False
-    synced: bool = False
-    connected: bool = False
-    disconnected_at: float | None = None
-    last_evaluation: float | None = None
-    last_tick: float | None = None
-
-
-def health_checks(status: Status, clock: Clock, interval: float) -> tuple[Checks, Checks]:
-    """(/healthz, /readyz) of §9.3. API outages fail readiness, never liveness."""
-    healthz, readyz = Checks(), Checks()
-
-    def loop_alive() -> tuple[bool, str]:
-        tick = status.last_tick
-        ok = tick is not None and clock.monotonic() - tick < WATCHDOG_LIMIT
-        return ok, "" if ok else "the event loop has not ticked for 10s"
-
-    def evaluating() -> tuple[bool, str]:
-        limit = max(3 * interval, 60.0)
-        last = status.last_evaluation
-        if not status.leading or not status.synced or last is None:
-            return True, ""
-        ok = clock.monotonic() - last < limit
-        return ok, "" if ok else f"no evaluation completed within {limit:g}s"
-
-    def node_cache() -> tuple[bool, str]:
-        if not status.leading:
-            return True, ""  # a standing-by candidate is ready
-        if not status.synced:
-            return False, "the Node cache is not synced"
-        gone = status.disconnected_at
-        if status.connected or gone is None or clock.monotonic() - gone < 2 * interval:
-            return True, ""
-        return False, "the Node watch is disconnected"
-
-    healthz.add("loop", loop_alive)
-    healthz.add("evaluation", evaluating)
-    readyz.add("config", lambda: (True, ""))
-    readyz.add("node-cache", node_cache)
-    return healthz, readyz
-
-
-def leader_callback(status: Status, metrics: LifecycleMetrics) -> Callable[[bool], None]:
-    def changed(leading: bool) -> None:
-        status.leading = leading
-        metrics.leader.set(1 if leading else 0)
-        if leading:
-            metrics.transitions.inc()
-        else:
-            status.synced = False
-
-    return changed
 
 
 def _always() -> bool:
@@ -144,7 +68,7 @@ class Controller:
 
     def __init__(
         self,
-        config: LoopConfig,
+        config: pl.LoopConfig,
         api: NodeApi,
         prober: Prober,
         clock: Clock,
@@ -163,7 +87,7 @@ class Controller:
         self.cache: dict[str, NodeView] = {}
         self.episodes: dict[str, Episode] = {}
         self.state = pl.PipelineState()
-        self.breaker_open = False
+        self._breaker_was_open = False  # for logging its transitions
         self.next_wake = config.interval
         self._annotation_keys = {p.key for p in config.scope.protected}
         self._wake = asyncio.Event()
@@ -280,7 +204,7 @@ class Controller:
         self.episodes = dict(assessment.episodes.episodes)
         self._log_episodes(assessment, previous)
         state = pl.forget(self.state, assessment.episodes.ended)
-        plan = pl.plan_deletions(
+        plan = plan_deletions(
             assessment, nodes=nodes, scope=self.config.scope, state=state,
             settings=self.config.settings, now=mono, rng=self.rng,
         )  # fmt: skip
@@ -321,11 +245,11 @@ class Controller:
         m.eligible.set(len(assessment.eligible))
         m.breaker_open.set(1 if plan.breaker.open else 0)
         m.breaker_threshold.set(plan.breaker.threshold)
-        if plan.breaker.open != self.breaker_open:
+        if plan.breaker.open != self._breaker_was_open:
             level = logging.WARNING if plan.breaker.open else logging.INFO
             state = "open: nothing is deleted" if plan.breaker.open else "closed"
             log.log(level, "circuit breaker %s (%s)", state, plan.breaker)
-            self.breaker_open = plan.breaker.open
+            self._breaker_was_open = plan.breaker.open
         if self.state.self_check is not None:
             m.set_self_check(self.state.self_check.result)
         for decision in plan.decisions:
@@ -368,7 +292,7 @@ class Controller:
         self._events.add(task)
         task.add_done_callback(self._events.discard)
 
-    def _announce(self, uid: str, name: str, reason: str, message: str) -> None:
+    def announce(self, uid: str, name: str, reason: str, message: str) -> None:
         """Loop-side Events, also at most once per (uid, reason) per episode."""
         if (uid, reason) not in self.state.announced:
             self.state = replace(self.state, announced=self.state.announced | {(uid, reason)})
@@ -428,7 +352,7 @@ class Controller:
     # ------------------------------------------------------------------ deletion (§6.5-§6.7)
     async def _attempt(self, action: pl.DeleteAction) -> None:
         try:
-            result = await self._delete_flow(action)
+            result = await run_attempt(self, action)
         except asyncio.CancelledError:
             self.state = pl.record_attempt(self.state, action.uid, "aborted")
             raise
@@ -443,215 +367,16 @@ class Controller:
         if result in ("deleted", "gone") and cached is not None and cached.uid == action.uid:
             del self.cache[action.name]  # the watch's DELETED event may come later
 
-    async def _delete_flow(self, action: pl.DeleteAction) -> pl.AttemptResult:
-        fresh = await self._fresh(action)
-        if isinstance(fresh, str):
-            return fresh
-        if action.out_of_service:
-            fresh = await self._out_of_service(action, fresh)
-            if isinstance(fresh, str):
-                return fresh
-        if action.dry_run:
-            return await self._dry_run(action, fresh)
-        return await self._delete(action, fresh)
+    # The rest of `attempt.AttemptHost`.
+    @property
+    def breaker_open(self) -> bool:
+        return self.state.breaker_open
 
-    async def _fresh(self, action: pl.DeleteAction) -> Obj | pl.AttemptResult:
-        """§6.5.1-2: a quorum GET and the re-check of steps 1-2 on it."""
-        try:
-            obj: Obj | None = await self.api.get_node(action.name)
-        except ke.NotFound:
-            obj = None
-        abort = recheck(
-            None if obj is None else self.project(obj), action.uid, self.config.scope,
-            episode=self.episodes.get(action.uid), now=self.clock.now(),
-            timeout=self.config.timeout, breaker_open=self.state.breaker_open,
-        )  # fmt: skip
-        if abort is None and obj is not None:
-            return obj
-        check = abort.check if abort else "the Node no longer exists"
-        log.info("deletion aborted: %s", check, extra=_node_kv(action.name, action.uid))
-        if abort is not None and abort.result == "aborted":
-            self._announce(action.uid, action.name, pl.DELETION_ABORTED, check)
-            return "aborted"
-        return "gone"
+    def episode(self, uid: str) -> Episode | None:
+        return self.episodes.get(uid)
 
-    async def _delete(self, action: pl.DeleteAction, fresh: Obj) -> pl.AttemptResult:
-        fields = _node_kv(action.name, action.uid)
-        if not self.may_write():  # §7.7: the lease is too old for a write to land safely
-            log.warning("not deleting: the leader lease is not fresh", extra=fields)
-            return "aborted"
-        message = (
-            f"deleting Node {action.name} (uid {action.uid}): NotReady since "
-            f"{format_time(action.t0)} ({action.age:.0f}s); probes: {action.summary}"
-        )
-        self._announce(action.uid, action.name, pl.DELETING_NODE, message)
-        try:
-            await self._send_delete(action.name, fresh, dry_run=False)
-        except ke.Conflict as exc:
-            log.info("delete precondition failed: %s", exc.message, extra=fields)
-            return "precondition_failed"
-        except ke.NotFound:
-            return "gone"
-        except ke.ApiError as exc:
-            log.warning("deleting the Node failed: %s", exc, extra=fields)
-            self._failed(action, str(exc))
-            return "failed"
-        log.info("deleted Node: %s", message, extra=fields)
-        return "deleted"
-
-    async def _send_delete(self, name: str, fresh: Obj, *, dry_run: bool) -> None:
-        """§6.5.3: preconditions from the fresh object, so a changed Node answers 409."""
-        meta = fresh["metadata"]
-        await self.api.delete_node(
-            name, uid=meta["uid"], resource_version=meta["resourceVersion"], dry_run=dry_run
-        )
-
-    def _failed(self, action: pl.DeleteAction, error: str) -> None:
+    def report_failure(self, action: pl.DeleteAction, error: str) -> None:
         now = self.clock.monotonic()
         if ev.may_repeat_failure(self._failed_sent.get(action.uid), now):
             self._failed_sent[action.uid] = now
-            self._emit(action.uid, action.name, pl.DELETING_NODE_FAILED, error)
-
-    async def _dry_run(self, action: pl.DeleteAction, fresh: Obj) -> pl.AttemptResult:
-        """§6.7: the same DELETE with dryRun=All exercises RBAC and preconditions."""
-        fields = _node_kv(action.name, action.uid)
-        try:
-            await self._send_delete(action.name, fresh, dry_run=True)
-        except ke.Conflict:
-            return "precondition_failed"
-        except ke.NotFound:
-            return "gone"
-        except ke.ApiError as exc:
-            log.warning("dry-run DELETE failed: %s", exc, extra=fields)
-            return "failed"
-        message = pl.dry_run_message(action)
-        log.info("%s", message, extra=fields)
-        self._announce(action.uid, action.name, pl.DRY_RUN_EVENT, message)
-        return "dry_run"
-
-    async def _out_of_service(self, action: pl.DeleteAction, fresh: Obj) -> Obj | pl.AttemptResult:
-        """§6.6: taint, wait for VolumeAttachments (or the timeout), re-read, then delete;
-        untaint and end the attempt when the Node recovers meanwhile."""
-        obj, recovered, changed = fresh, False, False
-        fields = _node_kv(action.name, action.uid)
-        while True:
-            attachments = (
-                0 if action.dry_run else await self.api.count_volume_attachments(action.name)
-            )
-            step = plan_out_of_service(
-                obj, now=self.clock.now(), attachments=attachments, recovered=recovered,
-                timeout=self.config.out_of_service_timeout, dry_run=action.dry_run,
-            )  # fmt: skip
-            if step.step == "delete":
-                if step.would_taint:
-                    log.info("[DRY-RUN] would add the out-of-service taint", extra=fields)
-                return await self._fresh(action) if changed else obj
-            if step.step in ("taint", "remove"):
-                if not self.may_write():
-                    return "aborted"
-                try:
-                    obj = await self.api.patch_node(action.name, step.patch)
-                except ke.Conflict:
-                    return "precondition_failed"
-                reason = (
-                    pl.OUT_OF_SERVICE_ADDED if step.step == "taint" else pl.OUT_OF_SERVICE_REMOVED
-                )
-                log.info("%s", reason, extra=fields)
-                self._announce(
-                    action.uid, action.name, reason, f"{attachments} VolumeAttachment(s)"
-                )
-                if step.step == "remove":
-                    return "aborted"
-                changed = True
-                continue
-            if step.step == "end":
-                return "aborted"
-            waited = await self._wait_out_of_service(action)
-            if isinstance(waited, str):
-                return waited
-            obj, recovered, changed = waited[0], waited[1], True
-
-    async def _wait_out_of_service(
-        self, action: pl.DeleteAction
-    ) -> tuple[Obj, bool] | pl.AttemptResult:
-        """One interval of the wait: re-read, and probe again (a reply means recovered)."""
-        await self.clock.sleep(self.config.interval)
-        try:
-            obj = await self.api.get_node(action.name)
-        except ke.NotFound:
-            return "gone"
-        view = self.project(obj)
-        if view.uid != action.uid:
-            return "aborted"
-        if view.ready == "True":
-            return obj, True
-        if await self.api.count_volume_attachments(action.name) == 0:
-            return obj, False  # about to delete: no need to wait for a probe
-        addresses = self.config.settings.addresses(view)
-        if self.config.settings.unprobed or not addresses:
-            return obj, False
-        outcomes = await self.run_probe(addresses, self.config.settings.kinds)
-        return obj, combine(outcomes) == "reachable"
-
-
-# ------------------------------------------------------------------ the process (§7)
-ControllerFactory = Callable[[LeaderContext | None], Controller]
-
-
-async def run_controller(
-    make: ControllerFactory,
-    clock: Clock,
-    status: Status,
-    *,
-    elector: LeaderElector | None,
-    stop: asyncio.Event,
-) -> int:
-    """Run until `stop` (exit 0, lease released) or leadership is lost (exit 3). Without an
-    elector the controller acts at once (--leader-elect=false)."""
-    watchdog = asyncio.create_task(_watchdog(status, clock), name="watchdog")
-    try:
-        if elector is None:
-            await _until_stopped(asyncio.ensure_future(make(None).run()), stop)
-            return EXIT_OK
-
-        async def lead(context: LeaderContext) -> None:
-            await make(context).run()
-
-        campaign = asyncio.ensure_future(elector.run(lead))
-        try:
-            await _until_stopped(campaign, stop, on_stop=elector.stop)
-        except LeadershipLost as exc:
-            log.error("leadership lost: %s; exiting", exc)
-            return EXIT_LEADERSHIP
-        return EXIT_OK
-    finally:
-        watchdog.cancel()
-
-
-async def _until_stopped(
-    work: asyncio.Future[None], stop: asyncio.Event, on_stop: Callable[[], None] | None = None
-) -> None:
-    """Wait for `work`; on `stop`, ask it to stop (or cancel it) and wait for it to end."""
-    stopper = asyncio.ensure_future(stop.wait())
-    waiting: set[asyncio.Future[Any]] = {work, stopper}
-    try:
-        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopper.cancel()
-    if not work.done():
-        log.info("stopping")
-        if on_stop is not None:
-            on_stop()
-        else:
-            work.cancel()
-    try:
-        await work
-    except asyncio.CancelledError:
-        if not stop.is_set():
-            raise
-
-
-async def _watchdog(status: Status, clock: Clock) -> None:
-    while True:
-        status.last_tick = clock.monotonic()
-        await clock.sleep(WATCHDOG_TICK)
+            self._emit(action.uid, action.name, ev.DELETING_NODE_FAILED, error)

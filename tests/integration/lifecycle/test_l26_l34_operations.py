@@ -1,19 +1,24 @@
-"""L27, L29-L32, L34 (spec/lifecycle.md §12.2): start-up preconditions, unprobed mode,
-addresses, the out-of-service taint, invalid flags and family selection."""
+"""L26, L27, L29-L32, L34 (spec/lifecycle.md §12.2): probe permissions at run time and at
+start-up, unprobed mode, addresses, the out-of-service taint, invalid flags and family
+selection."""
 
 from __future__ import annotations
 
+import http.client
 import logging
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from local_ccm.lifecycle.nodeapi import VOLUME_ATTACHMENTS
+from local_ccm.netlink.netns import run_in_netns
 from tests.integration.lifecycle.conftest import Setup
 from tests.integration.lifecycle.test_l01_l10_scope_and_probes import (
     DELETED,
@@ -23,12 +28,72 @@ from tests.integration.lifecycle.test_l01_l10_scope_and_probes import (
     uid,
 )
 from tests.support.cleanup import NodeFactory, Tracker
-from tests.support.lifecycle_harness import FAST, eligible_node, reasons
+from tests.support.controlplane import ControlPlane
+from tests.support.lifecycle_harness import FAST, PROMETHEUS_PREFIX, eligible_node, reasons
 from tests.support.netns import HostLink
+from tests.support.processes import spawn
+from tests.support.relay import LoopbackRelay
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.netns
 BINARY = Path(sys.executable).parent / "node-lifecycle-controller"
+
+
+def get_in_netns(netns: str, port: int, path: str) -> tuple[int, str]:
+    """GET http://127.0.0.1:<port><path> from inside `netns`, where the controller listens."""
+    sock = run_in_netns(netns, lambda: socket.create_connection(("127.0.0.1", port), timeout=5))
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    conn.sock = sock
+    try:
+        conn.request("GET", path)
+        answer = conn.getresponse()
+        return answer.status, answer.read().decode()
+    finally:
+        conn.close()
+
+
+def metric_in_netns(netns: str, port: int, name: str, **labels: str) -> float:
+    for family in text_string_to_metric_families(get_in_netns(netns, port, "/metrics")[1]):
+        for sample in family.samples:
+            if sample.name == PROMETHEUS_PREFIX + name and sample.labels == labels:
+                return float(sample.value)
+    return 0.0
+
+
+@pytest.mark.timeout(90)
+def test_l26_a_probe_permission_error_at_run_time_is_unknown_not_a_crash(
+    setup: Setup, link: HostLink, make_node: NodeFactory,
+    control_plane: ControlPlane, test_artifacts: Path,
+) -> None:  # fmt: skip
+    ns = link.netns  # the controller's namespace: lo, and the veth to this test's /28
+    ns.sysctl("net.ipv4.ping_group_range=0 0")  # this namespace only; gid 0 may ping
+    metrics, health = 18090, 18091  # inside the test's own namespace: nothing else listens
+    api_port = int(control_plane.api_url.rsplit(":", 1)[1])
+    cmd = ["ip", "netns", "exec", ns.name, "setpriv", "--bounding-set=-net_raw",
+           "--inh-caps=-net_raw", "--", str(BINARY), *FAST, f"--kubeconfig={setup.kubeconfig}",
+           *setup.argv("--icmp-mode=datagram", "--probe-families=ipv4",
+                       f"--node-selector={setup.selector}",
+                       f"--metrics-bind-address=127.0.0.1:{metrics}",
+                       f"--health-probe-bind-address=127.0.0.1:{health}")]  # fmt: skip
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    with LoopbackRelay(ns.name, ("127.0.0.1", api_port)):
+        child = spawn("l26", cmd, test_artifacts / "l26.log", env=env)
+        try:
+            eventually(lambda: get_in_netns(ns.name, health, "/readyz")[0] == 200, timeout=20,
+                       message="the controller is ready")  # fmt: skip
+            usable = {"kind": "icmp", "family": "ipv4"}
+            assert metric_in_netns(ns.name, metrics, "probe_capability", **usable) == 1
+            ns.sysctl("net.ipv4.ping_group_range=1 0")  # nobody may open ICMP datagram sockets
+            node = eligible_node(make_node, str(link.unused_v4))
+            eventually(lambda: "ProbeFailed" in reasons(setup.kube, uid(node)), timeout=DELETED,
+                       message="ProbeFailed")  # fmt: skip
+            errors = {**usable, "outcome": "error"}
+            assert metric_in_netns(ns.name, metrics, "probes_total", **errors) >= 1
+            kept(setup.kube, node, seconds=6)
+            assert child.exited() is None, "the controller must keep running"
+            assert metric_in_netns(ns.name, metrics, "verdicts_total", verdict="unknown") >= 1
+        finally:
+            child.stop()
 
 
 def test_l27_no_usable_probe_at_start_up(setup: Setup, test_artifacts: Path) -> None:

@@ -25,17 +25,17 @@ from local_ccm.lifecycle.model import (
     format_time,
     project_node,
 )
-from local_ccm.lifecycle.plan import (
+from local_ccm.lifecycle.pipeline import (
     EventAction,
     PipelineSettings,
     PipelineState,
     Plan,
     forget,
-    plan_deletions,
     record_attempt,
     record_probe,
     record_self_check,
 )
+from local_ccm.lifecycle.plan import plan_deletions
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 AUTOSCALER = {

@@ -11,7 +11,7 @@ import pytest
 
 from local_ccm.lifecycle.health import Scope, parse_protected
 from local_ccm.lifecycle.model import ICMP, Family, NodeView, Verdict, tcp
-from local_ccm.lifecycle.plan import (
+from local_ccm.lifecycle.pipeline import (
     DRY_RUN_PREFIX,
     DeleteAction,
     EventAction,

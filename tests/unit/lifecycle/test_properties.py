@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from local_ccm.lifecycle.health import Scope, is_unhealthy
 from local_ccm.lifecycle.model import NodeView
-from local_ccm.lifecycle.plan import PipelineSettings, breaker_threshold
+from local_ccm.lifecycle.pipeline import PipelineSettings, breaker_threshold
 from local_ccm.validate import CountOrPercent
 from tests.unit.lifecycle.fakes import AUTOSCALER, NOW, Sim, node
 

@@ -1,4 +1,4 @@
-"""The process around the loop (local_ccm.lifecycle.run.run_controller, spec/lifecycle.md §7):
+"""The process around the loop (local_ccm.lifecycle.process.run_controller, spec/lifecycle.md §7):
 graceful stop releases the Lease and exits 0; a lost lease exits 3; only the leader acts."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import random
 from local_ccm.election import ElectionConfig
 from local_ccm.leader import LeaderContext, LeaderElector
 from local_ccm.lifecycle.metrics import LifecycleMetrics
-from local_ccm.lifecycle.run import Controller, Status, leader_callback, run_controller
+from local_ccm.lifecycle.process import Status, leader_callback, run_controller
+from local_ccm.lifecycle.run import Controller
 from tests.fakes import FakeClock, FakeLeaseApi, settle
 from tests.unit.lifecycle.fakes import FakeProber, raw_node
 from tests.unit.lifecycle.test_run_loop import FakeNodeApi, config

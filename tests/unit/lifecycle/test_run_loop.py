@@ -14,8 +14,9 @@ from local_ccm.kube import errors as ke
 from local_ccm.lifecycle.health import Scope
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.nodeapi import Access, NodeEvent, NodeList, Obj
-from local_ccm.lifecycle.plan import PipelineSettings
-from local_ccm.lifecycle.run import Controller, LoopConfig, Status, health_checks
+from local_ccm.lifecycle.pipeline import LoopConfig, PipelineSettings
+from local_ccm.lifecycle.process import Status, health_checks
+from local_ccm.lifecycle.run import Controller
 from local_ccm.validate import CountOrPercent
 from tests.fakes import START_WALL, FakeClock, settle
 from tests.unit.lifecycle.fakes import FakeProber, raw_node

@@ -1,0 +1,225 @@
+"""One deletion attempt (spec/lifecycle.md §6.5-§6.7): a fresh quorum GET and the re-check on
+it, the optional out-of-service taint and wait, then the DELETE with uid + resourceVersion
+preconditions, or its dry-run.
+
+The loop starts one per `DeleteAction` with :func:`run_attempt` and records the result. What
+the attempt needs from the loop is the :class:`AttemptHost` seam; errors of the kube layer
+other than those each step handles end the attempt as `aborted` in the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from local_ccm.clock import Clock
+from local_ccm.kube import errors as ke
+from local_ccm.lifecycle import events as ev
+from local_ccm.lifecycle.health import Episode, recheck
+from local_ccm.lifecycle.model import (
+    IPAddress,
+    NodeView,
+    ProbeKind,
+    ProbeOutcome,
+    combine,
+    format_time,
+)
+from local_ccm.lifecycle.nodeapi import NodeApi, Obj
+from local_ccm.lifecycle.outofservice import plan_out_of_service
+from local_ccm.lifecycle.pipeline import AttemptResult, DeleteAction, LoopConfig, dry_run_message
+from local_ccm.logs import kv
+
+log = logging.getLogger(__name__)
+
+
+class AttemptHost(Protocol):
+    """The loop, as an attempt sees it."""
+
+    config: LoopConfig
+    api: NodeApi
+    clock: Clock
+    may_write: Callable[[], bool]  # §7.7: False once the leader lease is too old to write
+
+    @property
+    def breaker_open(self) -> bool: ...
+
+    def episode(self, uid: str) -> Episode | None: ...
+
+    def project(self, obj: Obj) -> NodeView: ...
+
+    def announce(self, uid: str, name: str, reason: str, message: str) -> None:
+        """An Event at most once per (uid, reason) per episode."""
+        ...
+
+    def report_failure(self, action: DeleteAction, error: str) -> None:
+        """`DeletingNodeFailed`, at most once per 10 minutes per Node."""
+        ...
+
+    async def run_probe(
+        self, addresses: Sequence[IPAddress], kinds: Sequence[ProbeKind]
+    ) -> tuple[ProbeOutcome, ...]: ...
+
+
+async def run_attempt(host: AttemptHost, action: DeleteAction) -> AttemptResult:
+    """Steps 6-8 of §6.1 for one Node; the result for `record_attempt` and the metric."""
+    return await _Attempt(host, action).run()
+
+
+def _fields(action: DeleteAction) -> dict[str, Any]:
+    return kv(node=action.name, uid=action.uid)
+
+
+class _Attempt:
+    def __init__(self, host: AttemptHost, action: DeleteAction) -> None:
+        self.host, self.action, self.fields = host, action, _fields(action)
+
+    async def run(self) -> AttemptResult:
+        fresh = await self.fresh()
+        if isinstance(fresh, str):
+            return fresh
+        if self.action.out_of_service:
+            fresh = await self.out_of_service(fresh)
+            if isinstance(fresh, str):
+                return fresh
+        if self.action.dry_run:
+            return await self.dry_run(fresh)
+        return await self.delete(fresh)
+
+    async def fresh(self) -> Obj | AttemptResult:
+        """§6.5.1-2: a quorum GET and the re-check of steps 1-2 on it."""
+        host, action = self.host, self.action
+        try:
+            obj: Obj | None = await host.api.get_node(action.name)
+        except ke.NotFound:
+            obj = None
+        abort = recheck(
+            None if obj is None else host.project(obj), action.uid, host.config.scope,
+            episode=host.episode(action.uid), now=host.clock.now(),
+            timeout=host.config.timeout, breaker_open=host.breaker_open,
+        )  # fmt: skip
+        if abort is None and obj is not None:
+            return obj
+        check = abort.check if abort else "the Node no longer exists"
+        log.info("deletion aborted: %s", check, extra=self.fields)
+        if abort is not None and abort.result == "aborted":
+            host.announce(action.uid, action.name, ev.DELETION_ABORTED, check)
+            return "aborted"
+        return "gone"
+
+    async def delete(self, fresh: Obj) -> AttemptResult:
+        host, action = self.host, self.action
+        if not host.may_write():  # §7.7: the lease is too old for a write to land safely
+            log.warning("not deleting: the leader lease is not fresh", extra=self.fields)
+            return "aborted"
+        message = (
+            f"deleting Node {action.name} (uid {action.uid}): NotReady since "
+            f"{format_time(action.t0)} ({action.age:.0f}s); probes: {action.summary}"
+        )
+        host.announce(action.uid, action.name, ev.DELETING_NODE, message)
+        try:
+            await self.send_delete(fresh, dry_run=False)
+        except ke.Conflict as exc:
+            log.info("delete precondition failed: %s", exc.message, extra=self.fields)
+            return "precondition_failed"
+        except ke.NotFound:
+            return "gone"
+        except ke.ApiError as exc:
+            log.warning("deleting the Node failed: %s", exc, extra=self.fields)
+            host.report_failure(action, str(exc))
+            return "failed"
+        log.info("deleted Node: %s", message, extra=self.fields)
+        return "deleted"
+
+    async def send_delete(self, fresh: Obj, *, dry_run: bool) -> None:
+        """§6.5.3: preconditions from the fresh object, so a changed Node answers 409."""
+        meta = fresh["metadata"]
+        await self.host.api.delete_node(
+            self.action.name, uid=meta["uid"], resource_version=meta["resourceVersion"],
+            dry_run=dry_run,
+        )  # fmt: skip
+
+    async def dry_run(self, fresh: Obj) -> AttemptResult:
+        """§6.7: the same DELETE with dryRun=All exercises RBAC and preconditions."""
+        try:
+            await self.send_delete(fresh, dry_run=True)
+        except ke.Conflict:
+            return "precondition_failed"
+        except ke.NotFound:
+            return "gone"
+        except ke.ApiError as exc:
+            log.warning("dry-run DELETE failed: %s", exc, extra=self.fields)
+            return "failed"
+        message = dry_run_message(self.action)
+        log.info("%s", message, extra=self.fields)
+        self.host.announce(self.action.uid, self.action.name, ev.DRY_RUN_EVENT, message)
+        return "dry_run"
+
+    # ------------------------------------------------------------------ out-of-service (§6.6)
+    async def out_of_service(self, fresh: Obj) -> Obj | AttemptResult:
+        """Taint, wait for VolumeAttachments (or the timeout), re-read, then delete; untaint
+        and end the attempt when the Node recovers meanwhile."""
+        host, action = self.host, self.action
+        obj, recovered, changed = fresh, False, False
+        while True:
+            attachments = (
+                0 if action.dry_run else await host.api.count_volume_attachments(action.name)
+            )
+            step = plan_out_of_service(
+                obj, now=host.clock.now(), attachments=attachments, recovered=recovered,
+                timeout=host.config.out_of_service_timeout, dry_run=action.dry_run,
+            )  # fmt: skip
+            if step.step == "delete":
+                if step.would_taint:
+                    log.info("[DRY-RUN] would add the out-of-service taint", extra=self.fields)
+                return await self.fresh() if changed else obj
+            if step.step == "end":
+                return "aborted"
+            if step.step in ("taint", "remove"):
+                patched = await self.patch_taint(step.step, step.patch, attachments)
+                if isinstance(patched, str):
+                    return patched
+                obj, changed = patched, True
+                continue
+            waited = await self.wait_out_of_service()
+            if isinstance(waited, str):
+                return waited
+            obj, recovered, changed = waited[0], waited[1], True
+
+    async def patch_taint(
+        self, step: str, patch: Sequence[Obj], attachments: int
+    ) -> Obj | AttemptResult:
+        """Add (or, after a recovery, remove) the taint; a removal ends the attempt."""
+        host, action = self.host, self.action
+        if not host.may_write():
+            return "aborted"
+        try:
+            obj = await host.api.patch_node(action.name, patch)
+        except ke.Conflict:
+            return "precondition_failed"
+        reason = ev.OUT_OF_SERVICE_ADDED if step == "taint" else ev.OUT_OF_SERVICE_REMOVED
+        log.info("%s", reason, extra=self.fields)
+        host.announce(action.uid, action.name, reason, f"{attachments} VolumeAttachment(s)")
+        return "aborted" if step == "remove" else obj
+
+    async def wait_out_of_service(self) -> tuple[Obj, bool] | AttemptResult:
+        """One interval of the wait: re-read, and probe again (a reply means recovered)."""
+        host, action = self.host, self.action
+        await host.clock.sleep(host.config.interval)
+        try:
+            obj = await host.api.get_node(action.name)
+        except ke.NotFound:
+            return "gone"
+        view = host.project(obj)
+        if view.uid != action.uid:
+            return "aborted"
+        if view.ready == "True":
+            return obj, True
+        if await host.api.count_volume_attachments(action.name) == 0:
+            return obj, False  # about to delete: no need to wait for a probe
+        settings = host.config.settings
+        addresses = settings.addresses(view)
+        if settings.unprobed or not addresses:
+            return obj, False
+        outcomes = await host.run_probe(addresses, settings.kinds)
+        return obj, combine(outcomes) == "reachable"

@@ -1,0 +1,293 @@
+"""The deletion pipeline's data and its small decisions (spec/lifecycle.md §5.4, §6.2-§6.4,
+§6.7): the circuit breaker, probe records, the rate limit, the self-check, the state that
+survives between evaluations, the plan's actions, and how the loop's results update the state.
+
+Pure, no I/O, no clock: `now` is monotonic seconds (intervals, windows) or a wall datetime
+(ages against API timestamps), always passed in. The walk over the eligible Nodes that turns
+these into a `Plan` is `local_ccm.lifecycle.plan`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Final, Literal
+
+from local_ccm.lifecycle.events import WARNING_REASONS
+from local_ccm.lifecycle.health import Scope
+from local_ccm.lifecycle.model import (
+    ICMP,
+    Family,
+    IPAddress,
+    NodeView,
+    ProbeKind,
+    ProbeOutcome,
+    Verdict,
+    combine,
+    format_time,
+    probe_addresses,
+)
+from local_ccm.validate import CountOrPercent
+
+DRY_RUN_PREFIX: Final = "[DRY-RUN] Would delete node"
+DEFAULT_MAX_UNHEALTHY: Final = CountOrPercent(40, percent=True)
+
+SkipReason = Literal["breaker_open", "self_check_failed", "rate_limited", "reachable", "unknown"]
+AttemptResult = Literal["deleted", "gone", "failed", "aborted", "precondition_failed", "dry_run"]
+SelfCheckResult = Literal["passed", "failed", "skipped"]
+Attempt = Literal["running", "dry_run_done"]
+Step = Literal[
+    "in_progress", "dry_run_done", "breaker_open", "no_address", "probing", "reachable",
+    "unknown", "self_check_pending", "self_check_failed", "breaker_hold", "rate_limited",
+    "delete",
+]  # fmt: skip
+
+
+# ------------------------------------------------------------------ circuit breaker (§6.2)
+@dataclass(frozen=True)
+class Breaker:
+    open: bool
+    unhealthy: int
+    threshold: int
+    population: int
+
+    def __str__(self) -> str:
+        return f"U={self.unhealthy} T={self.threshold} N={self.population}"
+
+
+def breaker_threshold(limit: CountOrPercent, population: int) -> int:
+    """T of §6.2.2: K, or max(1, ⌊P × N / 100⌋), except that 0% gives 0."""
+    if not limit.percent:
+        return limit.value
+    if limit.value == 0:
+        return 0
+    return max(1, limit.value * population // 100)
+
+
+def breaker(limit: CountOrPercent, population: int, unhealthy: int) -> Breaker:
+    threshold = breaker_threshold(limit, population)
+    return Breaker(unhealthy > threshold, unhealthy, threshold, population)
+
+
+# ------------------------------------------------------------------ probes (§5.4)
+@dataclass(frozen=True)
+class ProbeRecord:
+    """The probes of one Node in one eligibility stretch (monotonic seconds): when the latest
+    started, whether it still runs, and the latest completed one's outcomes."""
+
+    started: float
+    running: bool = True
+    finished: float | None = None
+    outcomes: tuple[ProbeOutcome, ...] = ()
+
+    @property
+    def verdict(self) -> Verdict | None:
+        return None if self.finished is None else combine(self.outcomes)
+
+
+def is_fresh(record: ProbeRecord | None, now: float, interval: float) -> bool:
+    """§5.4.3: a verdict is valid for one interval after it completed."""
+    return record is not None and record.finished is not None and now - record.finished < interval
+
+
+def may_start_probe(record: ProbeRecord | None, now: float, interval: float) -> bool:
+    """§5.4.3: at most one probe per interval (start to start), never two at once."""
+    return record is None or (not record.running and now - record.started >= interval)
+
+
+def rate_tokens(starts: Iterable[float], now: float, interval: float, limit: int) -> int:
+    """§6.4.1: deletions that may still start in the sliding window (now − interval, now]."""
+    return max(0, limit - sum(1 for t in starts if now - t < interval))
+
+
+# ------------------------------------------------------------------ self-check (§6.3)
+@dataclass(frozen=True)
+class SelfCheck:
+    at: float
+    result: SelfCheckResult
+    peers: tuple[str, ...] = ()
+
+
+def self_check_peers(
+    nodes: Iterable[NodeView], scope: Scope, sample: int, rng: random.Random, **address_opts: Any
+) -> tuple[NodeView, ...]:
+    """§6.3.1: up to `sample` random Ready peers, not the own node, not terminating, with a
+    probeable address; control-plane Nodes may be peers."""
+    peers = sorted(
+        (
+            n
+            for n in nodes
+            if n.ready == "True"
+            and n.deletion_timestamp is None
+            and n.name != scope.own_node
+            and probe_addresses(n, **address_opts)
+        ),
+        key=lambda n: n.name,
+    )
+    return tuple(rng.sample(peers, min(sample, len(peers))))
+
+
+def self_check_result(peer_verdicts: Sequence[Verdict]) -> SelfCheckResult:
+    """§6.3.2/4: passed if any peer is reachable; no peer at all is skipped."""
+    if not peer_verdicts:
+        return "skipped"
+    return "passed" if "reachable" in peer_verdicts else "failed"
+
+
+# ------------------------------------------------------------------ pipeline data
+@dataclass(frozen=True)
+class PipelineSettings:
+    interval: float
+    max_unhealthy: CountOrPercent = DEFAULT_MAX_UNHEALTHY
+    max_deletions: int = 1
+    kinds: tuple[ProbeKind, ...] = (ICMP,)  # empty: unprobed mode (§5.6)
+    probe_all_addresses: bool = False
+    families: tuple[Family, ...] = ("ipv4", "ipv6")
+    self_check: bool = True
+    self_check_sample: int = 3
+    dry_run: bool = False
+    out_of_service_taint: bool = False
+
+    @property
+    def unprobed(self) -> bool:
+        return not self.kinds
+
+    def addresses(self, node: NodeView) -> tuple[IPAddress, ...]:
+        return probe_addresses(node, all_addresses=self.probe_all_addresses, families=self.families)
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """What the loop needs from the command line; durations in seconds."""
+
+    scope: Scope
+    settings: PipelineSettings
+    timeout: float  # --not-ready-timeout
+    selector: str | None = None  # server-side labelSelector of the watch (--node-selector)
+    event_namespace: str = "default"
+    out_of_service_timeout: float = 300.0
+
+    @property
+    def interval(self) -> float:
+        return self.settings.interval
+
+
+@dataclass(frozen=True)
+class PipelineState:
+    """What survives between evaluations; every per-uid entry is dropped by `forget`."""
+
+    probes: Mapping[str, ProbeRecord] = field(default_factory=dict)
+    starts: tuple[tuple[float, str], ...] = ()  # (monotonic, uid) of started deletions
+    attempts: Mapping[str, Attempt] = field(default_factory=dict)
+    breaker_open: bool = False
+    breaker_closed_at: float | None = None
+    self_check: SelfCheck | None = None
+    self_check_pending: bool = False
+    announced: frozenset[tuple[str, str]] = frozenset()  # (uid, Event reason)
+    skipped: frozenset[tuple[str, str]] = frozenset()  # (uid, SkipReason)
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    uid: str
+    name: str
+    addresses: tuple[IPAddress, ...]
+    kinds: tuple[ProbeKind, ...]
+
+
+@dataclass(frozen=True)
+class EventAction:
+    uid: str
+    name: str
+    reason: str
+    message: str
+
+    @property
+    def type(self) -> Literal["Normal", "Warning"]:
+        return "Warning" if self.reason in WARNING_REASONS else "Normal"
+
+
+@dataclass(frozen=True)
+class DeleteAction:
+    """Attempt one deletion: fresh GET, `recheck`, optional out-of-service, DELETE."""
+
+    uid: str
+    name: str
+    t0: datetime
+    age: float
+    summary: str
+    dry_run: bool
+    out_of_service: bool
+
+
+@dataclass(frozen=True)
+class Decision:
+    uid: str
+    name: str
+    step: Step
+
+
+@dataclass(frozen=True)
+class Plan:
+    state: PipelineState
+    breaker: Breaker
+    decisions: tuple[Decision, ...] = ()
+    probes: tuple[ProbeRequest, ...] = ()
+    self_check_probes: tuple[ProbeRequest, ...] = ()
+    events: tuple[EventAction, ...] = ()
+    skips: tuple[tuple[str, SkipReason], ...] = ()  # new (uid, reason) pairs: the metric
+    deletions: tuple[DeleteAction, ...] = ()
+
+
+# ------------------------------------------------------------------ results from the loop
+def record_probe(
+    state: PipelineState, uid: str, outcomes: Sequence[ProbeOutcome], now: float
+) -> PipelineState:
+    """A Node probe finished. Ignored when the uid stopped being eligible meanwhile."""
+    record = state.probes.get(uid)
+    if record is None or not record.running:
+        return state
+    done = replace(record, running=False, finished=now, outcomes=tuple(outcomes))
+    return replace(state, probes={**state.probes, uid: done})
+
+
+def record_self_check(
+    state: PipelineState, peers: Sequence[str], verdicts: Sequence[Verdict], now: float
+) -> PipelineState:
+    result = self_check_result(verdicts) if peers else "skipped"
+    return replace(state, self_check=SelfCheck(now, result, tuple(peers)), self_check_pending=False)
+
+
+def record_attempt(state: PipelineState, uid: str, result: AttemptResult) -> PipelineState:
+    """A deletion attempt ended. A dry-run is done for the episode (§6.7.4); a precondition
+    failure or an abort before the DELETE gives its rate-limit token back (§6.4.4)."""
+    attempts: dict[str, Attempt] = {k: v for k, v in state.attempts.items() if k != uid}
+    if result == "dry_run":
+        attempts[uid] = "dry_run_done"
+    starts = state.starts
+    if result in ("aborted", "precondition_failed"):
+        starts = tuple(s for s in starts if s[1] != uid)
+    return replace(state, attempts=attempts, starts=starts)
+
+
+def forget(state: PipelineState, uids: Collection[str]) -> PipelineState:
+    """§4.6: drop every piece of per-uid state of ended episodes. Started deletions stay in
+    the rate-limit window: they expire with it, or the limit would not limit."""
+    gone = set(uids)
+    return replace(
+        state,
+        probes={k: v for k, v in state.probes.items() if k not in gone},
+        attempts={k: v for k, v in state.attempts.items() if k not in gone},
+        announced=frozenset(a for a in state.announced if a[0] not in gone),
+        skipped=frozenset(s for s in state.skipped if s[0] not in gone),
+    )
+
+
+def dry_run_message(action: DeleteAction) -> str:
+    """§6.7.3: the [compat] prefix, then uid, t0, age and the probe summary."""
+    return (
+        f"{DRY_RUN_PREFIX} {action.name} uid={action.uid} t0={format_time(action.t0)} "
+        f"age={action.age:.0f}s probes={action.summary}"
+    )
