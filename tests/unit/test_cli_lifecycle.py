@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from local_ccm import __version__
 from local_ccm.kube import errors as ke
 from local_ccm.lifecycle.main import check_access, main
 from local_ccm.lifecycle.nodeapi import Access, required_access
@@ -19,6 +20,13 @@ def test_help_prints_usage_and_exits_0(capsys: pytest.CaptureFixture[str]) -> No
     out = capsys.readouterr().out
     assert "-not-ready-timeout" in out
     assert "-max-unhealthy" in out
+
+
+def test_version_prints_the_package_version_and_exits_0(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["--version"], {}) == 0
+    assert capsys.readouterr().out.startswith(f"node-lifecycle-controller {__version__} (python ")
 
 
 def test_invalid_command_line_exits_2_listing_every_problem(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from local_ccm import names
+from local_ccm import __version__, names
 from local_ccm.flags import Flag, FlagSet
 from local_ccm.lifecycle.pipeline import DEFAULT_MAX_UNHEALTHY
 
@@ -75,4 +75,6 @@ FLAGS = FlagSet(
         Flag("event-namespace", "string", "default", "Namespace of Events about Nodes.",
              metavar="namespace"),
     ],
+    # [beyond] The original had no --version; every binary of this image prints one (deploy D12).
+    version=__version__,
 )  # fmt: skip

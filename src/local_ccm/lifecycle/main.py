@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import platform
 import random
 import signal
 import socket
@@ -53,6 +54,9 @@ def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
     parsed = flags.parse(FLAGS, argv, env)
     if parsed.help_requested:
         sys.stdout.write(flags.format_usage(FLAGS))
+        return EXIT_OK
+    if parsed.version_requested:
+        print(flags.format_version(FLAGS, platform.python_version()))
         return EXIT_OK
     loaded = options_from(parsed)
     if isinstance(loaded, list):

@@ -8,7 +8,7 @@ composition root (`local_ccm.lifecycle.main`), so validation never touches a fil
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
@@ -22,6 +22,7 @@ from local_ccm.flags import (
     invalid,
     parse,
 )
+from local_ccm.flagvalues import bind_address, checked, choice
 from local_ccm.lifecycle.flagset import FLAGS, MINUTE
 from local_ccm.lifecycle.health import Protection, Scope, parse_protected
 from local_ccm.lifecycle.model import ICMP, Family, ProbeKind, resolve_kinds, tcp
@@ -34,7 +35,6 @@ from local_ccm.validate import (
     ValidationError,
     dns1123_label,
     dns1123_subdomain,
-    parse_bind_address,
     parse_count_or_percent,
     parse_label_selector,
     split_list,
@@ -146,15 +146,15 @@ def options_from(parsed: Parsed) -> LifecycleOptions | list[Problem]:
         kubeconfig=parsed.get_str("kubeconfig"),
         node_selector=str(selector) if selector is not None else "",
         not_ready_timeout=durations["not-ready-timeout"],
-        icmp_mode=_choice(parsed, "icmp-mode", _ICMP_MODES, problems) or "auto",
+        icmp_mode=choice(parsed, "icmp-mode", _ICMP_MODES, problems) or "auto",
         out_of_service_timeout=durations["out-of-service-timeout"],
-        metrics_bind=_bind(parsed, "metrics-bind-address", problems),
-        health_bind=_bind(parsed, "health-probe-bind-address", problems),
+        metrics_bind=bind_address(parsed, "metrics-bind-address", problems),
+        health_bind=bind_address(parsed, "health-probe-bind-address", problems),
         metrics_address=parsed.get_str("metrics-bind-address"),
         health_address=parsed.get_str("health-probe-bind-address"),
-        log_format=_choice(parsed, "log-format", _FORMATS, problems) or "text",
+        log_format=choice(parsed, "log-format", _FORMATS, problems) or "text",
         verbosity=_verbosity(parsed, problems),
-        event_namespace=_checked(parsed, "event-namespace", dns1123_label, problems),
+        event_namespace=checked(parsed, "event-namespace", dns1123_label, problems),
         ignored_klog=parsed.ignored_klog,
         warnings=_warnings(probe, kinds),
     )
@@ -214,8 +214,8 @@ def _election(parsed: Parsed, durations: Mapping[str, float], problems: list[Pro
                 f"({format_go_duration(retry)}), got {format_go_duration(renew)}")))  # fmt: skip
     return Election(
         enabled=parsed.get_bool("leader-elect"),
-        lease_name=_checked(parsed, "leader-elect-id", dns1123_subdomain, problems),
-        namespace=_checked(parsed, "namespace", dns1123_label, problems),
+        lease_name=checked(parsed, "leader-elect-id", dns1123_subdomain, problems),
+        namespace=checked(parsed, "namespace", dns1123_label, problems),
         lease_duration=lease,
         renew_deadline=renew,
         retry_period=retry,
@@ -307,36 +307,6 @@ def _protected(parsed: Parsed, problems: list[Problem]) -> tuple[Protection, ...
         except ValidationError as err:
             problems.append(invalid("protected-labels", str(err)))
     return tuple(entries)
-
-
-def _choice(
-    parsed: Parsed, flag: str, choices: Mapping[str, T], problems: list[Problem]
-) -> T | None:
-    value = parsed.get_str(flag)
-    if value in choices:
-        return choices[value]
-    problems.append(invalid(flag, f"{go_quote(value)} is not one of {', '.join(choices)}"))
-    return None
-
-
-def _bind(parsed: Parsed, flag: str, problems: list[Problem]) -> BindAddress | None:
-    """§2.4 rule 9: `[host]:port` or `0` (disabled)."""
-    try:
-        return parse_bind_address(parsed.get_str(flag))
-    except ValidationError as err:
-        problems.append(invalid(flag, str(err)))
-        return None
-
-
-def _checked(
-    parsed: Parsed, flag: str, check: Callable[[str], str], problems: list[Problem]
-) -> str:
-    value = parsed.get_str(flag)
-    try:
-        return check(value)
-    except ValidationError as err:
-        problems.append(invalid(flag, str(err)))
-        return value
 
 
 # ---------------------------------------------------------------- start-up line [compat]
