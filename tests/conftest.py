@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, settings
 
 from tests.support import tiers
 
-pytest_plugins = ["tests.support.fixtures", "tests.support.netns"]
+# pytest only honours pytest_plugins in this top-level conftest.
+pytest_plugins = ["tests.support.fixtures", "tests.support.netns", "tests.support.crds"]
 TESTS_DIR = Path(__file__).resolve().parent
 
 # Property tests assert behaviour, never speed: no per-example deadline (a loaded 2-core CI

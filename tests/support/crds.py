@@ -1,6 +1,7 @@
 """The `crds` session fixture (TESTING.md §3.1): the chart's CRDs applied for real.
 
-Loaded with `pytest_plugins = ["tests.support.crds"]` by the test packages that need it. The
+Loaded through `pytest_plugins` in tests/conftest.py (session-scoped, so it costs nothing
+until a test asks for `crds`). The
 CRD is created (or replaced, when a previous run or test left another version behind), then
 the fixture waits for `Established` and for discovery to list the resource, so the first
 request of a test never races the apiserver's handler installation.

@@ -9,8 +9,6 @@ import pytest
 
 from tests.support.chart import Helm, helm, pinned_kube_version
 
-pytest_plugins = ["tests.support.crds"]
-
 
 @pytest.fixture(scope="session")
 def chart_helm(helm_binary: Path) -> Iterator[Helm]:

@@ -17,8 +17,6 @@ from tests.support import names
 from tests.support.cleanup import NodeFactory, Tracker
 from tests.support.controlplane import ControlPlane
 
-pytest_plugins = ["tests.support.crds"]
-
 # The apiserver accepts core/v1 Events about cluster-scoped objects only in "default" (legacy
 # Event validation), which is why §12.3 defaults --event-namespace to it.
 EVENT_NAMESPACE = "default"
