@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypeVar
 from local_ccm.kube import errors as ke
 from local_ccm.kube import resources as r
 from local_ccm.kube.aio import AsyncClient
+from local_ccm.lifecycle.model import slim_node
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -132,7 +133,7 @@ class KubeNodeApi:
             page = await self._call("LIST", "nodes", lambda t=token: self._client.list(  # type: ignore[misc]
                 r.NODES, label_selector=selector or None, limit=PAGE_SIZE, continue_token=t,
             ))  # fmt: skip
-            items.extend(page.get("items") or ())
+            items.extend(slim_node(item) for item in page.get("items") or ())
             meta = page.get("metadata") or {}
             token = meta.get("continue") or None
             if token is None:

@@ -19,6 +19,7 @@ from local_ccm.lifecycle.model import (
     probe_addresses,
     project_node,
     resolve_kinds,
+    slim_node,
     tcp,
 )
 from tests.unit.lifecycle.fakes import NOW, addresses, node, raw_node
@@ -143,3 +144,19 @@ def _outcomes(*kinds: OutcomeKind) -> list[ProbeOutcome]:
 )
 def test_combine(kinds: tuple[OutcomeKind, ...], verdict: str) -> None:
     assert combine(_outcomes(*kinds)) == verdict
+
+
+def test_slim_node_keeps_everything_the_projection_reads_and_drops_the_bulk() -> None:
+    full = raw_node(
+        "n1", labels={"a": "b"}, annotations={"local-ccm.io/x": "1", "other": "2"},
+        deleting=NOW, addresses=(("InternalIP", "198.51.100.9"), ("Hostname", "n1")),
+    )  # fmt: skip
+    full["metadata"]["managedFields"] = [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]
+    full["status"]["conditions"].append({"type": "MemoryPressure", "status": "False"})
+    full["status"]["images"] = [{"names": ["registry/x:1"], "sizeBytes": 1}] * 50
+    full["status"]["nodeInfo"] = {"systemUUID": "u"}
+    slim = slim_node(full)
+    assert project_node(slim) == project_node(full)
+    assert "managedFields" not in slim["metadata"]
+    assert set(slim["status"]) == {"conditions", "addresses"}
+    assert [c["type"] for c in slim["status"]["conditions"]] == ["Ready"]
