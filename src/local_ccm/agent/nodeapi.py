@@ -20,6 +20,7 @@ from local_ccm.agent.plan import Patch
 from local_ccm.kube import errors as ke
 from local_ccm.kube import resources as r
 from local_ccm.kube.aio import AsyncClient
+from local_ccm.kube.request import access_review, review_allowed
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -212,19 +213,10 @@ class KubeNodeApi:
     async def can_i(
         self, verb: str, resource: str, *, subresource: str = "", namespace: str = ""
     ) -> bool:
-        attributes = {"verb": verb, "resource": resource, "group": ""}
-        if subresource:
-            attributes["subresource"] = subresource
-        if namespace:
-            attributes["namespace"] = namespace
-        body = {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SelfSubjectAccessReview",
-            "spec": {"resourceAttributes": attributes},
-        }
+        body = access_review(verb, resource, subresource=subresource, namespace=namespace)
         review = await self._call(
             "POST",
             "selfsubjectaccessreviews",
             lambda: self._client.create(r.SELF_SUBJECT_ACCESS_REVIEWS, body),
         )
-        return bool((review.get("status") or {}).get("allowed"))
+        return review_allowed(review)

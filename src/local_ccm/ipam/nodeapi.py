@@ -17,7 +17,7 @@ from local_ccm.ipam.readiness import WatchStatus
 from local_ccm.kube.aio import AsyncClient, ThreadedIterator
 from local_ccm.kube.client import Client, WatchStream
 from local_ccm.kube.errors import ApiError, NotFound, Transient
-from local_ccm.kube.request import WatchEvent
+from local_ccm.kube.request import WatchEvent, access_review, review_allowed
 from local_ccm.kube.resources import (
     CLUSTER_CIDRS,
     EVENTS,
@@ -196,18 +196,12 @@ class KubeIpamApi:
         self, verb: str, group: str, resource: str, *, namespace: str = "",
         subresource: str = "", name: str = "",
     ) -> bool:  # fmt: skip
-        attributes = {
-            "verb": verb, "group": group, "resource": resource, "namespace": namespace,
-            "subresource": subresource, "name": name,
-        }  # fmt: skip
-        body = {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SelfSubjectAccessReview",
-            "spec": {"resourceAttributes": {k: v for k, v in attributes.items() if v}},
-        }
+        body = access_review(
+            verb, resource, group=group, namespace=namespace, subresource=subresource, name=name
+        )
         res = SELF_SUBJECT_ACCESS_REVIEWS
         review = await self._call("create", res, lambda: self._client.create(res, body), "201")
-        return bool((review.get("status") or {}).get("allowed"))
+        return review_allowed(review)
 
 
 class _StreamTracker:

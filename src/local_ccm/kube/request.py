@@ -229,6 +229,33 @@ def delete_request(
     return Request("DELETE", path, _json_body(options), JSON)
 
 
+def access_review(
+    verb: str,
+    resource: str,
+    *,
+    group: str = "",
+    namespace: str = "",
+    subresource: str = "",
+    name: str = "",
+) -> Obj:
+    """The body of a SelfSubjectAccessReview asking whether this client's identity may do
+    `verb` on `resource` (empty attributes are left out: empty group is the core group)."""
+    attributes = {
+        "verb": verb, "group": group, "resource": resource, "namespace": namespace,
+        "subresource": subresource, "name": name,
+    }  # fmt: skip
+    return {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {k: v for k, v in attributes.items() if v}},
+    }
+
+
+def review_allowed(review: Obj) -> bool:
+    """The verdict of an answered SelfSubjectAccessReview."""
+    return bool((review.get("status") or {}).get("allowed"))
+
+
 def raw_request(
     method: str,
     path: str,

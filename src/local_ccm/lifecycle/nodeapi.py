@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypeVar
 from local_ccm.kube import errors as ke
 from local_ccm.kube import resources as r
 from local_ccm.kube.aio import AsyncClient
+from local_ccm.kube.request import access_review, review_allowed
 from local_ccm.lifecycle.model import slim_node
 
 Obj = dict[str, Any]
@@ -192,22 +193,16 @@ class KubeNodeApi:
         ))  # fmt: skip
 
     async def can_i(self, access: Access) -> bool:
-        attributes = {"verb": access.verb, "resource": access.resource, "group": access.group}
-        if access.namespace:
-            attributes["namespace"] = access.namespace
-        if access.name:
-            attributes["name"] = access.name
-        body = {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SelfSubjectAccessReview",
-            "spec": {"resourceAttributes": attributes},
-        }
+        body = access_review(
+            access.verb, access.resource, group=access.group, namespace=access.namespace,
+            name=access.name,
+        )  # fmt: skip
         review = await self._call(
             "POST",
             "selfsubjectaccessreviews",
             lambda: self._client.create(r.SELF_SUBJECT_ACCESS_REVIEWS, body),
         )
-        return bool((review.get("status") or {}).get("allowed"))
+        return review_allowed(review)
 
 
 def required_access(

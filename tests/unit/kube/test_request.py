@@ -213,3 +213,17 @@ def test_watch_error_410_is_gone() -> None:
 def test_watch_error_other_codes() -> None:
     assert isinstance(rq.watch_error(WatchEvent("ERROR", {"code": 409})), Conflict)
     assert isinstance(rq.watch_error(WatchEvent("ERROR", {"code": 422})), Invalid)
+
+
+def test_access_review_leaves_out_empty_attributes_and_reads_the_verdict() -> None:
+    body = rq.access_review("patch", "nodes", subresource="status", namespace="")
+    assert body == {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {
+            "resourceAttributes": {"verb": "patch", "resource": "nodes", "subresource": "status"}
+        },
+    }
+    assert rq.review_allowed({"status": {"allowed": True}}) is True
+    assert rq.review_allowed({"status": {}}) is False
+    assert rq.review_allowed({}) is False
