@@ -20,6 +20,12 @@ $(PY):
 setup: $(PY) ## install the package, test tools and Debian packages the tests need
 	bash scripts/setup.sh $(PY)
 
+# requirements.lock is committed; this rewrites it from pyproject.toml (needs PyPI). Keeps the
+# locked versions unless UPGRADE=1.
+.PHONY: lock
+lock: $(PY) ## hash-pin the runtime dependencies for the image into requirements.lock (UPGRADE=1 to move)
+	$(PY) scripts/lock.py $(if $(UPGRADE),--upgrade)
+
 # A fresh clone gets the venv and the package on first use; `make setup` refreshes them.
 $(VENV)/bin/local-ccm: | $(PY)
 	bash scripts/setup.sh $(PY)
