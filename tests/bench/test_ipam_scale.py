@@ -85,6 +85,7 @@ def test_ipam_scale_5000_kwok_nodes(  # noqa: PLR0917 (pytest passes fixtures by
         "controller_rss_peak_mib": round(stats.hwm_mib, 1),
         "allocator_in_process": allocator,
         "status_ipv4_allocated": allocated,
+        "progress": ctl.progress_since(start),
     }
     b.write_result("scale-5000", result)
     print(b.table([

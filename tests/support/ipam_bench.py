@@ -18,7 +18,7 @@ import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -117,6 +117,8 @@ def v4_block_indices(cidrs: Mapping[str, list[str]]) -> list[int]:
 @dataclass
 class Controller:
     proc: harness.IpamProcess
+    #: (monotonic time, successful Node PATCHes) sampled by `wait_patches`, for the plots.
+    progress: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def pid(self) -> int:
@@ -130,9 +132,18 @@ class Controller:
 
     def wait_patches(self, count: int, timeout: float) -> float:
         """Wait until `count` Node PATCHes succeeded; the monotonic time it was seen."""
-        eventually(lambda: self.patches() >= count, timeout=timeout, interval=0.25,
-                   message=f"{count} Node PATCHes")  # fmt: skip
+
+        def sample() -> bool:
+            done = self.patches()
+            self.progress.append((time.monotonic(), done))
+            return done >= count
+
+        eventually(sample, timeout=timeout, interval=0.25, message=f"{count} Node PATCHes")
         return time.monotonic()
+
+    def progress_since(self, start: float) -> list[list[float]]:
+        """`progress` as [seconds since `start`, Node PATCHes] pairs, for the result file."""
+        return [[round(t - start, 2), n] for t, n in self.progress]
 
 
 @contextmanager
