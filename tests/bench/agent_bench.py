@@ -3,10 +3,11 @@
 The agent under test is the real ``local-ccm`` console script, one process per run, started
 inside a network namespace with ``ip netns exec`` (TESTING.md §4.3 pattern 1: the loopback
 relay carries its API connections to the test apiserver). It authenticates as a
-client-certificate user bound to exactly the agent's permissions. A separate admin watch,
-opened in the test process, is the observer of every latency: it sees what any other client
-of the API would see. Results go to ``test-artifacts/bench/agent-<name>-<time>.json`` with the
-machine facts and the load average at the time, because this 2-core machine is shared.
+client-certificate user bound to exactly the agent's roles as the chart ships them. A separate
+admin watch, opened in the test process, is the observer of every latency: it sees what any
+other client of the API would see. Results go to
+``test-artifacts/bench/agent-<name>-<time>.json`` with the machine facts and the load average at
+the time, because this 2-core machine is shared.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, WatchStream
 from local_ccm.kube.errors import ApiError
 from local_ccm.netlink.netns import run_in_netns
-from tests.support.demo import AGENT_RULES
+from tests.support.agent_process import RESOURCES
+from tests.support.chart import RbacTarget, ShippedRbac, bound_to_user
 from tests.support.netns import NetnsFactory, Uplink
 from tests.support.processes import Child, spawn
 
@@ -111,19 +113,16 @@ class AgentIdentity:
     kube_version: str
 
 
-def grant_agent(kube: Client, user: str, labels: Mapping[str, str], track: Tracker) -> None:
-    """ClusterRole + binding giving ``user`` exactly what the agent needs (spec §2.6)."""
-    rbac = "rbac.authorization.k8s.io"
-    meta = {"name": user, "labels": dict(labels)}
-    role = {"apiVersion": f"{rbac}/v1", "kind": "ClusterRole", "metadata": meta,
-            "rules": AGENT_RULES}  # fmt: skip
-    kube.create(r.CLUSTER_ROLES, role)
-    track(r.CLUSTER_ROLES, user)
-    binding = {"apiVersion": f"{rbac}/v1", "kind": "ClusterRoleBinding", "metadata": meta,
-               "roleRef": {"kind": "ClusterRole", "name": user, "apiGroup": rbac},
-               "subjects": [{"kind": "User", "name": user, "apiGroup": rbac}]}  # fmt: skip
-    kube.create(r.CLUSTER_ROLE_BINDINGS, binding)
-    track(r.CLUSTER_ROLE_BINDINGS, user)
+def grant_agent(
+    kube: Client, user: str, labels: Mapping[str, str], track: Tracker, rbac: ShippedRbac
+) -> None:
+    """The chart's agent ClusterRole and events Role (spec/deploy.md §5.1; ``rbac``, the
+    ``shipped_agent_rbac`` fixture) with their bindings, for the client-certificate ``user``."""
+    target = RbacTarget(user, user, "default", labels)
+    for obj in bound_to_user(rbac.for_test(target), user):
+        res, meta = RESOURCES[obj["kind"]], obj["metadata"]
+        kube.create(res, obj, namespace=meta.get("namespace"))
+        track(res, meta["name"], meta.get("namespace"))
 
 
 def node_uplink(netns: NetnsFactory) -> Uplink:

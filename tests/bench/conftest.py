@@ -3,20 +3,33 @@
 from __future__ import annotations
 
 import secrets
+from pathlib import Path
 
 import pytest
 
 from local_ccm.kube.client import Client
 from tests.bench.agent_bench import AgentIdentity, Tracker, grant_agent
+from tests.support.chart import ShippedRbac, shipped_rbac
 from tests.support.controlplane import ControlPlane
+
+
+@pytest.fixture(scope="session")
+def shipped_agent_rbac(helm_binary: Path) -> ShippedRbac:
+    """The agent's RBAC exactly as the chart ships it, rendered once per session."""
+    return shipped_rbac(helm_binary, "agent")
 
 
 @pytest.fixture
 def agent_identity(
-    control_plane: ControlPlane, kube: Client, track: Tracker, test_labels: dict[str, str]
+    *,
+    control_plane: ControlPlane,
+    kube: Client,
+    track: Tracker,
+    test_labels: dict[str, str],
+    shipped_agent_rbac: ShippedRbac,
 ) -> AgentIdentity:
     """A client-certificate user with exactly the agent's permissions on the shared plane."""
     user = f"local-ccm-bench-{secrets.token_hex(3)}"
-    grant_agent(kube, user, test_labels, track)
+    grant_agent(kube, user, test_labels, track, shipped_agent_rbac)
     port = int(control_plane.api_url.rsplit(":", 1)[1])
     return AgentIdentity(user, control_plane.user_kubeconfig(user, []), port, control_plane.version)

@@ -45,6 +45,7 @@ from tests.bench.agent_bench import (
 )
 from tests.support import nodes
 from tests.support.binaries import Binaries
+from tests.support.chart import ShippedRbac
 from tests.support.controlplane import ControlPlane, Options, start_control_plane
 from tests.support.fixtures import run_state
 from tests.support.netns import NetnsFactory
@@ -125,7 +126,10 @@ def audited_plane(request: pytest.FixtureRequest, binaries: Binaries) -> Any:
 
 
 def test_agent_api_requests_per_node_hour(
-    audited_plane: ControlPlane, netns: NetnsFactory, test_artifacts: Path
+    audited_plane: ControlPlane,
+    netns: NetnsFactory,
+    test_artifacts: Path,
+    shipped_agent_rbac: ShippedRbac,
 ) -> None:
     plane = audited_plane
     port = int(plane.api_url.rsplit(":", 1)[1])
@@ -137,7 +141,7 @@ def test_agent_api_requests_per_node_hour(
     relays: list[LoopbackRelay] = []
     try:
         for key, flags in AGENTS.items():
-            grant_agent(kube, users[key], {}, lambda *a: None)
+            grant_agent(kube, users[key], {}, lambda *a: None, shipped_agent_rbac)
             make_tainted_node(kube, f"bench-{key}")
             up = node_uplink(netns)
             relays.append(LoopbackRelay(up.node.name, ("127.0.0.1", port)))

@@ -6,8 +6,9 @@ with every capability set emptied, so it sees exactly what a Node's hostNetwork 
 has no privilege at all. It reaches the test apiserver through a :class:`LoopbackRelay` listening
 on ``127.0.0.1:<apiserver port>`` inside the namespace, with a ServiceAccount token minted by
 TokenRequest and bound to a Pod whose ``spec.nodeName`` is the test Node (§3.9), under the
-agent's least-privilege RBAC (spec/deploy.md §5.1). Its output goes to the test's artifacts
-directory; teardown is SIGTERM, then SIGKILL.
+RBAC the chart ships for the agent (spec/deploy.md §5.1; rendered once per session by the
+``shipped_agent_rbac`` fixture, never a hand-written copy that could drift from the chart). Its
+output goes to the test's artifacts directory; teardown is SIGTERM, then SIGKILL.
 
 Its HTTP endpoints listen on the namespace's loopback; :meth:`AgentProcess.http_get` reaches
 them with a socket created inside the namespace (a socket keeps the namespace it was made in).
@@ -37,6 +38,7 @@ from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import Conflict
 from local_ccm.netlink.netns import run_in_netns
 from tests.support import pki
+from tests.support.chart import RbacTarget, ShippedRbac
 from tests.support.cleanup import Tracker
 from tests.support.relay import LoopbackRelay
 from tests.support.waiting import eventually
@@ -64,71 +66,23 @@ UNPRIVILEGED = (
 
 
 # ------------------------------------------------------------------ identity (§3.9)
-def agent_rbac(
-    name: str, namespace: str, labels: Mapping[str, str]
+RESOURCES: Mapping[str, r.Resource] = {
+    "ServiceAccount": r.SERVICE_ACCOUNTS,
+    "ClusterRole": r.CLUSTER_ROLES,
+    "ClusterRoleBinding": r.CLUSTER_ROLE_BINDINGS,
+    "Role": r.ROLES,
+    "RoleBinding": r.ROLE_BINDINGS,
+}
+
+
+def agent_rbac_for_test(
+    rbac: ShippedRbac, name: str, namespace: str, labels: Mapping[str, str]
 ) -> list[tuple[r.Resource, Obj]]:
-    """The agent's ServiceAccount, ClusterRole(+Binding) and events Role(+Binding) in
-    ``default``: exactly spec/deploy.md §5.1, named after ``name``."""
-    meta = {"labels": dict(labels)}
-    subject = [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}]
-    rules = [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
-        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
-    ]
-    events = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
-
-    def ref(kind: str) -> dict[str, str]:
-        return {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}
-
-    rbac = "rbac.authorization.k8s.io/v1"
-    return [
-        (
-            r.SERVICE_ACCOUNTS,
-            {
-                "apiVersion": "v1",
-                "kind": "ServiceAccount",
-                "metadata": {**meta, "name": SERVICE_ACCOUNT, "namespace": namespace},
-            },
-        ),
-        (
-            r.CLUSTER_ROLES,
-            {
-                "apiVersion": rbac,
-                "kind": "ClusterRole",
-                "metadata": {**meta, "name": name},
-                "rules": rules,
-            },
-        ),
-        (
-            r.CLUSTER_ROLE_BINDINGS,
-            {
-                "apiVersion": rbac,
-                "kind": "ClusterRoleBinding",
-                "metadata": {**meta, "name": name},
-                "roleRef": ref("ClusterRole"),
-                "subjects": subject,
-            },
-        ),
-        (
-            r.ROLES,
-            {
-                "apiVersion": rbac,
-                "kind": "Role",
-                "metadata": {**meta, "name": name, "namespace": "default"},
-                "rules": events,
-            },
-        ),
-        (
-            r.ROLE_BINDINGS,
-            {
-                "apiVersion": rbac,
-                "kind": "RoleBinding",
-                "metadata": {**meta, "name": name, "namespace": "default"},
-                "roleRef": ref("Role"),
-                "subjects": subject,
-            },
-        ),
-    ]
+    """The chart's agent ServiceAccount, ClusterRole(+Binding) and events Role(+Binding)
+    (spec/deploy.md §5.1), the roles named after ``name``, the ServiceAccount
+    ``SERVICE_ACCOUNT`` in ``namespace``."""
+    target = RbacTarget(name, SERVICE_ACCOUNT, namespace, labels)
+    return [(RESOURCES[o["kind"]], o) for o in rbac.for_test(target)]
 
 
 def bound_pod(name: str, namespace: str, node: str, labels: Mapping[str, str]) -> Obj:
@@ -158,13 +112,15 @@ def create_agent_identity(
     kube: Client,
     track: Tracker,
     *,
+    rbac: ShippedRbac,
     name: str,
     namespace: str,
     node: str,
     labels: Mapping[str, str],
 ) -> AgentIdentity:
-    """Apply the agent's RBAC in ``namespace`` and create the Pod its token is bound to."""
-    for res, body in agent_rbac(name, namespace, labels):
+    """Apply the chart's agent RBAC (``rbac``, the ``shipped_agent_rbac`` fixture) for
+    ``namespace`` and create the Pod its token is bound to."""
+    for res, body in agent_rbac_for_test(rbac, name, namespace, labels):
         meta = body["metadata"]
         try:
             kube.create(res, body, namespace=meta.get("namespace"))
@@ -467,6 +423,7 @@ def agent_for_node(
     kube: Client,
     track: Tracker,
     *,
+    rbac: ShippedRbac,
     namespace: str,
     node: str,
     netns: str,
@@ -477,7 +434,13 @@ def agent_for_node(
     """An (unstarted) unprivileged agent for ``node`` with the shipped RBAC and a token bound
     to a Pod on ``node``; ``cp`` is the ControlPlane whose apiserver it talks to."""
     identity = create_agent_identity(
-        kube, track, name=f"lccm-{node}"[:60], namespace=namespace, node=node, labels=labels
+        kube,
+        track,
+        rbac=rbac,
+        name=f"lccm-{node}"[:60],
+        namespace=namespace,
+        node=node,
+        labels=labels,
     )
     source = cp.token_kubeconfig(SERVICE_ACCOUNT, namespace, bound_pod=identity.pod)
     home = private_dir(log_path.parent)

@@ -10,6 +10,7 @@ needs the response's ``Warning`` headers, which the product's REST layer does no
 
 from __future__ import annotations
 
+import copy
 import http.client
 import json
 import os
@@ -304,6 +305,103 @@ def describe_failures(failures: Sequence[tuple[Obj, ApplyResult]]) -> str:
         message = result.body.get("message") if isinstance(result.body, dict) else result.body
         lines.append(f"{what}: HTTP {result.status} {message} warnings={list(result.warnings)}")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ one component's RBAC, in a test
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+DEFAULT_RELEASE = "local-ccm"
+DEFAULT_NAMESPACE = "kube-system"
+
+
+def render_defaults(h: Helm, kube_version: str) -> list[Obj]:
+    """The chart with its default values, as release ``local-ccm`` in ``kube-system``."""
+    rendered = h.template(
+        kube_version=kube_version, release=DEFAULT_RELEASE, namespace=DEFAULT_NAMESPACE
+    )
+    return parse(rendered)
+
+
+def shipped_rbac(helm_binary: Path, component: str) -> ShippedRbac:
+    """``component``'s RBAC from a default render for the pinned Kubernetes version (~0.2 s:
+    a session-scoped fixture calls this once)."""
+    with helm(helm_binary) as h:
+        return ShippedRbac.of(render_defaults(h, pinned_kube_version()), component)
+
+
+@dataclass(frozen=True)
+class RbacTarget:
+    """Where one test puts a component's RBAC: ClusterRoles, Roles and bindings renamed
+    ``<prefix><rest of the chart's name>``, the ServiceAccount ``service_account`` in
+    ``namespace``, objects of the release namespace moved there (others, e.g. the events Role
+    in ``default``, stay), the test's labels added. Rules and roleRef kinds are untouched."""
+
+    prefix: str
+    service_account: str
+    namespace: str
+    labels: Mapping[str, str]
+
+    def name_of(self, kind: str, name: str) -> str:
+        if kind == "ServiceAccount":
+            return self.service_account
+        if not name.startswith(DEFAULT_RELEASE):
+            raise AssertionError(f"{kind} {name!r} is not named after the release")
+        return self.prefix + name.removeprefix(DEFAULT_RELEASE)
+
+    def namespace_of(self, namespace: str | None) -> str:
+        return self.namespace if namespace in (None, DEFAULT_NAMESPACE) else str(namespace)
+
+    def subject(self, subject: Obj) -> Obj:
+        if subject["kind"] != "ServiceAccount" or subject.get("namespace") != DEFAULT_NAMESPACE:
+            return dict(subject)
+        return {**subject, "name": self.service_account, "namespace": self.namespace}
+
+    def adapt(self, obj: Obj) -> Obj:
+        out = copy.deepcopy(obj)
+        meta = out["metadata"]
+        meta["name"] = self.name_of(out["kind"], meta["name"])
+        meta["labels"] = {**meta.get("labels", {}), **self.labels}
+        if KINDS[out["kind"]].namespaced:
+            meta["namespace"] = self.namespace_of(meta.get("namespace"))
+        if "roleRef" in out:
+            ref = out["roleRef"]
+            ref["name"] = self.name_of(ref["kind"], ref["name"])
+        if "subjects" in out:
+            out["subjects"] = [self.subject(s) for s in out["subjects"]]
+        return out
+
+
+@dataclass(frozen=True)
+class ShippedRbac:
+    """One component's ServiceAccount, (Cluster)Roles and bindings exactly as the chart ships
+    them (:func:`render_defaults`), so tests run under the real RBAC, not a copy of it."""
+
+    objects: tuple[Obj, ...]
+
+    @classmethod
+    def of(cls, rendered: Iterable[Obj], component: str) -> ShippedRbac:
+        label = "app.kubernetes.io/component"
+        found = tuple(
+            o for o in rendered
+            if o["kind"] in RBAC_KINDS and o["metadata"].get("labels", {}).get(label) == component
+        )  # fmt: skip
+        if not found:
+            raise AssertionError(f"the chart renders no RBAC for component {component}")
+        return cls(found)
+
+    def for_test(self, target: RbacTarget) -> list[Obj]:
+        return [target.adapt(o) for o in self.objects]
+
+
+def bound_to_user(objs: Iterable[Obj], user: str) -> list[Obj]:
+    """``objs`` without the ServiceAccount, every binding's subject the client-certificate user
+    ``user`` instead (an agent authenticating with a certificate, e.g. the benchmarks)."""
+    rbac = "rbac.authorization.k8s.io"
+    subject = {"kind": "User", "name": user, "apiGroup": rbac}
+    return [
+        {**o, "subjects": [subject]} if "subjects" in o else o
+        for o in objs
+        if o["kind"] != "ServiceAccount"
+    ]
 
 
 # ------------------------------------------------------------------ static manifests (§4)

@@ -44,6 +44,7 @@ from tests.support.audit import (
     stop_apiserver,
 )
 from tests.support.binaries import Binaries
+from tests.support.chart import ShippedRbac
 from tests.support.cleanup import NodeFactory, Tracker
 from tests.support.controlplane import ControlPlane
 from tests.support.fixtures import FIELD_MANAGER
@@ -106,6 +107,7 @@ class Scenario:
         plane: ControlPlane,
         kube: Client,
         track: Tracker,
+        rbac: ShippedRbac,
         nodes: NodeFactory,
         netns: NetnsFactory,
         namespace: str,
@@ -122,6 +124,7 @@ class Scenario:
             plane,
             kube,
             track,
+            rbac=rbac,
             namespace=namespace,
             node=self.name,
             netns=self.ns.name,
@@ -144,6 +147,7 @@ class Scenario:
 @pytest.fixture
 def scenario(
     *,
+    shipped_agent_rbac: ShippedRbac,
     plane: ControlPlane,
     plane_kube: Client,
     plane_track: Tracker,
@@ -159,6 +163,7 @@ def scenario(
         plane=plane,
         kube=plane_kube,
         track=plane_track,
+        rbac=shipped_agent_rbac,
         nodes=plane_nodes,
         netns=netns,
         namespace=plane_namespace,
@@ -232,6 +237,7 @@ def test_a20_agent_survives_an_apiserver_restart(*, scenario: Scenario) -> None:
 # ------------------------------------------------------------------ A25
 def test_a25_invalid_command_line_exits_2_before_any_request(
     *,
+    shipped_agent_rbac: ShippedRbac,
     plane: ControlPlane,
     plane_kube: Client,
     plane_track: Tracker,
@@ -246,6 +252,7 @@ def test_a25_invalid_command_line_exits_2_before_any_request(
     identity = create_agent_identity(
         plane_kube,
         plane_track,
+        rbac=shipped_agent_rbac,
         name=f"lccm-{node}"[:60],
         namespace=plane_namespace,
         node=node,

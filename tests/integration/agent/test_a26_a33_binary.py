@@ -41,6 +41,7 @@ from tests.support.agent_scenarios import (
     move_address,
     pairs,
 )
+from tests.support.chart import ShippedRbac
 from tests.support.cleanup import NodeFactory, Tracker
 from tests.support.controlplane import ControlPlane
 from tests.support.netns import NetnsFactory
@@ -52,6 +53,7 @@ pytestmark = pytest.mark.netns
 
 def test_a26_go_style_flag_syntax(
     *,
+    shipped_agent_rbac: ShippedRbac,
     control_plane: ControlPlane,
     kube: Client,
     make_node: NodeFactory,
@@ -67,6 +69,7 @@ def test_a26_go_style_flag_syntax(
     identity = create_agent_identity(
         kube,
         track,
+        rbac=shipped_agent_rbac,
         name=f"lccm-{name}"[:60],
         namespace=test_namespace,
         node=name,
@@ -116,6 +119,7 @@ def test_a27_detect_mode_without_credentials(*, netns: NetnsFactory, test_artifa
 @pytest.mark.timeout(120)  # token re-read and the settle time on a busy machine
 def test_a31_token_rotation_keeps_the_agent_working(
     *,
+    shipped_agent_rbac: ShippedRbac,
     control_plane: ControlPlane,
     kube: Client,
     make_node: NodeFactory,
@@ -130,6 +134,7 @@ def test_a31_token_rotation_keeps_the_agent_working(
     first = create_agent_identity(
         kube,
         track,
+        rbac=shipped_agent_rbac,
         name=f"lccm-{name}"[:60],
         namespace=test_namespace,
         node=name,
@@ -195,6 +200,7 @@ EXPECTED_METRICS = (
 
 def test_a32_health_and_metrics(
     *,
+    shipped_agent_rbac: ShippedRbac,
     control_plane: ControlPlane,
     kube: Client,
     make_node: NodeFactory,
@@ -221,6 +227,7 @@ def test_a32_health_and_metrics(
         control_plane,
         kube,
         track,
+        rbac=shipped_agent_rbac,
         namespace=test_namespace,
         node=name,
         netns=ns.name,
@@ -249,6 +256,7 @@ def test_a32_health_and_metrics(
         control_plane,
         kube,
         track,
+        rbac=shipped_agent_rbac,
         namespace=test_namespace,
         node=name,
         netns=ns.name,
@@ -264,6 +272,7 @@ def test_a32_health_and_metrics(
 
 def test_a33_sigterm_exits_0_within_5s_and_leaves_the_node_alone(
     *,
+    shipped_agent_rbac: ShippedRbac,
     control_plane: ControlPlane,
     kube: Client,
     make_node: NodeFactory,
@@ -279,6 +288,7 @@ def test_a33_sigterm_exits_0_within_5s_and_leaves_the_node_alone(
         control_plane,
         kube,
         track,
+        rbac=shipped_agent_rbac,
         namespace=test_namespace,
         node=name,
         netns=ns.name,

@@ -22,6 +22,7 @@ from tests.support.agent_scenarios import (
     pairs,
     reasons,
 )
+from tests.support.chart import ShippedRbac
 from tests.support.cleanup import NodeFactory, Tracker
 from tests.support.controlplane import ControlPlane
 from tests.support.netns import NetnsFactory
@@ -33,6 +34,7 @@ NO_CAPS = "0000000000000000"
 
 def test_a28_unprivileged_agent_initialises_and_follows_route_changes(
     *,
+    shipped_agent_rbac: ShippedRbac,
     control_plane: ControlPlane,
     kube: Client,
     make_node: NodeFactory,
@@ -48,6 +50,7 @@ def test_a28_unprivileged_agent_initialises_and_follows_route_changes(
         control_plane,
         kube,
         track,
+        rbac=shipped_agent_rbac,
         namespace=test_namespace,
         node=name,
         netns=ns.name,
