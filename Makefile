@@ -67,9 +67,15 @@ test-integration: test-bins ## integration tier against a real kube-apiserver + 
 test: test-bins ## the README's test command: every tier but bench, in a network namespace with only lo
 	timeout 45m unshare --net sh -c 'ip link set lo up && exec $(PY) -m pytest -m "not bench"'
 
+# The plots are re-drawn even when a bench failed: the results that were taken still count.
 .PHONY: bench
-bench: test-bins ## scale and benchmark tier (never part of make test)
-	$(PY) -m pytest -m bench -s --bench-nodes=$(BENCH_NODES)
+bench: test-bins ## scale and benchmark tier (never part of make test), then `make plots BENCH_FROM=test-artifacts/bench`
+	$(PY) -m pytest -m bench -s --bench-nodes=$(BENCH_NODES); status=$$?; \
+	$(PY) -m tests.bench.plots --from test-artifacts/bench && exit $$status
+
+.PHONY: plots
+plots: ## re-draw docs/bench/*.svg from docs/bench/data; BENCH_FROM=test-artifacts/bench takes newer results in
+	$(PY) -m tests.bench.plots $(if $(BENCH_FROM),--from $(BENCH_FROM))
 
 .PHONY: dev-cluster
 dev-cluster: test-bins ## start etcd + kube-apiserver on loopback for a person; prints KUBECONFIG
