@@ -43,11 +43,13 @@ EXIT_INITIALISED, EXIT_NOT_INITIALISED, EXIT_DEMO_FAILED = 0, 1, 3
 AGENT_USER = "local-ccm-demo-agent"
 FIELD_MANAGER = "local-ccm-demo"
 KUBELET_VERSION = "v1.37.1"  # what the registering "kubelet" reports; informational only
-# What the agent needs (spec/agent.md §2.6): its own Node, its status, Events about it.
+# What the agent needs (spec/agent.md §2.6): its own Node, its status, Events about it. The
+# verbs are the chart's (deploy.md §5.1); the demo grants events cluster-wide instead of the
+# chart's Role in `default`, because it renders no chart (it needs no helm build).
 AGENT_RULES = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
     {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
 ]
 _NOT_NAME = re.compile(r"[^a-z0-9.-]+")
 
