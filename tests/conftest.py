@@ -14,7 +14,12 @@ from hypothesis import HealthCheck, settings
 from tests.support import tiers
 
 # pytest only honours pytest_plugins in this top-level conftest.
-pytest_plugins = ["tests.support.fixtures", "tests.support.netns", "tests.support.crds"]
+pytest_plugins = [
+    "tests.support.fixtures",
+    "tests.support.netns",
+    "tests.support.crds",
+    "tests.support.agent_fixtures",
+]
 TESTS_DIR = Path(__file__).resolve().parent
 
 # Property tests assert behaviour, never speed: no per-example deadline (a loaded 2-core CI

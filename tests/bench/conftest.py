@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import secrets
-from pathlib import Path
 
 import pytest
 
 from local_ccm.kube.client import Client
 from tests.bench.agent_bench import AgentIdentity, Tracker, grant_agent
-from tests.support.chart import ShippedRbac, shipped_rbac
+from tests.support.chart import ShippedRbac
 from tests.support.controlplane import ControlPlane
-
-
-@pytest.fixture(scope="session")
-def shipped_agent_rbac(helm_binary: Path) -> ShippedRbac:
-    """The agent's RBAC exactly as the chart ships it, rendered once per session."""
-    return shipped_rbac(helm_binary, "agent")
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import pytest
 from local_ccm import names
 from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
+from tests.support.agent_fixtures import A01Agent
 from tests.support.agent_harness import FAST, taint_keys
 from tests.support.agent_process import (
     HEALTH_PORT,
@@ -271,31 +272,9 @@ def test_a32_health_and_metrics(
 
 
 def test_a33_sigterm_exits_0_within_5s_and_leaves_the_node_alone(
-    *,
-    shipped_agent_rbac: ShippedRbac,
-    control_plane: ControlPlane,
-    kube: Client,
-    make_node: NodeFactory,
-    netns: NetnsFactory,
-    track: Tracker,
-    test_namespace: str,
-    test_labels: dict[str, str],
-    test_artifacts: Path,
+    a01_agent: A01Agent, kube: Client
 ) -> None:
-    ns = a01_network(netns)
-    name = make_node(uninitialized=True)["metadata"]["name"]
-    agent = agent_for_node(
-        control_plane,
-        kube,
-        track,
-        rbac=shipped_agent_rbac,
-        namespace=test_namespace,
-        node=name,
-        netns=ns.name,
-        argv=[*A01_ARGS, *FAST],
-        log_path=test_artifacts / "agent.log",
-        labels=test_labels,
-    )
+    name, agent, _ = a01_agent(FAST)
     with agent:
         node = eventually(lambda: initialised(kube, name), timeout=10, message="initialised")
         agent.wait_ready()

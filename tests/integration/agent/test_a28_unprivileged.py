@@ -3,29 +3,22 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from local_ccm import names
 from local_ccm.kube.client import Client
+from tests.support.agent_fixtures import A01Agent
 from tests.support.agent_harness import FAST
-from tests.support.agent_process import AGENT_UID, agent_for_node
+from tests.support.agent_process import AGENT_UID
 from tests.support.agent_scenarios import (
     A01_ADDRESSES,
-    A01_ARGS,
     NodeRecorder,
-    a01_network,
     condition_is,
     events_with,
     initialised,
     pairs,
     reasons,
 )
-from tests.support.chart import ShippedRbac
-from tests.support.cleanup import NodeFactory, Tracker
-from tests.support.controlplane import ControlPlane
-from tests.support.netns import NetnsFactory
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.netns
@@ -33,31 +26,9 @@ NO_CAPS = "0000000000000000"
 
 
 def test_a28_unprivileged_agent_initialises_and_follows_route_changes(
-    *,
-    shipped_agent_rbac: ShippedRbac,
-    control_plane: ControlPlane,
-    kube: Client,
-    make_node: NodeFactory,
-    netns: NetnsFactory,
-    track: Tracker,
-    test_namespace: str,
-    test_labels: dict[str, str],
-    test_artifacts: Path,
+    a01_agent: A01Agent, kube: Client
 ) -> None:
-    ns = a01_network(netns)
-    name = make_node(uninitialized=True)["metadata"]["name"]
-    agent = agent_for_node(
-        control_plane,
-        kube,
-        track,
-        rbac=shipped_agent_rbac,
-        namespace=test_namespace,
-        node=name,
-        netns=ns.name,
-        argv=[*A01_ARGS, *FAST],
-        log_path=test_artifacts / "agent.log",
-        labels=test_labels,
-    )
+    name, agent, ns = a01_agent(FAST)
     with agent:
         # A01, unchanged
         node = eventually(lambda: initialised(kube, name), timeout=10, message="taint removed")

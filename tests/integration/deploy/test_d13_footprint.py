@@ -16,13 +16,9 @@ from pathlib import Path
 import pytest
 
 from local_ccm.kube.client import Client
-from tests.support.agent_process import METRICS_PORT, agent_for_node
-from tests.support.agent_scenarios import A01_ARGS, a01_network
+from tests.support.agent_fixtures import A01Agent
+from tests.support.agent_process import METRICS_PORT
 from tests.support.cgroup import A15_FLAGS, confine, cpu_cgroup, seconds_to_ready, steady, vm_mib
-from tests.support.chart import ShippedRbac, shipped_rbac
-from tests.support.cleanup import NodeFactory, Tracker
-from tests.support.controlplane import ControlPlane
-from tests.support.netns import NetnsFactory
 
 pytestmark = pytest.mark.netns
 
@@ -31,41 +27,13 @@ READY_BOUND_S = 30.0  # D13, under the 100m limit
 RSS_BOUND_MIB = 32.0  # D13, metrics on (the target of 25 MiB is reported by the bench)
 
 
-@pytest.fixture(scope="module")
-def shipped_agent_rbac(helm_binary: Path) -> ShippedRbac:
-    """The agent's RBAC as the chart ships it (as tests/integration/agent/conftest.py does)."""
-    return shipped_rbac(helm_binary, "agent")
-
-
 # The 30 s readiness bound, then up to 30 s each for initialisation, Events and five 1 s
 # ticks of an agent that gets 0.1 CPU on a shared 2-core machine, and the stop.
 @pytest.mark.timeout(180)
 def test_d13_agent_under_100m_is_ready_within_30s_and_steady_rss_at_most_32mib(
-    *,
-    shipped_agent_rbac: ShippedRbac,
-    control_plane: ControlPlane,
-    kube: Client,
-    make_node: NodeFactory,
-    netns: NetnsFactory,
-    track: Tracker,
-    test_namespace: str,
-    test_labels: dict[str, str],
-    test_artifacts: Path,
+    a01_agent: A01Agent, kube: Client
 ) -> None:
-    ns = a01_network(netns)
-    name = make_node(uninitialized=True)["metadata"]["name"]
-    plain = agent_for_node(
-        control_plane,
-        kube,
-        track,
-        rbac=shipped_agent_rbac,
-        namespace=test_namespace,
-        node=name,
-        netns=ns.name,
-        argv=[*A01_ARGS, *A15_FLAGS],
-        log_path=test_artifacts / "agent.log",
-        labels=test_labels,
-    )
+    name, plain, _ = a01_agent(A15_FLAGS)
     with cpu_cgroup(LIMIT_MILLICORES) as cgroup:
         agent = confine(plain, cgroup.prefix)
         try:
