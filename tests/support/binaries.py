@@ -53,6 +53,10 @@ class Binaries:
             raise KeyError(f"{binary} was not ensured (have: {sorted(self.paths)})")
         return self.paths[binary]
 
+    def version(self, binary: str) -> str:
+        """The pinned version of a binary, by the name it was ensured under."""
+        return str(getattr(self.pins, UNITS[BINARY_UNIT[binary]].pin))
+
 
 def load_pins(path: Path = PINS_FILE) -> gobuild.Pins:
     with path.open("rb") as f:
@@ -71,7 +75,7 @@ def units_for(components: Iterable[str] | None) -> dict[str, tuple[str, ...]]:
     wanted: dict[str, list[str]] = {}
     for name in components or UNITS:
         if name in UNITS:
-            wanted.setdefault(name, []).extend(UNITS[name].binaries)
+            wanted.setdefault(name, []).extend(UNITS[name].provides)
         elif name in BINARY_UNIT:
             wanted.setdefault(BINARY_UNIT[name], []).append(name)
         else:
@@ -172,11 +176,13 @@ def _ensure_unit(ctx: Context, unit: Unit) -> tuple[Path, dict[str, Any], bool]:
         return (*_build(ctx, plan, time.monotonic() - started), True)
 
 
-def _from_bindir(bindir: Path, binary: str, pin: str) -> Path | None:
+def _from_bindir(bindir: Path, binary: str, pins: gobuild.Pins) -> Path | None:
+    """`<bindir>/<binary>` under the name it is asked for (kube-apiserver-policy-minimum too)."""
     path = bindir / binary
     if not path.is_file():
         return None
-    verify_binary(binary, path, pin)
+    unit = UNITS[BINARY_UNIT[binary]]
+    verify_binary(unit.file_name(binary), path, getattr(pins, unit.pin))
     return path
 
 
@@ -194,9 +200,9 @@ def ensure(
         Path(environ["LOCAL_CCM_TEST_BINDIR"]) if environ.get("LOCAL_CCM_TEST_BINDIR") else None
     )
     paths: dict[str, Path] = {}
-    for unit, binaries in wanted.items():
-        for b in binaries:
-            if bindir and (p := _from_bindir(bindir, b, getattr(pins, UNITS[unit].pin))):
+    for provided in wanted.values():
+        for b in provided:
+            if bindir and (p := _from_bindir(bindir, b, pins)):
                 report(f"{b}: using {p} (LOCAL_CCM_TEST_BINDIR)")
                 paths[b] = p
     todo = [u for u, bs in wanted.items() if any(b not in paths for b in bs)]
@@ -213,7 +219,7 @@ def ensure(
         entry, info, built = _ensure_unit(ctx, UNITS[unit])
         infos[unit] = info
         report(_timing_line(entry, info, built))
-        paths.update({b: entry / b for b in wanted[unit] if b not in paths})
+        paths.update({b: entry / UNITS[unit].file_name(b) for b in wanted[unit] if b not in paths})
         stages = entry / "stages" if unit == "kwok" else stages
     if stages is None and "kwok" in wanted:
         stages = _ensure_stages_only(ctx)

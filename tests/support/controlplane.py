@@ -46,6 +46,9 @@ class Options:
     keep: bool = False  # --keep-control-plane: children survive us, nothing is deleted
     scale: bool = False
     audit: bool = False
+    # Which ensured kube-apiserver runs: the pinned newest one, or e.g.
+    # recipes.APISERVER_POLICY_MINIMUM for the admission policy's oldest version.
+    apiserver: str = "kube-apiserver"
 
 
 @dataclass
@@ -147,7 +150,7 @@ def _start_once(binaries: Binaries, opts: Options, attempt: int) -> ControlPlane
         children.append(_spawn(opts, "etcd", cpargs.etcd_args(binaries.path("etcd"), etcd), logs))
         _wait_etcd(children[0], etcd.client_url)
         settings = _apiserver_settings(opts, etcd.client_url, files, logs)
-        args = cpargs.apiserver_args(binaries.path("kube-apiserver"), settings)
+        args = cpargs.apiserver_args(binaries.path(opts.apiserver), settings)
         children.append(_spawn(opts, "kube-apiserver", args, logs))
         http = AdminHttp(settings.port, files.serving_ca, files.admin_cert, files.admin_key)
         return _finish(
@@ -199,8 +202,8 @@ def _finish(
     apiserver = children[1]
     _wait_readyz(apiserver, http)
     version = http.ok("GET", "/version")["gitVersion"]
-    if version != binaries.pins.kubernetes:
-        raise StartupError(f"/version says {version}, the pin is {binaries.pins.kubernetes}")
+    if version != (pin := binaries.version(opts.apiserver)):
+        raise StartupError(f"/version says {version}, the pin is {pin}")
     _wait_namespaces(apiserver, http)
     api_url = f"https://127.0.0.1:{http.port}"
     admin = pki.render_kubeconfig(

@@ -2,7 +2,8 @@
 
 For tests that must not share the session plane: stopping and restarting the API server
 (`stop_apiserver`, `restart_apiserver`), a cluster without a CRD, or a CRD replaced by another
-version, and the scale runs of the bench tier (`scale=True` adds the flags of §3.3 and §3.4).
+version, the scale runs of the bench tier (`scale=True` adds the flags of §3.3 and §3.4), and
+the deploy checks at the admission policy's oldest Kubernetes (`apiserver=`).
 The plane is started exactly as the session one is (tests/support/fixtures.py) and stopped by
 the fixture that started it; its logs go to `<artifacts>/<run-id>/<name>-<hex>/`.
 """
@@ -30,9 +31,18 @@ READY_TIMEOUT = 90.0
 
 @contextmanager
 def dedicated_plane(
-    config: pytest.Config, binaries: Binaries, name: str, *, scale: bool = False
+    config: pytest.Config,
+    binaries: Binaries,
+    name: str,
+    *,
+    scale: bool = False,
+    apiserver: str = APISERVER,
 ) -> Iterator[ControlPlane]:
-    """Start a plane of its own for the duration of the `with` block."""
+    """Start a plane of its own for the duration of the `with` block.
+
+    `apiserver` names the ensured kube-apiserver to run (recipes.APISERVER_POLICY_MINIMUM for
+    the admission policy's oldest version); the plane checks `/version` against its pin.
+    """
     state = run_state(config)
     opts = Options(
         run_id=state.run_id,
@@ -41,6 +51,7 @@ def dedicated_plane(
         plane=f"{name}-{secrets.token_hex(3)}",
         keep=state.keep_control_plane,
         scale=scale,
+        apiserver=apiserver,
     )
     plane = start_control_plane(binaries, opts)
     try:

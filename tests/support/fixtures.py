@@ -29,9 +29,14 @@ from tests.support.gotool import BuildError
 from tests.support.kcm import start_kcm
 from tests.support.kwok import Kwok, start_kwok
 from tests.support.processes import Child, StartupError, tail
+from tests.support.recipes import APISERVER_POLICY_MINIMUM
 
 log = logging.getLogger(__name__)
 FIELD_MANAGER = "local-ccm-test"
+# Fixtures starting a plane of another Kubernetes version (policy_minimum_plane: in
+# tests/integration/deploy/conftest.py), and the binaries it runs: built or found with the others
+# before the first test, never inside a test's timeout.
+PLANE_FIXTURE_NEEDS = {"policy_minimum_plane": frozenset({"etcd", APISERVER_POLICY_MINIMUM})}
 
 
 @dataclass
@@ -73,7 +78,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def _item_needs(item: pytest.Item) -> set[str]:
     tier = next((t for t in tiers.DEFAULT_TIMEOUT if item.get_closest_marker(t)), None)
     markers = {m.name for m in item.iter_markers()}
-    return tiers.needed_components(tier, markers, getattr(item, "fixturenames", ()))
+    fixtures = getattr(item, "fixturenames", ())
+    extra = [PLANE_FIXTURE_NEEDS[f] for f in fixtures if f in PLANE_FIXTURE_NEEDS]
+    return tiers.needed_components(tier, markers, fixtures).union(*extra)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

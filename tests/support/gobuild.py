@@ -24,24 +24,38 @@ VERSION_STAMPED_PACKAGES = ("k8s.io/component-base/version", "k8s.io/client-go/p
 @dataclass(frozen=True)
 class Pins:
     kubernetes: str
+    kubernetes_policy_minimum: str  # the oldest Kubernetes the admission policy supports
     etcd: str
     kwok: str
     helm: str
 
 
+PIN_FIELDS = ("kubernetes", "kubernetes_policy_minimum", "etcd", "kwok", "helm")
+
+
 def parse_pins(data: Mapping[str, Any]) -> Pins:
     """Validate the pins table; every problem is reported at once. Pre-releases are refused."""
-    fields = ("kubernetes", "etcd", "kwok", "helm")
-    problems = [f"{k}: missing" for k in fields if k not in data]
+    problems = [f"{k}: missing" for k in PIN_FIELDS if k not in data]
     problems += [
         f"{k}: {data[k]!r} is not a release version vX.Y.Z"
-        for k in fields
+        for k in PIN_FIELDS
         if k in data and not (isinstance(data[k], str) and _RELEASE.match(data[k]))
     ]
-    problems += [f"{k}: unknown pin" for k in data if k not in fields]
+    problems += [f"{k}: unknown pin" for k in data if k not in PIN_FIELDS]
+    if not problems:
+        problems += _minimum_problems(data["kubernetes"], data["kubernetes_policy_minimum"])
     if problems:
         raise ValueError("tests/control-plane.toml: " + "; ".join(problems))
-    return Pins(**{k: data[k] for k in fields})
+    return Pins(**{k: data[k] for k in PIN_FIELDS})
+
+
+def _minimum_problems(newest: str, minimum: str) -> list[str]:
+    """The second apiserver must be a Kubernetes v1.x of an older minor than the newest pin."""
+    new_major, new_minor = major_minor(newest)
+    min_major, min_minor = major_minor(minimum)
+    if (min_major, new_major) != ("1", "1") or int(min_minor) >= int(new_minor):
+        return [f"kubernetes_policy_minimum: {minimum} is not an older v1 minor than {newest}"]
+    return []
 
 
 def staging_version(kube_version: str) -> str:

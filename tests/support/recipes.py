@@ -28,20 +28,44 @@ Report = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Unit:
-    """One `go build` / `go install`, producing one or more binaries."""
+    """One `go build` / `go install`, producing one or more binaries.
+
+    `binaries` are the file names the build writes. A unit of a second version of the same
+    commands sets `suffix`: callers then ask for `<file name><suffix>` (e.g.
+    `kube-apiserver-policy-minimum`), so the two versions never share a name.
+    """
 
     name: str
     pin: str  # field of gobuild.Pins
     binaries: tuple[str, ...]
+    suffix: str = ""
+
+    @property
+    def provides(self) -> tuple[str, ...]:
+        """The names callers ask for, in the order of `binaries`."""
+        return tuple(f"{b}{self.suffix}" for b in self.binaries)
+
+    def file_name(self, provided: str) -> str:
+        """The file a provided name stands for (the inverse of `provides`)."""
+        return self.binaries[self.provides.index(provided)]
 
 
+POLICY_MINIMUM = "-policy-minimum"
 UNITS = {
     "kubernetes": Unit("kubernetes", "kubernetes", KUBE_COMMANDS),
+    # Only the apiserver at the admission policy's oldest version (spec/deploy.md §9).
+    "kubernetes-policy-minimum": Unit(
+        "kubernetes-policy-minimum",
+        "kubernetes_policy_minimum",
+        ("kube-apiserver",),
+        POLICY_MINIMUM,
+    ),
     "etcd": Unit("etcd", "etcd", ("etcd",)),
     "kwok": Unit("kwok", "kwok", ("kwok",)),
     "helm": Unit("helm", "helm", ("helm",)),
 }
-BINARY_UNIT = {b: u.name for u in UNITS.values() for b in u.binaries}
+BINARY_UNIT = {b: u.name for u in UNITS.values() for b in u.provides}
+APISERVER_POLICY_MINIMUM = f"kube-apiserver{POLICY_MINIMUM}"
 
 
 @dataclass(frozen=True)
@@ -115,7 +139,7 @@ def _inspect_kubernetes(ctx: Context, unit: Unit, version: str, bd: Path) -> Pla
         return None
     commit = (kube.get("Origin") or {}).get("Hash")
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    packages = [f"{KUBE_MODULE}/cmd/{c}" for c in KUBE_COMMANDS]
+    packages = [f"{KUBE_MODULE}/cmd/{c}" for c in unit.binaries]
     ldflags = gobuild.kube_ldflags(version, commit, now)
     inputs = _key_inputs(
         ctx, unit, version, gobuild.kube_ldflags(version, commit, None),
@@ -137,14 +161,14 @@ def _prepare_kubernetes(ctx: Context, unit: Unit, version: str, bd: Path) -> Non
     (bd / "upstream.json").write_text(json.dumps(upstream, indent=2))
     edits = gobuild.derive_module_edits(upstream, version)
     ctx.report(
-        f"kubernetes {version}: go {edits.go}, godebug {list(edits.godebug)}, "
+        f"{unit.name} {version}: go {edits.go}, godebug {list(edits.godebug)}, "
         f"{len(edits.replaces)} replace lines derived from upstream go.mod"
     )
     stale = set(gobuild.replaces_in(gotool.read_module_json(bd / "go.mod", env=env)))
     drops = [f"-dropreplace={old}" for old, _ in stale - set(edits.replaces)]
     gotool.run_go(["mod", "edit", *drops, *edits.edit_args()], cwd=bd, env=env)
     gotool.run_go(
-        ["get", *(f"{KUBE_MODULE}/cmd/{c}@{version}" for c in KUBE_COMMANDS)], cwd=bd, env=env
+        ["get", *(f"{KUBE_MODULE}/cmd/{c}@{version}" for c in unit.binaries)], cwd=bd, env=env
     )
 
 
@@ -187,12 +211,14 @@ def _prepare_nothing(ctx: Context, unit: Unit, version: str, bd: Path) -> None:
 
 INSPECT = {
     "kubernetes": _inspect_kubernetes,
+    "kubernetes-policy-minimum": _inspect_kubernetes,
     "etcd": _inspect_etcd,
     "kwok": _inspect_install,
     "helm": _inspect_install,
 }
 PREPARE = {
     "kubernetes": _prepare_kubernetes,
+    "kubernetes-policy-minimum": _prepare_kubernetes,
     "etcd": _prepare_etcd,
     "kwok": _prepare_nothing,
     "helm": _prepare_nothing,

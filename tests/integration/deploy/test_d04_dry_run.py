@@ -1,9 +1,15 @@
 """Every rendered object of every render set against the real schemas (spec/deploy.md D04;
 TESTING.md §6 items 3 and 4): the offline kubernetes-validate check, then server-side apply
-with dryRun=All and fieldValidation=Strict, with no error and no Warning header."""
+with dryRun=All and fieldValidation=Strict, with no error and no Warning header.
+
+Both run at the newest pinned Kubernetes and at the admission policy's oldest (§9; test ids
+carry the version): the chart is rendered for, and its CRDs applied to, each plane. Below
+Kubernetes 1.31 the ClusterCIDR CRD is refused (spec/ipam.md: IPAM needs 1.31, the CRD's rules
+use the CIDR library): there it is not pre-installed, and the dry-run asserts that refusal."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import kubernetes_validate
@@ -12,13 +18,19 @@ import pytest
 from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import NotFound
+from tests.integration.deploy.conftest import PLANE_VERSIONS, plane_at
 from tests.integration.deploy.release import render
 from tests.integration.deploy.test_d01_d03_render import RENDER_SETS
 from tests.support.chart import Helm, apply_all, describe_failures
 from tests.support.controlplane import ControlPlane
-from tests.support.crds import wait_established
+from tests.support.crds import CRD_FILES, install, wait_established
+from tests.support.gobuild import major_minor
 
 OFFLINE_SCHEMA_VERSION = kubernetes_validate.latest_version()
+# An apiserver allows the CEL CIDR library (isCIDR, cidr) in new rules from this minor on; 1.30
+# knows it only for rules already stored (compatibility version n-1 = 1.29).
+CIDR_LIBRARY_MINOR = 31
+CLUSTER_CIDR_CRD = "clustercidrs.networking.x-k8s.io"
 CUSTOM_KINDS = {"PodMonitor"}
 # A stand-in for prometheus-operator's CRD: the kind exists, any spec is accepted.
 PODMONITOR_CRD: Obj = {
@@ -40,6 +52,34 @@ PODMONITOR_CRD: Obj = {
         }],
     },
 }  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=PLANE_VERSIONS)
+def control_plane(
+    request: pytest.FixtureRequest, control_plane: ControlPlane, policy_minimum_plane: ControlPlane
+) -> ControlPlane:
+    """The session plane (newest) or the policy-minimum one, by the module's parameter."""
+    return plane_at(request.param, control_plane, policy_minimum_plane)
+
+
+@pytest.fixture(scope="module")
+def kube_version(control_plane: ControlPlane) -> str:
+    """Render for the plane the objects are sent to."""
+    return control_plane.version.removeprefix("v")
+
+
+@pytest.fixture(scope="module")
+def cidr_library(control_plane: ControlPlane) -> bool:
+    """Whether the plane accepts the ClusterCIDR CRD's rules (Kubernetes >= 1.31)."""
+    return int(major_minor(control_plane.version)[1]) >= CIDR_LIBRARY_MINOR
+
+
+@pytest.fixture(scope="module")
+def crds(control_plane: ControlPlane, cidr_library: bool) -> Iterator[list[Obj]]:
+    """The chart's CRDs on this module's plane (the session fixture serves only the newest);
+    none below 1.31, which refuses the only one (ClusterCIDR)."""
+    with Client.from_kubeconfig(control_plane.admin_kubeconfig, field_manager="t") as kube:
+        yield install(kube, CRD_FILES if cidr_library else ())
 
 
 @pytest.fixture(scope="module")
@@ -71,11 +111,20 @@ def test_d04_offline_schema_check_strict(chart_helm: Helm, kube_version: str, na
 def test_d04_server_side_dry_run_of_every_object(
     *,
     control_plane: ControlPlane, crds: list[Obj], podmonitor_crd: None, chart_helm: Helm,
-    kube_version: str, unique_name: str, test_namespace: str, name: str,
+    kube_version: str, unique_name: str, test_namespace: str, name: str, cidr_library: bool,
 ) -> None:  # fmt: skip
     files: list[Path] = RENDER_SETS[name]
     rel = render(chart_helm, release=unique_name, namespace=test_namespace, labels={},
                  kube_version=kube_version, files=files)  # fmt: skip
     assert rel.objects
     failures = apply_all(control_plane.http, rel.objects, namespace=test_namespace, dry_run=True)
-    assert not failures, describe_failures(failures)
+    ipam_crd = [
+        o for o in rel.objects
+        if o["kind"] == "CustomResourceDefinition" and o["metadata"]["name"] == CLUSTER_CIDR_CRD
+    ]  # fmt: skip
+    refused = [] if cidr_library else ipam_crd
+    assert [obj for obj, _ in failures] == refused, describe_failures(failures)
+    for _, result in failures:
+        assert result.status == 422, describe_failures(failures)
+        message = str(result.body.get("message"))
+        assert "undeclared reference to 'isCIDR'" in message, describe_failures(failures)

@@ -1,10 +1,14 @@
 """The chart's RBAC and admission policy applied for real (spec/deploy.md §5, D09, D10;
 TESTING.md §3.9): SubjectAccessReview for the permission matrix, and the agent's pod-bound
-token against the ValidatingAdmissionPolicy."""
+token against the ValidatingAdmissionPolicy.
+
+Every test runs at the newest pinned Kubernetes and at the admission policy's oldest (§9; test
+ids carry the version): the chart is rendered for, and applied to, each plane."""
 
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from string import Template
@@ -16,7 +20,9 @@ import yaml
 from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import Forbidden, Invalid
+from tests.integration.deploy.conftest import PLANE_VERSIONS, plane_at
 from tests.integration.deploy.release import Release, apply_identity, bound_pod, render
+from tests.support import names
 from tests.support.chart import Helm
 from tests.support.cleanup import NodeFactory, Tracker
 from tests.support.controlplane import ControlPlane
@@ -32,6 +38,20 @@ V3 = "local-ccm agent may only write its ownership annotation"
 V5 = "local-ccm agent may only remove the uninitialized taint"
 V8_V9 = "local-ccm agent may only change addresses and its condition"
 Check = tuple[str, str, str | None, str | None, str | None]  # verb, resource, sub, ns, name
+
+
+@pytest.fixture(scope="module", params=PLANE_VERSIONS)
+def control_plane(
+    request: pytest.FixtureRequest, control_plane: ControlPlane, policy_minimum_plane: ControlPlane
+) -> ControlPlane:
+    """The session plane (newest) or the policy-minimum one, by the module's parameter."""
+    return plane_at(request.param, control_plane, policy_minimum_plane)
+
+
+@pytest.fixture(scope="module")
+def kube_version(control_plane: ControlPlane) -> str:
+    """Render for the plane the objects are applied to."""
+    return control_plane.version.removeprefix("v")
 
 
 def _sa(ns: str, name: str) -> tuple[str, list[str]]:
@@ -251,14 +271,16 @@ def agent_case(
     *,
     control_plane: ControlPlane, kube: Client, chart_helm: Helm, track: Tracker,
     make_node: NodeFactory, unique_name: str, test_namespace: str,
-    test_labels: dict[str, str], kube_version: str,
+    test_labels: dict[str, str], kube_version: str, request: pytest.FixtureRequest,
 ) -> Iterator[AgentCase]:  # fmt: skip
     rel = render(chart_helm, release=unique_name, namespace=test_namespace, labels=test_labels,
                  kube_version=kube_version)  # fmt: skip
     apply_identity(control_plane, track, rel)
     sa = sa_name(rel, "agent")
     not_ready = {"key": NOT_READY, "effect": "NoSchedule"}
-    a = make_node(uninitialized=True, taints=[not_ready])["metadata"]["name"]
+    # Named without the plane's test id, so `system:node:<A>` stays a valid 64-character CN.
+    a_name = names.unique_name(request.node.originalname, secrets.token_hex(3))
+    a = make_node(name=a_name, uninitialized=True, taints=[not_ready])["metadata"]["name"]
     b = make_node(uninitialized=True)["metadata"]["name"]
     pod = bound_pod(kube, namespace=test_namespace, name=f"{unique_name[:50]}-a",
                     service_account=sa, node=a, labels=test_labels)  # fmt: skip

@@ -12,7 +12,7 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tests.support import binaries, cpargs, kwok, nodes, pki
+from tests.support import binaries, cpargs, gobuild, kwok, nodes, pki, recipes
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 STAGE = "apiVersion: kwok.x-k8s.io/v1alpha1\nkind: Stage\nmetadata:\n  name: {}\nspec: {{}}\n"
@@ -68,7 +68,30 @@ def test_units_for_maps_binaries_to_their_build() -> None:
         "kubernetes": ("kube-controller-manager",),
         "etcd": ("etcd",),
     }
-    assert set(binaries.units_for(None)) == {"kubernetes", "etcd", "kwok", "helm"}
+    assert set(binaries.units_for(None)) == {
+        "kubernetes", "kubernetes-policy-minimum", "etcd", "kwok", "helm",
+    }  # fmt: skip
+
+
+def test_the_policy_minimum_apiserver_is_its_own_unit_under_its_own_name() -> None:
+    assert binaries.units_for(["kube-apiserver-policy-minimum", "kube-apiserver"]) == {
+        "kubernetes-policy-minimum": ("kube-apiserver-policy-minimum",),
+        "kubernetes": ("kube-apiserver",),
+    }
+    unit = recipes.UNITS["kubernetes-policy-minimum"]
+    assert unit.binaries == ("kube-apiserver",)  # the file `go build` writes
+    assert unit.file_name(recipes.APISERVER_POLICY_MINIMUM) == "kube-apiserver"
+    assert binaries.units_for(["kubernetes-policy-minimum"]) == {
+        "kubernetes-policy-minimum": (recipes.APISERVER_POLICY_MINIMUM,)
+    }
+
+
+def test_binaries_report_the_pin_of_each_name() -> None:
+    pins = gobuild.Pins("v1.37.1", "v1.30.14", "v3.6.16", "v0.8.0", "v4.3.1")
+    found = binaries.Binaries(pins, {})
+    assert found.version("kube-apiserver") == "v1.37.1"
+    assert found.version("kube-apiserver-policy-minimum") == "v1.30.14"
+    assert found.version("etcd") == "v3.6.16"
 
 
 def test_status_patch_carries_the_full_address_list() -> None:

@@ -126,6 +126,32 @@ def test_parse_pins_reports_every_problem_at_once() -> None:
     assert "kubernetes: 'v1.37.0-rc.1' is not a release version" in str(info.value)
 
 
+PINS = {
+    "kubernetes": "v1.37.1",
+    "kubernetes_policy_minimum": "v1.30.14",
+    "etcd": "v3.6.16",
+    "kwok": "v0.8.0",
+    "helm": "v4.3.1",
+}
+
+
+def test_parse_pins_reads_the_policy_minimum_apiserver_pin() -> None:
+    pins = gobuild.parse_pins(PINS)
+    assert (pins.kubernetes, pins.kubernetes_policy_minimum) == ("v1.37.1", "v1.30.14")
+
+
+def test_parse_pins_requires_the_policy_minimum_pin() -> None:
+    data = {k: v for k, v in PINS.items() if k != "kubernetes_policy_minimum"}
+    with pytest.raises(ValueError, match="kubernetes_policy_minimum: missing"):
+        gobuild.parse_pins(data)
+
+
+@pytest.mark.parametrize("minimum", ["v1.37.0", "v1.38.0", "v2.30.0"])
+def test_parse_pins_refuses_a_policy_minimum_not_older_than_the_newest(minimum: str) -> None:
+    with pytest.raises(ValueError, match=r"is not an older v1 minor than v1\.37\.1"):
+        gobuild.parse_pins({**PINS, "kubernetes_policy_minimum": minimum})
+
+
 def test_missing_from_help_matches_whole_names_only() -> None:
     help_text = "      --secure-port int\n  plugins: NodeRestriction, ValidatingAdmissionPolicy.\n"
     missing = gobuild.missing_from_help(
