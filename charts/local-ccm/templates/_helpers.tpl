@@ -292,6 +292,9 @@ true
 {{- fail "nodeLifecycleController.replicaCount > 1 needs nodeLifecycleController.leaderElection.enabled=true" -}}
 {{- end -}}
 {{- $ipam := .Values.nodeIpamController -}}
+{{- if and $ipam.enabled (not (semverCompare ">=1.31.0-0" .Capabilities.KubeVersion.Version)) -}}
+{{- fail "nodeIpamController requires Kubernetes >= 1.31: the ClusterCIDR CRD's validation rules use the CEL CIDR library, which older API servers refuse; set nodeIpamController.enabled=false" -}}
+{{- end -}}
 {{- if and $ipam.enabled (not $ipam.leaderElection.enabled) (gt (int $ipam.replicaCount) 1) -}}
 {{- fail "nodeIpamController.replicaCount > 1 needs nodeIpamController.leaderElection.enabled=true" -}}
 {{- end -}}

@@ -11,6 +11,7 @@ import pytest
 from tests.support.chart import (
     CHART,
     DEPLOY,
+    IPAM_MINIMUM_KUBE_VERSION,
     OLDEST_KUBE_VERSION,
     OLDEST_POLICY_KUBE_VERSION,
     Helm,
@@ -71,9 +72,14 @@ def test_d02_template_matches_the_golden_file(
 
 @pytest.mark.parametrize("name", sorted(RENDER_SETS))
 def test_d02_template_at_the_oldest_claimed_versions(chart_helm: Helm, name: str) -> None:
-    assert render(chart_helm, OLDEST_POLICY_KUBE_VERSION, name)
+    assert render(chart_helm, IPAM_MINIMUM_KUBE_VERSION, name)
+    # Below 1.31 IPAM is refused by the chart (D03), so the older renders leave it out.
+    ipam_off = {"nodeIpamController.enabled": "false"}
+    assert chart_helm.template(kube_version=OLDEST_POLICY_KUBE_VERSION, values=RENDER_SETS[name],
+                               set_values=ipam_off)  # fmt: skip
+    no_policy = {"admissionPolicy.enabled": "false", **ipam_off}
     old = chart_helm.template(kube_version=OLDEST_KUBE_VERSION, values=RENDER_SETS[name],
-                              set_values={"admissionPolicy.enabled": "false"})  # fmt: skip
+                              set_values=no_policy)  # fmt: skip
     kinds = {o["kind"] for o in parse(old)}
     assert "ValidatingAdmissionPolicy" not in kinds
     assert "DaemonSet" in kinds
@@ -121,6 +127,17 @@ def test_d03_render_fails_with_the_documented_message(
     result = chart_helm.template_result(kube_version="1.29.0", set_values=set_values)
     assert result.code != 0
     assert message in result.output, result.output
+
+
+def test_d03_ipam_below_1_31_fails_with_the_documented_message(chart_helm: Helm) -> None:
+    ipam_on = {"nodeIpamController.enabled": "true"}
+    result = chart_helm.template_result(kube_version="1.30.0", set_values=ipam_on)
+    assert result.code != 0
+    assert "nodeIpamController requires Kubernetes >= 1.31" in result.output, result.output
+    at_minimum = chart_helm.template_result(
+        kube_version=IPAM_MINIMUM_KUBE_VERSION, set_values=ipam_on
+    )
+    assert at_minimum.code == 0, at_minimum.output
 
 
 def test_d03_policy_disabled_renders_on_1_29(chart_helm: Helm) -> None:
