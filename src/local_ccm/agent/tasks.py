@@ -154,18 +154,30 @@ async def netlink(agent: Agent) -> None:
 
 # ------------------------------------------------------------------ start-up (§6.1)
 async def check_permissions(agent: Agent) -> None:
-    """§2.6: SelfSubjectAccessReview for every permission the loop needs."""
+    """§2.6: SelfSubjectAccessReview for every permission the loop needs; an API server that
+    is not answering yet is waited for with backoff, never a reason to exit."""
     missing = []
     for verb, resource, sub, namespaced in REQUIRED_ACCESS:
         namespace = agent.settings.event_namespace if namespaced else ""
-        try:
-            allowed = await agent.api.can_i(verb, resource, subresource=sub, namespace=namespace)
-        except UnauthorizedError as exc:
-            raise PreconditionError(f"credentials rejected: {exc.message}") from exc
-        if not allowed:
+        if not await _can_i(agent, verb, resource, sub, namespace):
             missing.append(f"{verb} {resource}{'/' + sub if sub else ''}")
     if missing:
         raise PreconditionError("missing permissions: " + ", ".join(missing))
+
+
+async def _can_i(agent: Agent, verb: str, resource: str, sub: str, namespace: str) -> bool:
+    failures = 0
+    while True:
+        try:
+            return await agent.api.can_i(verb, resource, subresource=sub, namespace=namespace)
+        except UnauthorizedError as exc:
+            raise PreconditionError(f"credentials rejected: {exc.message}") from exc
+        except NodeApiError as exc:
+            delay = API_BACKOFF.next_delay(failures, exc.retry_after, agent.rng)
+            failures += 1
+            log.warning("checking permissions failed (%s); retry in %.1fs", exc, delay,
+                        extra=kv(node=agent.name))  # fmt: skip
+            await agent.clock.sleep(delay)
 
 
 async def initial_list(agent: Agent) -> None:

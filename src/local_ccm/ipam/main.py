@@ -27,9 +27,10 @@ from local_ccm.ipam.model import default_pool
 from local_ccm.ipam.nodeapi import IpamApi, KubeIpamApi, TokenBucket
 from local_ccm.ipam.run import Controller, Settings
 from local_ccm.kube.aio import AsyncClient
+from local_ccm.kube.backoff import Backoff
 from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig, ConfigError, resolve_config
-from local_ccm.kube.errors import Unauthorized
+from local_ccm.kube.errors import ApiError, Unauthorized
 from local_ccm.leader import KubeLeaseApi, LeaderContext, LeaderElector, LeadershipLost
 from local_ccm.logs import configure_logging, kv
 from local_ccm.serve import Checks, Servers, start_servers
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LOST, EXIT_PRECONDITION = 0, 1, 2, 3, 4
 WATCHDOG = 10.0  # /healthz fails when the event loop has not run for this long (§15.3)
 STOP_GRACE = 10.0
+ACCESS_BACKOFF = Backoff(initial=1.0, factor=2.0, cap=30.0, jitter=0.2)
+Sleep = Callable[[float], Awaitable[object]]
 
 
 class PreconditionFailed(Exception):  # noqa: N818 (names the exit condition)
@@ -79,21 +82,45 @@ def required_permissions(options: opts.IpamOptions) -> list[Permission]:
     return perms
 
 
-async def check_access(api: IpamApi, options: opts.IpamOptions) -> None:
-    """SelfSubjectAccessReview for every required permission; exit 4 listing what is missing."""
-    missing = []
+async def check_access(
+    api: IpamApi, options: opts.IpamOptions, stop: asyncio.Event, sleep: Sleep = asyncio.sleep
+) -> bool:
+    """SelfSubjectAccessReview for every required permission; exit 4 listing what is missing.
+    An API server that does not answer (yet) is retried with backoff, never a reason to exit
+    (a crash loop would only add load); False when `stop` was set meanwhile."""
+    failures, rng = 0, random.Random()
+    while not stop.is_set():
+        try:
+            missing = [str(perm) for perm in required_permissions(options)
+                       if not await _allowed(api, perm)]  # fmt: skip
+        except Unauthorized as exc:
+            raise PreconditionFailed(f"the API server rejected the credentials: {exc}") from exc
+        except ApiError as exc:
+            delay = ACCESS_BACKOFF.next_delay(failures, exc.retry_after, rng)
+            failures += 1
+            log.warning("checking permissions failed (%s); retry in %.1fs", exc, delay)
+            await _sleep_or_stop(sleep(delay), stop)
+            continue
+        if missing:
+            raise PreconditionFailed("missing RBAC permissions: " + "; ".join(missing))
+        return True
+    return False
+
+
+async def _allowed(api: IpamApi, perm: Permission) -> bool:
+    return await api.allowed(
+        perm.verb, perm.group, perm.resource, namespace=perm.namespace,
+        subresource=perm.subresource, name=perm.name,
+    )  # fmt: skip
+
+
+async def _sleep_or_stop(sleeping: Awaitable[object], stop: asyncio.Event) -> None:
+    sleeper, stopper = asyncio.ensure_future(sleeping), asyncio.ensure_future(stop.wait())
     try:
-        for perm in required_permissions(options):
-            allowed = await api.allowed(
-                perm.verb, perm.group, perm.resource, namespace=perm.namespace,
-                subresource=perm.subresource, name=perm.name,
-            )  # fmt: skip
-            if not allowed:
-                missing.append(str(perm))
-    except Unauthorized as exc:
-        raise PreconditionFailed(f"the API server rejected the credentials: {exc}") from exc
-    if missing:
-        raise PreconditionFailed("missing RBAC permissions: " + "; ".join(missing))
+        await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        sleeper.cancel()
+        stopper.cancel()
 
 
 def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
@@ -185,9 +212,13 @@ async def serve(options: opts.IpamOptions, config: ClusterConfig) -> int:
     )
     health = Health()
     servers = start_http(options, metrics, health)
+    stop = asyncio.Event()
+    install_signal_handlers(stop)
     try:
-        await check_access(api, options)
-        return await lead(Runtime(options, api, metrics, health, identity, rng, aclient))
+        if not await check_access(api, options, stop):
+            return EXIT_OK  # stopped before the API server answered
+        health.started = True
+        return await lead(Runtime(options, api, metrics, health, identity, rng, aclient), stop)
     finally:
         servers.close()
         client.close()
@@ -197,6 +228,7 @@ class Health:
     """State the health server thread reads (plain attributes only)."""
 
     def __init__(self) -> None:
+        self.started = False  # the start-up permission check passed
         self.controller: Controller | None = None
         self.loop_beat = time.monotonic()
 
@@ -205,6 +237,8 @@ class Health:
         return (late < WATCHDOG, "ok" if late < WATCHDOG else f"event loop stalled {late:.0f}s")
 
     def readyz(self) -> tuple[bool, str]:
+        if not self.started:
+            return False, "starting: checking RBAC permissions"
         controller = self.controller
         if controller is None:
             return True, "standby"
@@ -224,10 +258,9 @@ def start_http(options: opts.IpamOptions, metrics: IpamMetrics, health: Health) 
     )  # fmt: skip
 
 
-async def lead(rt: Runtime) -> int:
-    """Leader election (§13) around the controller; signals stop everything gracefully."""
-    stop = asyncio.Event()
-    install_signal_handlers(stop)
+async def lead(rt: Runtime, stop: asyncio.Event) -> int:
+    """Leader election (§13) around the controller; `stop` (set by a signal) ends everything
+    gracefully."""
     beat = asyncio.ensure_future(_heartbeat(rt.health))
     clock = SystemClock()
 

@@ -84,6 +84,7 @@ class FakeNodeApi:
     events: list[Obj] = field(default_factory=list)
     denied: set[str] = field(default_factory=set)  # "verb resource[/sub]" answered False
     fail_next: list[NodeApiError] = field(default_factory=list)  # raised by the next patches
+    ssar_fail_next: list[NodeApiError] = field(default_factory=list)  # by the next reviews
     before_patch: Callable[[FakeNodeApi], None] | None = None  # a racing writer
     watchers: list[asyncio.Queue[NodeEvent | NodeApiError | None]] = field(default_factory=list)
 
@@ -149,6 +150,8 @@ class FakeNodeApi:
         self, verb: str, resource: str, *, subresource: str = "", namespace: str = ""
     ) -> bool:
         self.calls.append("ssar")
+        if self.ssar_fail_next:
+            raise self.ssar_fail_next.pop(0)
         return f"{verb} {resource}{'/' + subresource if subresource else ''}" not in self.denied
 
     def reasons(self) -> list[str]:

@@ -319,6 +319,23 @@ def test_missing_permissions_exit_4() -> None:
     run(scenario)
 
 
+def test_an_unreachable_api_server_during_the_permission_check_is_waited_for() -> None:
+    async def scenario() -> None:
+        api, detector, clock = FakeNodeApi("n1"), FakeDetector(BOTH), FakeClock()
+        api.put(tainted_node())
+        api.ssar_fail_next = [TransientError("connection refused", status=0) for _ in range(3)]
+        agent = make(api, detector, clock)
+        task = asyncio.get_running_loop().create_task(agent.run_loop())
+        await clock.run_until(lambda: agent.health.first_pass, timeout=60)
+        assert not task.done()
+        assert api.calls[:4] == ["ssar"] * 4
+        assert api.node is not None
+        assert not api.node["spec"].get("taints")
+        await stop(task)
+
+    run(scenario)
+
+
 def test_run_once_succeeds_when_the_final_state_is_reached() -> None:
     async def scenario() -> None:
         api, detector, clock = FakeNodeApi("n1"), FakeDetector(BOTH), FakeClock()

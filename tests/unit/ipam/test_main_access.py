@@ -1,0 +1,86 @@
+"""The start-up permission check of node-ipam-controller (spec/ipam.md §17) and its effect on
+/readyz: an API server that does not answer is waited for, never a crash; a stop ends the wait;
+rejected credentials and missing permissions still end the process (exit 4)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+import pytest
+
+from local_ccm import flags
+from local_ccm.ipam import options as opts
+from local_ccm.ipam.flagdefs import FLAGS
+from local_ccm.ipam.main import Health, PreconditionFailed, check_access
+from local_ccm.kube.errors import ApiError, Transient, Unauthorized
+
+
+class ScriptedReviews:
+    """`allowed` raises the scripted errors first, then answers; records each review."""
+
+    def __init__(self, errors: list[ApiError], denied: frozenset[str] = frozenset()) -> None:
+        self.errors, self.denied, self.reviews = errors, denied, 0
+
+    async def allowed(self, verb: str, group: str, resource: str, **_: str) -> bool:
+        self.reviews += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return f"{verb} {resource}" not in self.denied
+
+
+def options() -> opts.IpamOptions:
+    loaded = opts.options_from(flags.parse(FLAGS, ["--enable-leader-election=false"], {}), {})
+    assert isinstance(loaded, opts.IpamOptions), loaded
+    return loaded
+
+
+def run(coro: Coroutine[Any, Any, bool]) -> bool:
+    return asyncio.run(coro)
+
+
+async def no_sleep(_: float) -> None:
+    await asyncio.sleep(0)
+
+
+def refused() -> Transient:
+    return Transient(0, "ConnectionError", "[Errno 111] Connection refused")
+
+
+def test_an_unanswering_api_server_is_retried_until_the_review_passes() -> None:
+    api = ScriptedReviews([refused() for _ in range(5)])
+    assert run(check_access(api, options(), asyncio.Event(), no_sleep)) is True  # type: ignore[arg-type]
+    assert api.reviews > 5
+
+
+def test_a_stop_while_waiting_for_the_api_server_ends_the_check_without_a_verdict() -> None:
+    async def scenario() -> bool:
+        stop = asyncio.Event()
+        api = ScriptedReviews([refused() for _ in range(1000)])
+
+        async def sleep_then_stop(_: float) -> None:
+            stop.set()
+
+        return await check_access(api, options(), stop, sleep_then_stop)  # type: ignore[arg-type]
+
+    assert run(scenario()) is False
+
+
+def test_rejected_credentials_end_the_process() -> None:
+    api = ScriptedReviews([Unauthorized(401, "Unauthorized", "token expired")])
+    with pytest.raises(PreconditionFailed, match="rejected the credentials"):
+        run(check_access(api, options(), asyncio.Event(), no_sleep))  # type: ignore[arg-type]
+
+
+def test_missing_permissions_end_the_process_listing_them() -> None:
+    api = ScriptedReviews([], denied=frozenset({"patch nodes"}))
+    with pytest.raises(PreconditionFailed, match=r"missing RBAC permissions: .*patch nodes"):
+        run(check_access(api, options(), asyncio.Event(), no_sleep))  # type: ignore[arg-type]
+
+
+def test_readyz_is_503_until_the_permission_check_passed() -> None:
+    health = Health()
+    assert health.readyz() == (False, "starting: checking RBAC permissions")
+    health.started = True
+    assert health.readyz() == (True, "standby")
