@@ -3,8 +3,8 @@
 §9 asks for the checks "at the minimum policy version 1.30 and at the newest supported minor":
 `policy_minimum_plane` is a second etcd + kube-apiserver at the pin `kubernetes_policy_minimum`,
 shared by the session. A module that runs its checks at both versions overrides `control_plane`
-with a module fixture parametrized over `PLANE_VERSIONS` that returns `plane_at(...)`; the
-per-test fixtures (`kube`, `track`, `test_namespace`, `make_node`) then follow it.
+and `kube_version` with `control_plane, kube_version = at_both_versions()`; the per-test
+fixtures (`kube`, `track`, `test_namespace`, `make_node`) then follow it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.binaries import Binaries, load_pins
-from tests.support.chart import Helm, helm, pinned_kube_version
+from tests.support.chart import IPAM_MINIMUM_KUBE_VERSION, Helm, helm, pinned_kube_version
 from tests.support.controlplane import ControlPlane
 from tests.support.dedicated import dedicated_plane
 from tests.support.recipes import APISERVER_POLICY_MINIMUM
@@ -31,6 +31,38 @@ def plane_at(version: str, *planes: ControlPlane) -> ControlPlane:
         if plane.version == version:
             return plane
     raise AssertionError(f"no plane at {version}: {[p.version for p in planes]}")
+
+
+def at_both_versions() -> tuple[object, object]:
+    """Module fixtures `control_plane` (parametrized over PLANE_VERSIONS) and `kube_version`
+    (renders for that plane) for a module that runs its checks at both versions:
+    `control_plane, kube_version = at_both_versions()`."""
+
+    @pytest.fixture(scope="module", params=PLANE_VERSIONS, name="control_plane")
+    def plane(
+        request: pytest.FixtureRequest,
+        control_plane: ControlPlane,
+        policy_minimum_plane: ControlPlane,
+    ) -> ControlPlane:
+        return plane_at(request.param, control_plane, policy_minimum_plane)
+
+    @pytest.fixture(scope="module", name="kube_version")
+    def version(control_plane: ControlPlane) -> str:
+        return control_plane.version.removeprefix("v")
+
+    return plane, version
+
+
+def ipam_renders_at(kube_version: str) -> bool:
+    """Whether the chart renders node-ipam-controller for `kube_version` (D03): its CRD's CEL
+    rules use the CIDR library, which an apiserver allows in new rules from 1.31 on (1.30 only
+    in rules already stored), so a real 1.30 apiserver refuses the CRD."""
+
+    def minor(version: str) -> tuple[int, int]:
+        major, minor_, *_ = version.removeprefix("v").split(".")
+        return int(major), int(minor_)
+
+    return minor(kube_version) >= minor(IPAM_MINIMUM_KUBE_VERSION)
 
 
 @pytest.fixture(scope="session")

@@ -20,18 +20,14 @@ import pytest
 from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import NotFound
-from tests.integration.deploy.conftest import PLANE_VERSIONS, plane_at
+from tests.integration.deploy.conftest import at_both_versions, ipam_renders_at
 from tests.integration.deploy.release import render
 from tests.integration.deploy.test_d01_d03_render import RENDER_SETS
 from tests.support.chart import Helm, apply_all, describe_failures
 from tests.support.controlplane import ControlPlane
 from tests.support.crds import CRD_FILES, install, load_crds, wait_established
-from tests.support.gobuild import major_minor
 
 OFFLINE_SCHEMA_VERSION = kubernetes_validate.latest_version()
-# An apiserver allows the CEL CIDR library (isCIDR, cidr) in new rules from this minor on; 1.30
-# knows it only for rules already stored (compatibility version n-1 = 1.29).
-CIDR_LIBRARY_MINOR = 31
 CLUSTER_CIDR_CRD = "clustercidrs.networking.x-k8s.io"
 CUSTOM_KINDS = {"PodMonitor"}
 # A stand-in for prometheus-operator's CRD: the kind exists, any spec is accepted.
@@ -56,24 +52,13 @@ PODMONITOR_CRD: Obj = {
 }  # fmt: skip
 
 
-@pytest.fixture(scope="module", params=PLANE_VERSIONS)
-def control_plane(
-    request: pytest.FixtureRequest, control_plane: ControlPlane, policy_minimum_plane: ControlPlane
-) -> ControlPlane:
-    """The session plane (newest) or the policy-minimum one, by the module's parameter."""
-    return plane_at(request.param, control_plane, policy_minimum_plane)
+control_plane, kube_version = at_both_versions()
 
 
 @pytest.fixture(scope="module")
-def kube_version(control_plane: ControlPlane) -> str:
-    """Render for the plane the objects are sent to."""
-    return control_plane.version.removeprefix("v")
-
-
-@pytest.fixture(scope="module")
-def cidr_library(control_plane: ControlPlane) -> bool:
+def cidr_library(kube_version: str) -> bool:
     """Whether the plane accepts the ClusterCIDR CRD's rules (Kubernetes >= 1.31)."""
-    return int(major_minor(control_plane.version)[1]) >= CIDR_LIBRARY_MINOR
+    return ipam_renders_at(kube_version)
 
 
 @pytest.fixture(scope="module")

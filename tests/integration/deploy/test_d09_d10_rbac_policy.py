@@ -20,7 +20,7 @@ import yaml
 from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import Forbidden, Invalid
-from tests.integration.deploy.conftest import PLANE_VERSIONS, plane_at
+from tests.integration.deploy.conftest import at_both_versions, ipam_renders_at
 from tests.integration.deploy.release import Release, apply_identity, bound_pod, render
 from tests.support import names
 from tests.support.chart import IPAM_MINIMUM_KUBE_VERSION, Helm
@@ -40,18 +40,7 @@ V8_V9 = "local-ccm agent may only change addresses and its condition"
 Check = tuple[str, str, str | None, str | None, str | None]  # verb, resource, sub, ns, name
 
 
-@pytest.fixture(scope="module", params=PLANE_VERSIONS)
-def control_plane(
-    request: pytest.FixtureRequest, control_plane: ControlPlane, policy_minimum_plane: ControlPlane
-) -> ControlPlane:
-    """The session plane (newest) or the policy-minimum one, by the module's parameter."""
-    return plane_at(request.param, control_plane, policy_minimum_plane)
-
-
-@pytest.fixture(scope="module")
-def kube_version(control_plane: ControlPlane) -> str:
-    """Render for the plane the objects are applied to."""
-    return control_plane.version.removeprefix("v")
+control_plane, kube_version = at_both_versions()
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +48,7 @@ def ipam_kube_version(kube_version: str) -> str:
     """Renders with node-ipam-controller: the chart refuses IPAM below 1.31 (D03), so on the
     1.30 plane they are rendered for 1.31. Only the RBAC objects and workloads of such a render
     are judged there (by SubjectAccessReview), which do not depend on the version."""
-    minimum = tuple(int(x) for x in IPAM_MINIMUM_KUBE_VERSION.split(".")[:2])
-    ok = tuple(int(x) for x in kube_version.split(".")[:2]) >= minimum
-    return kube_version if ok else IPAM_MINIMUM_KUBE_VERSION
+    return kube_version if ipam_renders_at(kube_version) else IPAM_MINIMUM_KUBE_VERSION
 
 
 def _sa(ns: str, name: str) -> tuple[str, list[str]]:
