@@ -32,9 +32,7 @@ from tests.support.agent_process import METRICS_PORT, AgentProcess, agent_for_no
 from tests.support.agent_scenarios import A01_ARGS, a01_network
 from tests.support.cgroup import (
     A15_FLAGS,
-    confine,
     cpu_cgroup,
-    cpu_seconds,
     seconds_to_ready,
     steady,
     vm_mib,
@@ -43,6 +41,7 @@ from tests.support.chart import ShippedRbac
 from tests.support.cleanup import NodeFactory, Tracker
 from tests.support.controlplane import ControlPlane
 from tests.support.netns import Namespace, NetnsFactory
+from tests.support.processes import cpu_seconds
 
 RUNS = 5  # of each kind
 KINDS = {"unlimited": None, "cpu_100m": 100}  # millicores
@@ -108,9 +107,9 @@ class Bench:
 
 def one_run(bench: Bench, kind: str, log: str) -> dict[str, Any]:
     """One fresh Node and agent process in a fresh cgroup of ``kind``."""
-    name, plain = bench.agent_for_new_node(log)
+    name, agent = bench.agent_for_new_node(log)
     with cpu_cgroup(KINDS[kind]) as cgroup:
-        agent = confine(plain, cgroup.prefix)
+        agent.prefix = cgroup.prefix
         try:
             ready = seconds_to_ready(agent, timeout=READY_TIMEOUT_S, interval=POLL_S[kind])
             cpu_at_ready = cpu_seconds(agent.pid)

@@ -51,17 +51,16 @@ from tests.support.lifecycle_bench import (
     Controller,
     by_request,
     counter_delta,
-    cpu_seconds,
     machine_facts,
     net_rates,
     per_hour,
     percentile,
     read_counters,
-    status_kib,
     write_result,
 )
 from tests.support.lifecycle_harness import AUTOSCALER_TAINT, apply_rbac, controller_kubeconfig
 from tests.support.netns import NetnsFactory
+from tests.support.processes import cpu_seconds, memory_kib
 
 pytestmark = pytest.mark.kwok
 # The environment overrides are for a quick check of the bench itself, not for numbers.
@@ -171,7 +170,7 @@ def window(plane: ControlPlane, pid: int | None, seconds: float) -> dict[str, An
     if pid:
         cpu = cpu_seconds(pid) - cpu0
         out |= {"cpu_s": round(cpu, 3), "cpu_s_per_hour": per_hour(cpu, elapsed),
-                "rss_kib": status_kib(pid)}  # fmt: skip
+                "rss_kib": memory_kib(pid)}  # fmt: skip
     return out
 
 
@@ -322,7 +321,7 @@ def run_deletions(
         out["runs"] = runs
         singles = [run["max_s"] for run in runs if run["nodes"] == 1 and run["deleted"] == 1]
         out["single_median_s"] = round(statistics.median(singles), 3) if singles else None
-        out["rss_kib"] = status_kib(ctl.pid)
+        out["rss_kib"] = memory_kib(ctl.pid)
         out["probes_total"] = ctl.metric("probes_total")
     finally:
         watch.close()

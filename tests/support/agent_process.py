@@ -239,10 +239,14 @@ class AgentProcess:
         self.relay: LoopbackRelay | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self.home = private_dir(log_path.parent)
+        #: argv put in front of the command, e.g. joining a cgroup (tests/support/cgroup.py);
+        #: set it before start(). It must exec the rest, so the pid stays the agent's.
+        self.prefix: tuple[str, ...] = ()
 
     # -------------------------------------------------------------- lifecycle
     def command(self) -> list[str]:
-        return ["ip", "netns", "exec", self.netns, *UNPRIVILEGED, str(BINARY), *self.argv]
+        command = ["ip", "netns", "exec", self.netns, *UNPRIVILEGED, str(BINARY), *self.argv]
+        return [*self.prefix, *command]
 
     def environment(self) -> dict[str, str]:
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(self.home), "LANG": "C.UTF-8"}

@@ -13,10 +13,9 @@ sh <argv...>``: the shell joins and then execs, so the pid the caller holds is t
 process itself and everything it execs or forks stays inside.
 
 The parsers and the quota arithmetic are pure (tests/unit/test_cgroup.py); :class:`CpuCgroup`
-and :func:`cpu_cgroup` are the adapter. :class:`ConfinedAgentProcess` composes the harness's
-:class:`~tests.support.agent_process.AgentProcess` with the prefix; the last section also
-holds what D13's test and bench share about that agent (readiness timing, A15's steady state,
-memory and CPU readings).
+and :func:`cpu_cgroup` are the adapter; an agent joins through
+:attr:`~tests.support.agent_process.AgentProcess.prefix`. The last section holds what D13's
+test and bench share about that agent (readiness timing, A15's steady state, memory).
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ import re
 import secrets
 import shlex
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -223,31 +222,6 @@ def cpu_cgroup(millicores: int | None, *, name: str = "local-ccm-test") -> Itera
 
 
 # ------------------------------------------------------------------ the agent inside one (D13)
-class ConfinedAgentProcess(AgentProcess):
-    """The harness's agent process with an argv prefix in front of its command."""
-
-    prefix: tuple[str, ...] = ()
-
-    def command(self) -> list[str]:
-        return [*self.prefix, *super().command()]
-
-
-def confine(agent: AgentProcess, prefix: Sequence[str]) -> ConfinedAgentProcess:
-    """The same (unstarted) agent as ``agent`` (argv, credentials, relay) behind ``prefix``."""
-    assert agent.proc is None, "confine an agent before it starts"
-    confined = ConfinedAgentProcess(
-        agent.netns,
-        agent.argv,
-        log_path=agent.log_path,
-        kubeconfig=agent.kubeconfig,
-        api_url=agent.api_url,
-        env=agent.extra_env,
-        relay=agent.want_relay,
-    )
-    confined.prefix = tuple(prefix)
-    return confined
-
-
 def readyz_status(agent: AgentProcess) -> int | None:
     """``/readyz``'s status, or None while nothing listens (or answers) yet."""
     try:
@@ -291,9 +265,3 @@ def steady(agent: AgentProcess, kube: Client, node: str, timeout: float = 30.0) 
 def vm_mib(agent: AgentProcess, field: str = "VmRSS") -> float:
     """``VmRSS`` (or ``VmHWM``) of the agent process, MiB (``/proc/<pid>/status``: ``N kB``)."""
     return int(agent.proc_status()[field].split()[0]) / 1024
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time the process has used so far (``/proc/<pid>/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -34,6 +34,7 @@ from tests.support.binaries import Binaries
 from tests.support.cleanup import Tracker
 from tests.support.controlplane import ControlPlane
 from tests.support.kwok import create_fake_nodes
+from tests.support.processes import cpu_seconds, memory_kib
 from tests.support.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,16 +57,8 @@ class ProcStats:
 
 
 def proc_stats(pid: int) -> ProcStats:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()  # field 3 (state) onwards
-    ticks = int(fields[11]) + int(fields[12])  # utime (14) + stime (15)
-    status = dict(
-        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-    )
-    kib = {key: int(status[key].split()[0]) for key in ("VmRSS", "VmHWM")}
-    return ProcStats(
-        ticks / os.sysconf("SC_CLK_TCK"), kib["VmRSS"] * 1024 / MIB, kib["VmHWM"] * 1024 / MIB
-    )
+    kib = memory_kib(pid)
+    return ProcStats(cpu_seconds(pid), kib["VmRSS"] * 1024 / MIB, kib["VmHWM"] * 1024 / MIB)
 
 
 # ------------------------------------------------------------------ objects

@@ -115,24 +115,6 @@ def read_counters(plane: ControlPlane) -> dict[str, dict[Key, float]]:
     return parse_counters(answer.text)
 
 
-def status_kib(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM of `pid`, KiB."""
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            fields[key] = int(value.split()[0])
-    return fields
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of `pid` (user and system CPU), seconds."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
-    ticks = int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5)
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
 @dataclass
 class Controller:
     """One `node-lifecycle-controller` process with metrics and health on loopback."""

@@ -118,3 +118,21 @@ def stop_all(children: Sequence[Child], grace: float = STOP_GRACE) -> None:
             child.stop(grace)
         except Exception:
             log.exception("stopping %s (pid %d) failed", child.name, child.pid)
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of `pid` (user and system CPU, all threads), seconds."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+    ticks = int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def memory_kib(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM (peak RSS) of `pid`, KiB."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0])
+    return fields

@@ -18,7 +18,7 @@ import pytest
 from local_ccm.kube.client import Client
 from tests.support.agent_fixtures import A01Agent
 from tests.support.agent_process import METRICS_PORT
-from tests.support.cgroup import A15_FLAGS, confine, cpu_cgroup, seconds_to_ready, steady, vm_mib
+from tests.support.cgroup import A15_FLAGS, cpu_cgroup, seconds_to_ready, steady, vm_mib
 
 pytestmark = pytest.mark.netns
 
@@ -33,9 +33,9 @@ RSS_BOUND_MIB = 32.0  # D13, metrics on (the target of 25 MiB is reported by the
 def test_d13_agent_under_100m_is_ready_within_30s_and_steady_rss_at_most_32mib(
     a01_agent: A01Agent, kube: Client
 ) -> None:
-    name, plain, _ = a01_agent(A15_FLAGS)
+    name, agent, _ = a01_agent(A15_FLAGS)
     with cpu_cgroup(LIMIT_MILLICORES) as cgroup:
-        agent = confine(plain, cgroup.prefix)
+        agent.prefix = cgroup.prefix
         try:
             ready_s = seconds_to_ready(agent, timeout=READY_BOUND_S, interval=0.1)
             assert cgroup.holds(agent.pid), Path(f"/proc/{agent.pid}/cgroup").read_text()
