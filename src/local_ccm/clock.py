@@ -38,3 +38,14 @@ class SystemClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
+
+
+async def sleep_unless_stopped(clock: Clock, seconds: float, stop: asyncio.Event) -> None:
+    """Sleep `seconds` of `clock`'s time, returning early once `stop` is set."""
+    sleeper = asyncio.ensure_future(clock.sleep(seconds))
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        sleeper.cancel()
+        stopper.cancel()

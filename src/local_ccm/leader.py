@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from local_ccm import election
-from local_ccm.clock import Clock
+from local_ccm.clock import Clock, sleep_unless_stopped
 from local_ccm.election import Action, ElectionConfig, ObservedState, Rng
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.errors import ApiError, Conflict, NotFound
@@ -174,7 +174,8 @@ class LeaderElector:
                 acquired = False
             if acquired:
                 return True
-            await self._sleep_unless_stopped(election.candidate_delay(self._config, self._rng))
+            delay = election.candidate_delay(self._config, self._rng)
+            await sleep_unless_stopped(self._clock, delay, self._stop)
         return False
 
     async def _attempt(self) -> bool:
@@ -323,15 +324,6 @@ class LeaderElector:
         if not task.done():
             raise TimeoutError(f"no answer within {timeout:g}s")
         return task.result()
-
-    async def _sleep_unless_stopped(self, seconds: float) -> None:
-        sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
-        stopper = asyncio.ensure_future(self._stop.wait())
-        try:
-            await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-            stopper.cancel()
 
 
 def _raised(task: asyncio.Future[Any]) -> bool:

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from local_ccm import __version__, flags, names
-from local_ccm.clock import SystemClock
+from local_ccm.clock import Clock, SystemClock, sleep_unless_stopped
 from local_ccm.election import ElectionConfig, new_identity
 from local_ccm.ipam import options as opts
 from local_ccm.ipam.flagdefs import FLAGS, PROG, resolve_resource_lock_env
@@ -41,7 +41,6 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LOST, EXIT_PRECONDITION = 0, 1, 2, 3, 4
 WATCHDOG = 10.0  # /healthz fails when the event loop has not run for this long (§15.3)
 STOP_GRACE = 10.0
 ACCESS_BACKOFF = Backoff(initial=1.0, factor=2.0, cap=30.0, jitter=0.2)
-Sleep = Callable[[float], Awaitable[object]]
 
 
 class PreconditionFailed(Exception):  # noqa: N818 (names the exit condition)
@@ -83,12 +82,12 @@ def required_permissions(options: opts.IpamOptions) -> list[Permission]:
 
 
 async def check_access(
-    api: IpamApi, options: opts.IpamOptions, stop: asyncio.Event, sleep: Sleep = asyncio.sleep
+    api: IpamApi, options: opts.IpamOptions, stop: asyncio.Event, clock: Clock, rng: random.Random
 ) -> bool:
     """SelfSubjectAccessReview for every required permission; exit 4 listing what is missing.
     An API server that does not answer (yet) is retried with backoff, never a reason to exit
     (a crash loop would only add load); False when `stop` was set meanwhile."""
-    failures, rng = 0, random.Random()
+    failures = 0
     while not stop.is_set():
         try:
             missing = [str(perm) for perm in required_permissions(options)
@@ -99,7 +98,7 @@ async def check_access(
             delay = ACCESS_BACKOFF.next_delay(failures, exc.retry_after, rng)
             failures += 1
             log.warning("checking permissions failed (%s); retry in %.1fs", exc, delay)
-            await _sleep_or_stop(sleep(delay), stop)
+            await sleep_unless_stopped(clock, delay, stop)
             continue
         if missing:
             raise PreconditionFailed("missing RBAC permissions: " + "; ".join(missing))
@@ -112,15 +111,6 @@ async def _allowed(api: IpamApi, perm: Permission) -> bool:
         perm.verb, perm.group, perm.resource, namespace=perm.namespace,
         subresource=perm.subresource, name=perm.name,
     )  # fmt: skip
-
-
-async def _sleep_or_stop(sleeping: Awaitable[object], stop: asyncio.Event) -> None:
-    sleeper, stopper = asyncio.ensure_future(sleeping), asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        sleeper.cancel()
-        stopper.cancel()
 
 
 def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
@@ -215,7 +205,7 @@ async def serve(options: opts.IpamOptions, config: ClusterConfig) -> int:
     stop = asyncio.Event()
     install_signal_handlers(stop)
     try:
-        if not await check_access(api, options, stop):
+        if not await check_access(api, options, stop, SystemClock(), rng):
             return EXIT_OK  # stopped before the API server answered
         health.started = True
         return await lead(Runtime(options, api, metrics, health, identity, rng, aclient), stop)

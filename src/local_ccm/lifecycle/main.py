@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from local_ccm import __version__, election, flags, names
-from local_ccm.clock import Clock, SystemClock
+from local_ccm.clock import Clock, SystemClock, sleep_unless_stopped
 from local_ccm.kube import errors as ke
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.backoff import Backoff
@@ -289,19 +289,9 @@ async def check_access(
             delay = ACCESS_BACKOFF.next_delay(failures, exc.retry_after)
             log.warning("checking permissions failed (%s); retry in %.1fs", exc, delay)
             failures += 1
-            await _sleep_or_stop(clock, delay, stop)
+            await sleep_unless_stopped(clock, delay, stop)
             continue
         if missing:
             return "missing RBAC permissions: " + "; ".join(missing)
         return None
     return None
-
-
-async def _sleep_or_stop(clock: Clock, seconds: float, stop: asyncio.Event) -> None:
-    sleeper = asyncio.ensure_future(clock.sleep(seconds))
-    stopper = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        sleeper.cancel()
-        stopper.cancel()

@@ -5,12 +5,14 @@ rejected credentials and missing permissions still end the process (exit 4)."""
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Coroutine
 from typing import Any
 
 import pytest
 
 from local_ccm import flags
+from local_ccm.clock import SystemClock
 from local_ccm.ipam import options as opts
 from local_ccm.ipam.flagdefs import FLAGS
 from local_ccm.ipam.main import Health, PreconditionFailed, check_access
@@ -40,8 +42,21 @@ def run(coro: Coroutine[Any, Any, bool]) -> bool:
     return asyncio.run(coro)
 
 
-async def no_sleep(_: float) -> None:
-    await asyncio.sleep(0)
+class InstantClock(SystemClock):
+    """Backoff sleeps return at once; `stop` (if given) is set by the first one."""
+
+    def __init__(self, stop: asyncio.Event | None = None) -> None:
+        self.stop, self.slept = stop, 0
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept += 1
+        if self.stop is not None:
+            self.stop.set()
+        await asyncio.sleep(0)
+
+
+def check(api: ScriptedReviews, stop: asyncio.Event, clock: InstantClock) -> bool:
+    return run(check_access(api, options(), stop, clock, random.Random(1)))  # type: ignore[arg-type]
 
 
 def refused() -> Transient:
@@ -50,33 +65,29 @@ def refused() -> Transient:
 
 def test_an_unanswering_api_server_is_retried_until_the_review_passes() -> None:
     api = ScriptedReviews([refused() for _ in range(5)])
-    assert run(check_access(api, options(), asyncio.Event(), no_sleep)) is True  # type: ignore[arg-type]
+    clock = InstantClock()
+    assert check(api, asyncio.Event(), clock) is True
     assert api.reviews > 5
+    assert clock.slept == 5
 
 
 def test_a_stop_while_waiting_for_the_api_server_ends_the_check_without_a_verdict() -> None:
-    async def scenario() -> bool:
-        stop = asyncio.Event()
-        api = ScriptedReviews([refused() for _ in range(1000)])
-
-        async def sleep_then_stop(_: float) -> None:
-            stop.set()
-
-        return await check_access(api, options(), stop, sleep_then_stop)  # type: ignore[arg-type]
-
-    assert run(scenario()) is False
+    stop = asyncio.Event()
+    api = ScriptedReviews([refused() for _ in range(1000)])
+    assert check(api, stop, InstantClock(stop)) is False
+    assert api.reviews == 1
 
 
 def test_rejected_credentials_end_the_process() -> None:
     api = ScriptedReviews([Unauthorized(401, "Unauthorized", "token expired")])
     with pytest.raises(PreconditionFailed, match="rejected the credentials"):
-        run(check_access(api, options(), asyncio.Event(), no_sleep))  # type: ignore[arg-type]
+        check(api, asyncio.Event(), InstantClock())
 
 
 def test_missing_permissions_end_the_process_listing_them() -> None:
     api = ScriptedReviews([], denied=frozenset({"patch nodes"}))
     with pytest.raises(PreconditionFailed, match=r"missing RBAC permissions: .*patch nodes"):
-        run(check_access(api, options(), asyncio.Event(), no_sleep))  # type: ignore[arg-type]
+        check(api, asyncio.Event(), InstantClock())
 
 
 def test_readyz_is_503_until_the_permission_check_passed() -> None:
