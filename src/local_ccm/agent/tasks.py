@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING, TypeVar
 
 from local_ccm import names
 from local_ccm.agent.nodeapi import (
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
     from local_ccm.agent.loop import Agent
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 RUN_ONCE_TRANSIENT_RETRIES = 3
 RUN_ONCE_DEADLINE = 60.0
@@ -159,42 +162,33 @@ async def check_permissions(agent: Agent) -> None:
     missing = []
     for verb, resource, sub, namespaced in REQUIRED_ACCESS:
         namespace = agent.settings.event_namespace if namespaced else ""
-        if not await _can_i(agent, verb, resource, sub, namespace):
+        ask = partial(agent.api.can_i, verb, resource, subresource=sub, namespace=namespace)
+        allowed = await _until_answered(agent, "checking permissions", ask)
+        if not allowed:
             missing.append(f"{verb} {resource}{'/' + sub if sub else ''}")
     if missing:
         raise PreconditionError("missing permissions: " + ", ".join(missing))
 
 
-async def _can_i(agent: Agent, verb: str, resource: str, sub: str, namespace: str) -> bool:
-    failures = 0
-    while True:
-        try:
-            return await agent.api.can_i(verb, resource, subresource=sub, namespace=namespace)
-        except UnauthorizedError as exc:
-            raise PreconditionError(f"credentials rejected: {exc.message}") from exc
-        except NodeApiError as exc:
-            delay = API_BACKOFF.next_delay(failures, exc.retry_after, agent.rng)
-            failures += 1
-            log.warning("checking permissions failed (%s); retry in %.1fs", exc, delay,
-                        extra=kv(node=agent.name))  # fmt: skip
-            await agent.clock.sleep(delay)
-
-
 async def initial_list(agent: Agent) -> None:
     """§6.1 step 4: transient errors back off; rejected credentials are fatal."""
+    await _until_answered(agent, f"listing Node {agent.name}", agent.relist)
+
+
+async def _until_answered(agent: Agent, what: str, call: Callable[[], Awaitable[T]]) -> T:
+    """`call()` until the API server answers: transient errors back off (honouring
+    Retry-After); rejected credentials or a refusal end the process (exit 4)."""
     failures = 0
     while True:
         try:
-            await agent.relist()
-            return
+            return await call()
         except (UnauthorizedError, ForbiddenError) as exc:
-            raise PreconditionError(f"cannot list Node {agent.name}: {exc.message}") from exc
+            raise PreconditionError(f"{what} was refused: {exc.message}") from exc
         except NodeApiError as exc:
             delay = API_BACKOFF.next_delay(failures, exc.retry_after, agent.rng)
             failures += 1
-            log.warning(
-                "listing Node failed (%s); retry in %.1fs", exc, delay, extra=kv(node=agent.name)
-            )
+            log.warning("%s failed (%s); retry in %.1fs", what, exc, delay,
+                        extra=kv(node=agent.name))  # fmt: skip
             await agent.clock.sleep(delay)
 
 
