@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol, TypeVar
 from local_ccm.ipam.readiness import WatchStatus
 from local_ccm.kube.aio import AsyncClient, ThreadedIterator
 from local_ccm.kube.client import Client, WatchStream
-from local_ccm.kube.errors import ApiError, NotFound, Transient
+from local_ccm.kube.errors import ApiError, NotFound
 from local_ccm.kube.request import WatchEvent, access_review, review_allowed
 from local_ccm.kube.resources import (
     CLUSTER_CIDRS,
@@ -25,7 +25,7 @@ from local_ccm.kube.resources import (
     SELF_SUBJECT_ACCESS_REVIEWS,
     Resource,
 )
-from local_ccm.kube.watch import Watcher, WatchOptions
+from local_ccm.kube.watch import RETRIED, Watcher, WatchOptions
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -217,7 +217,7 @@ class _StreamTracker:
     def list(self, res: Resource, **kw: Any) -> Obj:
         try:
             page = self._client.list(res, **kw)
-        except Transient:
+        except RETRIED:
             self._failed = True
             raise
         self._failed = False
@@ -239,7 +239,7 @@ class _StreamTracker:
 
 
 class _TrackedStream:
-    """A watch stream that reports a broken connection (`Transient`) to its tracker."""
+    """A watch stream that reports a failure the Watcher retries (`RETRIED`) to its tracker."""
 
     def __init__(self, stream: WatchStream, tracker: _StreamTracker) -> None:
         self._stream, self._tracker = stream, tracker
@@ -247,7 +247,7 @@ class _TrackedStream:
     def __iter__(self) -> Iterator[WatchEvent]:
         try:
             yield from self._stream
-        except Transient:
+        except RETRIED:
             self._tracker.failed()
             raise
 

@@ -13,7 +13,10 @@ What it yields, in order:
    ``DELETED`` with a tombstone (metadata name/namespace/uid/resourceVersion only) for
    keys that vanished, then ``SYNCED`` again. ``relists`` counts these.
 
-Other errors (Forbidden, Unauthorized, Invalid, NotFound) are raised to the caller.
+Forbidden and Unauthorized are retried with the same backoff (``RETRIED``): a restarted API
+server answers 403 until its authorizer has synced its RBAC caches, and RBAC or credentials
+can be mended while the process runs (client-go's reflector retries them too). Invalid and
+NotFound are raised to the caller.
 ``stop()`` (from any thread) ends the iteration promptly. To stay flat in memory it
 remembers only ``key -> (uid, resourceVersion)``, never whole objects.
 """
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from local_ccm.kube.backoff import Backoff, Rng
-from local_ccm.kube.errors import Gone, Transient
+from local_ccm.kube.errors import Forbidden, Gone, Transient, Unauthorized
 from local_ccm.kube.request import Obj, WatchEvent
 from local_ccm.kube.resources import Resource
 
@@ -36,6 +39,8 @@ log = logging.getLogger(__name__)
 
 SYNCED = "SYNCED"
 WATCH_BACKOFF = Backoff(initial=0.5, factor=2.0, cap=30.0, jitter=0.2)
+#: Errors a list or watch is retried after (with backoff) rather than raised.
+RETRIED = (Transient, Forbidden, Unauthorized)
 
 
 class WatchStreamLike(Protocol):
@@ -172,7 +177,7 @@ class Watcher:
             except Gone as exc:
                 log.info("watch of %s expired (%s); relisting", self._res.plural, exc.message)
                 need_list = True
-            except Transient as exc:
+            except RETRIED as exc:
                 delay = self._backoff.next_delay(failures, exc.retry_after, self._rng)
                 log.warning("watch of %s failed (%s); retry in %.1fs", self._res.plural, exc, delay)
                 failures += 1

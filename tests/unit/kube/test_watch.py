@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from local_ccm.kube.backoff import Backoff
-from local_ccm.kube.errors import Forbidden, Gone, Transient
+from local_ccm.kube.errors import Forbidden, Gone, Invalid, NotFound, Transient, Unauthorized
 from local_ccm.kube.request import WatchEvent
 from local_ccm.kube.resources import NODES
 from local_ccm.kube.watch import SYNCED, Watcher, WatchOptions, diff_snapshot, object_key
@@ -114,10 +114,23 @@ def test_gone_during_paged_list_restarts_the_list() -> None:
     assert summary(events) == [("ADDED", "a"), ("ADDED", "b"), (SYNCED, "9")]
 
 
-def test_other_errors_propagate() -> None:
-    fake = FakeListWatch(lists=[Forbidden(403, "Forbidden", "rbac")])
-    with pytest.raises(Forbidden):
-        run(fake)
+def test_invalid_and_not_found_propagate() -> None:
+    for error in (NotFound(404, "NotFound", "no such resource"), Invalid(422, "Invalid", "x")):
+        with pytest.raises(type(error)):
+            run(FakeListWatch(lists=[error]))
+
+
+def test_forbidden_and_unauthorized_are_retried_with_backoff() -> None:
+    # A restarted API server answers 403 until its RBAC caches are synced; a token may be
+    # refreshed meanwhile.
+    fake = FakeListWatch(
+        lists=[Forbidden(403, "Forbidden", "rbac"), Unauthorized(401, "Unauthorized", "t"),
+               page([node("a", "5")], "9")],
+        watches=[[]],
+    )  # fmt: skip
+    _, events, sleeps = run(fake)
+    assert summary(events) == [("ADDED", "a"), (SYNCED, "9")]
+    assert sleeps[:2] == [0.5, 1.0]
 
 
 def test_diff_snapshot_replaced_object_is_deleted_then_added() -> None:
