@@ -43,10 +43,9 @@ OLDEST_KUBE_VERSION = "1.28.0"
 OLDEST_POLICY_KUBE_VERSION = "1.30.0"
 #: The oldest Kubernetes the chart renders node-ipam-controller for (its CRD's CEL rules).
 IPAM_MINIMUM_KUBE_VERSION = "1.31.0"
-#: What `make manifests` renders with (spec/deploy.md §4); the IPAM files need 1.31 (the
-#: ClusterCIDR CRD's rules use the CEL CIDR library; the chart refuses IPAM below it).
+#: What `make manifests` renders with (spec/deploy.md §4); the IPAM files are rendered for
+#: IPAM_MINIMUM_KUBE_VERSION (the chart refuses IPAM below it).
 STATIC_KUBE_VERSION = "1.30.0"
-STATIC_IPAM_KUBE_VERSION = IPAM_MINIMUM_KUBE_VERSION
 FIELD_MANAGER = "local-ccm-chart-test"
 
 
@@ -413,7 +412,6 @@ STATIC_NAMESPACE = "kube-system"
 STATIC_VALUES = (DEPLOY / "values" / "static.yaml",)
 TALOS_VALUES = (*STATIC_VALUES, DEPLOY / "values" / "talos.yaml")
 IPAM_ON = {"nodeIpamController.enabled": "true"}
-_IPAM_KUBE = STATIC_IPAM_KUBE_VERSION
 _AGENT_RBAC = ("agent-serviceaccount", "agent-clusterrole", "agent-clusterrolebinding",
                "agent-events-role")  # fmt: skip
 _NLC_RBAC = ("nlc-serviceaccount", "nlc-clusterrole", "nlc-lease-role", "nlc-events-role")
@@ -431,20 +429,19 @@ class StaticFile:
     kube_version: str = STATIC_KUBE_VERSION
 
 
+def _ipam_file(path: str, templates: tuple[str, ...]) -> StaticFile:
+    return StaticFile(path, templates, set_values=IPAM_ON, kube_version=IPAM_MINIMUM_KUBE_VERSION)
+
+
 STATIC_FILES = (
     StaticFile("rbac.yaml", _AGENT_RBAC),
     StaticFile("daemonset.yaml", ("agent-daemonset",)),
     StaticFile("admission-policy.yaml", ("agent-admissionpolicy",)),
     StaticFile("nlc-rbac.yaml", _NLC_RBAC),
     StaticFile("nlc-deployment.yaml", ("nlc-deployment", "nlc-pdb")),
-    StaticFile("ipam-crd.yaml", ("ipam-crd",), set_values=IPAM_ON, kube_version=_IPAM_KUBE),
-    StaticFile("ipam-rbac.yaml", _IPAM_RBAC, set_values=IPAM_ON, kube_version=_IPAM_KUBE),
-    StaticFile(
-        "ipam-deployment.yaml",
-        ("ipam-deployment", "ipam-pdb"),
-        set_values=IPAM_ON,
-        kube_version=_IPAM_KUBE,
-    ),
+    _ipam_file("ipam-crd.yaml", ("ipam-crd",)),
+    _ipam_file("ipam-rbac.yaml", _IPAM_RBAC),
+    _ipam_file("ipam-deployment.yaml", ("ipam-deployment", "ipam-pdb")),
     StaticFile("local-ccm.yaml"),
     StaticFile("talos/local-ccm.yaml", values=TALOS_VALUES),
 )
