@@ -103,5 +103,5 @@ def test_ipam_scale_5000_kwok_nodes(  # noqa: PLR0917 (pytest passes fixtures by
     ]))  # fmt: skip
     assert len(cidrs) == NODES
     assert all(len(c) == 2 for c in cidrs.values()), "a Node without two CIDRs"
-    assert b.v4_block_indices(cidrs) == list(range(NODES)), "duplicate or skipped blocks"
+    assert b.block_indices(cidrs, b.POOL_V4) == list(range(NODES)), "duplicate or skipped blocks"
     assert allocated == NODES

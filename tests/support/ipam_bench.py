@@ -98,11 +98,15 @@ def list_pod_cidrs(kube: Client, selector: str) -> dict[str, list[str]]:
             return out
 
 
-def v4_block_indices(cidrs: Mapping[str, list[str]]) -> list[int]:
-    """Index of each Node's IPv4 block within POOL_V4 (sorted), for the exactness check."""
-    base = int(ipaddress.ip_network(POOL_V4).network_address)
+def block_indices(cidrs: Mapping[str, list[str]], pool: str, bits: int = BITS) -> list[int]:
+    """Sorted index of every held CIDR inside `pool` (blocks of 2**bits addresses), for the
+    exactness checks; CIDRs of the other family or of other pools are left out."""
+    net = ipaddress.ip_network(pool)
+    held = (ipaddress.ip_network(c) for node in cidrs.values() for c in node)
     return sorted(
-        (int(ipaddress.ip_network(c[0]).network_address) - base) >> BITS for c in cidrs.values()
+        (int(c.network_address) - int(net.network_address)) >> bits
+        for c in held
+        if c.version == net.version and c.subnet_of(net)  # type: ignore[arg-type]
     )
 
 

@@ -44,7 +44,7 @@ pytestmark = pytest.mark.timeout(600)  # see the module docstring
 NODES, CREATORS = 2000, 16
 DEADLINE, CPU_BUDGET, RSS_BUDGET = 120.0, 30.0, 200.0
 # The churn pool: as large as I27's in blocks, disjoint from it.
-CHURN_V4, CHURN_V6, CHURN_BITS = "10.16.0.0/12", "fd00:16::/104", 8
+CHURN_V4, CHURN_V6 = "10.16.0.0/12", "fd00:16::/104"  # blocks of b.BITS, as I27's pool
 # Slower than I26's election so a loaded leader is not deposed by accident; fast enough that
 # each failover takes a few seconds of the churn.
 ELECTION = (
@@ -101,7 +101,7 @@ def test_i27_two_thousand_nodes(  # noqa: PLR0917 (pytest passes fixtures by nam
     })  # fmt: skip
     assert len(cidrs) == NODES
     assert all(len(c) == 2 for c in cidrs.values()), "a Node without two CIDRs"
-    assert b.v4_block_indices(cidrs) == list(range(NODES)), "not exactly blocks 0-1999"
+    assert b.block_indices(cidrs, b.POOL_V4) == list(range(NODES)), "not exactly blocks 0-1999"
     assert patches == NODES
     assert allocated == NODES
     assert done - created <= DEADLINE
@@ -121,18 +121,6 @@ def overlaps(cidrs: Sequence[str]) -> list[tuple[str, str]]:
         for a, b_ in itertools.pairwise(nets)
         if a.version == b_.version and int(a.broadcast_address) >= int(b_.network_address)
     ]
-
-
-def block_indices(cidrs: Mapping[str, list[str]], pool: str) -> list[int]:
-    """Sorted block index of each Node's CIDR inside `pool` (one family)."""
-    net = ipaddress.ip_network(pool)
-    base, bits = int(net.network_address), CHURN_BITS
-    return sorted(
-        (int(ipaddress.ip_network(c).network_address) - base) >> bits
-        for held in cidrs.values()
-        for c in held
-        if ipaddress.ip_network(c).version == net.version and ipaddress.ip_network(c).subnet_of(net)  # type: ignore[arg-type]
-    )
 
 
 class Churn:
@@ -218,7 +206,7 @@ def test_churn_with_restart_and_failover_leaves_no_duplicate_and_no_leaked_block
     test_labels: dict[str, str],
     test_namespace: str,
 ) -> None:
-    pool = make_pool("churn", bits=CHURN_BITS, ipv4=CHURN_V4, ipv6=CHURN_V6, sel={"churn": "1"})
+    pool = make_pool("churn", bits=b.BITS, ipv4=CHURN_V4, ipv6=CHURN_V6, sel={"churn": "1"})
     replicas = Replicas(kube, test_namespace, start_ipam)
     replicas.start("replica-a")
     replicas.leader()
@@ -253,18 +241,18 @@ def test_churn_with_restart_and_failover_leaves_no_duplicate_and_no_leaked_block
     _assert_pool_counts(kube, pool["metadata"]["name"], len(survivors))
 
     # No leaked block: Nodes created now fill exactly the holes the deleted Nodes left.
-    v4 = block_indices(held, CHURN_V4)
+    v4 = b.block_indices(held, CHURN_V4)
     holes = sorted(set(range(v4[-1] + 1)) - set(v4))
     fill = b.node_names("fill", len(holes))
     churn_fill = Churn(kube, {**test_labels, "churn": "1"}, fill)
     churn_fill.doomed = set()
     churn_fill.run()
     total = len(survivors) + len(fill)
-    eventually(lambda: len(block_indices(b.list_pod_cidrs(kube, mine), CHURN_V4)) == total,
+    eventually(lambda: len(b.block_indices(b.list_pod_cidrs(kube, mine), CHURN_V4)) == total,
                timeout=120, interval=1.0, message=f"{total} Nodes with CIDRs")  # fmt: skip
     final = b.list_pod_cidrs(kube, mine)
-    assert block_indices(final, CHURN_V4) == list(range(total)), "a freed IPv4 block leaked"
-    assert block_indices(final, CHURN_V6) == list(range(total)), "a freed IPv6 block leaked"
+    assert b.block_indices(final, CHURN_V4) == list(range(total)), "a freed IPv4 block leaked"
+    assert b.block_indices(final, CHURN_V6) == list(range(total)), "a freed IPv6 block leaked"
     _assert_no_overlap_across_all_nodes(kube)
     _assert_pool_counts(kube, pool["metadata"]["name"], total)
 
