@@ -78,7 +78,7 @@ plots: ## re-draw docs/bench/*.svg from docs/bench/data; BENCH_FROM=test-artifac
 	$(PY) -m tests.bench.plots $(if $(BENCH_FROM),--from $(BENCH_FROM))
 
 .PHONY: dev-cluster
-dev-cluster: test-bins ## start etcd + kube-apiserver on loopback for a person; prints KUBECONFIG
+dev-cluster: $(VENV)/bin/local-ccm ## start etcd + kube-apiserver on loopback (builds only those two on first use); prints KUBECONFIG
 	$(PY) -m tests.support.controlplane dev
 
 .PHONY: manifests

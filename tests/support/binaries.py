@@ -15,7 +15,7 @@ import tempfile
 import time
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from tests.support.recipes import (
     BINARY_UNIT,
     INSPECT,
     PREPARE,
+    TYPICAL_COLD_SECONDS,
     UNITS,
     Context,
     Plan,
@@ -104,15 +105,56 @@ def _build(ctx: Context, plan: Plan, prepare_seconds: float) -> tuple[Path, dict
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+class _Progress:
+    """Counts the packages `go build -v` names and reports every `every` seconds."""
+
+    def __init__(self, ctx: Context, plan: Plan, total: int, every: float = 30.0) -> None:
+        self.report, self.total, self.every = ctx.report, total, every
+        self.name = f"{_label(plan)} {plan.version}"
+        self.typical = TYPICAL_COLD_SECONDS.get(plan.unit.name)
+        self.compiled = 0
+        self.started = self.last = time.monotonic()
+
+    def __call__(self, line: str) -> None:
+        self.compiled += gobuild.is_package_line(line)
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            elapsed = now - self.started
+            self.report(
+                gobuild.progress_text(self.name, self.compiled, self.total, elapsed, self.typical)
+            )
+
+
+def _label(plan: Plan) -> str:
+    """The unit's name, plus the binaries when it builds only part of its set."""
+    if plan.unit.binaries == UNITS[plan.unit.name].binaries:
+        return plan.unit.name
+    return f"{plan.unit.name} ({', '.join(plan.unit.binaries)} only)"
+
+
+def _count_packages(plan: Plan, env: Mapping[str, str]) -> int:
+    """How many packages a cold build compiles (0 when unknown: `go install` units)."""
+    if not plan.packages:
+        return 0
+    try:
+        out = gotool.run_go(["list", "-deps", *plan.packages], cwd=plan.build_dir, env=env)
+    except BuildError:
+        return 0  # progress without a total; the build itself reports the real error
+    return len(out.split())
+
+
 def _build_into(
     ctx: Context, plan: Plan, tmp: Path, prepare_seconds: float
 ) -> tuple[Path, dict[str, Any]]:
     cmd = plan.command(tmp)
+    ctx.report(gobuild.cold_build_notice(_label(plan), TYPICAL_COLD_SECONDS.get(plan.unit.name)))
     ctx.report(f"{plan.unit.name} {plan.version}: building: {shlex.join(cmd)}")
     env = gotool.go_environment(ctx.env, {"GOBIN": str(tmp)} if plan.gobin else None)
     plan.build_dir.mkdir(parents=True, exist_ok=True)  # `go install` needs no scratch module
     started = time.monotonic()
-    gotool.run_go(cmd[1:], cwd=plan.build_dir, env=env)
+    progress = _Progress(ctx, plan, _count_packages(plan, env))
+    gotool.run_go_streaming(cmd[1:], cwd=plan.build_dir, env=env, on_line=progress)
     wall = time.monotonic() - started
     binaries = {
         b: {
@@ -176,6 +218,24 @@ def _ensure_unit(ctx: Context, unit: Unit) -> tuple[Path, dict[str, Any], bool]:
         return (*_build(ctx, plan, time.monotonic() - started), True)
 
 
+def _narrowest(ctx: Context, unit: Unit, provided: Sequence[str]) -> Unit:
+    """The unit itself when it is cached or all of it is wanted; otherwise only the wanted part.
+
+    `make demo` needs kube-apiserver but not kube-controller-manager: on a cold cache it builds
+    the one binary. A later full build reuses Go's build cache for the shared packages.
+    """
+    files = tuple(unit.file_name(b) for b in dict.fromkeys(provided))
+    if set(files) == set(unit.binaries) or _cached(ctx, unit):
+        return unit
+    return replace(unit, binaries=tuple(b for b in unit.binaries if b in files))
+
+
+def _cached(ctx: Context, unit: Unit) -> bool:
+    version = getattr(ctx.pins, unit.pin)
+    plan = INSPECT[unit.name](ctx, unit, version, ctx.cache / "build" / f"{unit.name}-{version}")
+    return plan is not None and _published(ctx, plan) is not None
+
+
 def _from_bindir(bindir: Path, binary: str, pins: gobuild.Pins) -> Path | None:
     """`<bindir>/<binary>` under the name it is asked for (kube-apiserver-policy-minimum too)."""
     path = bindir / binary
@@ -216,7 +276,7 @@ def ensure(
     infos: dict[str, Mapping[str, Any]] = {}
     stages = bindir / "stages" if bindir and not need_stages else None
     for unit in todo:
-        entry, info, built = _ensure_unit(ctx, UNITS[unit])
+        entry, info, built = _ensure_unit(ctx, _narrowest(ctx, UNITS[unit], wanted[unit]))
         infos[unit] = info
         report(_timing_line(entry, info, built))
         paths.update({b: entry / UNITS[unit].file_name(b) for b in wanted[unit] if b not in paths})

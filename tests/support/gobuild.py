@@ -206,3 +206,46 @@ def missing_from_help(help_text: str, flags: Sequence[str], words: Sequence[str]
     """Flags (`--name`) and plain names (plugins, controllers) that `--help` does not mention."""
     missing = [f"--{f}" for f in flags if not _mentions(help_text, f"--{f}")]
     return missing + [w for w in words if not _mentions(help_text, w)]
+
+
+def _minutes(seconds: float) -> str:
+    whole = int(seconds)
+    return f"{whole // 60}m{whole % 60:02d}s" if whole >= 60 else f"{whole}s"
+
+
+def is_package_line(line: str) -> bool:
+    """`go build -v` names each package it compiles on a line of its own; anything else
+    (`# pkg` headers, compiler messages, download notes) has a space or a colon."""
+    return bool(line) and " " not in line and ":" not in line and not line.startswith("#")
+
+
+def progress_text(
+    name: str, compiled: int, total: int, elapsed: float, typical: float | None
+) -> str:
+    """One progress line of a cold build: packages compiled, time spent, time left.
+
+    The estimate extrapolates the rate so far; `typical` (a measured cold build of the same
+    unit) is quoted beside it, because early packages (the standard library) compile faster
+    than the big generated API packages at the end.
+    """
+    head = f"{name}: {compiled} packages compiled"
+    if total:
+        head = f"{name}: {min(compiled, total)}/{total} packages compiled"
+        head += f" ({100 * min(compiled, total) // total} %)"
+    parts = [head, f"{_minutes(elapsed)} elapsed"]
+    if total and compiled:
+        left = max(0.0, elapsed * (total - compiled) / compiled)
+        parts.append(f"about {_minutes(left)} left at this rate")
+    if typical:
+        parts.append(f"a cold build took {_minutes(typical)} on 2 cores")
+    return ", ".join(parts)
+
+
+def cold_build_notice(name: str, typical: float | None) -> str:
+    """The line printed before a cold build starts."""
+    if not typical:
+        return f"{name}: not in the cache, building it now (progress every 30 s)"
+    return (
+        f"{name}: not in the cache, building it now; a cold build took about "
+        f"{_minutes(typical)} on a 2-core machine (progress every 30 s)"
+    )

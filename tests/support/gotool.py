@@ -7,7 +7,8 @@ import logging
 import os
 import shlex
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,37 @@ def run_go(
             f" GOFLAGS={env.get('GOFLAGS')})\n--- stderr ---\n{done.stderr}"
         )
     return done.stdout
+
+
+def run_go_streaming(
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    on_line: Callable[[str], None],
+) -> None:
+    """Run `go <args>`, handing each stderr line to `on_line` as it comes (`go build -v` names
+    every package it compiles there); raise BuildError with the command and the last stderr
+    lines on failure."""
+    cmd = ["go", *args]
+    tail: deque[str] = deque(maxlen=200)
+    try:
+        with subprocess.Popen(
+            cmd, cwd=cwd, env=dict(env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            text=True,
+        ) as proc:  # fmt: skip
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                tail.append(line)
+                on_line(line.rstrip("\n"))
+            code = proc.wait()
+    except OSError as exc:
+        raise BuildError(f"command failed: {shlex.join(cmd)}\n(in {cwd})\n{exc}") from exc
+    if code != 0:
+        raise BuildError(
+            f"command failed with exit code {code}: {shlex.join(cmd)}\n(in {cwd})\n"
+            f"--- stderr (last {len(tail)} lines) ---\n{''.join(tail)}"
+        )
 
 
 def run_go_json(args: Sequence[str], *, cwd: Path, env: Mapping[str, str]) -> dict[str, Any]:

@@ -65,6 +65,15 @@ UNITS = {
     "helm": Unit("helm", "helm", ("helm",)),
 }
 BINARY_UNIT = {b: u.name for u in UNITS.values() for b in u.provides}
+# Wall time of each unit's cold build on a 2-core machine (docs/testing.md has the measurements);
+# printed before a cold build starts so that a first run is not mistaken for a hang.
+TYPICAL_COLD_SECONDS = {
+    "kubernetes": 570,
+    "kubernetes-policy-minimum": 580,
+    "etcd": 70,
+    "kwok": 105,
+    "helm": 130,
+}
 APISERVER_POLICY_MINIMUM = f"kube-apiserver{POLICY_MINIMUM}"
 
 
@@ -78,6 +87,7 @@ class Plan:
     go_args: tuple[str, ...]  # "{out}" stands for the temporary output directory
     gobin: bool  # `go install` into GOBIN=<out> instead of `go build -o`
     key_inputs: Mapping[str, Any]
+    packages: tuple[str, ...] = ()  # what `go list -deps` counts for build progress
 
     def key(self) -> str:
         return gobuild.cache_key(self.key_inputs)
@@ -146,8 +156,8 @@ def _inspect_kubernetes(ctx: Context, unit: Unit, version: str, bd: Path) -> Pla
         replaces=sorted(edits.replaces), go_line=edits.go, godebug=sorted(edits.godebug),
         excludes=sorted(edits.excludes), go_sum=_sha256(bd / "go.sum"), packages=packages,
     )  # fmt: skip
-    args = ("build", "-ldflags", ldflags, "-o", "{out}/", *packages)
-    return Plan(unit, version, bd, args, False, inputs)
+    args = ("build", "-v", "-ldflags", ldflags, "-o", "{out}/", *packages)
+    return Plan(unit, version, bd, args, False, inputs, tuple(packages))
 
 
 def _prepare_kubernetes(ctx: Context, unit: Unit, version: str, bd: Path) -> None:
@@ -167,9 +177,10 @@ def _prepare_kubernetes(ctx: Context, unit: Unit, version: str, bd: Path) -> Non
     stale = set(gobuild.replaces_in(gotool.read_module_json(bd / "go.mod", env=env)))
     drops = [f"-dropreplace={old}" for old, _ in stale - set(edits.replaces)]
     gotool.run_go(["mod", "edit", *drops, *edits.edit_args()], cwd=bd, env=env)
-    gotool.run_go(
-        ["get", *(f"{KUBE_MODULE}/cmd/{c}@{version}" for c in unit.binaries)], cwd=bd, env=env
-    )
+    # Every command of the unit's full set, so that a scratch module first prepared for a
+    # partial build (kube-apiserver alone, for the demo) serves the full build too.
+    commands = UNITS[unit.name].binaries
+    gotool.run_go(["get", *(f"{KUBE_MODULE}/cmd/{c}@{version}" for c in commands)], cwd=bd, env=env)
 
 
 # ------------------------------------------------------------------ etcd (§2.4)
@@ -180,8 +191,8 @@ def _inspect_etcd(ctx: Context, unit: Unit, version: str, bd: Path) -> Plan | No
         return None
     inputs = _key_inputs(ctx, unit, version, "-s -w", go_sum=_sha256(bd / "go.sum"))
     # Name the output: the package path ends in /v3.
-    args = ("build", "-ldflags", "-s -w", "-o", "{out}/etcd", ETCD_PACKAGE)
-    return Plan(unit, version, bd, args, False, inputs)
+    args = ("build", "-v", "-ldflags", "-s -w", "-o", "{out}/etcd", ETCD_PACKAGE)
+    return Plan(unit, version, bd, args, False, inputs, (ETCD_PACKAGE,))
 
 
 def _prepare_etcd(ctx: Context, unit: Unit, version: str, bd: Path) -> None:
@@ -198,7 +209,7 @@ def _inspect_install(ctx: Context, unit: Unit, version: str, bd: Path) -> Plan:
     else:
         major, _ = gobuild.major_minor(version)
         pkg, ldflags = f"helm.sh/helm/v{major}/cmd/helm@{version}", gobuild.helm_ldflags(version)
-    args = ("install", *(("-ldflags", ldflags) if ldflags else ()), pkg)
+    args = ("install", "-v", *(("-ldflags", ldflags) if ldflags else ()), pkg)
     inputs = _key_inputs(ctx, unit, version, ldflags, package=pkg)
     if unit.name == "kwok":
         inputs["stages"] = list(KWOK_STAGE_DIRS)
