@@ -1,5 +1,5 @@
 """Address fights, provided-node-ip policies and the provider ID against the real apiserver
-(spec/agent.md §5.5, §7.3, §7.4, §11.2 A21-A23); in-process agent, netlink in a namespace
+(A21-A23); in-process agent, netlink in a namespace
 (pattern 3)."""
 
 from __future__ import annotations
