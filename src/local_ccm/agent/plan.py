@@ -363,7 +363,7 @@ def provider_id_action(node: Obj, desired: str | None, *, configured: bool) -> P
 
 def desired_provider_id(node: Obj, *, template: str, fetched: str | None) -> ProviderIDAction:
     """The action for a --provider-id ``template``, else a value ``fetched`` from instance
-    metadata (Azure, None: not Azure, nothing configured or given up: never blocks)."""
+    metadata (Azure; None: not Azure, nothing configured or given up: never blocks)."""
     if template:
         return provider_id_action(node, render_provider_id(template, node), configured=True)
     return provider_id_action(node, fetched, configured=fetched is not None)
