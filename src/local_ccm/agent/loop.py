@@ -80,7 +80,7 @@ class LoopSettings:
     api_timeout: float = 15.0
     event_namespace: str = "default"
     provider_id: str = ""  # --provider-id template
-    debounce_quiet: float = 0.25  # quiet time before a pass (see timing.debounce)
+    debounce_quiet: float = 0.25  # quiet time before a pass (see timing.debounce_wait)
     debounce_max: float = 1.0  # ... and at most 1 s after the first trigger of a burst
 
 
