@@ -92,7 +92,7 @@ class KubeLeaseApi:
         )
 
 
-class LeadershipLost(Exception):  # noqa: N818 (the name the CLI and specs use)
+class LeadershipLost(Exception):  # noqa: N818 (the name the CLI uses)
     """The lease was lost or could not be renewed in time; the process must exit 3."""
 
 

@@ -243,17 +243,17 @@ class _Rules:
             if e.cls == MANAGED and e.addr.type == kind and _family(e.addr) == family
         ]
         if isinstance(d, Disabled):
-            return []  # rule 8: configuration no longer asks for them
+            return []  # disabled: configuration no longer asks for them
         if isinstance(d, Failed):
-            if mine:  # rule 5: last good kept, only while still on the Node
+            if mine:  # failed: last good kept, only while still on the Node
                 kept = ", ".join(e.addr.address for e in mine)
                 message = f"{kind} {family_name(family)}: {d.reason}; keeping {kept}"
                 self.findings.append(Finding("kept_last_good", message, kind, family, kept))
             return mine
         if self._suppressed(kind, family, d.address):
-            return []  # rules 6 and 7; rule 4 drops the owned entries of this detector
+            return []  # --node-ip wins, or ExternalIP dedupe; owned entries of this detector go
         if any(e.cls != MANAGED and e.addr.key == (kind, str(d.address)) for e in self.entries):
-            return []  # rule 3: satisfied by someone else's equal entry, not claimed
+            return []  # satisfied by someone else's equal entry, not claimed
         same = [e for e in mine if e.addr.ip == d.address]
         return same[:1] or [_Entry(NodeAddress(kind, str(d.address)), MANAGED, seq)]
 

@@ -208,7 +208,8 @@ async def run_loop(agent: Agent, *, check_access: bool = True) -> int:
     jobs: list[asyncio.Task[None]] = []
     loop = asyncio.get_running_loop()
     try:
-        jobs.append(loop.create_task(netlink(agent)))  # step 2: the monitor first
+        # The monitor first, so no address change during start-up is missed.
+        jobs.append(loop.create_task(netlink(agent)))
         if check_access:
             await check_permissions(agent)
         await initial_list(agent)
