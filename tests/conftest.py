@@ -1,4 +1,4 @@
-"""Tiers, default timeouts and run-wide options (TESTING.md §7). Fixtures live in
+"""Tiers, default timeouts and run-wide options. Fixtures live in
 tests/support/fixtures.py (control plane) and tests/support/netns.py (network namespaces).
 """
 
@@ -58,7 +58,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # Never touch a developer's real cluster (§1.8): nothing in this process may find it.
+    # Never touch a developer's real cluster: nothing in this process may find it.
     os.environ.pop("KUBECONFIG", None)
 
 
@@ -82,7 +82,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """Under CI=true or --require-all-tiers, a skipped netns test is an error (§1.6)."""
+    """Under CI=true or --require-all-tiers, a skipped netns test is an error."""
     rep = yield
     strict = tiers.strict_tiers(
         bool(item.config.getoption("--require-all-tiers")), os.environ.get("CI")

@@ -1,4 +1,4 @@
-"""In-memory fakes behind the project's Protocols, for unit tests (TESTING.md §1.2).
+"""In-memory fakes behind the project's Protocols, for unit tests.
 
 They stand in for our own seams, never for Kubernetes semantics; every API fake has a
 contract test (tests/contracts/) that also runs against the real adapter.

@@ -32,7 +32,7 @@ def agent_main(
     detect: Mode | None = None,
     resolve: ConfigResolver | None = None,
 ) -> int:
-    """`local-ccm` (spec/agent.md §2). Tests inject argv, env, the two modes and the
+    """`local-ccm`. Tests inject argv, env, the two modes and the
     credentials resolver; the console script passes nothing."""
     from local_ccm import flags  # noqa: PLC0415
     from local_ccm.agent import flagdefs, options  # noqa: PLC0415
@@ -54,7 +54,7 @@ def agent_main(
     mode = (detect or _detect) if loaded.detect else (run or _run_agent)
     try:
         return mode(loaded)
-    except Exception as exc:  # the last line of defence: one line, exit 1 (§2.6)
+    except Exception as exc:  # the last line of defence: one line, exit 1
         log.error("internal error: %s: %s", type(exc).__name__, exc, exc_info=loaded.verbosity >= 4)
         return 1
 
@@ -73,19 +73,19 @@ def _start_logging(options: AgentOptions) -> None:
     if options.ignored_klog:
         flags = ", ".join(f"--{name}" for name in options.ignored_klog)
         log.warning("ignoring klog flags %s: logging is set by --v and --log-format", flags)
-    if not options.detect:  # detect mode's output is its own report (§8.5 is for the agent)
+    if not options.detect:  # detect mode's output is its own report, no start-up line
         log.info("starting local-ccm %s", __version__, extra=kv(**startup_fields(options)))
 
 
 def _run_agent(options: AgentOptions) -> int:
-    """Loop and run-once modes (spec/agent.md §6), in ``local_ccm.agent.run``."""
+    """Loop and run-once modes, in ``local_ccm.agent.run``."""
     from local_ccm.agent.run import run_agent  # noqa: PLC0415
 
     return run_agent(options)
 
 
 def _detect(options: AgentOptions) -> int:
-    """Detect mode (§2.5): detect, read the Node when possible, print, exit 0/1 (§2.6)."""
+    """Detect mode: detect, read the Node when possible, print, exit 0/1."""
     from local_ccm.agent.detect import detect_addresses  # noqa: PLC0415
     from local_ccm.agent.report import detect_exit_code, render_json, render_text  # noqa: PLC0415
 

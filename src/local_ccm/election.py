@@ -1,6 +1,6 @@
 """Lease-based leader election decisions: pure, no I/O.
 
-The algorithm is lifecycle.md §7 (shared by all controllers) and is wire-compatible
+The algorithm is shared by all controllers and is wire-compatible
 with client-go's `LeaseLock`: a Go controller and this one see each other's holder.
 Expiry of someone else's lease is judged on the *local monotonic clock* since the
 record last changed, never by comparing the remote `renewTime` with the local wall
@@ -78,7 +78,8 @@ class ElectionConfig:
 
     @property
     def write_timeout(self) -> float:
-        """Client timeout for every write made while leading (lifecycle.md §7.7).
+        """Client timeout for every write made while leading (write fencing: a deposed
+        leader's write cannot land after a successor could have acquired the lease).
 
         At most lease duration − renew deadline (5 s with the defaults), and below the
         renew deadline so the fencing window `fence_after` stays positive.
@@ -264,7 +265,7 @@ def decide(
     now_mono: float,
     now_wall: datetime,
 ) -> Decision:
-    """One attempt of lifecycle.md §7.3, given the GET's result (None = NotFound).
+    """One attempt (every retry period), given the GET's result (None = NotFound).
 
     A leader that finds another holder, or no Lease at all, has lost: someone else may
     have led in between, so it must not simply take the lease again.
@@ -297,7 +298,7 @@ def written(record: LeaseRecord, now_mono: float) -> ObservedState:
 def release_record(
     config: ElectionConfig, current: LeaseRecord, now_wall: datetime
 ) -> LeaseRecord | None:
-    """The graceful-release record (lifecycle.md §7.5), or None if we do not hold the lease.
+    """The graceful-release record, or None if we do not hold the lease.
 
     Empty holder and `leaseDurationSeconds = 1` let a candidate take over at its next
     attempt instead of after a full lease duration; transitions are unchanged.
@@ -313,5 +314,5 @@ def renewal_overdue(config: ElectionConfig, last_renewed: float, now_mono: float
 
 
 def may_write(config: ElectionConfig, last_renewed: float | None, now_mono: float) -> bool:
-    """Write fencing (lifecycle.md §7.7): may a write start now?"""
+    """Write fencing: may a write start now?"""
     return last_renewed is not None and now_mono - last_renewed < config.fence_after

@@ -1,7 +1,7 @@
 """Go-compatible command-line parsing shared by the three binaries.
 
 Pure, no I/O: argv and the environment are parameters. The syntax is that of Go's standard
-`flag` package (spec agent.md §2.1, lifecycle.md §2.1, ipam.md §12.1), because manifests
+`flag` package, because manifests
 written for the Go originals must keep working. Two deliberate differences [fix]: parsing
 never stops at the first error or positional argument, and every problem is collected, so
 `--dry-run false --v=2` reports the stray `false` and still applies `--v=2`.
@@ -61,7 +61,7 @@ T = TypeVar("T")
 FlagKind = Literal["string", "bool", "int", "float", "duration"]
 ProblemKind = Literal["invalid", "missing", "unknown", "argument", "syntax"]
 
-# klog flags registered by the Go originals: accepted and ignored (agent.md §2.1).
+# klog flags registered by the Go originals: accepted and ignored.
 KLOG_BOOL_FLAGS = frozenset(
     {"logtostderr", "alsologtostderr", "skip_headers", "skip_log_headers", "add_dir_header"}
     | {"one_output"}
@@ -88,7 +88,7 @@ _CONVERTERS: Mapping[str, Callable[[str], object]] = MappingProxyType(
 
 @dataclass(frozen=True)
 class Problem:
-    """One user error; `str()` is the line printed on stderr (agent.md §2.4)."""
+    """One user error; `str()` is the line printed on stderr."""
 
     flag: str | None
     message: str
@@ -413,7 +413,7 @@ def usage_error(prog: str, problems: Sequence[Problem]) -> str:
 
 
 def format_version(flagset: FlagSet, python_version: str) -> str:
-    """`local-ccm <version> (python <x.y.z>)` (agent.md §2.1)."""
+    """`local-ccm <version> (python <x.y.z>)`."""
     return f"{flagset.prog} {flagset.version or 'unknown'} (python {python_version})"
 
 

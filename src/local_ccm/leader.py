@@ -2,7 +2,7 @@
 
 Decisions come from `local_ccm.election` (pure); this module only does the GETs and
 writes, keeps time with an injected `Clock`, and runs the leader's work next to the
-renew loop. Policy (lifecycle.md §7):
+renew loop. Policy:
 
 - candidate: attempt, then wait retry period + jitter; any API error → try again later;
 - leader: renew every retry period; a failed renewal is retried until the renew deadline,
@@ -56,8 +56,8 @@ class LeaseApi(Protocol):
 class KubeLeaseApi:
     """`LeaseApi` on the project's REST client.
 
-    `timeout` bounds each request; the CLI passes the election's `write_timeout`
-    (lifecycle.md §7.7). The elector also bounds every attempt on its own clock.
+    `timeout` bounds each request; the CLI passes the election's `write_timeout`.
+    The elector also bounds every attempt on its own clock.
     """
 
     def __init__(
@@ -92,7 +92,7 @@ class KubeLeaseApi:
         )
 
 
-class LeadershipLost(Exception):  # noqa: N818 (the name the CLI and specs use)
+class LeadershipLost(Exception):  # noqa: N818 (the name the CLI uses)
     """The lease was lost or could not be renewed in time; the process must exit 3."""
 
 
@@ -105,7 +105,7 @@ class LeaderContext:
     _may_write: Callable[[], bool]
 
     def may_write(self) -> bool:
-        """False once the last renewal is too old for a write to land safely (§7.7)."""
+        """False once the last renewal is too old for a write to land safely."""
         return self._may_write()
 
 
@@ -266,7 +266,7 @@ class LeaderElector:
                 log.warning("renewing the lease failed", extra=kv(identity=self.identity))
 
     async def _release(self) -> None:
-        """Hand the lease back (lifecycle.md §7.5); failures only cost the standby time."""
+        """Hand the lease back; failures only cost the standby time."""
         current, self._lease = self._lease, None
         if current is None:
             return

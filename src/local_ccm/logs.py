@@ -7,7 +7,7 @@ Usage in a module::
     log.log(V2, "settling for %.1fs", delay, extra=kv(node=name))
     log.debug("candidate table %s", table)                     # shown at --v >= 4
 
-Verbosity mapping (agent.md §8.6, lifecycle.md §9.4): `V0` is `logging.INFO` (20) and
+Verbosity mapping: `V0` is `logging.INFO` (20) and
 `Vn` is `20 - n`, so `V5` is 15; `logging.DEBUG` (10) is treated as verbosity 4. A
 record is emitted when its verbosity is ≤ `--v` (values above 5 act as 5); WARNING and
 ERROR are always emitted. Lines print these as level `INFO` (JSON adds `"v"`) or `DEBUG`.

@@ -1,6 +1,6 @@
 """Every label, annotation, taint key, condition type, field manager and component name.
 
-Pure, no I/O. Nothing else in the package spells these strings (spec/agent.md §0).
+Pure, no I/O. Nothing else in the package spells these strings.
 """
 
 from __future__ import annotations

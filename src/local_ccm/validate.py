@@ -108,7 +108,7 @@ def _check_name_part(value: str, name: str, what: str) -> None:
 
 
 def split_list(text: str) -> tuple[str, ...]:
-    """Comma-separated list: items trimmed, empty items dropped (agent.md §2.1 rule 8)."""
+    """Comma-separated list: items trimmed, empty items dropped."""
     return tuple(item for item in (part.strip() for part in text.split(",")) if item)
 
 
@@ -151,7 +151,7 @@ def parse_ip(text: str) -> IPAddress:
 
 
 def parse_ip_target(text: str) -> IPAddress:
-    """A route-lookup target (agent.md §2.2): unicast IP literal, not unspecified."""
+    """A route-lookup target: unicast IP literal, not unspecified."""
     address = parse_ip(text)
     if address.is_unspecified:
         raise ValidationError(f"{_q(text)}: the unspecified address cannot be a target")

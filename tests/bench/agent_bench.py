@@ -1,7 +1,7 @@
-"""Shared parts of the agent benchmarks (tests/bench/test_agent_*.py, issue #3).
+"""Shared parts of the agent benchmarks (tests/bench/test_agent_*.py).
 
 The agent under test is the real ``local-ccm`` console script, one process per run, started
-inside a network namespace with ``ip netns exec`` (TESTING.md §4.3 pattern 1: the loopback
+inside a network namespace with ``ip netns exec`` (pattern 1 in docs/testing.md: the loopback
 relay carries its API connections to the test apiserver). It authenticates as a
 client-certificate user bound to exactly the agent's roles as the chart ships them. A separate
 admin watch, opened in the test process, is the observer of every latency: it sees what any
@@ -116,7 +116,7 @@ class AgentIdentity:
 def grant_agent(
     kube: Client, user: str, labels: Mapping[str, str], track: Tracker, rbac: ShippedRbac
 ) -> None:
-    """The chart's agent ClusterRole and events Role (spec/deploy.md §5.1; ``rbac``, the
+    """The chart's agent ClusterRole and events Role (``rbac``, from the
     ``shipped_agent_rbac`` fixture) with their bindings, for the client-certificate ``user``."""
     target = RbacTarget(user, user, "default", labels)
     for obj in bound_to_user(rbac.for_test(target), user):
@@ -176,7 +176,7 @@ class AgentProcess:
             conn.close()
 
     def stop(self) -> int:
-        """SIGTERM (graceful stop, spec §6.7) and the exit code."""
+        """SIGTERM (graceful stop) and the exit code."""
         self.child.stop(grace=15)
         code = self.child.proc.returncode
         return -1 if code is None else code
@@ -236,7 +236,7 @@ def simulate_requests_per_hour(
     seed: int = 1,
 ) -> dict[str, float]:  # fmt: skip
     """Steady-state LIST and WATCH requests per hour of one agent, by simulation of its loop
-    (spec §6.3-6.4, agent/run.py): every resync (interval ±10 %) LISTs and restarts the
+    (agent/run.py): every resync (interval ±10 %) LISTs and restarts the
     watch; a watch that reaches its server-side ``timeoutSeconds`` (uniform in the range) is
     reopened at once. Nothing else happens while nothing changes (measured, not assumed)."""
     import random  # noqa: PLC0415 - only this model draws random numbers

@@ -1,4 +1,4 @@
-"""Agent benchmark: API requests per node-hour at steady state (issue #3, docs/benchmarks.md).
+"""Agent benchmark: API requests per node-hour at steady state (docs/benchmarks.md).
 
 Counted by the apiserver, never by the agent: a control plane of its own (nothing else talks
 to it) with an audit log at level Metadata, so every request carries the user who made it.

@@ -1,5 +1,5 @@
 """Agent benchmark D13: cold start to ``/readyz`` 200, with and without the original chart's
-100m CPU limit, and steady-state RSS with metrics on (spec/deploy.md D13, docs/benchmarks.md).
+100m CPU limit, and steady-state RSS with metrics on (D13, docs/benchmarks.md).
 
 Every run is a fresh tainted Node and a fresh unprivileged ``local-ccm`` process (the harness's
 pattern 1: uid 65532, no capability, a Pod-bound ServiceAccount token under the chart's RBAC)
@@ -14,7 +14,7 @@ interval differs: 10 ms without a limit, 100 ms under it (the resolution of each
 Then the agent idles as in A15 (Node initialised, both Events, five no-op passes), its
 ``/metrics`` is scraped, and VmRSS is read from ``/proc/<pid>/status``.
 
-Numbers are recorded, never asserted (TESTING.md §7.5); the test fails only when a measurement
+Numbers are recorded, never asserted; the test fails only when a measurement
 could not be taken.
 """
 

@@ -1,4 +1,4 @@
-"""Agent benchmark: address-change latency and steady-state RSS (issue #3, docs/benchmarks.md).
+"""Agent benchmark: address-change latency and steady-state RSS (docs/benchmarks.md).
 
 Three runs, each a fresh agent process with metrics on (the default 127.0.0.1:8092 inside its
 namespace) and a fresh tainted Node. After the Node is initialised and a warm-up, 50 address
@@ -8,8 +8,9 @@ just before the ``ip`` command to the admin watch delivering the Node version wi
 ExternalIP. Then VmRSS of the agent process is read after a quiet pause and a metrics scrape.
 
 Flags: defaults (``--reconcile-interval=10s --resync-interval=30m``, metrics and health on)
-plus ``--settle-time=0s``, so a replaced address is written on the first detection (spec
-§6.5) and the latency is the debounce (250 ms quiet, spec §6.2) plus one pass and one PATCH.
+plus ``--settle-time=0s``, so a replaced address is written on the first detection (no
+second detection to wait for) and the latency is the debounce (250 ms quiet) plus one pass
+and one PATCH.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Agent benchmark: process start -> taint removed (issue #3, docs/benchmarks.md).
+"""Agent benchmark: process start -> taint removed (docs/benchmarks.md).
 
 Seven runs, each a fresh tainted Node and a fresh ``local-ccm`` process with default flags
 (metrics and health servers on, in its own namespace) started with ``ip netns exec``. The
 clock starts just before the spawn and stops when the admin watch delivers the first Node
 version without the ``uninitialized`` taint. It covers interpreter start-up and imports,
 flag validation, the SelfSubjectAccessReview checks, the LIST, the first pass, the status
-PATCH and the taint PATCH (spec §6.1). The agent's own start-up log line splits the total into
+PATCH and the taint PATCH. The agent's own start-up log line splits the total into
 "before the first log line" (interpreter, imports, flags) and the rest.
 """
 

@@ -1,4 +1,4 @@
-"""The dependency-stack measurement behind docs/design.md (spec/stack.md, issue #2).
+"""The dependency-stack measurement behind docs/design.md.
 
 Runs tests/bench/stack_probe.py - a minimal "watch my Node, patch it" process on the
 project's own stack - against the real apiserver, five fresh processes per variant, and

@@ -2,7 +2,7 @@
 
 Each check gets a fresh `LeaseApi` bound to a Lease that does not exist yet. The unit
 tier runs them against the fake, the integration tier against the real apiserver, so
-the fake cannot drift from the server it stands in for (TESTING.md §1.2).
+the fake cannot drift from the server it stands in for.
 """
 
 from __future__ import annotations

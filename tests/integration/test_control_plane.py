@@ -1,4 +1,4 @@
-"""The test control plane itself (TESTING.md §3): version, readiness, admission, identities."""
+"""The test control plane itself: version, readiness, admission, identities."""
 
 from __future__ import annotations
 

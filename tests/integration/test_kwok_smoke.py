@@ -1,4 +1,4 @@
-"""kwok wiring on every change (TESTING.md §5): ~20 fake nodes go Ready, a chaos flip makes one
+"""kwok wiring on every change: ~20 fake nodes go Ready, a chaos flip makes one
 Ready=False, and removing the label brings it back.
 """
 

@@ -1,4 +1,4 @@
-"""Leader election between replicas on the real apiserver (lifecycle.md §7, TESTING.md §8).
+"""Leader election between replicas on the real apiserver.
 
 Each replica is a LeaderElector with its own client, event loop and thread, on the real
 clock with the short test durations (lease 4 s, renew deadline 3 s, retry 0.5 s).

@@ -1,4 +1,4 @@
-"""dump_addresses and dump_links against real kernel state (TESTING.md §4.5: flags, VIPs, CNI)."""
+"""dump_addresses and dump_links against real kernel state (flags, VIPs, CNI)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""'A lookup sends nothing' (TESTING.md §4.5): route lookups and dumps leave TX counters alone."""
+"""'A lookup sends nothing': route lookups and dumps leave TX counters alone."""
 
 from __future__ import annotations
 

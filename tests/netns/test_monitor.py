@@ -1,4 +1,4 @@
-"""Monitor: change notifications from a real kernel (TESTING.md §4.5 "changes while running")."""
+"""Monitor: change notifications from a real kernel (changes while running)."""
 
 from __future__ import annotations
 

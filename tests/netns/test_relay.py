@@ -1,4 +1,4 @@
-"""The loopback relay (TESTING.md §4.3 pattern 1) against a plain TCP echo server."""
+"""The loopback relay (pattern 1 in docs/testing.md) against a plain TCP echo server."""
 
 from __future__ import annotations
 

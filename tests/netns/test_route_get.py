@@ -1,4 +1,4 @@
-"""route_get against real routing tables in throw-away namespaces (TESTING.md §4.5)."""
+"""route_get against real routing tables in throw-away namespaces."""
 
 from __future__ import annotations
 

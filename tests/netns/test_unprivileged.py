@@ -1,6 +1,6 @@
-"""Route lookups, dumps and subscriptions need no capability (spec/stack.md).
+"""Route lookups, dumps and subscriptions need no capability.
 
-The probe runs in a subprocess (TESTING.md §4.3 pattern 2): ``ip netns exec`` puts it in a test
+The probe runs in a subprocess (pattern 2 in docs/testing.md): ``ip netns exec`` puts it in a test
 namespace, then ``setpriv`` drops to nobody with no capabilities before Python starts.
 """
 

@@ -1,6 +1,6 @@
 """Fixtures for tests that run the real `local-ccm` binary (a pytest plugin, loaded by
 tests/conftest.py): the chart's agent RBAC, rendered once per session, and an agent for a
-fresh tainted Node on the A01 network (spec/agent.md A01), as scenarios A28/A33 and the
+fresh tainted Node on the A01 network, as scenarios A28/A33 and the
 footprint check D13 start it."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Run the agent in-process with only its netlink side in a test namespace
-(TESTING.md §4.3 pattern 3), and small helpers the agent's integration tests share.
+(pattern 3 in docs/testing.md), and small helpers the agent's integration tests share.
 
 The agent gets its own thread and event loop; ``stop()`` sets its stop event (the same path
 as SIGTERM) and waits for the exit code. Options come from the real flag loader, so a test's
@@ -22,7 +22,8 @@ from local_ccm.kube.client import Client
 from local_ccm.kube.errors import ApiError
 
 QUIET_HTTP = ("--metrics-bind-address=0", "--health-probe-bind-address=0")
-FAST = ("--reconcile-interval=1s", "--settle-time=1s", "--resync-interval=1m")  # §11.1.4
+# Short intervals so a scenario sees ticks, settles and resyncs within its timeout.
+FAST = ("--reconcile-interval=1s", "--settle-time=1s", "--resync-interval=1m")
 
 
 def options(

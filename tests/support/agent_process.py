@@ -1,12 +1,12 @@
-"""The real ``local-ccm`` binary as a separate process inside a test namespace (TESTING.md §4.3
-pattern 1, spec/agent.md §11.1.1 and §11.1.6).
+"""The real ``local-ccm`` binary as a separate process inside a test namespace (pattern 1 in
+docs/testing.md), as uid 65532 with no capability.
 
 The process runs under ``ip netns exec <ns> setpriv --reuid=65532 --regid=65532 --clear-groups``
 with every capability set emptied, so it sees exactly what a Node's hostNetwork pod would see and
 has no privilege at all. It reaches the test apiserver through a :class:`LoopbackRelay` listening
 on ``127.0.0.1:<apiserver port>`` inside the namespace, with a ServiceAccount token minted by
-TokenRequest and bound to a Pod whose ``spec.nodeName`` is the test Node (§3.9), under the
-RBAC the chart ships for the agent (spec/deploy.md §5.1; rendered once per session by the
+TokenRequest and bound to a Pod whose ``spec.nodeName`` is the test Node, under the
+RBAC the chart ships for the agent (rendered once per session by the
 ``shipped_agent_rbac`` fixture, never a hand-written copy that could drift from the chart). Its
 output goes to the test's artifacts directory; teardown is SIGTERM, then SIGKILL.
 
@@ -46,10 +46,10 @@ from tests.support.waiting import eventually
 AGENT_UID = 65532
 BINARY = Path(sys.executable).parent / "local-ccm"
 SERVICE_ACCOUNT = "local-ccm"
-METRICS_PORT = 8092  # the agent's defaults (§2.3): each namespace has its own loopback
+METRICS_PORT = 8092  # the agent's defaults: each namespace has its own loopback
 HEALTH_PORT = 8093
 STOP_GRACE = 10.0
-# No capability in any set (spec/agent.md §9.2, §11.2 A28); pdeathsig is set by this inner
+# No capability in any set (A28); pdeathsig is set by this inner
 # setpriv after the uid change (a credential change clears it), so the agent dies with pytest.
 UNPRIVILEGED = (
     "setpriv",
@@ -65,7 +65,7 @@ UNPRIVILEGED = (
 )
 
 
-# ------------------------------------------------------------------ identity (§3.9)
+# ------------------------------------------------------------------ identity
 RESOURCES: Mapping[str, r.Resource] = {
     "ServiceAccount": r.SERVICE_ACCOUNTS,
     "ClusterRole": r.CLUSTER_ROLES,
@@ -78,15 +78,15 @@ RESOURCES: Mapping[str, r.Resource] = {
 def agent_rbac_for_test(
     rbac: ShippedRbac, name: str, namespace: str, labels: Mapping[str, str]
 ) -> list[tuple[r.Resource, Obj]]:
-    """The chart's agent ServiceAccount, ClusterRole(+Binding) and events Role(+Binding)
-    (spec/deploy.md §5.1), the roles named after ``name``, the ServiceAccount
+    """The chart's agent ServiceAccount, ClusterRole(+Binding) and events Role(+Binding),
+    the roles named after ``name``, the ServiceAccount
     ``SERVICE_ACCOUNT`` in ``namespace``."""
     target = RbacTarget(name, SERVICE_ACCOUNT, namespace, labels)
     return [(RESOURCES[o["kind"]], o) for o in rbac.for_test(target)]
 
 
 def bound_pod(name: str, namespace: str, node: str, labels: Mapping[str, str]) -> Obj:
-    """A Pod on ``node`` using the agent's ServiceAccount; nothing ever runs it (§3.9)."""
+    """A Pod on ``node`` using the agent's ServiceAccount; nothing ever runs it."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",

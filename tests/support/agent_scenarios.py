@@ -1,6 +1,6 @@
-"""Topologies, Node set-ups and observers shared by the agent's acceptance scenarios
-(spec/agent.md §11.2); the agent itself runs through agent_harness (pattern 3) or
-agent_process (pattern 1)."""
+"""Topologies, Node set-ups and observers shared by the agent's acceptance scenarios; the agent
+itself runs through agent_harness (pattern 3 in docs/testing.md) or
+agent_process (pattern 1 in docs/testing.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A dedicated control plane with the apiserver audit log on, for "no request" / "who did what"
-checks (spec/agent.md §11.1.4, TESTING.md §3.4), and stopping/restarting its apiserver (A20).
+checks, and stopping/restarting its apiserver (A20).
 
 The shared session plane runs without auditing (tests/support/fixtures.py starts it with
 ``Options(audit=False)``); this module starts a second etcd + kube-apiserver per test module

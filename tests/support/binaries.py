@@ -1,4 +1,4 @@
-"""Find or build the control-plane binaries (TESTING.md §2): `python -m tests.support.binaries
+"""Find or build the control-plane binaries: `python -m tests.support.binaries
 ensure [--component ...]` is the single entry point for `make test-bins`, `make test` and the
 pytest hooks. A cache hit costs one `go env` and one `go mod edit -json` per unit.
 """
@@ -89,7 +89,7 @@ def _published(ctx: Context, plan: Plan) -> tuple[Path, dict[str, Any]] | None:
     name = gobuild.entry_name(plan.unit.name, plan.version, ctx.go.version, plan.key())
     entry = ctx.cache / "bin" / name
     info_file = entry / "BUILD_INFO.json"
-    # A directory without BUILD_INFO.json is never trusted (§2.6).
+    # A directory without BUILD_INFO.json is never trusted.
     if not info_file.is_file() or not all((entry / b).is_file() for b in plan.unit.binaries):
         return None
     return entry, json.loads(info_file.read_text())

@@ -1,4 +1,4 @@
-"""The build cache's lock and free-disk check (TESTING.md §2.6)."""
+"""The build cache's lock and free-disk check."""
 
 from __future__ import annotations
 

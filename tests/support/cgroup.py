@@ -1,5 +1,5 @@
 """A throw-away cpu cgroup with a CFS quota, to run one process under a Kubernetes CPU limit
-(spec/deploy.md D13: the original chart's ``limits.cpu: 100m``, which the kubelet turns into
+(D13: the original chart's ``limits.cpu: 100m``, which the kubelet turns into
 a CFS quota of 10 000 µs per 100 000 µs period).
 
 Works on cgroup v1 (the ``cpu`` controller mounted on its own hierarchy: ``cpu.cfs_quota_us``,

@@ -1,4 +1,4 @@
-"""Objects tests create, and their removal (TESTING.md §3.8, §3.10).
+"""Objects tests create, and their removal.
 
 Nothing here deletes an object that does not carry the current run's label.
 """

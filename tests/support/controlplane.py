@@ -1,4 +1,4 @@
-"""etcd + kube-apiserver (and optionally kube-controller-manager) for tests (TESTING.md §3).
+"""etcd + kube-apiserver (and optionally kube-controller-manager) for tests.
 
 `python -m tests.support.controlplane dev` starts one for a person (`make dev-cluster`).
 """
@@ -82,7 +82,7 @@ class ControlPlane:
     def token_kubeconfig(
         self, sa: str, namespace: str, *, bound_pod: str | None = None, expiration: int = 3600
     ) -> Path:
-        """A kubeconfig with a TokenRequest token of ServiceAccount `namespace/sa` (§3.9)."""
+        """A kubeconfig with a TokenRequest token of ServiceAccount `namespace/sa`."""
         spec: dict[str, Any] = {"expirationSeconds": expiration}
         if bound_pod is not None:
             pod = self.http.ok("GET", f"/api/v1/namespaces/{namespace}/pods/{bound_pod}")
@@ -127,7 +127,7 @@ def _workdir(opts: Options, attempt: int) -> Path:
 
 
 def start_control_plane(binaries: Binaries, opts: Options) -> ControlPlane:
-    """Start etcd and kube-apiserver and check them (§3.5); retry once on a port race."""
+    """Start etcd and kube-apiserver and check them; retry once on a port race."""
     for attempt in (1, 2):
         try:
             return _start_once(binaries, opts, attempt)

@@ -1,5 +1,5 @@
-"""Command lines of etcd, kube-apiserver and kube-controller-manager (TESTING.md §3.3, §3.4,
-§3.7). Pure, no I/O.
+"""Command lines of etcd, kube-apiserver and kube-controller-manager (docs/testing.md).
+Pure, no I/O.
 
 The build step derives the list of flags to look for in `kube-apiserver --help` from these
 same builders, so a renamed flag is caught right after the build, not at start-up.
@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-# The apiserver's advertise address: a documentation address on no interface (§1.1, §3.4).
+# The apiserver's advertise address: a documentation address on no interface.
 ADVERTISE_ADDRESS = "192.0.2.1"
 SERVICE_CIDR = "203.0.113.0/24"
 FIRST_SERVICE_IP = "203.0.113.1"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 ADMISSION_PLUGINS = ("NodeRestriction", "ValidatingAdmissionPolicy")
-# Controllers that cannot disturb other tests (§3.7). Never node-ipam-controller: it would be a
+# Controllers that cannot disturb other tests. Never node-ipam-controller: it would be a
 # second pod-CIDR allocator fighting ours. Never node-lifecycle-controller on the shared plane.
 HARMLESS_CONTROLLERS = (
     "namespace-controller",
@@ -139,7 +139,7 @@ def kcm_args(binary: Path, s: KcmSettings) -> list[str]:
 
 
 def node_lifecycle_kcm_extra() -> tuple[str, ...]:
-    """Flags for the dedicated node-lifecycle plane (§3.7)."""
+    """Flags for the dedicated node-lifecycle plane."""
     return ("--node-monitor-period=2s", "--node-monitor-grace-period=20s")
 
 

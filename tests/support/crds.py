@@ -1,4 +1,4 @@
-"""The `crds` session fixture (TESTING.md §3.1): the chart's CRDs applied for real.
+"""The `crds` session fixture: the chart's CRDs applied for real.
 
 Loaded through `pytest_plugins` in tests/conftest.py (session-scoped, so it costs nothing
 until a test asks for `crds`). The
@@ -36,7 +36,7 @@ def load_crds(path: Path) -> list[Obj]:
 
 
 def apply_crd(kube: Client, crd: Obj) -> Obj:
-    """Create `crd`, or replace the stored one's spec (an in-place upgrade, §1 of ipam.md)."""
+    """Create `crd`, or replace the stored one's spec (an in-place upgrade)."""
     try:
         return kube.create(r.CUSTOM_RESOURCE_DEFINITIONS, crd)
     except Conflict:
@@ -99,7 +99,7 @@ def install(kube: Client, paths: tuple[Path, ...] = CRD_FILES) -> list[Obj]:
 
 @pytest.fixture(scope="session")
 def crds(control_plane: ControlPlane) -> Iterator[list[Obj]]:
-    """The chart's CRDs, applied once per session and established (TESTING.md §3.1)."""
+    """The chart's CRDs, applied once per session and established."""
     kube = Client.from_kubeconfig(control_plane.admin_kubeconfig, field_manager=FIELD_MANAGER)
     try:
         yield install(kube)

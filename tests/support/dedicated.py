@@ -1,8 +1,8 @@
-"""Dedicated control planes (TESTING.md §3.7): a module's own etcd + kube-apiserver.
+"""Dedicated control planes: a module's own etcd + kube-apiserver.
 
 For tests that must not share the session plane: stopping and restarting the API server
 (`stop_apiserver`, `restart_apiserver`), a cluster without a CRD, or a CRD replaced by another
-version, the scale runs of the bench tier (`scale=True` adds the flags of §3.3 and §3.4), and
+version, the scale runs of the bench tier (`scale=True` turns request throttling off), and
 the deploy checks at the admission policy's oldest Kubernetes (`apiserver=`).
 The plane is started exactly as the session one is (tests/support/fixtures.py) and stopped by
 the fixture that started it; its logs go to `<artifacts>/<run-id>/<name>-<hex>/`.

@@ -3,7 +3,7 @@
 1. Finds or builds etcd and kube-apiserver (the harness's binary cache) and starts both on
    loopback: its own plane, never a person's dev cluster.
 2. Registers a Node named after this host as a kubelet with ``--cloud-provider=external``
-   would (spec/agent.md §1): the ``uninitialized`` taint, no addresses, ``systemUUID`` set.
+   would: the ``uninitialized`` taint, no addresses, ``systemUUID`` set.
 3. Shows ``local-ccm detect`` (what the agent would write for this host), then runs
    ``local-ccm --run-once`` with the default detection flags (``--external-ip-target=8.8.8.8``:
    a route lookup, nothing is sent) in this process's own network namespace, as the least
@@ -43,8 +43,8 @@ EXIT_INITIALISED, EXIT_NOT_INITIALISED, EXIT_DEMO_FAILED = 0, 1, 3
 AGENT_USER = "local-ccm-demo-agent"
 FIELD_MANAGER = "local-ccm-demo"
 KUBELET_VERSION = "v1.37.1"  # what the registering "kubelet" reports; informational only
-# What the agent needs (spec/agent.md §2.6): its own Node, its status, Events about it. The
-# verbs are the chart's (deploy.md §5.1); the demo grants events cluster-wide instead of the
+# What the agent needs: its own Node, its status, Events about it. The
+# verbs are the chart's; the demo grants events cluster-wide instead of the
 # chart's Role in `default`, because it renders no chart (it needs no helm build).
 AGENT_RULES = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
@@ -127,7 +127,7 @@ def explain(detections: Sequence[Mapping[str, Any]], initialised: bool) -> list[
         lines.append(
             "No detector found an address, so the Node would have no InternalIP or ExternalIP; "
             "the agent keeps the uninitialized taint rather than let pods land on a Node "
-            "without addresses (spec/agent.md §7.1, gate 3). On such a host, configure "
+            "without addresses. On such a host, configure "
             "--internal-ip-cidrs=<node subnet> or --internal-ip-target=<a neighbour>, or start "
             "the kubelet with --node-ip."
         )

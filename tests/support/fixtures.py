@@ -1,4 +1,4 @@
-"""pytest fixtures and hooks for the real control plane (TESTING.md §3.1, §3.5, §3.6, §3.10).
+"""pytest fixtures and hooks for the real control plane.
 
 Loaded from tests/conftest.py through `pytest_plugins`. Per-run state lives in
 `config.stash`, never in module globals.
@@ -84,7 +84,7 @@ def _item_needs(item: pytest.Item) -> set[str]:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Ensure binaries (and start the control plane) before any test, only if needed (§3.1)."""
+    """Ensure binaries (and start the control plane) before any test, only if needed."""
     needs = set().union(*(_item_needs(i) for i in session.items)) if session.items else set()
     if not needs:
         return
@@ -121,7 +121,7 @@ def _start_plane(config: pytest.Config, state: RunState) -> ControlPlane:
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """On failure, attach the control-plane and controller log tails to the report (§3.6)."""
+    """On failure, attach the control-plane and controller log tails to the report."""
     rep = yield
     state = run_state(item.config)
     if rep.failed and state.control_plane is not None:
@@ -135,7 +135,7 @@ def pytest_runtest_makereport(
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Final sweep by run label, stop the plane, drop a green run's artifacts (§3.6, §3.10)."""
+    """Final sweep by run label, stop the plane, drop a green run's artifacts."""
     state = run_state(session.config)
     cp = state.control_plane
     if cp is not None and state.keep_control_plane:
@@ -173,7 +173,7 @@ def control_plane(request: pytest.FixtureRequest, binaries: Binaries) -> Control
 
 @pytest.fixture(scope="session")
 def kcm(control_plane: ControlPlane, binaries: Binaries) -> Iterator[Child]:
-    """kube-controller-manager with the harmless controller set (§3.7), on first request."""
+    """kube-controller-manager with the harmless controller set, on first request."""
     child = start_kcm(control_plane, binaries)
     yield child
     if not control_plane.options.keep:
@@ -182,7 +182,7 @@ def kcm(control_plane: ControlPlane, binaries: Binaries) -> Iterator[Child]:
 
 @pytest.fixture(scope="session")
 def kwok(control_plane: ControlPlane, binaries: Binaries) -> Iterator[Kwok]:
-    """kwok managing Nodes annotated kwok.x-k8s.io/node=fake (§5)."""
+    """kwok managing Nodes annotated kwok.x-k8s.io/node=fake."""
     started = start_kwok(control_plane, binaries)
     yield started
     if not control_plane.options.keep:
@@ -193,7 +193,7 @@ def kwok(control_plane: ControlPlane, binaries: Binaries) -> Iterator[Kwok]:
 def node_lifecycle_plane(
     request: pytest.FixtureRequest, binaries: Binaries
 ) -> Iterator[ControlPlane]:
-    """A second etcd + apiserver with KCM's node-lifecycle controllers (§3.7), per module.
+    """A second etcd + apiserver with KCM's node-lifecycle controllers, per module.
 
     Kept apart from the shared plane, where those controllers would mark every hand-made
     Node NotReady. Node leases must be renewed well within the 20 s grace period.
@@ -262,7 +262,7 @@ def track(kube: Client, request: pytest.FixtureRequest) -> Iterator[Tracker]:
 
 @pytest.fixture
 def test_namespace(kube: Client, unique_name: str, test_labels: dict[str, str]) -> Iterator[str]:
-    """A fresh namespace; deleted in the background at teardown, never waited for (§3.10)."""
+    """A fresh namespace; deleted in the background at teardown, never waited for."""
     body = {"apiVersion": "v1", "kind": "Namespace"}
     kube.create(r.NAMESPACES, {**body, "metadata": {"name": unique_name, "labels": test_labels}})
     yield unique_name
@@ -276,5 +276,5 @@ def test_namespace(kube: Client, unique_name: str, test_labels: dict[str, str]) 
 def make_node(
     kube: Client, track: Tracker, test_labels: dict[str, str], request: pytest.FixtureRequest
 ) -> NodeFactory:
-    """Node factory (§3.8): create, then set status through the status subresource."""
+    """Node factory: create, then set status through the status subresource."""
     return NodeFactory(kube, track, test_labels, request.node.name)

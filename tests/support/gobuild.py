@@ -1,4 +1,4 @@
-"""Decisions for building the control-plane binaries (TESTING.md §2). Pure, no I/O.
+"""Decisions for building the control-plane binaries. Pure, no I/O.
 
 Everything here turns facts already read (pins, an upstream go.mod as `go mod edit -json`
 prints it, `go env`, `--version` output) into values: the scratch module's edits, ldflags,
@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# TESTING.md §2.2: never download a toolchain, build static binaries, embed no cache paths.
+# Never download a toolchain, build static binaries, embed no cache paths.
 GO_ENV = {"GOTOOLCHAIN": "local", "CGO_ENABLED": "0", "GOFLAGS": "-trimpath"}
 _RELEASE = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
 _ANY_VERSION = re.compile(r"^v(\d+)\.(\d+)\.(\d+)(-[0-9A-Za-z.-]+)?$")
@@ -101,7 +101,7 @@ def _is_local_path(path: str) -> bool:
 
 
 def derive_module_edits(upstream: Mapping[str, Any], kube_version: str) -> ModuleEdits:
-    """The scratch module's edits, derived from k8s.io/kubernetes's own go.mod (§2.3 steps 3-4).
+    """The scratch module's edits, derived from k8s.io/kubernetes's own go.mod.
 
     Every `k8s.io/<name> v0.0.0` requirement is a staging library living in the repository
     (not in the module zip), so it is replaced by its published tag. Upstream replace lines
@@ -164,7 +164,7 @@ def helm_ldflags(helm_version: str) -> str:
 
 
 def cache_key(inputs: Mapping[str, Any]) -> str:
-    """A short hash of everything that changes a binary (§2.6)."""
+    """A short hash of everything that changes a binary."""
     blob = json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
 

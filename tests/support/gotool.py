@@ -1,4 +1,4 @@
-"""Runs the `go` command for the binary builds (TESTING.md §2.2, §2.8): the only adapter to Go."""
+"""Runs the `go` command for the binary builds: the only adapter to Go."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ class GoInfo:
 def go_environment(
     base: Mapping[str, str], extra: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """The caller's environment with §2.2's settings forced; GOPROXY/GOSUMDB are left alone."""
+    """The caller's environment with GOTOOLCHAIN=local, CGO_ENABLED=0 and -trimpath forced;
+    GOPROXY/GOSUMDB are left alone (the version-control hosts behind `direct` are unreachable)."""
     env = dict(base)
     env.update(GO_ENV)
     env.update(extra or {})

@@ -1,4 +1,4 @@
-"""node-ipam-controller at scale (TESTING.md §5, §7.5; spec/ipam.md §14, scenario I27).
+"""node-ipam-controller at scale (scenario I27).
 
 The controller runs as a subprocess of its real entry point with the shipped RBAC against a
 dedicated scale plane (tests/support/dedicated.py). Nodes are created at once from a thread
@@ -155,7 +155,7 @@ def running_controller(
     log_path: Path,
     args: Sequence[str] = (),
 ) -> Iterator[Controller]:
-    """The controller with the shipped RBAC and a ServiceAccount token (TESTING.md §3.9),
+    """The controller with the shipped RBAC and a ServiceAccount token,
     stopped (SIGTERM) when the block ends."""
     harness.apply_rbac(
         kube, track, labels, name=name, namespace=namespace, lease_name=f"{name[:40]}-lease",

@@ -1,4 +1,4 @@
-"""kube-controller-manager with a chosen controller set (TESTING.md §3.7)."""
+"""kube-controller-manager with a chosen controller set."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""kwok fake kubelets for the smoke test and the bench tier (TESTING.md §5)."""
+"""kwok fake kubelets for the smoke test and the bench tier."""
 
 from __future__ import annotations
 

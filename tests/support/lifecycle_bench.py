@@ -1,5 +1,4 @@
-"""Measuring node-lifecycle-controller for its bench (tests/bench/test_lifecycle_scale.py,
-issue #4 item 9; TESTING.md §5, §7.5).
+"""Measuring node-lifecycle-controller for its bench (tests/bench/test_lifecycle_scale.py).
 
 The controller under test is the real `node-lifecycle-controller` console script, one process
 per run, with the shipped RBAC (a TokenRequest kubeconfig). What is read, and from where:
@@ -40,7 +39,7 @@ _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\} ([0-9.eE+-]+|NaN)$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 COUNTED = ("apiserver_request_total", "apiserver_response_sizes_sum",
            "apiserver_watch_events_total", "apiserver_watch_events_sizes_sum")  # fmt: skip
-# What the controller reads and writes (spec/lifecycle.md §10): the part of the apiserver's
+# What the controller reads and writes: the part of the apiserver's
 # counters that can be its requests; the rest is the apiserver's own background.
 CONTROLLER_RESOURCES = frozenset(
     {"nodes", "leases", "events", "selfsubjectaccessreviews", "volumeattachments"}

@@ -1,5 +1,5 @@
-"""Running node-lifecycle-controller against the test apiserver (TESTING.md §3.9, spec
-lifecycle.md §12.1) with exactly the RBAC of tests/support/rbac/lifecycle.yaml.
+"""Running node-lifecycle-controller against the test apiserver with exactly the RBAC of
+tests/support/rbac/lifecycle.yaml.
 
 Two ways: `InProcessController` (a thread with its own event loop, the real kube adapter, an
 optional injected prober, and `watch_selector` so only the test's Nodes are seen while the
@@ -39,7 +39,7 @@ RBAC = Path(__file__).resolve().parent / "rbac" / "lifecycle.yaml"
 SA = "node-lifecycle-controller"
 ONLY_WITH = "local-ccm.io/only-with"
 AUTOSCALER_TAINT = {"key": "ToBeDeletedByClusterAutoscaler", "value": "1", "effect": "NoSchedule"}
-# §12.1.5, with retry 0.5 s (TESTING.md §3.9) and metrics/health off unless a test asks.
+# With retry 0.5 s and metrics/health off unless a test asks.
 FAST = (
     "--not-ready-timeout=10s", "--reconcile-interval=1s", "--ping-timeout=1s", "--ping-count=1",
     "--ping-interval=200ms", "--leader-elect-lease-duration=4s",
@@ -86,8 +86,8 @@ def controller_user(namespace: str) -> tuple[str, list[str]]:
 
 
 def controller_kubeconfig(control_plane: ControlPlane, kube: Client, namespace: str) -> Path:
-    """A TokenRequest token of the ServiceAccount (TESTING.md §3.9, preferred: a client
-    certificate's CN could not hold a 63-character namespace), once RBAC lets it delete."""
+    """A TokenRequest token of the ServiceAccount (preferred to a client certificate, whose
+    CN could not hold a 63-character namespace), once RBAC lets it delete."""
     user, groups = controller_user(namespace)
     path = control_plane.token_kubeconfig(SA, namespace)
     body = {
@@ -217,7 +217,7 @@ def eligible_node(
     taints: Sequence[Mapping[str, str]] = (AUTOSCALER_TAINT,),
     address_type: str = "InternalIP",
 ) -> dict[str, Any]:
-    """§12.1.5 "eligible": tainted, Ready=Unknown since `age` seconds ago."""
+    """An "eligible" Node: tainted, Ready=Unknown since `age` seconds ago."""
     since = datetime.now(UTC) - timedelta(seconds=age)
     return make_node(
         name, labels=labels, annotations=annotations, taints=taints, ready=ready,

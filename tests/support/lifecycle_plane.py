@@ -1,5 +1,5 @@
 """node-lifecycle-controller scenarios on a dedicated, audited control plane whose apiserver a
-test may stop (spec/lifecycle.md §12.2 L25's audit part, L28, L33; TESTING.md §3.4, §3.7).
+test may stop (L25's audit part, L28, L33).
 
 The plane and stopping/restarting its apiserver come from tests/support/audit.py
 (`audited_plane`, `stop_apiserver`, `start_apiserver`: a second etcd + kube-apiserver per test

@@ -1,4 +1,4 @@
-"""Names and labels for test objects (TESTING.md §3.10). Pure, no I/O."""
+"""Names and labels for test objects. Pure, no I/O."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Network-namespace fixtures for the netns tier (TESTING.md §4.1, §4.2).
+"""Network-namespace fixtures for the netns tier.
 
 The ``netns`` fixture returns a :class:`NetnsFactory`::
 
@@ -9,7 +9,7 @@ The ``netns`` fixture returns a :class:`NetnsFactory`::
 
 Namespaces are ``lcct-<pytest pid>-<n>`` and are deleted at teardown even when the test failed;
 namespaces of dead pytest processes are deleted when the first netns test starts. Every address
-follows TESTING.md §1.1: 192.0.2.0/24 and 2001:db8:0:<n>::/64 inside namespaces, one /28 of
+is a documentation range: 192.0.2.0/24 and 2001:db8:0:<n>::/64 inside namespaces, one /28 of
 198.51.100.0/24 (and 2001:db8:ff:<block>::/64) per test for host-side veths.
 """
 
@@ -87,7 +87,7 @@ class Namespace:
     def add_address(
         self, dev: str, cidr: str, *, nodad: bool | None = None, options: Sequence[str] = ()
     ) -> None:
-        """``ip addr add``; IPv6 addresses get ``nodad`` unless ``nodad=False`` (§4.2)."""
+        """``ip addr add``; IPv6 addresses get ``nodad`` unless ``nodad=False``."""
         extra = list(options)
         if nodad if nodad is not None else ":" in cidr:
             extra.append("nodad")
@@ -208,7 +208,7 @@ class NetnsFactory:
                 node_cmds.append(f"addr add {pair[0]} dev {node_if}{flags}")
                 gw_cmds.append(f"addr add {pair[1]} dev {gateway_if}{flags}")
         gateway.batch(*gw_cmds)
-        if default_routes:  # after the link is up: a down link rejects "via" (§4.2)
+        if default_routes:  # after the link is up: a down link rejects "via"
             node_cmds += [
                 f"route add default via {_addr(p[1])} dev {node_if}" for p in (v4, v6) if p
             ]

@@ -1,4 +1,4 @@
-"""Bodies for Nodes without a kubelet (TESTING.md §3.8). Pure, no I/O."""
+"""Bodies for Nodes without a kubelet. Pure, no I/O."""
 
 from __future__ import annotations
 

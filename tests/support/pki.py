@@ -1,4 +1,4 @@
-"""The test PKI (TESTING.md §3.2) and self-contained kubeconfigs, with `cryptography`.
+"""The test PKI and self-contained kubeconfigs, with `cryptography`.
 
 Generation is pure computation; `write_pki` and `write_kubeconfig` are the only I/O.
 """
@@ -118,7 +118,7 @@ def issue_serving(ca: Issued, now: datetime) -> Issued:
 
 
 def issue_client(ca: Issued, user: str, groups: Sequence[str], now: datetime) -> Issued:
-    """A client certificate: CN is the user name, one O attribute per group (§3.2 item 5)."""
+    """A client certificate: CN is the user name, one O attribute per group."""
     return _leaf(ca, _name(user, groups), ExtendedKeyUsageOID.CLIENT_AUTH, now)
 
 

@@ -1,4 +1,4 @@
-"""Child processes of the harness (TESTING.md §3.6): spawned in their own process group under
+"""Child processes of the harness: spawned in their own process group under
 `setpriv --pdeathsig TERM`, logging to a file, stopped by recorded pid only.
 """
 

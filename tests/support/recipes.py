@@ -1,4 +1,4 @@
-"""How each control-plane component is built (TESTING.md §2.3-§2.5): inspecting a scratch
+"""How each control-plane component is built: inspecting a scratch
 module without the network, preparing it (which may download), and checking a built binary.
 """
 
@@ -53,7 +53,7 @@ class Unit:
 POLICY_MINIMUM = "-policy-minimum"
 UNITS = {
     "kubernetes": Unit("kubernetes", "kubernetes", KUBE_COMMANDS),
-    # Only the apiserver at the admission policy's oldest version (spec/deploy.md §9).
+    # Only the apiserver at the admission policy's oldest version.
     "kubernetes-policy-minimum": Unit(
         "kubernetes-policy-minimum",
         "kubernetes_policy_minimum",
@@ -99,7 +99,7 @@ class Plan:
 @dataclass(frozen=True)
 class Context:
     cache: Path
-    env: Mapping[str, str]  # the Go environment (§2.2)
+    env: Mapping[str, str]  # the Go environment
     go: GoInfo
     pins: gobuild.Pins
     report: Report
@@ -128,7 +128,7 @@ def _requires(module: Mapping[str, Any], path: str, version: str) -> bool:
     return any(r["Path"] == path and r["Version"] == version for r in module.get("Require") or ())
 
 
-# ------------------------------------------------------------------ kubernetes (§2.3)
+# ------------------------------------------------------------------ kubernetes
 def _inspect_kubernetes(ctx: Context, unit: Unit, version: str, bd: Path) -> Plan | None:
     """The plan if the scratch module is ready and matches a fresh derivation, else None."""
     if not (bd / "go.sum").is_file() or not (bd / "kube.json").is_file():
@@ -183,7 +183,7 @@ def _prepare_kubernetes(ctx: Context, unit: Unit, version: str, bd: Path) -> Non
     gotool.run_go(["get", *(f"{KUBE_MODULE}/cmd/{c}@{version}" for c in commands)], cwd=bd, env=env)
 
 
-# ------------------------------------------------------------------ etcd (§2.4)
+# ------------------------------------------------------------------ etcd
 def _inspect_etcd(ctx: Context, unit: Unit, version: str, bd: Path) -> Plan | None:
     if not (bd / "go.sum").is_file():
         return None
@@ -202,7 +202,7 @@ def _prepare_etcd(ctx: Context, unit: Unit, version: str, bd: Path) -> None:
     gotool.run_go(["get", f"{ETCD_PACKAGE}@{version}"], cwd=bd, env=ctx.env)
 
 
-# ------------------------------------------------------------------ kwok and helm (§2.5)
+# ------------------------------------------------------------------ kwok and helm
 def _inspect_install(ctx: Context, unit: Unit, version: str, bd: Path) -> Plan:
     if unit.name == "kwok":
         pkg, ldflags = f"{KWOK_MODULE}/cmd/kwok@{version}", ""

@@ -1,4 +1,4 @@
-"""Loopback relay into a network namespace (TESTING.md §4.3, pattern 1).
+"""Loopback relay into a network namespace (pattern 1 in docs/testing.md).
 
 A short-lived thread enters the namespace, opens a listening TCP socket on ``127.0.0.1:<port>``
 there and leaves; the socket stays in the namespace. Each connection accepted on it is piped to

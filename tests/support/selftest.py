@@ -1,4 +1,4 @@
-"""The one-object admission self-test run at start-up (TESTING.md §3.4): a
+"""The one-object admission self-test run at start-up: a
 ValidatingAdmissionPolicy denying a marker label must actually deny it.
 """
 

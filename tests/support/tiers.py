@@ -1,4 +1,4 @@
-"""Test tiers from the directory layout, and their default timeouts (TESTING.md §7.1).
+"""Test tiers from the directory layout, and their default timeouts.
 Pure, no I/O.
 """
 

@@ -1,4 +1,4 @@
-"""The one way integration tests wait: poll a predicate until it holds (TESTING.md §1.7)."""
+"""The one way integration tests wait: poll a predicate until it holds."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A validating admission webhook served by the test process, to produce races
-deterministically (spec/agent.md §11.1.5).
+deterministically.
 
 The server listens on ``127.0.0.1`` with its own CA and serving certificate; a
 ValidatingWebhookConfiguration (``clientConfig.url``, the CA as ``caBundle``) sends it UPDATEs

@@ -1,6 +1,6 @@
 """The pure parts of tests/support/cgroup.py: finding the cpu controller, the kubelet's quota
 arithmetic, the quota files of both cgroup versions, cpu.stat, /proc/<pid>/cgroup and the argv
-prefix (spec/deploy.md D13)."""
+prefix (D13)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`local-ccm` entry point, run in-process with argv, env, modes and credentials injected
-(spec/agent.md §2.1, §2.4, §2.6, §8.5). The real binary is exercised in
+"""`local-ccm` entry point, run in-process with argv, env, modes and credentials injected. The real
+binary is exercised in
 tests/netns/agent/test_detect_mode.py."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`node-ipam-controller` entry point in-process: usage, exit 2 with every problem, the
-IPAM_RESOURCE_LOCK rule in the logged configuration, exit 4 without credentials
-(spec/ipam.md §12). Nothing here reaches an API server: all of these end before."""
+IPAM_RESOURCE_LOCK rule in the logged configuration, exit 4 without credentials. Nothing here
+reaches an API server: all of these end before."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`node-lifecycle-controller` entry point (spec/lifecycle.md §2.4): --help, exit 2 with every
-problem, exit 4 without credentials; and the start-up access check (§10)."""
+"""`node-lifecycle-controller` entry point: --help, exit 2 with every
+problem, exit 4 without credentials; and the start-up access check."""
 
 from __future__ import annotations
 

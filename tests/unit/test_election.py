@@ -1,4 +1,4 @@
-"""The pure leader-election decisions (lifecycle.md §7)."""
+"""The pure leader-election decisions."""
 
 from __future__ import annotations
 

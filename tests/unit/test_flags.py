@@ -1,4 +1,4 @@
-"""Go-compatible flag parsing (spec agent.md §2.1, lifecycle.md §2.1, ipam.md §12.1)."""
+"""Go-compatible flag parsing."""
 
 from __future__ import annotations
 

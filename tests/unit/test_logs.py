@@ -1,4 +1,4 @@
-"""Log line formats, klog-style verbosity and credential redaction (agent.md §8.6)."""
+"""Log line formats, klog-style verbosity and credential redaction."""
 
 from __future__ import annotations
 

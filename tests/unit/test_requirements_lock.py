@@ -1,5 +1,5 @@
-"""requirements.lock pins every runtime dependency of pyproject.toml, exactly and with hashes
-(spec/deploy.md §1.1.2): the Containerfile installs it with ``--require-hashes``, which rejects a
+"""requirements.lock pins every runtime dependency of pyproject.toml, exactly and with hashes: the
+Containerfile installs it with ``--require-hashes``, which rejects a
 lock with any unpinned or hash-less line only at image build time, on a machine with a registry."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Shared value validators (agent.md §2.2–§2.4, lifecycle.md §2.4, ipam.md §12.4)."""
+"""Shared value validators."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Which addresses a Node should carry: the desired address list (spec/agent.md §4) and the
+"""Which addresses a Node should carry: the desired address list and the
 ownership annotation's encoding.
 
 Pure, no I/O, no clock. Detection results come from ``agent.candidates``.
@@ -72,7 +72,7 @@ def node_addresses(raw: Iterable[Mapping[str, Any]] | None) -> tuple[NodeAddress
 
 @dataclass(frozen=True)
 class Finding:
-    """Something worth a condition message, an Event or a log line (§4.1)."""
+    """Something worth a condition message, an Event or a log line."""
 
     kind: FindingKind
     message: str
@@ -118,7 +118,7 @@ def parse_provided(value: str | None) -> tuple[tuple[IPAddress, ...], tuple[Find
     return (), (Finding("unparsable_provided", message),)
 
 
-# ------------------------------------------------------------------ §4 desired addresses
+# ------------------------------------------------------------------ desired addresses
 @dataclass(frozen=True)
 class AddressPolicy:
     family_order: tuple[Family, Family] = (4, 6)
@@ -129,7 +129,7 @@ class AddressPolicy:
 def resolve_family_order(
     configured: Sequence[Family], provided: Sequence[IPAddress]
 ) -> tuple[Family, Family]:
-    """§2.3 --ip-family-order; empty: the annotation's order when it has two families."""
+    """--ip-family-order; empty: the annotation's order when it has two families."""
     first: Family
     if configured:
         first = configured[0]
@@ -156,7 +156,10 @@ class AddressPlan:
         return encode_owned(self.owned)
 
 
-PROVIDED, MANAGED, FOREIGN = 0, 1, 2  # class ranks of §4.4
+# Class ranks: within a type and family, kubelet-provided entries come first so that the Node's
+# primary address (the first InternalIP per family, kubernetes/kubernetes#79391) stays the
+# kubelet's --node-ip.
+PROVIDED, MANAGED, FOREIGN = 0, 1, 2
 _TYPE_RANK = {"InternalIP": 0, "ExternalIP": 1, "Hostname": 2, "InternalDNS": 3, "ExternalDNS": 4}
 
 
@@ -174,7 +177,7 @@ def desired_addresses(
     owned: Sequence[NodeAddress] | None,
     policy: AddressPolicy,
 ) -> AddressPlan:
-    """§4: the ordered list to write and what the agent owns in it. Missing keys = Disabled."""
+    """The ordered list to write and what the agent owns in it. Missing keys = Disabled."""
     provided_ips = () if policy.provided == "ignore" else tuple(provided)
     entries = _classify(current, provided_ips, detected, owned)
     fixed = [e for e in entries if e.cls != MANAGED]
@@ -197,7 +200,11 @@ def _classify(
     detected: Mapping[DetectorKey, Detection],
     owned: Sequence[NodeAddress] | None,
 ) -> list[_Entry]:
-    """§4.2. Provided wins over owned, so a kubelet ``--node-ip`` is never ours to remove."""
+    """Classify the current entries as provided, managed (owned or adopted) or foreign.
+
+    Provided wins over owned, so a kubelet ``--node-ip`` is never ours to remove. Without an
+    ownership annotation, IPs of an enabled detector are adopted: they are bootstrap data (the
+    kubelet's seed, or the original's writes during a migration)."""
     owned_keys = None if owned is None else {o.key for o in owned}
     entries, seen = [], set()
     for seq, addr in enumerate(current):
@@ -210,7 +217,7 @@ def _classify(
         elif owned_keys is not None:
             cls = MANAGED if addr.key in owned_keys else FOREIGN
         elif ip is not None and _enabled(detected, addr.type, ip.version):
-            cls = MANAGED  # adopted: bootstrap data of an enabled detector (§4.2)
+            cls = MANAGED  # adopted: bootstrap data of an enabled detector
         else:
             cls = FOREIGN
         entries.append(_Entry(addr, cls, seq))
@@ -219,7 +226,9 @@ def _classify(
 
 @dataclass(frozen=True)
 class _Rules:
-    """§4.3 rules 3-8 for one detector."""
+    """The rules for one detector: write what was found unless an equal entry exists, drop the
+    owned entries it replaces, keep the last good ones on a failure, defer to the kubelet's
+    --node-ip, dedupe ExternalIPs and drop what is no longer configured."""
 
     entries: Sequence[_Entry]
     provided_ips: Sequence[IPAddress]
@@ -234,17 +243,17 @@ class _Rules:
             if e.cls == MANAGED and e.addr.type == kind and _family(e.addr) == family
         ]
         if isinstance(d, Disabled):
-            return []  # rule 8: configuration no longer asks for them
+            return []  # disabled: configuration no longer asks for them
         if isinstance(d, Failed):
-            if mine:  # rule 5: last good kept, only while still on the Node
+            if mine:  # failed: last good kept, only while still on the Node
                 kept = ", ".join(e.addr.address for e in mine)
                 message = f"{kind} {family_name(family)}: {d.reason}; keeping {kept}"
                 self.findings.append(Finding("kept_last_good", message, kind, family, kept))
             return mine
         if self._suppressed(kind, family, d.address):
-            return []  # rules 6 and 7; rule 4 drops the owned entries of this detector
+            return []  # --node-ip wins, or ExternalIP dedupe; owned entries of this detector go
         if any(e.cls != MANAGED and e.addr.key == (kind, str(d.address)) for e in self.entries):
-            return []  # rule 3: satisfied by someone else's equal entry, not claimed
+            return []  # satisfied by someone else's equal entry, not claimed
         same = [e for e in mine if e.addr.ip == d.address]
         return same[:1] or [_Entry(NodeAddress(kind, str(d.address)), MANAGED, seq)]
 
@@ -263,7 +272,7 @@ class _Rules:
             self.findings.append(Finding("dedupe_applied", message, kind, family, str(a)))
             return True
         # Written as ours, an entry equal to a provided IP would be classified provided on the
-        # next pass (§4.2): the kubelet's entry satisfies the detector instead.
+        # next pass: the kubelet's entry satisfies the detector instead.
         return a in self.provided_ips
 
 
@@ -277,7 +286,7 @@ def _family(addr: NodeAddress) -> int | None:
 
 
 def _order_key(e: _Entry, family_order: tuple[Family, Family]) -> tuple[int, int, int, int]:
-    """§4.4: (type rank, family rank, class rank), ties in current order."""
+    """(type rank, family rank, class rank), ties in current order."""
     if e.addr.type in ADDRESS_TYPES:
         ip = e.addr.ip
         family_rank = 2 if ip is None else family_order.index(ip.version)

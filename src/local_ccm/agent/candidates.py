@@ -1,5 +1,5 @@
-"""Address candidates and their selection: hygiene (spec/agent.md §3.3) and the choice of one
-address per detector from a route lookup, the egress interface or the CIDR lists (§3.2, §3.4).
+"""Address candidates and their selection: hygiene and the choice of one
+address per detector from a route lookup, the egress interface or the CIDR lists.
 
 Pure, no I/O, no clock. The netlink adapter (``agent.detect``) turns kernel state into
 :class:`Candidate` and :class:`RouteLookup` values; everything that decides lives here.
@@ -44,7 +44,7 @@ class Failed:
 
 @dataclass(frozen=True)
 class Disabled:
-    """The configuration asks for no address of this (type, family): not a failure (§3.5)."""
+    """The configuration asks for no address of this (type, family): not a failure."""
 
 
 DISABLED = Disabled()
@@ -97,7 +97,7 @@ class Verdict:
     rejection: str | None  # None = eligible; otherwise the reason detect mode prints
 
 
-# ------------------------------------------------------------------ §3.3 hygiene
+# ------------------------------------------------------------------ hygiene
 _DOWN_OPERSTATES = frozenset({"down", "lowerlayerdown", "notpresent"})
 # dadfailed first: the kernel keeps a failed address tentative too, and it is the better reason.
 _UNSTABLE_V6_FLAGS = ("dadfailed", "tentative", "optimistic", "deprecated", "temporary")
@@ -106,7 +106,7 @@ _UNSTABLE_V6_FLAGS = ("dadfailed", "tentative", "optimistic", "deprecated", "tem
 def evaluate_candidates(
     kind: AddressType, config: AgentConfig, candidates: Iterable[Candidate]
 ) -> tuple[Verdict, ...]:
-    """Every candidate with the first §3.3 rule it breaks for ``kind``, in input order."""
+    """Every candidate with the first hygiene rule it breaks for ``kind``, in input order."""
     base = [(c, _base_rejection(c, kind, config)) for c in candidates]
     eligible = [c for c, why in base if why is None]
     return tuple(Verdict(c, why or _vip_rejection(c, eligible, config)) for c, why in base)
@@ -193,9 +193,9 @@ def _flag_prefix(kind: AddressType) -> str:
     return "internal-ip" if kind == INTERNAL else "external-ip"
 
 
-# ------------------------------------------------------------------ §3.2 / §3.4 selection
+# ------------------------------------------------------------------ selection
 def selection_key(c: Candidate, settings: TypeSettings) -> tuple[int, int, bool, int, int]:
-    """§3.4: CIDR position, interface-pattern position, static first, ifindex, value."""
+    """CIDR position, interface-pattern position, static first, ifindex, value."""
     cidr_rank = next((i for i, n in enumerate(settings.include) if c.ip in n), 0)
     if_rank = next((i for i, p in enumerate(settings.interfaces) if fnmatchcase(c.ifname, p)), 0)
     dynamic = "secondary" in c.flags if c.family == 4 else "permanent" not in c.flags

@@ -1,4 +1,4 @@
-"""The agent's detection and policy settings, already parsed (spec/agent.md §2.2, §2.3, §3).
+"""The agent's detection and policy settings, already parsed.
 
 Pure, no I/O. Nothing here parses argv: the flag loader builds an :class:`AgentConfig` from
 validated values, so every address and CIDR is an ``ipaddress`` object from here on.
@@ -21,7 +21,7 @@ EXTERNAL: AddressType = "ExternalIP"
 ADDRESS_TYPES: tuple[AddressType, ...] = (INTERNAL, EXTERNAL)
 ProvidedPolicy = Literal["prefer", "strict", "ignore"]
 
-# §3.3 rule 2: CNI, overlay and tunnel devices pick wrong addresses (squat/kilo#403,
+# CNI, overlay and tunnel devices pick wrong addresses (squat/kilo#403,
 # cilium/cilium#20000). Setting --interface-exclude replaces this list.
 DEFAULT_INTERFACE_EXCLUDE: tuple[str, ...] = (
     "lo", "cilium_*", "lxc*", "cni*", "flannel*", "cali*", "vxlan*", "tunl*", "kube-ipvs*",
@@ -43,7 +43,7 @@ class TypeSettings:
     """Selection settings of one address type (InternalIP or ExternalIP)."""
 
     targets: tuple[IPAddress, ...] = ()  # at most one per family (validated by the loader)
-    include: tuple[IPNetwork, ...] = ()  # positive CIDRs, in flag order (§3.4 key 1)
+    include: tuple[IPNetwork, ...] = ()  # positive CIDRs, in flag order
     exclude: tuple[IPNetwork, ...] = ()  # the `!` CIDRs
     interfaces: tuple[str, ...] = ()  # globs; empty = every interface
 
@@ -54,7 +54,7 @@ class TypeSettings:
         return tuple(n for n in self.include if n.version == family)
 
     def enabled(self, family: int) -> bool:
-        """§3.1: a detector exists when its type has a target or a positive CIDR of the family."""
+        """A detector exists when its type has a target or a positive CIDR of the family."""
         return self.target(family) is not None or bool(self.positive_cidrs(family))
 
 
@@ -68,7 +68,7 @@ class AgentConfig:
     )
     interface_exclude: tuple[str, ...] = DEFAULT_INTERFACE_EXCLUDE
     include_vips: bool = False
-    family_order: tuple[Family, ...] = ()  # empty: from the provided-node-ip annotation (§2.3)
+    family_order: tuple[Family, ...] = ()  # empty: from the provided-node-ip annotation
     provided_node_ip_policy: ProvidedPolicy = "prefer"
     dedupe_external_ip: bool = True
     require_internal_ip: bool = False

@@ -1,5 +1,5 @@
 """Detection adapter: asks the kernel (``local_ccm.netlink``) for routes, addresses and links,
-and hands plain data to the pure selection in ``agent.addresses`` (spec/agent.md §3).
+and hands plain data to the pure selection in ``agent.addresses``.
 
 Only reads: ``RTM_GETROUTE`` for each configured target and one ``RTM_GETADDR`` /
 ``RTM_GETLINK`` dump per pass, so no capability is needed and nothing is sent to a target.
@@ -70,14 +70,14 @@ class DetectionReport:
 
     results: Mapping[DetectorKey, Detection]  # all four detectors, Disabled included
     candidates: tuple[Candidate, ...]
-    verdicts: Mapping[AddressType, tuple[Verdict, ...]]  # §3.3 per type, for detect mode
+    verdicts: Mapping[AddressType, tuple[Verdict, ...]]  # hygiene per type, for detect mode
     lookups: Mapping[IPAddress, RouteLookup | LookupFailed]
 
 
 def detect_addresses(
     config: AgentConfig, *, netns: str | None = None, reader: NetlinkReader | None = None
 ) -> DetectionReport:
-    """Run every detector once (§3.1). Never raises for kernel errors: they become Failed."""
+    """Run every detector once. Never raises for kernel errors: they become Failed."""
     reader = reader or KernelNetlink(netns)
     lookups = {t: lookup_route(reader, t) for t in _targets(config)}
     try:
@@ -139,7 +139,7 @@ def read_candidates(reader: NetlinkReader) -> tuple[Candidate, ...]:
 
 
 def to_candidate(address: netlink.Address, link: netlink.Link | None) -> Candidate:
-    """A link that vanished between the two dumps counts as not present (§3.3 rule 1)."""
+    """A link that vanished between the two dumps counts as not present."""
     name = address.ifname or (link.name if link else None) or f"if{address.ifindex}"
     return Candidate(
         ifname=name,

@@ -1,5 +1,5 @@
-"""Which Kubernetes Events a pass emits, their rate limit and their bodies
-(spec/agent.md §3.5, §7.2-§7.4, §8.1).
+"""Which Kubernetes Events a pass emits, their rate limit and their bodies: detector failures
+and recoveries, a held taint, address fights, each on a transition only.
 
 Pure, no I/O, no clock: times are parameters. The loop sends what these functions return,
 asynchronously, so an Event never delays a pass.
@@ -50,7 +50,7 @@ def detection_events(
     current: Mapping[DetectorKey, Detection],
     config: AgentConfig,
 ) -> list[EventSpec]:
-    """Transitions only (§3.5.3): ok (or unknown, at start-up) -> failed, failed -> found."""
+    """Transitions only: ok (or unknown, at start-up) -> failed, failed -> found."""
     events = []
     for key, detection in sorted(current.items()):
         before = None if previous is None else previous.get(key)
@@ -113,7 +113,7 @@ _REMEDIES: Mapping[BlockReason, str] = {
 
 
 def initialization_blocked(reasons: Iterable[BlockReason]) -> list[EventSpec]:
-    """One Warning per distinct gate, naming it and its remedy (§7.2)."""
+    """One Warning per distinct gate, naming it and its remedy."""
     text = f"taint {names.UNINITIALIZED_TAINT} kept: "
     return [EventSpec("Warning", INITIALIZATION_BLOCKED, text + _REMEDIES[r]) for r in reasons]
 
@@ -156,7 +156,7 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
 
 
-# ------------------------------------------------------------------ rate limit (§8.1)
+# ------------------------------------------------------------------ rate limit
 @dataclass(frozen=True)
 class EventBudget:
     """Recently sent (reason, message) pairs and send times (monotonic seconds)."""

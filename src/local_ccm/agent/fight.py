@@ -1,4 +1,4 @@
-"""Address fights (spec/agent.md §7.4): a state machine of what the agent last wrote and how
+"""Address fights: a state machine of what the agent last wrote and how
 often another writer (usually a kubelet without ``--cloud-provider=external``) undid it.
 
 Pure, no I/O, no clock: times are monotonic seconds passed in by the loop.

@@ -1,5 +1,5 @@
-"""The agent's command line: every flag of spec/agent.md §2.2 (the original's, with its names,
-types and defaults) and §2.3 (new), declared once.
+"""The agent's command line: every flag of the original agent (with its names, types and
+defaults, so existing manifests keep working) and the new ones, declared once.
 
 Pure, no I/O. Validation of the values lives in ``agent.options``.
 """
@@ -17,7 +17,7 @@ MINUTE = 60.0
 FLAGS = FlagSet(
     PROG,
     [
-        # §2.2, flags of the original [compat]
+        # Flags of the original [compat]
         Flag("node-name", "string", "", "Node to manage (required except in detect mode).",
              env=("NODE_NAME",)),
         Flag("kubeconfig", "string", "", "Kubeconfig file. Empty: in-cluster config, else "
@@ -33,7 +33,7 @@ FLAGS = FlagSet(
         Flag("run-once", "bool", False, "One pass, then exit 0 (done) or 1."),
         Flag("enable-azure-provider-id", "bool", False, "Set spec.providerID from Azure IMDS."),
         Flag("v", "int", 0, "Log verbosity 0-5."),
-        # §2.3, new flags [beyond]
+        # New flags [beyond]
         Flag("internal-ip-cidrs", "string", "", "Allowed ranges for InternalIP; a '!' prefix "
              "excludes (e.g. 10.0.0.0/8,!10.96.0.0/12).", metavar="CIDRs"),
         Flag("external-ip-cidrs", "string", "", "Allowed ranges for ExternalIP; a '!' prefix "

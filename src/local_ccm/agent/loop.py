@@ -1,8 +1,8 @@
-"""The agent's state for one Node and its pass (spec/agent.md §5, §6.2, §6.5, §6.6, §7).
+"""The agent's state for one Node and its pass.
 
 One pass = detect (netlink only) -> compute (pure, ``agent.plan``) -> compare with the cached
-Node -> status PATCH if needed -> taint / provider-ID PATCH (§7) -> Events and metrics.
-Steady state costs no API request per tick: the Node is cached from one watch (§6.3).
+Node -> status PATCH if needed -> taint / provider-ID PATCH -> Events and metrics.
+Steady state costs no API request per tick: the Node is cached from one watch.
 Time comes from an injected :class:`Clock`, the API from a :class:`NodeApi`, detection from
 an async callable, so unit tests drive the whole loop with fakes. The long-running jobs
 (watch, netlink, timers) and the two modes are in ``agent.tasks``.
@@ -80,7 +80,7 @@ class LoopSettings:
     api_timeout: float = 15.0
     event_namespace: str = "default"
     provider_id: str = ""  # --provider-id template
-    debounce_quiet: float = 0.25  # §6.2: a pass starts after 250 ms without a trigger ...
+    debounce_quiet: float = 0.25  # quiet time before a pass (see timing.debounce_wait)
     debounce_max: float = 1.0  # ... and at most 1 s after the first trigger of a burst
 
 
@@ -127,7 +127,7 @@ class Agent(NodeWrites):
         self._reset_node_state()
 
     def _reset_node_state(self) -> None:
-        """§6.6: a new or vanished Node starts from scratch."""
+        """A new or vanished Node starts from scratch."""
         self.fight = FightState()
         self.conflict_manager = None
         self.settle = None
@@ -138,11 +138,12 @@ class Agent(NodeWrites):
 
     # -------------------------------------------------------------- modes (agent.tasks)
     async def run_loop(self, *, check_access: bool = True) -> int:
-        """§6.1; runs until cancelled. Returns only for a failed precondition (exit 4)."""
+        """Start up and run passes until cancelled. Returns only for a failed precondition
+        (exit 4)."""
         return await tasks.run_loop(self, check_access=check_access)
 
     async def run_once(self) -> int:
-        """§2.5/§2.7: one full pass with bounded retries, then exit 0 or 1."""
+        """Run-once mode: one full pass with bounded retries, then exit 0 or 1."""
         return await tasks.run_once(self)
 
     # -------------------------------------------------------------- reading the Node
@@ -196,7 +197,7 @@ class Agent(NodeWrites):
             self.watch_task.cancel()
         self.watch_task = asyncio.get_running_loop().create_task(tasks.watch(self))
 
-    # -------------------------------------------------------------- address fights (§7.4)
+    # -------------------------------------------------------------- address fights
     def _observe_fight(self, node: Obj) -> None:
         if self.detected is None or self.fight.written is None:
             return
@@ -228,7 +229,7 @@ class Agent(NodeWrites):
             log.info("address conflict resolved", extra=kv(node=self.name))
             self.emit(ev.conflict_resolved())
 
-    # -------------------------------------------------------------- one pass (§6.2)
+    # -------------------------------------------------------------- one pass
     async def run_pass(self, triggers: Sequence[str]) -> str:
         """Detect, compute, write; returns the outcome label of ``passes_total``."""
         self.in_pass = True
@@ -290,7 +291,8 @@ class Agent(NodeWrites):
         return "failed"
 
     def _on_error(self, exc: NodeApiError) -> str:
-        """§5.3's policy for everything but conflicts."""
+        """The error policy for everything but conflicts: an invalid patch waits for new inputs,
+        forbidden and transient errors back off."""
         self.last_error = exc
         if isinstance(exc, NotFoundError):
             self._node_gone()
@@ -335,7 +337,7 @@ class Agent(NodeWrites):
         no_internal = not any(a.type == INTERNAL for a in current_addresses(node))
         every = NO_INTERNAL_IP_WARNING_EVERY
         if no_internal and not is_tainted(node) and is_due(self.no_ip_warned_at, now, every):
-            self.no_ip_warned_at = now  # §7.1 gate 3: initialised, but warned about
+            self.no_ip_warned_at = now  # initialised without an InternalIP: warned about
             log.warning(
                 "the Node is initialised without an InternalIP (NoInternalIP): %s",
                 NO_INTERNAL_IP,

@@ -1,4 +1,4 @@
-"""The agent's Prometheus metrics (spec/agent.md §8.3) on a per-process registry.
+"""The agent's Prometheus metrics on a per-process registry.
 
 Label values are closed sets, except ``address`` on the info gauge (at most 4 series).
 """
@@ -28,7 +28,7 @@ BLOCK_REASONS = ("no_internal_ip", "provided_node_ip_mismatch", "provider_id_una
 
 
 class AgentMetrics:
-    """Every §8.3 metric, registered on ``registry`` (a fresh one by default)."""
+    """Every agent metric, registered on ``registry`` (a fresh one by default)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         reg = self.registry = registry or CollectorRegistry(auto_describe=True)

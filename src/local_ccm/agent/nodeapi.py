@@ -1,9 +1,8 @@
-"""The agent's view of the Kubernetes API: its own Node, Events and access reviews
-(spec/agent.md §5, §6.1, §6.3).
+"""The agent's view of the Kubernetes API: its own Node, Events and access reviews.
 
 :class:`NodeApi` is the seam the loop is written against; :class:`KubeNodeApi` is the adapter
 over ``local_ccm.kube``. Errors are translated here into the few kinds the loop has a policy
-for (§5.3): conflict (409, or a JSON Patch whose ``test`` failed: the apiserver answers that
+for: conflict (409, or a JSON Patch whose ``test`` failed: the apiserver answers that
 with a bare 422), invalid, forbidden, not found, unauthorized, expired and transient.
 """
 
@@ -26,7 +25,7 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 T = TypeVar("T")
 
-WATCH_TIMEOUT = (300, 600)  # §6.3: timeoutSeconds random in this range spreads renewals
+WATCH_TIMEOUT = (300, 600)  # timeoutSeconds random in this range spreads renewals
 
 
 # ------------------------------------------------------------------ error kinds

@@ -1,7 +1,7 @@
-"""The agent's command line (spec/agent.md §2): every flag of §2.2/§2.3 and a loader that
-validates them all at once (§2.4) into a frozen :class:`AgentOptions`.
+"""The agent's command line: every flag and a loader that validates them all at once (so an
+operator sees every mistake in one run) into a frozen :class:`AgentOptions`.
 
-Pure, no I/O, except for one injected seam: the credentials check of §2.4 rule 9 calls a
+Pure, no I/O, except for one injected seam: the credentials check calls a
 ``ConfigResolver`` (by default ``local_ccm.kube.config.resolve_config``), which reads the
 kubeconfig or service-account files but never contacts the API. Unit tests pass a fake.
 """
@@ -200,7 +200,7 @@ def _type_settings(parsed: Parsed, prefix: str, problems: list[Problem]) -> Type
 
 
 def _targets(parsed: Parsed, flag: str, problems: list[Problem]) -> tuple[IPAddress, ...]:
-    """§2.4 rule 1: IP literals, at most one per family."""
+    """IP literals, at most one per family."""
     targets: list[IPAddress] = []
     for item in split_list(parsed.get_str(flag)):
         try:
@@ -220,7 +220,7 @@ def _targets(parsed: Parsed, flag: str, problems: list[Problem]) -> tuple[IPAddr
 def _cidrs(
     parsed: Parsed, flag: str, problems: list[Problem], *, allow_exclusions: bool = True
 ) -> tuple[tuple[IPNetwork, ...], tuple[IPNetwork, ...]]:
-    """§2.4 rule 2: valid CIDRs without host bits; ``!`` marks an exclusion."""
+    """Valid CIDRs without host bits; ``!`` marks an exclusion."""
     include: list[IPNetwork] = []
     exclude: list[IPNetwork] = []
     for item in split_list(parsed.get_str(flag)):
@@ -251,7 +251,7 @@ def _check_exclusions(
     exclude: Sequence[IPNetwork],
     problems: list[Problem],
 ) -> None:
-    """Exclusions alone select nothing: they only filter a target's source (§3.1)."""
+    """Exclusions alone select nothing: they only filter a target's source."""
     kind = "InternalIP" if flag.startswith("internal") else "ExternalIP"
     target_flag = flag.replace("-cidrs", "-target")
     for family in sorted({n.version for n in exclude}):
@@ -268,7 +268,7 @@ def _check_exclusions(
 
 
 def _globs(parsed: Parsed, flag: str, problems: list[Problem]) -> tuple[str, ...]:
-    """§2.4 rule 3: interface-name patterns (``*``, ``?``, ``[...]``), matching whole names."""
+    """Interface-name patterns (``*``, ``?``, ``[...]``), matching whole names."""
     globs = []
     for pattern in split_list(parsed.get_str(flag)):
         reason = _glob_problem(pattern)
@@ -291,7 +291,7 @@ def _glob_problem(pattern: str) -> str | None:
 
 
 def _family_order(parsed: Parsed, problems: list[Problem]) -> tuple[Family, ...]:
-    """§2.3: ``ipv4,ipv6``, ``ipv6,ipv4``, or one family (that family first)."""
+    """``ipv4,ipv6``, ``ipv6,ipv4``, or one family (that family first)."""
     items = split_list(parsed.get_str("ip-family-order"))
     unknown = [i for i in items if i not in _FAMILIES]
     if unknown or len(set(items)) != len(items):
@@ -305,7 +305,7 @@ def _family_order(parsed: Parsed, problems: list[Problem]) -> tuple[Family, ...]
 
 
 def _node_name(parsed: Parsed, detect: bool, problems: list[Problem]) -> str | None:
-    """§2.4 rule 8; a literal ``$(NODE_NAME)`` means the Pod spec lacks the variable."""
+    """The Node name; a literal ``$(NODE_NAME)`` means the Pod spec lacks the variable."""
     name = parsed.get_str("node-name")
     if not name:
         if not detect:
@@ -346,8 +346,8 @@ def _credentials(
     resolve: ConfigResolver,
     problems: list[Problem],
 ) -> tuple[ClusterConfig | None, str | None]:
-    """§2.4 rule 9. Detect mode without a Node needs no credentials, and with one they are
-    optional (the plan is then skipped); an explicit --kubeconfig must always load."""
+    """Credentials must resolve. Detect mode without a Node needs no credentials, and with one
+    they are optional (the plan is then skipped); an explicit --kubeconfig must always load."""
     kubeconfig = parsed.get_str("kubeconfig")
     if detect and node_name is None and not kubeconfig:
         return None, None
@@ -368,7 +368,7 @@ def _credentials(
 def _duration(
     parsed: Parsed, flag: str, low: float, high: float | None, problems: list[Problem]
 ) -> float:
-    """§2.4 rule 4: a duration within [low, high]."""
+    """A duration within [low, high]."""
     value = parsed.get_float(flag)
     got = format_go_duration(value)
     if high is not None and not low <= value <= high:
@@ -392,7 +392,7 @@ def _verbosity(parsed: Parsed, problems: list[Problem]) -> int:
 
 
 def _provider_id(parsed: Parsed, problems: list[Problem]) -> str:
-    """§2.4 rule 6: a URL-like template with only the three placeholders; not with Azure."""
+    """A URL-like template with only the three placeholders; not with Azure."""
     template = parsed.get_str("provider-id")
     if not template:
         return ""
@@ -422,7 +422,7 @@ def _check_modes(parsed: Parsed, detect: bool, problems: list[Problem]) -> None:
         problems.append(invalid("output", "only used in detect mode (local-ccm detect)"))
 
 
-# ---------------------------------------------------------------- start-up line (§8.5)
+# ---------------------------------------------------------------- start-up line
 
 
 def startup_fields(options: AgentOptions) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Sending the agent's Kubernetes Events (spec/agent.md §8.1): rate-limited when queued,
+"""Sending the agent's Kubernetes Events: rate-limited when queued,
 sent by their own task so an Event never delays a pass.
 
 Which Events to emit, their budget and bodies are pure (``agent.events``); this is the shell.
@@ -30,7 +30,7 @@ class EventOutbox:
         self.queue: asyncio.Queue[Obj] = asyncio.Queue()
 
     def emit(self, spec: ev.EventSpec, node: Mapping[str, Any]) -> None:
-        """Queue an Event about ``node`` unless the budget says no (§8.1)."""
+        """Queue an Event about ``node`` unless the budget says no."""
         self.budget, ok = ev.admit(self.budget, spec, self._clock.monotonic())
         if ok:
             now = ev.rfc3339(self._clock.now())

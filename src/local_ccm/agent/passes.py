@@ -1,4 +1,4 @@
-"""Small decisions of one pass of the agent (spec/agent.md §2.7, §6.5.1, §6.6, §7.2, §8.3):
+"""Small decisions of one pass of the agent:
 reading the cached Node, whether a write must settle, metric labels of a PATCH, what a held
 taint reports, and run-once's verdict.
 
@@ -41,7 +41,7 @@ def node_uid(node: Obj | None) -> str:
 
 
 def is_older(rv: str, than: str) -> bool:
-    """An event older than the response of our own write (§6.6 keeps the newest)."""
+    """An event older than the response of our own write (the newest Node is kept)."""
     try:
         return int(rv) < int(than)
     except ValueError:  # resourceVersions are opaque; etcd's are integers
@@ -53,7 +53,8 @@ def current_addresses(node: Obj) -> tuple[NodeAddress, ...]:
 
 
 def creation_delay(node: Obj, now: datetime) -> float | None:
-    """Seconds since ``metadata.creationTimestamp`` (§7.2: NodeInitialized, the histogram)."""
+    """Seconds since ``metadata.creationTimestamp``, for the NodeInitialized Event and the
+    time-to-initialise histogram."""
     created = (node.get("metadata") or {}).get("creationTimestamp")
     if not created:
         return None
@@ -61,9 +62,9 @@ def creation_delay(node: Obj, now: datetime) -> float | None:
     return max(0.0, (now - born).total_seconds())
 
 
-# ------------------------------------------------------------------ settle (§6.5.1)
+# ------------------------------------------------------------------ settle
 def is_settle_needed(node: Obj, plan: AddressPlan) -> bool:
-    """§6.5.1: the plan removes or replaces an owned address already on the (initialised)
+    """The plan removes or replaces an owned address already on the (initialised)
     Node. The first write (nothing owned yet, or still tainted) is immediate."""
     if is_tainted(node):
         return False
@@ -76,7 +77,7 @@ def is_settle_needed(node: Obj, plan: AddressPlan) -> bool:
     return any(o.key in current and o.key not in desired for o in owned)
 
 
-# ------------------------------------------------------------------ metrics (§8.3)
+# ------------------------------------------------------------------ metrics
 def patch_kinds(patch: Patch) -> list[str]:
     """Metric ``kind`` labels for one PATCH; the ownership annotation counts as addresses."""
     paths = [str(op["path"]) for op in patch.operations if op["op"] != "test"]
@@ -92,7 +93,7 @@ def patch_kinds(patch: Patch) -> list[str]:
     return kinds
 
 
-# ------------------------------------------------------------------ reporting gates (§7.2, §7.3)
+# ------------------------------------------------------------------ reporting gates
 @dataclass(frozen=True)
 class GateReport:
     """Gauge values and Events for one pass's taint decision."""
@@ -121,7 +122,7 @@ def gate_report(
     )
 
 
-# ------------------------------------------------------------------ run-once (§2.7)
+# ------------------------------------------------------------------ run-once
 def unmet_run_once(
     node: Obj, plan: AddressPlan, detected: Detected, config: AgentConfig, provider_id: str
 ) -> list[str]:

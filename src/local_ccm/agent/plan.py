@@ -1,6 +1,6 @@
-"""What to write to the Node: the address status patch (spec/agent.md §4.5, §5.1-§5.2), the
-condition (§8.2), the taint and provider-ID patch (§5.4, §5.5) and the taint gates (§7.1,
-§7.3). The address-fight state machine (§7.4) lives in ``agent.fight`` and is re-exported.
+"""What to write to the Node: the address status patch, the condition, the taint and
+provider-ID patch and the taint gates. The address-fight state machine lives in
+``agent.fight`` and is re-exported.
 
 Pure, no I/O, no clock: times are parameters. A planner returns the patch to send or None.
 Patches are RFC 6902 JSON Patches, never strategic merge: ``status.addresses`` merges by
@@ -100,7 +100,7 @@ class NodeInputs:
 
 
 def node_inputs(node: Obj) -> NodeInputs:
-    """The §4.1 inputs that come from the Node object."""
+    """The inputs of the desired-address function that come from the Node object."""
     annotations = node.get("metadata", {}).get("annotations") or {}
     provided, bad_provided = parse_provided(annotations.get(names.PROVIDED_NODE_IP_ANNOTATION))
     owned, bad_owned = parse_owned(annotations.get(names.OWNED_ADDRESSES_ANNOTATION))
@@ -125,12 +125,12 @@ def owned_annotation(node: Obj) -> str | None:
 
 
 def addresses_match(node: Obj, plan: AddressPlan) -> bool:
-    """§4.5.3: ordered (type, address) pairs, and the ownership record."""
+    """Ordered (type, address) pairs, and the ownership record."""
     current = node_addresses((node.get("status") or {}).get("addresses"))
     return current == plan.addresses and owned_annotation(node) == plan.annotation
 
 
-# ------------------------------------------------------------------ condition (§8.2)
+# ------------------------------------------------------------------ condition
 @dataclass(frozen=True)
 class Condition:
     status: Literal["True", "False"]
@@ -158,9 +158,9 @@ def desired_condition(
 ) -> Condition:
     """Highest-priority reason; the message lists every problem in that order (deterministic).
 
-    ``blocked`` names the gates that hold the taint now (§7.2). ``NoInternalIP`` means gate 3
+    ``blocked`` names the gates that hold the taint now. ``NoInternalIP`` means gate 3
     holds it, or the list has no IP at all (a gate-3 failure under any setting); a Node
-    initialised with an ExternalIP only is not a problem here, the loop warns about it (§7.1).
+    initialised with an ExternalIP only is not a problem here, the loop warns about it.
     """
     problems: list[tuple[str, str]] = []
     if conflict_manager is not None:
@@ -188,7 +188,7 @@ def desired_condition(
 
 
 def has_ip(addresses: Sequence[NodeAddress], *, internal_only: bool = False) -> bool:
-    """Gate 3's test (§7.1): an InternalIP, or (by default) an InternalIP or ExternalIP."""
+    """Gate 3's test: an InternalIP, or (by default) an InternalIP or ExternalIP."""
     wanted = {INTERNAL} if internal_only else {INTERNAL, EXTERNAL}
     return any(a.type in wanted for a in addresses)
 
@@ -240,7 +240,7 @@ def _transition_time(old: Obj | None, new: Condition, now: str) -> str:
     return now
 
 
-# ------------------------------------------------------------------ status patch (§5.2)
+# ------------------------------------------------------------------ status patch
 def plan_status_patch(
     node: Obj,
     plan: AddressPlan,
@@ -250,12 +250,12 @@ def plan_status_patch(
     write_addresses: bool = True,
     with_annotation: bool = True,
 ) -> Patch | None:
-    """The status PATCH, or None when nothing differs (§4.5).
+    """The status PATCH, or None when nothing differs.
 
     ``condition=None`` means --report-condition=false (an existing condition is removed once).
-    ``write_addresses=False`` (address-fight pause, §7.4) leaves ``status.addresses`` as found.
+    ``write_addresses=False`` (address-fight pause) leaves ``status.addresses`` as found.
     ``with_annotation=False``: the ownership annotation goes in a main-resource patch first
-    (:func:`plan_annotation_patch`), for an apiserver that drops metadata on status (§5.2).
+    (:func:`plan_annotation_patch`), for an apiserver that drops metadata on status.
     ``now`` is the RFC 3339 time for the condition's timestamps.
     """
     ops: list[Operation] = []
@@ -272,7 +272,8 @@ def plan_status_patch(
 
 def plan_annotation_patch(node: Obj, plan: AddressPlan) -> Patch | None:
     """The ownership annotation alone, on the main resource, guarded by the resourceVersion;
-    None when it is already stored (§5.2's fallback)."""
+    None when it is already stored (the fallback for an apiserver that drops metadata changes
+    on a status write)."""
     if owned_annotation(node) == plan.annotation:
         return None
     return Patch(None, (_test_rv(node), _annotation_operation(node, plan.annotation)))
@@ -285,7 +286,7 @@ def _annotation_operation(node: Obj, value: str) -> Operation:
     return {"op": "add", "path": pointer("metadata", "annotations", key), "value": value}
 
 
-# ------------------------------------------------------------------ taint, provider ID (§5.4, §5.5)
+# ------------------------------------------------------------------ taint, provider ID
 def is_tainted(node: Obj) -> bool:
     return any(t.get("key") == names.UNINITIALIZED_TAINT for t in _taints(node))
 
@@ -301,7 +302,7 @@ def plan_taint_patch(
     taint by index, each guarded by a test of its key, highest index first.
 
     Concurrently added taints survive because they are not part of the patch; an index that no
-    longer holds our key fails its test (422) and the caller re-reads (§5.4).
+    longer holds our key fails its test (422) and the caller re-reads.
     """
     ops: list[Operation] = []
     if provider_id:
@@ -322,7 +323,7 @@ _PLACEHOLDERS = ("{node_name}", "{system_uuid}", "{machine_id}")
 
 
 def render_provider_id(template: str, node: Obj) -> str | None:
-    """§5.5.2: fill placeholders from the Node; None when a used placeholder is empty."""
+    """Fill placeholders from the Node; None when a used placeholder is empty."""
     info = (node.get("status") or {}).get("nodeInfo") or {}
     values = {
         "{node_name}": str(node.get("metadata", {}).get("name") or ""),
@@ -362,17 +363,17 @@ def provider_id_action(node: Obj, desired: str | None, *, configured: bool) -> P
 
 def desired_provider_id(node: Obj, *, template: str, fetched: str | None) -> ProviderIDAction:
     """The action for a --provider-id ``template``, else a value ``fetched`` from instance
-    metadata (Azure, §5.5.3; None: not Azure, nothing configured or given up: never blocks)."""
+    metadata (Azure; None: not Azure, nothing configured or given up: never blocks)."""
     if template:
         return provider_id_action(node, render_provider_id(template, node), configured=True)
     return provider_id_action(node, fetched, configured=fetched is not None)
 
 
-# ------------------------------------------------------------------ gates (§7.1, §7.3)
+# ------------------------------------------------------------------ gates
 @dataclass(frozen=True)
 class TaintDecision:
     remove: bool
-    blocked: tuple[BlockReason, ...] = ()  # reported while the taint is held (§7.2)
+    blocked: tuple[BlockReason, ...] = ()  # reported while the taint is held
     waiting_for_addresses: bool = False  # gate 2: the status write has not landed
 
 
@@ -384,8 +385,11 @@ def decide_taint(
     plan: AddressPlan,
     provider_id_blocks: bool = False,
 ) -> TaintDecision:
-    """The five gates of §7.1. ``provider_id_blocks``: a configured template has an empty
-    placeholder (Azure's "not Azure" never blocks)."""
+    """The five gates of taint removal: enabled and tainted, addresses synced, an IP, no strict
+    --node-ip mismatch, the provider ID. Addresses are written before the taint goes, unlike the
+    upstream cloud node controller, which leaves a schedulable Node without addresses for a
+    while (kubernetes/kubernetes#120720). ``provider_id_blocks``: a configured template has an
+    empty placeholder (Azure's "not Azure" never blocks)."""
     if not (config.remove_taint and tainted):
         return TaintDecision(False)
     blocked: list[BlockReason] = []

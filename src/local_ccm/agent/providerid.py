@@ -1,4 +1,4 @@
-"""A provider ID from instance metadata: ``--enable-azure-provider-id`` (spec/agent.md §5.5.3).
+"""A provider ID from instance metadata: ``--enable-azure-provider-id``.
 
 :class:`ProviderIdSource` is the seam; :func:`azure_source` is the adapter over
 ``local_ccm.kube.imds`` (the agent package speaks no HTTP itself). :func:`fetch_provider_id`

@@ -1,4 +1,4 @@
-"""Detect mode (spec/agent.md §2.5, §2.6): what the agent would write for this host, as a text
+"""Detect mode: what the agent would write for this host, as a text
 table or one JSON object, plus — when the Node could be read — the plan: current and desired
 addresses, the ownership value, the JSON Patch operations and the taint decision.
 
@@ -51,7 +51,7 @@ from local_ccm.agent.plan import (
     render_provider_id,
 )
 
-# Minimum column widths: the layout of the §2.5 example; longer values widen a column.
+# Minimum column widths, the layout of the README's example; longer values widen a column.
 _DETECTION_WIDTHS = (12, 8, 14, 20)
 _CANDIDATE_WIDTHS = (13, 19)
 _NO_ROUTE = re.compile(r"(no route to \S+): .* (\(E[A-Z0-9]+\))")
@@ -71,7 +71,7 @@ class DetectionReport(Protocol):
 
 
 def detect_exit_code(report: DetectionReport) -> int:
-    """§2.6: 0 when every enabled detector produced an address (none enabled counts), else 1."""
+    """0 when every enabled detector produced an address (none enabled counts), else 1."""
     return 1 if any(isinstance(d, Failed) for d in report.results.values()) else 0
 
 
@@ -116,9 +116,9 @@ def plan_node(
     provider_id: str = "",
     now: str,
 ) -> NodePlan:
-    """The pass of §6.2 without its writes. ``provider_id`` is the --provider-id template;
+    """A loop pass without its writes. ``provider_id`` is the --provider-id template;
     ``now`` (RFC 3339) stamps the condition. The taint decision assumes the status patch
-    lands (gate 2); Azure IMDS is not queried in detect mode and never blocks (§5.5)."""
+    lands (gate 2); Azure IMDS is not queried in detect mode and never blocks."""
     addresses = plan_addresses(node, detected, config)
     template = provider_id
     desired_id = render_provider_id(template, node) if template else None

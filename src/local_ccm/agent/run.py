@@ -1,4 +1,4 @@
-"""The agent's process wiring (spec/agent.md §6.1, §6.7, §8.4): the kernel detector and
+"""The agent's process wiring: the kernel detector and
 netlink monitor, the Node API over the kube layer, instance metadata, the HTTP servers,
 signals, and the entry point the CLI calls for loop and run-once modes.
 
@@ -61,7 +61,7 @@ def detector_keys() -> list[DetectorKey]:
 
 
 async def serve_until(agent: Agent, stop: asyncio.Event) -> int:
-    """Run the loop until ``stop`` is set (§6.7): an in-flight pass may finish (bounded)."""
+    """Run the loop until ``stop`` is set: an in-flight pass may finish (bounded)."""
     loop = asyncio.get_running_loop()
     main = loop.create_task(agent.run_loop())
     stopper = loop.create_task(stop.wait())
@@ -80,7 +80,7 @@ async def serve_until(agent: Agent, stop: asyncio.Event) -> int:
 
 
 def install_signal_handlers(stop: asyncio.Event) -> None:
-    """First SIGTERM/SIGINT: graceful stop; a second one exits at once (§6.7)."""
+    """First SIGTERM/SIGINT: graceful stop; a second one exits at once."""
     loop = asyncio.get_running_loop()
 
     def on_signal() -> None:
@@ -104,7 +104,7 @@ def kernel_detector(config: AgentConfig, netns: str | None = None) -> DetectFn:
 
 
 def kernel_changes(netns: str | None = None) -> ChangeSource:
-    """Each call opens a netlink subscription at once (§6.1 step 2) and iterates it."""
+    """Each call opens a netlink subscription at once and iterates it."""
     from local_ccm.netlink import Monitor  # noqa: PLC0415
 
     def open_changes() -> AsyncIterator[Sequence[Change]]:
@@ -177,7 +177,7 @@ def kube_api(options: AgentOptions, metrics: AgentMetrics) -> tuple[NodeApi, Cal
 
 
 def start_http(options: AgentOptions, agent: Agent) -> Servers:
-    """§8.4: /healthz, /readyz and /metrics (not ready until the first pass)."""
+    """/healthz, /readyz and /metrics (not ready until the first pass)."""
     healthz, readyz = Checks(), Checks()
     healthz.add("event-loop", agent.health.loop_ok)
     healthz.add("passes", agent.health.pass_ok)
@@ -227,7 +227,7 @@ async def agent_main(
 
 
 def run_agent(options: AgentOptions) -> int:
-    """The CLI's entry point for loop and run-once modes; returns the exit code (§2.6)."""
+    """The CLI's entry point for loop and run-once modes; returns the exit code."""
     try:
         return asyncio.run(agent_main(options))
     except OSError as exc:  # e.g. a port that cannot be bound

@@ -1,4 +1,4 @@
-"""The agent's long-running jobs and its two modes (spec/agent.md §2.5-§2.7, §6.1-§6.4):
+"""The agent's long-running jobs and its two modes:
 start-up checks, the worker, the watch, the netlink monitor, the timers, loop and run-once.
 
 Each job is a coroutine over an :class:`~local_ccm.agent.loop.Agent`; the pass itself is the
@@ -41,7 +41,7 @@ T = TypeVar("T")
 RUN_ONCE_TRANSIENT_RETRIES = 3
 RUN_ONCE_DEADLINE = 60.0
 EXIT_OK, EXIT_FAILED, EXIT_PRECONDITION = 0, 1, 4
-REQUIRED_ACCESS = (  # §2.6: (verb, resource, subresource, namespaced)
+REQUIRED_ACCESS = (  # missing any of these is exit 4: (verb, resource, subresource, namespaced)
     ("get", "nodes", "", False),
     ("list", "nodes", "", False),
     ("watch", "nodes", "", False),
@@ -53,7 +53,7 @@ NETLINK_KINDS = {"address": "addr", "resync": "overflow"}  # Change.kind -> metr
 
 
 class PreconditionError(Exception):
-    """Exit 4 in loop mode (§2.6): credentials rejected or permissions missing."""
+    """Exit 4 in loop mode: credentials rejected or permissions missing."""
 
 
 # ------------------------------------------------------------------ timers and the worker
@@ -70,7 +70,7 @@ async def tick(agent: Agent) -> None:
 
 async def resync(agent: Agent) -> None:
     while True:
-        jitter = 0.9 + 0.2 * agent.rng.random()  # ±10 % (§6.4)
+        jitter = 0.9 + 0.2 * agent.rng.random()  # ±10 %
         await agent.clock.sleep(agent.settings.resync_interval * jitter)
         agent.triggers.fire("resync")
 
@@ -91,7 +91,7 @@ async def send_events(agent: Agent) -> None:
     await agent.events.send_forever()
 
 
-# ------------------------------------------------------------------ watch (§6.3, §6.4)
+# ------------------------------------------------------------------ watch
 async def watch(agent: Agent) -> None:
     """One watch after another from the last seen resourceVersion; a 410 ends this job and
     fires a resync, whose pass relists and starts a new one."""
@@ -129,7 +129,7 @@ async def watch(agent: Agent) -> None:
         await agent.clock.sleep(delay)
 
 
-# ------------------------------------------------------------------ netlink (§6.2)
+# ------------------------------------------------------------------ netlink
 async def netlink(agent: Agent) -> None:
     """Every batch of kernel notifications is a trigger; a failed socket is reopened."""
     if agent.changes is None:
@@ -155,9 +155,9 @@ async def netlink(agent: Agent) -> None:
             await agent.clock.sleep(delay)
 
 
-# ------------------------------------------------------------------ start-up (§6.1)
+# ------------------------------------------------------------------ start-up
 async def check_permissions(agent: Agent) -> None:
-    """§2.6: SelfSubjectAccessReview for every permission the loop needs; an API server that
+    """SelfSubjectAccessReview for every permission the loop needs; an API server that
     is not answering yet is waited for with backoff, never a reason to exit."""
     missing = []
     for verb, resource, sub, namespaced in REQUIRED_ACCESS:
@@ -171,7 +171,7 @@ async def check_permissions(agent: Agent) -> None:
 
 
 async def initial_list(agent: Agent) -> None:
-    """§6.1 step 4: transient errors back off; rejected credentials are fatal."""
+    """Transient errors back off; rejected credentials are fatal."""
     await _until_answered(agent, f"listing Node {agent.name}", agent.relist)
 
 
@@ -193,7 +193,7 @@ async def _until_answered(agent: Agent, what: str, call: Callable[[], Awaitable[
 
 
 async def fetch_instance_provider_id(agent: Agent) -> None:
-    """§5.5.3: once per process, before the first pass (which then sets it with the taint
+    """Once per process, before the first pass (which then sets it with the taint
     removal); a missing or failing metadata service blocks nothing."""
     if agent.provider_ids is None or agent.settings.provider_id:
         return
@@ -201,13 +201,15 @@ async def fetch_instance_provider_id(agent: Agent) -> None:
     agent.fetched_provider_id = attempts.value
 
 
-# ------------------------------------------------------------------ loop mode (§6.1)
+# ------------------------------------------------------------------ loop mode
 async def run_loop(agent: Agent, *, check_access: bool = True) -> int:
-    """§6.1; runs until cancelled. Returns only for a failed precondition (exit 4)."""
+    """Start up (netlink, access review, LIST, first pass, watch) and run until cancelled.
+    Returns only for a failed precondition (exit 4)."""
     jobs: list[asyncio.Task[None]] = []
     loop = asyncio.get_running_loop()
     try:
-        jobs.append(loop.create_task(netlink(agent)))  # step 2: the monitor first
+        # The monitor first, so no address change during start-up is missed.
+        jobs.append(loop.create_task(netlink(agent)))
         if check_access:
             await check_permissions(agent)
         await initial_list(agent)
@@ -229,7 +231,7 @@ async def run_loop(agent: Agent, *, check_access: bool = True) -> int:
     return EXIT_OK
 
 
-# ------------------------------------------------------------------ run-once (§2.5, §2.7)
+# ------------------------------------------------------------------ run-once
 async def run_once(agent: Agent) -> int:
     """One full pass with bounded retries, then exit 0 or 1."""
     try:

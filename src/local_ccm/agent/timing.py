@@ -1,4 +1,4 @@
-"""When the agent's loop acts (spec/agent.md §5.5.3, §6.2-§6.5, §7.1, §8.3): debounce,
+"""When the agent's loop acts: debounce,
 settle, backoff policies, watch-restart reasons, provider-ID retries and warning cadence.
 
 Pure, no I/O, no clock: times are monotonic seconds passed in by the loop.
@@ -12,24 +12,26 @@ from typing import Literal
 from local_ccm.agent.addresses import NodeAddress
 from local_ccm.kube.backoff import Backoff
 
-API_BACKOFF = Backoff(initial=1.0, factor=2.0, cap=300.0, full_jitter=True)  # §6.5.2
+# Transient API errors; full jitter keeps a fleet of agents from retrying in step.
+API_BACKOFF = Backoff(initial=1.0, factor=2.0, cap=300.0, full_jitter=True)
 WATCH_BACKOFF = Backoff(initial=0.5, factor=2.0, cap=30.0, jitter=0.2)
 MONITOR_BACKOFF = Backoff(initial=1.0, factor=2.0, cap=60.0, jitter=0.2)
 PROVIDER_ID_BACKOFF = Backoff(initial=1.0, factor=2.0, cap=10.0, jitter=0.2)
-MAX_CONFLICTS = 5  # consecutive conflict re-reads before backing off (§5.3)
-MAX_PROVIDER_ID_FAILURES = 3  # §5.5.3
-NO_INTERNAL_IP_WARNING_EVERY = 600.0  # §7.1 gate 3: warn once per 10 min
+MAX_CONFLICTS = 5  # consecutive conflict re-reads before backing off
+MAX_PROVIDER_ID_FAILURES = 3  # Azure IMDS attempts; a transport error means "not Azure"
+NO_INTERNAL_IP_WARNING_EVERY = 600.0  # initialised without an InternalIP: warn per 10 min
 WatchEnd = Literal["timeout", "closed"]
 
 
-# ------------------------------------------------------------------ debounce (§6.2)
+# ------------------------------------------------------------------ debounce
+# A burst of netlink events (CNIs add and remove routes per pod) costs one pass.
 def debounce_wait(first: float, last: float, now: float, *, quiet: float, longest: float) -> float:
     """Seconds until a burst of triggers ends: ``quiet`` seconds after its ``last`` trigger,
     at most ``longest`` seconds after its ``first``; ``<= 0`` means now."""
     return min(last + quiet, first + longest) - now
 
 
-# ------------------------------------------------------------------ settle (§6.5.1)
+# ------------------------------------------------------------------ settle
 @dataclass(frozen=True)
 class Settle:
     """The owned entries a pending replacement would write, first seen at ``since``."""
@@ -54,11 +56,11 @@ def settle_step(
     return settle, settle_time - elapsed
 
 
-# ------------------------------------------------------------------ watch restarts (§8.3)
+# ------------------------------------------------------------------ watch restarts
 def watch_end_reason(elapsed: float, shortest_timeout: float) -> WatchEnd:
     """Why a watch stream ended without an error.
 
-    The agent asks for ``timeoutSeconds`` of at least ``shortest_timeout`` (§6.3), so a
+    The agent asks for ``timeoutSeconds`` of at least ``shortest_timeout``, so a
     stream that ends sooner was closed by the server (or a proxy) before its timeout:
     ``closed``. A later end is indistinguishable from the requested timeout: ``timeout``.
     """
@@ -71,7 +73,7 @@ def is_due(last: float | None, now: float, every: float) -> bool:
     return last is None or now - last >= every
 
 
-# ------------------------------------------------------------------ provider ID (§5.5.3)
+# ------------------------------------------------------------------ provider ID
 @dataclass(frozen=True)
 class ProviderIdAttempts:
     """Fetching a provider ID from instance metadata (Azure IMDS).

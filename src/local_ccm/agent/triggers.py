@@ -1,4 +1,4 @@
-"""What wakes the agent's worker and what its health checks read (spec/agent.md §6.2, §8.4).
+"""What wakes the agent's worker and what its health checks read.
 
 :class:`Triggers` coalesces triggers into bursts (the timing is ``timing.debounce_wait``);
 :class:`Health` holds plain timestamps the HTTP thread reads and the loop writes. Both take
@@ -12,7 +12,7 @@ import asyncio
 from local_ccm.agent.timing import debounce_wait
 from local_ccm.clock import Clock
 
-WATCH_GRACE = 60.0  # readiness tolerates a reconnecting watch this long (§8.4)
+WATCH_GRACE = 60.0  # readiness tolerates a reconnecting watch this long
 LOOP_STALL = 10.0  # liveness: the watchdog ticks every second
 
 
@@ -47,7 +47,7 @@ class Triggers:
 
 
 class Health:
-    """/healthz and /readyz checks (§8.4) over timestamps the loop keeps current."""
+    """/healthz and /readyz checks over timestamps the loop keeps current."""
 
     def __init__(self, clock: Clock, pass_budget: float) -> None:
         self._clock = clock

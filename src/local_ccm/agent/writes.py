@@ -1,10 +1,10 @@
-"""The writes of one pass of the agent (spec/agent.md §5.2-§5.5, §6.5.1, §7, §8.2): the
+"""The writes of one pass of the agent: the
 status patch with the condition, the ownership annotation, the taint and provider-ID patch,
 and what a held taint reports.
 
 :class:`NodeWrites` is a mixin of :class:`~local_ccm.agent.loop.Agent` (which owns the state
 declared below); every decision it acts on is pure (``agent.plan``, ``agent.passes``,
-``agent.timing``). Every write is a JSON Patch guarded by a ``test`` and counted (§8.3);
+``agent.timing``). Every write is a JSON Patch guarded by a ``test`` and counted;
 the Node it returns becomes the cached one.
 """
 
@@ -81,14 +81,14 @@ class NodeWrites:
     conflict_manager: str | None
     settle: Settle | None
     rejected: object  # inputs of a write rejected as invalid: not retried until they change
-    annotation_on_main: bool  # §5.2: the apiserver dropped it from a status write
+    annotation_on_main: bool  # the apiserver dropped it from a status write
     initialized: set[str]  # uids whose taint removal was observed
-    fetched_provider_id: str | None  # §5.5.3, kept for the process
+    fetched_provider_id: str | None  # from Azure IMDS, kept for the process
     retry_task: asyncio.Task[None] | None
 
     # -------------------------------------------------------------- shared with the pass
     def emit(self, spec: ev.EventSpec, node: Obj | None = None) -> None:
-        """Queue an Event about ``node`` (default: the cached Node); rate limited (§8.1)."""
+        """Queue an Event about ``node`` (default: the cached Node); rate limited."""
         node = node or self.node
         if node is not None:
             self.events.emit(spec, node)
@@ -100,13 +100,13 @@ class NodeWrites:
             tasks.fire_after(self.clock, self.triggers, delay)
         )
 
-    # -------------------------------------------------------------- status (§5.2, §6.5.1, §8.2)
+    # -------------------------------------------------------------- status
     def _provider(self, node: Obj) -> ProviderIDAction:
         template, fetched = self.settings.provider_id, self.fetched_provider_id
         return desired_provider_id(node, template=template, fetched=fetched)
 
     def _condition(self, node: Obj, plan: AddressPlan, detected: Detected) -> Condition | None:
-        """§8.2: the gates that hold the taint now, detector failures and a fight."""
+        """The gates that hold the taint now, detector failures and a fight."""
         if not self.config.report_condition:
             return None
         held = decide_taint(
@@ -153,7 +153,7 @@ class NodeWrites:
         if change is not None:
             log.info("addresses updated: %s", change.message, extra=kv(node=self.name))
             self.emit(change, new)
-        if dropped:  # §5.2: a future apiserver might drop metadata changes on status
+        if dropped:  # a future apiserver might drop metadata changes on status
             log.error(
                 "the status write did not store annotation %s (got %r); writing it on the "
                 "Node itself from now on",
@@ -175,7 +175,8 @@ class NodeWrites:
         return True
 
     def _settling(self, node: Obj, plan: AddressPlan, now: float) -> bool:
-        """§6.5.1: two detections ``settle_time`` apart must agree before a replacement."""
+        """Two detections ``settle_time`` apart must agree before a replacement, so an address
+        that flaps during a DHCP renewal is not written."""
         if not is_settle_needed(node, plan):
             self.settle = None
             return False
@@ -186,7 +187,7 @@ class NodeWrites:
         self.retry_later(wait)
         return True
 
-    # -------------------------------------------------------------- taint, provider ID (§5.4, §7)
+    # -------------------------------------------------------------- taint, provider ID
     async def _write_main(self, plan: AddressPlan) -> str:
         node = self.node
         assert node is not None
@@ -213,7 +214,7 @@ class NodeWrites:
         return "written"
 
     def _report_gates(self, report: GateReport) -> None:
-        """§7.2, §7.3, §5.5: never block silently."""
+        """Never block silently."""
         for reason, value in report.blocked.items():
             self.metrics.blocked.labels(reason).set(value)
         for family, value in report.mismatch.items():

@@ -1,14 +1,14 @@
-"""Compact CIDR sets for the node IPAM allocator (spec/ipam.md §2, §5.1, §14).
+"""Compact CIDR sets for the node IPAM allocator.
 
 Pure, no I/O.
 
 `BlockSet` is the occupancy of one pool family: one bit per per-Node block, in leaf pages of
 32,768 blocks that exist only once something in them is used, plus a summary bit per page that
 says "full". Lowest-free is the first page whose summary bit is clear, then the first clear bit
-in it. Memory is ⌈B/8⌉ bytes at most, and nothing for pages never touched (§14 rule 4).
+in it. Memory is ⌈B/8⌉ bytes at most, and nothing for pages never touched.
 
 `ReservationSet` holds every reserved CIDR of one family with the holders that reserve it, so a
-block can be re-checked against everything else when one reservation goes away (§5.1 rule 2).
+block can be re-checked against everything else when one reservation goes away.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ Holder = tuple[str, str]
 PAGE_BLOCKS = 32768
 """Blocks per leaf page (4 KiB of bits)."""
 IPV6_MAX_BLOCKS = 1 << 16
-"""At most 2^16 IPv6 blocks per pool (§2.2 rule 1, kube-controller-manager's limit)."""
+"""At most 2^16 IPv6 blocks per pool (kube-controller-manager's limit)."""
 _NOT_FULL_BYTE = re.compile(rb"[^\xff]")
 
 
@@ -62,14 +62,14 @@ class BlockSet:
         return self.capacity - self.used
 
     def block(self, index: int) -> IPNetwork:
-        """Block `index` (0-based): pool base + index × 2^host_bits (§2.1 rule 3)."""
+        """Block `index` (0-based): pool base + index × 2^host_bits."""
         if not 0 <= index < self.capacity:
             raise IndexError(f"block {index} outside 0..{self.capacity - 1}")
         address = self._base + (index << self._host_bits)
         return ipaddress.ip_network((address, self.block_prefix))
 
     def index_range(self, cidr: IPNetwork) -> range:
-        """Indices of the blocks `cidr` intersects (equal, containing or contained; §5.1)."""
+        """Indices of the blocks `cidr` intersects (equal, containing or contained)."""
         if cidr.version != self.network.version:
             return range(0)
         start, end = int(cidr.network_address), int(cidr.broadcast_address)
@@ -90,7 +90,9 @@ class BlockSet:
         return bool(page[bit >> 3] & (1 << (bit & 7)))
 
     def lowest_free(self) -> int | None:
-        """The lowest free block index, or None when every block is unavailable (§5.2)."""
+        """The lowest free block index, or None when every block is unavailable. Lowest-free,
+        not upstream's next-fit: the answer depends only on occupancy, so a restarted or
+        failed-over controller allocates exactly as an uninterrupted one."""
         not_full = ~self._full & (self._full + 1)  # lowest clear bit of the summary
         page_index = not_full.bit_length() - 1
         if page_index >= self._page_count:

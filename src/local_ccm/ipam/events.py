@@ -1,7 +1,7 @@
-"""Events of node-ipam-controller (spec/ipam.md §15.1): reasons, messages and bodies.
+"""Events of node-ipam-controller: reasons, messages and bodies.
 
 Pure, no I/O, no clock: times are parameters. The loop queues what these return and a
-sender task posts them, so an Event never delays an allocation (§14 rule 6).
+sender task posts them, so an Event never delays an allocation.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ SELECTOR_SEMANTICS_DIFFER = "SelectorSemanticsDiffer"
 CLUSTER_CIDR_EXHAUSTED = "ClusterCIDRExhausted"
 WAITING_FOR_NODES = "WaitingForNodes"
 
-SAME_EVENT_EVERY = 600.0  # CIDRNotAvailable: once per Node and reason per 10 minutes (§9)
+SAME_EVENT_EVERY = 600.0  # CIDRNotAvailable: once per Node and reason per 10 minutes
 MAX_MESSAGE = 1024
 CLUSTER_CIDR_API_VERSION = "networking.x-k8s.io/v1"
 
@@ -74,7 +74,7 @@ def assigned(subject: Subject, pool_name: str, cidrs: Sequence[IPNetwork]) -> Ev
 
 
 def not_available(subject: Subject, waiting: Waiting) -> EventSpec:
-    """§9 rule 2: the reason and the pools considered."""
+    """The reason and the pools considered."""
     if waiting.reason == "NoMatchingClusterCIDR":
         text = "no ClusterCIDR matches the Node and no default pool is configured"
     else:

@@ -1,6 +1,6 @@
-"""The flags and environment variables of node-ipam-controller (spec/ipam.md §12.2, §12.3).
+"""The flags and environment variables of node-ipam-controller.
 
-Pure, no I/O: the table, and the `IPAM_RESOURCE_LOCK` rule of §12.2, applied to the
+Pure, no I/O: the table, and the `IPAM_RESOURCE_LOCK` rule, applied to the
 environment *before* parsing because that one variable may mean either the retry period or
 the lock type. Validation lives in `ipam.options`.
 """
@@ -26,7 +26,7 @@ LOCK_TYPES = ("leases", "endpointsleases", "configmapsleases", "endpoints", "con
 FLAGS = FlagSet(
     PROG,
     [
-        # §12.2, upstream's flags and variables [compat]
+        # Upstream's flags and variables [compat]
         Flag("apiserver", "string", "", "API server URL; overrides the kubeconfig's server "
              "(also with in-cluster credentials).", env=("IPAM_API_SERVER_URL",), metavar="URL"),
         Flag("kubeconfig", "string", "", "Kubeconfig path; empty: in-cluster config.",
@@ -42,7 +42,7 @@ FLAGS = FlagSet(
              env=("IPAM_LEASE_DURATION",)),
         Flag("leader-elect-renew-deadline", "duration", 10, "Renew deadline.",
              env=("IPAM_RENEW_DEADLINE",)),
-        # IPAM_RESOURCE_LOCK (legacy) is folded in by resolve_resource_lock_env (§12.2).
+        # IPAM_RESOURCE_LOCK (legacy) is folded in by resolve_resource_lock_env.
         Flag("leader-elect-retry-period", "duration", 2, "Retry period.",
              env=("IPAM_LEADER_ELECT_RETRY_PERIOD",)),
         Flag("leader-elect-resource-lock", "string", "leases", "Lock type; only leases works.",
@@ -53,7 +53,7 @@ FLAGS = FlagSet(
              "plus a random suffix.", env=("IPAM_LEADER_ELECT_ID",), metavar="id"),
         Flag("leader-elect-namespace", "string", "", "Lease namespace; empty: POD_NAMESPACE.",
              env=("IPAM_LEADER_ELECT_NAMESPACE",), metavar="namespace"),
-        # §12.3, new flags [beyond]
+        # New flags [beyond]
         Flag("metrics-bind-address", "string", "", "Empty: /metrics on the web server; an "
              "address: a separate server; 0: off.", env=("IPAM_METRICS_BIND_ADDR",),
              metavar="host:port"),
@@ -95,7 +95,10 @@ FLAGS = FlagSet(
 def resolve_resource_lock_env(
     env: Mapping[str, str],
 ) -> tuple[dict[str, str], list[str], list[Problem]]:
-    """§12.2's `IPAM_RESOURCE_LOCK` rule: (rewritten env, warnings, problems)."""
+    """Upstream's README bound the retry period to `IPAM_RESOURCE_LOCK`, a name that reads
+    like the lock type: IPAM_LEADER_ELECT_RETRY_PERIOD wins, else a duration is the retry
+    period, else a lock name is the lock type (with a WARNING), else exit 2.
+    Returns (rewritten env, warnings, problems)."""
     out = dict(env)
     value = out.pop("IPAM_RESOURCE_LOCK", "")
     if not value or out.get("IPAM_LEADER_ELECT_RETRY_PERIOD"):

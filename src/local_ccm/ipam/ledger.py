@@ -1,12 +1,13 @@
-"""The node IPAM allocator's ledger and reservation set (spec/ipam.md §5.1, §5.2, §7, §10).
+"""The node IPAM allocator's ledger and reservation set.
 
 Pure, no I/O. One `ReservationSet` per family, shared by all pools, holds every reserved
 range: the Service and `--reserved-cidrs` ranges, every Node CIDR (owned or not, pending or
 committed) and released blocks in quarantine (`--cidr-reuse-delay`). The pools' `BlockSet`s
 are kept in step with it: the blocks a new reservation intersects are marked at once, and when
-one goes away each of its blocks is re-checked against the others before it is freed (§14
-rule 4). The ledger records, per Node uid, the CIDRs it holds and the pool owning each one
-(§5.1 rule 3), so a release never depends on the Node's current labels (§7 rule 2).
+one goes away each of its blocks is re-checked against the others before it is freed. The
+ledger records, per Node uid, the CIDRs it holds and the pool owning each one when it was
+allocated, so a release never depends on the Node's current labels (upstream re-evaluated
+them, and a relabelled Node leaked its block until a restart).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ RESERVED: Holder = ("reserved", "")
 
 @dataclass(frozen=True)
 class Entry:
-    """Ledger record of one Node (by uid): its CIDRs and their owners (§5.1 rule 3, §10)."""
+    """Ledger record of one Node (by uid): its CIDRs and their owners."""
 
     name: str
     owners: Owners
@@ -74,14 +75,14 @@ class Ledger:
             self._entries[uid] = replace(entry, pending=False)
 
     def disown(self, uid: str, pool_name: str) -> str:
-        """The pool vanished: its CIDRs of this Node become unowned (§8); the Node's name."""
+        """The pool vanished: its CIDRs of this Node become unowned; the Node's name."""
         entry = self._entries[uid]
         owners = tuple((c, None if o == pool_name else o) for c, o in entry.owners)
         self._entries[uid] = replace(entry, owners=owners)
         return entry.name
 
     def drop(self, uid: str, *, quarantine: bool, now: float = 0.0) -> Entry | None:
-        """Forget a Node and release its reservations, into quarantine when asked (§7)."""
+        """Forget a Node and release its reservations, into quarantine when asked."""
         entry = self._entries.pop(uid, None)
         if entry is None:
             return None
@@ -95,7 +96,7 @@ class Ledger:
         return entry
 
     def conflicting(self, uid: str, cidrs: Iterable[IPNetwork]) -> tuple[str, ...]:
-        """Names of other Nodes whose CIDRs overlap `cidrs`; the pairs are remembered (§10)."""
+        """Names of other Nodes whose CIDRs overlap `cidrs`; the pairs are remembered."""
         others = set()
         for cidr in cidrs:
             reservations = self._reservations[cidr.version]
@@ -117,7 +118,7 @@ class Ledger:
     def conflict_count(self) -> int:
         return len(self._conflicts)
 
-    # ------------------------------------------------------------ quarantine (§5.2)
+    # ------------------------------------------------------------ quarantine
 
     def expire(self, now: float) -> bool:
         """Free quarantined blocks whose delay has passed; True when any became free."""
@@ -130,7 +131,7 @@ class Ledger:
     def next_expiry(self) -> float | None:
         return self._quarantine[0][0] if self._quarantine else None
 
-    # ------------------------------------------------------------ reservations (§5.1)
+    # ------------------------------------------------------------ reservations
 
     def fill(self, blocks: BlockSet) -> BlockSet:
         """Mark the blocks of a new pool family that current reservations intersect."""
@@ -153,7 +154,7 @@ class Ledger:
 
 
 def release_unreserved(blocks: BlockSet, cidr: IPNetwork, reservations: ReservationSet) -> None:
-    """Free the blocks `cidr` touched that no other reservation intersects (§14 rule 4)."""
+    """Free the blocks `cidr` touched that no other reservation intersects."""
     span = blocks.index_range(cidr)
     if not span:
         return

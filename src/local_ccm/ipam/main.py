@@ -1,6 +1,6 @@
 """Composition root of node-ipam-controller: flags, logging, adapters, leader election, run.
 
-Exit codes (spec/ipam.md §12.4): 0 graceful stop or --help; 1 internal error; 2 invalid
+Exit codes: 0 graceful stop or --help; 1 internal error; 2 invalid
 flags or environment; 3 leadership lost; 4 start-up precondition failed (credentials, RBAC).
 """
 
@@ -38,7 +38,7 @@ from local_ccm.serve import Checks, Servers, start_servers
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LOST, EXIT_PRECONDITION = 0, 1, 2, 3, 4
-WATCHDOG = 10.0  # /healthz fails when the event loop has not run for this long (§15.3)
+WATCHDOG = 10.0  # /healthz fails when the event loop has not run for this long
 STOP_GRACE = 10.0
 ACCESS_BACKOFF = Backoff(initial=1.0, factor=2.0, cap=30.0, jitter=0.2)
 
@@ -65,7 +65,7 @@ class Permission:
 
 
 def required_permissions(options: opts.IpamOptions) -> list[Permission]:
-    """§17's matrix for this configuration."""
+    """The RBAC the controller needs with this configuration (what the chart ships)."""
     perms = [Permission(v, "", "nodes") for v in ("get", "list", "watch", "patch")]
     group = "networking.x-k8s.io"
     perms += [Permission(v, group, "clustercidrs") for v in ("get", "list", "watch", "patch")]
@@ -169,7 +169,7 @@ def settings_from(options: opts.IpamOptions, identity: str) -> Settings:
 
 
 def identity_of(options: opts.IpamOptions, rng: random.Random) -> str:
-    """§12.2: verbatim, else lower-cased POD_NAME or hostname plus `_` and 16 hex digits."""
+    """Verbatim, else lower-cased POD_NAME or hostname plus `_` and 16 hex digits."""
     if options.identity:
         return options.identity
     return new_identity((options.pod_name or socket.gethostname()).lower(), rng)
@@ -236,7 +236,7 @@ class Health:
 
 
 def start_http(options: opts.IpamOptions, metrics: IpamMetrics, health: Health) -> Servers:
-    """One web server (health, readiness, metrics) unless metrics go elsewhere (§12.3)."""
+    """One web server (health, readiness, metrics) unless metrics go elsewhere."""
     healthz, readyz = Checks(), Checks()
     healthz.add("loop", health.healthz)
     readyz.add("controller", health.readyz)
@@ -249,7 +249,7 @@ def start_http(options: opts.IpamOptions, metrics: IpamMetrics, health: Health) 
 
 
 async def lead(rt: Runtime, stop: asyncio.Event) -> int:
-    """Leader election (§13) around the controller; `stop` (set by a signal) ends everything
+    """Leader election around the controller; `stop` (set by a signal) ends everything
     gracefully."""
     beat = asyncio.ensure_future(_heartbeat(rt.health))
     clock = SystemClock()

@@ -1,4 +1,4 @@
-"""node-ipam-controller's Prometheus metrics (spec/ipam.md §15.2) on a per-process registry.
+"""node-ipam-controller's Prometheus metrics on a per-process registry.
 
 Pool series carry `clusterCIDR` (the family's pool CIDR text) and `clusterCIDRName`; the
 series of a deleted pool are removed [fix].
@@ -23,7 +23,7 @@ WAIT_REASONS = ("no_matching_clustercidr", "exhausted", "write_pending")
 
 
 class IpamMetrics:
-    """Every §15.2 metric, registered on `registry` (a fresh one by default)."""
+    """Every controller metric, registered on `registry` (a fresh one by default)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         reg = self.registry = registry or CollectorRegistry(auto_describe=True)

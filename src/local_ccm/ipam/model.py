@@ -1,7 +1,7 @@
-"""Views of ClusterCIDRs and Nodes for the node IPAM controller (spec/ipam.md §1, §2).
+"""Views of ClusterCIDRs and Nodes for the node IPAM controller.
 
 Pure, no I/O. `project_*` functions turn API dicts into frozen dataclasses; a ClusterCIDR that
-cannot be used comes back as an `InvalidClusterCIDR` value carrying the reason (§2.3), never as
+cannot be used comes back as an `InvalidClusterCIDR` value carrying the reason, never as
 an exception, because objects stored under an older CRD may violate today's rules.
 """
 
@@ -18,8 +18,7 @@ from local_ccm.ipam.selector import NodeSelector, SelectorError, parse_node_sele
 
 FINALIZER: Final = "networking.x-k8s.io/cluster-cidr-finalizer"
 DEFAULT_POOL_NAME: Final = "default-cluster-cidr"
-"""The in-memory pool built from `--cluster-cidr` (§11 rule 2; the name upstream's dormant code
-used)."""
+"""The in-memory pool built from `--cluster-cidr` (the name upstream's dormant code used)."""
 
 _CIDR_TEXT = re.compile(r"[0-9A-Fa-f:.]+/[0-9]{1,3}")
 
@@ -42,7 +41,7 @@ class PoolFamily:
 
 @dataclass(frozen=True)
 class Pool:
-    """What the allocator needs of a pool. `selector` None = catch-all (§3.1)."""
+    """What the allocator needs of a pool. `selector` None = catch-all."""
 
     name: str
     families: tuple[PoolFamily, ...]  # IPv4 first, at most one per family
@@ -54,7 +53,7 @@ class Pool:
 
     @property
     def capacity(self) -> int:
-        """Static capacity: the smallest block count of the families (§2.2 rule 3, P1)."""
+        """Static capacity: the smallest block count of the families (ranking key P1)."""
         return min(f.block_count for f in self.families)
 
 
@@ -79,7 +78,7 @@ class ClusterCIDR:
 
     @property
     def frozen(self) -> bool:
-        """The spec was edited under an older CRD (§1.6 rule 4)."""
+        """The spec was edited under an older CRD."""
         return self.generation > 1
 
     def pool(self) -> Pool:
@@ -93,7 +92,7 @@ class ClusterCIDR:
 
 @dataclass(frozen=True)
 class InvalidClusterCIDR:
-    """A ClusterCIDR that is never used and owns nothing (§2.3)."""
+    """A ClusterCIDR that is never used and owns nothing."""
 
     name: str
     uid: str
@@ -116,14 +115,15 @@ class NodeView:
     uid: str
     labels: Mapping[str, str] = field(default_factory=dict)
     pod_cidrs: tuple[IPNetwork, ...] = ()
-    invalid_pod_cidrs: tuple[str, ...] = ()  # entries that do not parse (§5.6 rule 2)
+    invalid_pod_cidrs: tuple[str, ...] = ()  # entries that do not parse
     deleting: bool = False
     creation_timestamp: str = ""
-    pod_cidrs_managers: tuple[str, ...] = ()  # field managers owning spec.podCIDRs (§10)
+    pod_cidrs_managers: tuple[str, ...] = ()  # field managers owning spec.podCIDRs
 
     @property
     def has_cidrs(self) -> bool:
-        """Non-empty podCIDRs, parsable or not: never patched (§5.5)."""
+        """Non-empty podCIDRs, parsable or not: never patched (Kubernetes lets them change
+        only from empty to a value)."""
         return bool(self.pod_cidrs or self.invalid_pod_cidrs)
 
     @property
@@ -173,7 +173,7 @@ def _spec(spec: object) -> dict[str, Any]:
 
 
 def check_family(network: IPNetwork, block_prefix: int) -> None:
-    """Raise ValueError when the family has zero blocks or IPv6 holds more than 2^16 (§2.2)."""
+    """Raise ValueError when the family has zero blocks or IPv6 holds more than 2^16."""
     name, host_bits = f"ipv{network.version}", network.max_prefixlen - block_prefix
     if block_prefix > network.max_prefixlen:
         raise ValueError(f"perNodeHostBits must be at least 0, got {host_bits}.")
@@ -215,7 +215,7 @@ def parse_sloppy_cidr(text: str) -> IPNetwork | None:
 
 
 def default_pool(cidrs: Sequence[IPNetwork], mask_v4: int, mask_v6: int) -> Pool:
-    """The `--cluster-cidr` pool (§11): per-family block sizes, no selector, ranks last."""
+    """The `--cluster-cidr` pool: per-family block sizes, no selector, ranks last."""
     masks = {4: mask_v4, 6: mask_v6}
     families = []
     for network in sorted(cidrs, key=lambda n: n.version):
@@ -230,7 +230,7 @@ def default_pool(cidrs: Sequence[IPNetwork], mask_v4: int, mask_v6: int) -> Pool
 
 
 def project_node(obj: Mapping[str, Any]) -> NodeView:
-    """A Node dict as a view. `spec.podCIDR` alone is read as a one-element list (§5.5)."""
+    """A Node dict as a view. `spec.podCIDR` alone is read as a one-element list."""
     meta = _mapping(obj.get("metadata"))
     spec = _mapping(obj.get("spec"))
     raw = [str(c) for c in spec.get("podCIDRs") or () if c]

@@ -1,7 +1,7 @@
 """The API seam of node-ipam-controller: a Protocol and its adapter on `local_ccm.kube`.
 
 Errors stay `local_ccm.kube.errors` kinds (NotFound, Conflict, Invalid, Forbidden, Transient…);
-the loop has one policy per kind (spec/ipam.md §5.4). The adapter counts every request in
+the loop has one policy per kind. The adapter counts every request in
 `api_requests_total{verb,resource,code}` and applies the client-side rate limit
 (`--kube-api-qps`, `--kube-api-burst`) to writes and reads alike; watches are not limited.
 """
@@ -37,7 +37,7 @@ class IpamApi(Protocol):
     """Everything node-ipam-controller does with the API server."""
 
     async def cluster_cidrs_served(self) -> bool:
-        """Discovery: is `networking.x-k8s.io/v1 clustercidrs` served? (§6 rule 1)"""
+        """Discovery: is `networking.x-k8s.io/v1 clustercidrs` served?"""
         ...
 
     def watch(self, what: Watched) -> AsyncIterator[WatchEvent]:
@@ -45,7 +45,7 @@ class IpamApi(Protocol):
         ...
 
     def watch_status(self, what: Watched) -> WatchStatus:
-        """Is the watch's stream open, being re-established, or failing? (/readyz, §15.3)"""
+        """Is the watch's stream open, being re-established, or failing? (readyz)"""
         ...
 
     async def get_node(self, name: str) -> Obj:
@@ -76,7 +76,7 @@ class IpamApi(Protocol):
         subresource: str = "",
         name: str = "",
     ) -> bool:
-        """SelfSubjectAccessReview (§17)."""
+        """SelfSubjectAccessReview."""
         ...  # fmt: skip
 
 
@@ -207,7 +207,7 @@ class KubeIpamApi:
 class _StreamTracker:
     """The client as a Watcher's `ListWatchApi`, remembering the stream it opened last and
     whether the last list or stream failed, so `/readyz` can tell a connected watch from one
-    being re-established (a stream renewal, a relist) and from one failing (§15.3)."""
+    being re-established (a stream renewal, a relist) and from one failing."""
 
     def __init__(self, client: Client) -> None:
         self._client = client

@@ -1,4 +1,4 @@
-"""Nodes in node-ipam-controller's loop (spec/ipam.md §5-§7, §9, §10): watch events, the
+"""Nodes in node-ipam-controller's loop: watch events, the
 allocation passes and the outcome of each Node write.
 
 Handlers only update projections and queue work; the `Allocator` (pure, `ipam.plan`) makes
@@ -31,7 +31,7 @@ from local_ccm.logs import kv
 
 log = logging.getLogger(__name__)
 
-FAILED_ATTEMPTS_EVENT = 3  # §5.4 rule 4
+FAILED_ATTEMPTS_EVENT = 3  # CIDRAssignmentFailed after this many failed writes [compat]
 
 
 class NodeWork:
@@ -69,7 +69,7 @@ class NodeWork:
         self.wake = asyncio.Event()
         self.semaphore = asyncio.Semaphore(concurrency)
 
-    # ------------------------------------------------------------ recovery (§6 rules 3-4)
+    # ------------------------------------------------------------ recovery
 
     def recover(self, views: list[NodeView]) -> int:
         """Reserve every CIDR of every Node; queue those without. Returns Nodes with CIDRs."""
@@ -91,7 +91,7 @@ class NodeWork:
         self._census(view.uid, view)
 
     def _census(self, uid: str, view: NodeView | None) -> None:
-        """§10 rule 3, kept current: Nodes whose podCIDRs another field manager owns."""
+        """Kept current: Nodes whose podCIDRs another field manager owns."""
         new = foreign_managers(view) if view is not None and view.pod_cidrs else ()
         old = self.foreign_of.pop(uid, ())
         if new:
@@ -155,7 +155,9 @@ class NodeWork:
         return not view.has_cidrs and not view.deleting and view.uid not in self.writing
 
     def _node_gone(self, uid: str) -> None:
-        """§7: release only when the object is gone, by the recorded owner."""
+        """Release only when the object is gone, by the recorded owner: a Node with a
+        deletionTimestamp still exists, and releasing then would hand its block to another
+        Node (the bug class of kubernetes/kubernetes#127792)."""
         view = self.nodes.pop(uid, None)
         if view is not None and self.uids.get(view.name) == uid:
             del self.uids[view.name]
@@ -186,7 +188,7 @@ class NodeWork:
         self.todo.update(self.waiting)
         self.wake.set()
 
-    # ------------------------------------------------------------ allocation (§4, §5, §9)
+    # ------------------------------------------------------------ allocation
 
     async def allocation_loop(self) -> None:
         while True:
@@ -251,7 +253,7 @@ class NodeWork:
         elif isinstance(outcome, Aborted):
             if self.allocator.abort(alloc.uid):
                 self.requeue_waiting()
-        else:  # Replaced: theirs replace ours (§10)
+        else:  # Replaced: theirs replace ours
             self.remember(outcome.node)
             rec = self.allocator.record(outcome.node)
             self.report_recorded(rec, outcome.node, recovery=False)

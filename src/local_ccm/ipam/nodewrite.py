@@ -1,9 +1,9 @@
-"""One Node write of node-ipam-controller, until its outcome is known (spec/ipam.md §5.4).
+"""One Node write of node-ipam-controller, until its outcome is known.
 
-The JSON Patch is guarded by `test /metadata/uid`. Error policy (§5.4 rule 3): 404 → the
+The JSON Patch is guarded by `test /metadata/uid`. Error policy: 404 → the
 Node is gone, abort; anything else (409/422, timeouts, 5xx, connection errors) → a quorum GET
 decides: our CIDRs → committed; another uid or unparsable podCIDRs → abort; other podCIDRs →
-theirs replace ours (§10); still empty → retry with backoff. A failed GET keeps the
+theirs replace ours; still empty → retry with backoff. A failed GET keeps the
 reservation, because the write may have landed: no outcome is guessed.
 """
 
@@ -40,7 +40,7 @@ class Aborted:
 
 @dataclass(frozen=True)
 class Replaced:
-    """Another writer set other CIDRs first (§10): theirs replace ours."""
+    """Another writer set other CIDRs first: theirs replace ours."""
 
     node: NodeView
 
@@ -96,7 +96,7 @@ class NodeWriter:
         if current.pod_cidrs == alloc.cidrs:
             return Committed(obj)
         if current.has_cidrs and not current.pod_cidrs:
-            return Aborted("unparsable podCIDRs")  # never patched (§5.6)
+            return Aborted("unparsable podCIDRs")  # never patched
         if current.has_cidrs:
             return Replaced(current)
         return None

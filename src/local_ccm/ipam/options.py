@@ -1,7 +1,7 @@
-"""node-ipam-controller's command line and environment (spec/ipam.md §11, §12).
+"""node-ipam-controller's command line and environment.
 
 Pure, no I/O: argv and the environment are parameters. `load_options` returns a frozen
-`IpamOptions` or every problem at once (§12.4). The `IPAM_RESOURCE_LOCK` rule of §12.2 is
+`IpamOptions` or every problem at once. The `IPAM_RESOURCE_LOCK` rule is
 applied to the environment *before* parsing (`flagdefs.resolve_resource_lock_env`), because that
 one variable may mean either the retry period or the lock type.
 """
@@ -56,7 +56,7 @@ class IpamOptions:
     resource_lock: str = "leases"
     lease_name: str = "node-ipam-controller"
     lease_namespace: str = ""
-    identity: str = ""  # "" = generated at start-up (§12.2)
+    identity: str = ""  # "" = generated at start-up
     pod_name: str = ""
     verbosity: int = 0
     log_format: LogFormat = "text"
@@ -168,7 +168,7 @@ def _election(parsed: Parsed, problems: list[Problem]) -> tuple[float, float, fl
 
 
 def _lease_namespace(parsed: Parsed, env: Mapping[str, str], problems: list[Problem]) -> str:
-    """§12.2: flag, else POD_NAMESPACE; still empty with leader election on: exit 2."""
+    """Flag, else POD_NAMESPACE; still empty with leader election on: exit 2."""
     value = parsed.get_str("leader-elect-namespace") or env.get("POD_NAMESPACE", "")
     if not value:
         if parsed.get_bool("enable-leader-election"):
@@ -187,11 +187,11 @@ def _lease_namespace(parsed: Parsed, env: Mapping[str, str], problems: list[Prob
         return value
 
 
-# ---------------------------------------------------------------- pools (§11)
+# ---------------------------------------------------------------- pools
 
 
 def _cluster_cidrs(parsed: Parsed, problems: list[Problem]) -> tuple[IPNetwork, ...]:
-    """At most one CIDR per family, each valid (§12.4)."""
+    """At most one CIDR per family, each valid."""
     flag = "cluster-cidr"
     cidrs = _cidr_list(parsed, flag, problems)
     if cidrs is None:
@@ -204,7 +204,7 @@ def _cluster_cidrs(parsed: Parsed, problems: list[Problem]) -> tuple[IPNetwork, 
 
 
 def _masks(parsed: Parsed, cidrs: Sequence[IPNetwork], problems: list[Problem]) -> tuple[int, int]:
-    """Mask sizes within the family, not shorter than the pool, IPv6 ≤ 2^16 blocks (§12.4)."""
+    """Mask sizes within the family, not shorter than the pool, IPv6 ≤ 2^16 blocks."""
     masks = {
         4: parsed.get_int("node-cidr-mask-size-ipv4"),
         6: parsed.get_int("node-cidr-mask-size-ipv6"),
@@ -340,7 +340,7 @@ def _log_format(parsed: Parsed, problems: list[Problem]) -> LogFormat:
 
 
 def _event_namespace(parsed: Parsed, problems: list[Problem]) -> str:
-    """§12.3: the API server's core/v1 Event validation accepts Events about cluster-scoped
+    """The API server's core/v1 Event validation accepts Events about cluster-scoped
     objects (Nodes and ClusterCIDRs are) only in `default` and answers 422 anywhere else, so
     any other namespace would lose every Event at run time: refuse it at start-up (exit 2)."""
     value = parsed.get_str("event-namespace")
@@ -369,7 +369,7 @@ def _problem(parsed: Parsed, flag: str, reason: str) -> Problem:
     return invalid(flag, reason)
 
 
-# ---------------------------------------------------------------- start-up line (§12.4)
+# ---------------------------------------------------------------- start-up line
 
 
 def startup_fields(options: IpamOptions) -> dict[str, str]:

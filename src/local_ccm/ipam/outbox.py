@@ -1,4 +1,4 @@
-"""The Event outbox of node-ipam-controller (spec/ipam.md §14 rule 6, §15.1).
+"""The Event outbox of node-ipam-controller.
 
 Decisions queue Events here and return at once; one task posts them, so an Event never
 delays an allocation. A full queue drops the Event and counts it.

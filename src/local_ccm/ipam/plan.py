@@ -1,6 +1,6 @@
 """Pool choice, allocation, recovery and release for the node IPAM controller.
 
-Pure, no I/O. The `Allocator` is the controller's in-memory state (spec/ipam.md §5–§8): one
+Pure, no I/O. The `Allocator` is the controller's in-memory state: one
 reservation set per family shared by all pools, one `BlockSet` per pool family kept in step
 with it, and a ledger of every Node's CIDRs with the pool that owns each one (both in
 `ipam.ledger`). The loop feeds it observed objects and API outcomes and writes what it returns;
@@ -28,7 +28,7 @@ _CANDIDATE_CACHE_LIMIT = 4096
 
 
 def pool_readiness(cc: ClusterCIDR | InvalidClusterCIDR) -> tuple[ReadyReason, str]:
-    """The `Ready` condition's reason and message (§1.4); only "Ready" allocates (§4.1)."""
+    """The `Ready` condition's reason and message; only "Ready" allocates."""
     if isinstance(cc, InvalidClusterCIDR):
         return "Invalid", cc.reason
     if cc.deleting:
@@ -41,9 +41,9 @@ def pool_readiness(cc: ClusterCIDR | InvalidClusterCIDR) -> tuple[ReadyReason, s
 
 
 def plan_finalizer(cc: ClusterCIDR | InvalidClusterCIDR, owned: int) -> FinalizerAction | None:
-    """Add ours to a valid live pool; remove it once a terminating pool owns no CIDR (§1.6, §8).
+    """Add ours to a valid live pool; remove it once a terminating pool owns no CIDR.
 
-    Invalid pools never get it, and lose ours on deletion (§2.3).
+    Invalid pools never get it, and lose ours on deletion.
     """
     if cc.deleting:
         return "remove" if cc.has_finalizer and (owned == 0 or _invalid(cc)) else None
@@ -56,19 +56,21 @@ def _invalid(cc: ClusterCIDR | InvalidClusterCIDR) -> bool:
     return isinstance(cc, InvalidClusterCIDR)
 
 
-# ---------------------------------------------------------------- ordering (§4.2)
+# ---------------------------------------------------------------- ordering
 
 
 def rank_key(pool: Pool, match: Match | None) -> tuple[int, int, int, int, str, str, str]:
-    """Sort key: selector pools by P0-P5, then catch-alls by P1, P2, P4, P5, then the default."""
+    """Sort key, upstream's order: pools with a selector first, by the keys P0-P5 below, then
+    catch-alls by P1, P2, P4, P5, then the default pool from flags. P5 (the name) is ours:
+    upstream left complete ties to heap order."""
     group = 2 if pool.is_default else 1 if pool.selector is None else 0
     first = pool.families[0]  # IPv4 when present (families are v4 first)
     return (
         group,
-        -(match.requirements if match else 0),  # P0, higher first
-        pool.capacity,  # P1, lower first
-        -first.block_prefix,  # P2, higher first
-        match.canonical if match else "",  # P3; str order = UTF-8 byte order
+        -(match.requirements if match else 0),  # P0, requirements of the best term, higher first
+        pool.capacity,  # P1, lower first: static capacity, not free space
+        -first.block_prefix,  # P2, higher first (IPv4's if any: an upstream quirk, kept)
+        match.canonical if match else "",  # P3, the canonical selector; UTF-8 byte order
         str(first.network),  # P4, compared as text
         pool.name,  # P5 [beyond]
     )
@@ -89,7 +91,7 @@ def order_pools(pools: Iterable[Pool], node: NodeView, *, legacy: bool = False) 
 
 
 def allocation_order(nodes: Iterable[NodeView]) -> list[NodeView]:
-    """Nodes that need CIDRs, by creationTimestamp then name (§6 rule 6, §5.6)."""
+    """Nodes that need CIDRs, by creationTimestamp then name."""
     waiting = [n for n in nodes if not n.has_cidrs and not n.deleting]
     return sorted(waiting, key=lambda n: (n.creation_timestamp, n.name))
 
@@ -99,7 +101,7 @@ def allocation_order(nodes: Iterable[NodeView]) -> list[NodeView]:
 
 @dataclass(frozen=True)
 class Allocation:
-    """CIDRs to write to a Node (IPv4 first), reserved before the write starts (§5.4)."""
+    """CIDRs to write to a Node (IPv4 first), reserved before the write starts."""
 
     node: str
     uid: str
@@ -110,7 +112,7 @@ class Allocation:
 
 @dataclass(frozen=True)
 class Waiting:
-    """No pool could serve the Node now (§9): a value, not an exception."""
+    """No pool could serve the Node now: a value, not an exception."""
 
     node: str
     reason: WaitReason
@@ -120,7 +122,7 @@ class Waiting:
 
 @dataclass(frozen=True)
 class Skipped:
-    """The Node is never allocated: it has CIDRs (§5.5) or is terminating without (§5.6)."""
+    """The Node is never allocated: it has CIDRs or is terminating without."""
 
     node: str
     reason: Literal["HasCIDRs", "Terminating"]
@@ -128,13 +130,13 @@ class Skipped:
 
 @dataclass(frozen=True)
 class Recorded:
-    """A Node's existing CIDRs after they were reserved (§6 rule 3, §10)."""
+    """A Node's existing CIDRs after they were reserved."""
 
     node: str
     uid: str
     owners: Owners = ()
-    conflicts: tuple[str, ...] = ()  # other Nodes whose CIDRs overlap these (§6 rule 4)
-    foreign: bool = False  # CIDRs we did not write (§10 rule 2)
+    conflicts: tuple[str, ...] = ()  # other Nodes whose CIDRs overlap these
+    foreign: bool = False  # CIDRs we did not write
     changed: bool = True  # False: nothing new (our own write, or seen before)
 
     @property
@@ -144,7 +146,7 @@ class Recorded:
 
 @dataclass(frozen=True)
 class FamilyUsage:
-    """One family of a pool's status (§1.4)."""
+    """One family of a pool's status."""
 
     network: IPNetwork
     block_prefix: int
@@ -178,7 +180,7 @@ class _PoolState:
 
 
 class Allocator:
-    """All allocation decisions, serialised in one place (§5.4 rule 1)."""
+    """All allocation decisions, serialised in one place."""
 
     def __init__(
         self,
@@ -197,7 +199,7 @@ class Allocator:
 
     def set_pool(self, pool: Pool, *, ready: bool, uid: str = "") -> tuple[str, ...]:
         """Add or update a pool. A new uid under the same name is a new object: the old one's
-        CIDRs become unowned first; returns the names of the Nodes concerned (§8)."""
+        CIDRs become unowned first; returns the names of the Nodes concerned."""
         affected: tuple[str, ...] = ()
         state = self._pools.get(pool.name)
         if state is not None and state.uid != uid:
@@ -212,7 +214,7 @@ class Allocator:
         return affected
 
     def remove_pool(self, name: str) -> tuple[str, ...]:
-        """Drop a vanished pool at once; its CIDRs stay reserved as unowned (§8). Returns the
+        """Drop a vanished pool at once; its CIDRs stay reserved as unowned. Returns the
         names of the Nodes whose CIDRs it owned (Event `ClusterCIDRRemoved`)."""
         state = self._pools.pop(name, None)
         self._candidates.clear()
@@ -235,7 +237,7 @@ class Allocator:
     # ------------------------------------------------------------ choosing
 
     def candidates(self, node: NodeView) -> tuple[str, ...]:
-        """Names of the Ready pools matching `node`, in §4.2 order (cached per label set)."""
+        """Names of the Ready pools matching `node`, best first (cached per label set)."""
         key: tuple[object, ...] = (node.labels_key, node.name if self._uses_fields() else "")
         cached = self._candidates.get(key)
         if cached is None:
@@ -253,7 +255,7 @@ class Allocator:
 
     def allocate(self, node: NodeView) -> Allocation | Waiting | Skipped:
         """Reserve the lowest free block of every family of the first pool that has one in
-        all of them (§4.4, §5.2, §5.3). Asking again for a pending Node returns the same."""
+        all of them. Asking again for a pending Node returns the same."""
         if node.has_cidrs:
             return Skipped(node.name, "HasCIDRs")
         entry = self._ledger.get(node.uid)
@@ -281,14 +283,16 @@ class Allocator:
             index = blocks.lowest_free()
             if index is None:
                 exhausted.append((state.pool.name, family.version))
-                return None  # all families or none: nothing reserved yet (§5.3)
+                # All families or none: nothing reserved yet (upstream kept the IPv4 block
+                # when IPv6 was exhausted, leaking one per retry).
+                return None
             picks.append(blocks.block(index))
         return tuple(picks)
 
     # ------------------------------------------------------------ write outcomes
 
     def commit(self, uid: str) -> None:
-        """The write landed: the pool owns the CIDRs for good (§5.4 rule 3, 2xx)."""
+        """The write landed: the pool owns the CIDRs for good (2xx)."""
         self._ledger.commit(uid)
 
     def abort(self, uid: str) -> tuple[IPNetwork, ...]:
@@ -304,12 +308,13 @@ class Allocator:
     # ------------------------------------------------------------ existing CIDRs
 
     def recover(self, nodes: Iterable[NodeView]) -> list[Recorded]:
-        """Start-up (§6 rule 3): reserve every CIDR of every Node, owned or not."""
+        """Start-up: reserve every CIDR of every Node, owned or not, so that no other Node can
+        receive a block in use (upstream skipped Nodes no pool matched)."""
         return [self.record(n, recovery=True) for n in nodes if n.pod_cidrs]
 
     def record(self, node: NodeView, *, recovery: bool = False) -> Recorded:
         """Reserve the CIDRs a Node holds. Ours (pending or committed) are confirmed; others
-        are foreign (§10) unless seen at start-up; they replace a pending allocation of ours."""
+        are foreign unless seen at start-up; they replace a pending allocation of ours."""
         entry = self._ledger.get(node.uid)
         if not node.pod_cidrs:
             return Recorded(node.name, node.uid, changed=False)
@@ -329,7 +334,7 @@ class Allocator:
         return [p.name for p in order_pools(pools, node, legacy=self.legacy)]
 
     def _owner(self, cidr: IPNetwork, order: Sequence[Pool]) -> str | None:
-        """§6 rule 3: first candidate containing it, else first pool by name containing it."""
+        """First candidate containing it, else first pool by name containing it."""
         by_name = sorted((s.pool for s in self._pools.values()), key=lambda p: p.name)
         for pool in [*order, *by_name]:
             family = pool.family(cidr.version)
@@ -344,10 +349,10 @@ class Allocator:
             if state is not None:
                 state.owned[node.uid] = (*state.owned.get(node.uid, ()), cidr)
 
-    # ------------------------------------------------------------ release (§7)
+    # ------------------------------------------------------------ release
 
     def release(self, uid: str, now: float) -> tuple[IPNetwork, ...]:
-        """The Node object is gone: free its CIDRs, after `reuse_delay` if set (§7)."""
+        """The Node object is gone: free its CIDRs, after `reuse_delay` if set."""
         return self._drop(uid, quarantine=self.reuse_delay > 0, now=now)
 
     def _drop(self, uid: str, *, quarantine: bool, now: float = 0.0) -> tuple[IPNetwork, ...]:
@@ -370,7 +375,7 @@ class Allocator:
     # ------------------------------------------------------------ status
 
     def usage(self, name: str) -> PoolUsage | None:
-        """Status numbers of a pool (§1.4); None for an unknown pool."""
+        """Status numbers of a pool; None for an unknown pool."""
         state = self._pools.get(name)
         if state is None:
             return None
@@ -379,7 +384,7 @@ class Allocator:
         return PoolUsage(len(state.owned), owned, families)
 
     def owned_count(self, name: str) -> int:
-        """CIDRs owned by the pool; its finalizer goes once this is 0 (§8)."""
+        """CIDRs owned by the pool; its finalizer goes once this is 0."""
         state = self._pools.get(name)
         return sum(len(c) for c in state.owned.values()) if state else 0
 

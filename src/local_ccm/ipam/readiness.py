@@ -1,7 +1,7 @@
-"""`/readyz` of node-ipam-controller's leader (spec/ipam.md §15.3).
+"""`/readyz` of node-ipam-controller's leader.
 
-Pure, no I/O: times are parameters. Ready means recovery (§6) finished, some pool source
-exists (§11 rule 5), and every watch is connected or has been reconnecting for less than
+Pure, no I/O: times are parameters. Ready means recovery finished, some pool source
+exists, and every watch is connected or has been reconnecting for less than
 `WATCH_GRACE` seconds. "Reconnecting" is a watch re-establishing its stream without errors (the
 periodic stream renewal, a relist after 410 Gone, which may take seconds with thousands of
 Nodes); a watch whose last attempt failed (the API server unreachable or answering errors)

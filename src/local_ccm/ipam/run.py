@@ -1,7 +1,7 @@
-"""The loop of node-ipam-controller (spec/ipam.md §5-§10, §15): what the leader does.
+"""The loop of node-ipam-controller: what the leader does.
 
-Start-up recovery (§6), ClusterCIDR events (§8), discovery (§11 rule 4), gauges and
-readiness (§15.3). Nodes and allocation live in `ipam.nodes`, ClusterCIDR finalizers and status
+Start-up recovery, ClusterCIDR events, discovery, gauges and
+readiness. Nodes and allocation live in `ipam.nodes`, ClusterCIDR finalizers and status
 in `ipam.upkeep`, Events in `ipam.outbox`; nothing but an allocation waits for anything.
 """
 
@@ -52,8 +52,10 @@ class Settings:
     reserved: tuple[IPNetwork, ...] = ()
     legacy_and_terms: bool = False
     reuse_delay: float = 0.0
-    discovery_interval: float = 60.0  # §6 rule 1, §11 rule 4
-    retry_interval: float = 60.0  # safety retry of waiting Nodes (§9 rule 4)
+    # Without the ClusterCIDR CRD the flag pool is used and discovery re-checked this often,
+    # so a CRD installed later is used without a restart.
+    discovery_interval: float = 60.0
+    retry_interval: float = 60.0  # safety retry of waiting Nodes
     backoff: tuple[float, float] = (0.5, 10.0)  # first and longest retry delay of a write
     instance: str = names.IPAM
 
@@ -101,10 +103,10 @@ class Controller:
         if settings.default_pool is not None:
             self.allocator.set_pool(settings.default_pool, ready=True)
 
-    # ------------------------------------------------------------ health (§15.3)
+    # ------------------------------------------------------------ health
 
     def ready(self) -> tuple[bool, str]:
-        """For the leader: recovery done, some pool source (§11 rule 5), watches alive."""
+        """For the leader: recovery done, some pool source, watches alive."""
         pool_source = self.crd_served or self.settings.default_pool is not None
         problems = watch_problems(self.watches.items(), self.clock.monotonic())
         return readiness(recovered=self.recovered, pool_source=pool_source, problems=problems)
@@ -121,7 +123,7 @@ class Controller:
     # ------------------------------------------------------------ run
 
     async def run(self) -> None:
-        """§6: discovery, pools, Nodes, recovery; then watch and allocate until cancelled."""
+        """Discovery, pools, Nodes, recovery; then watch and allocate until cancelled."""
         self.crd_served = await self._retry(self.api.cluster_cidrs_served, "discovery")
         pool_stream = self._watch("clustercidrs") if self.crd_served else None
         if pool_stream is not None:
@@ -152,14 +154,14 @@ class Controller:
         self.update_gauges()
 
     async def _finalizers_settled(self) -> None:
-        """§6 rules 5-6: missing finalizers are written before the first allocation, so
+        """Missing finalizers are written before the first allocation, so
         pools that exist at start-up serve the Nodes waiting then (bounded wait)."""
         deadline = self.clock.monotonic() + FINALIZER_SETTLE
         while self.keeper.finalizing and self.clock.monotonic() < deadline:
             await self.clock.sleep(0.05)
 
     async def _retry(self, call: Callable[[], Any], what: str) -> Any:
-        """§6 rule 2: retry with capped backoff, never exit."""
+        """Retry with capped backoff, never exit."""
         delay = self.settings.backoff[0]
         while True:
             try:
@@ -201,11 +203,11 @@ class Controller:
                 self.work.wake.set()
 
     async def _fence(self) -> None:
-        """No write starts late in a renewal window (lifecycle.md §7.7)."""
+        """No write starts late in a renewal window."""
         while not self.may_write():
             await self.clock.sleep(0.1)
 
-    # ------------------------------------------------------------ recovery (§6)
+    # ------------------------------------------------------------ recovery
 
     def _recover(self, views: list[NodeView]) -> None:
         with_cidrs = self.work.recover(views)
@@ -252,7 +254,7 @@ class Controller:
         self.keeper.plan_finalizer(cc.name)
 
     def _pool_gone(self, name: str) -> None:
-        """§8: dropped at once; CIDRs it still owned stay reserved as unowned."""
+        """Dropped at once; CIDRs it still owned stay reserved as unowned."""
         self.keeper.forget(name)
         self._pool_removed_nodes(name, self.allocator.remove_pool(name))
         self.metrics.remove_pool(name)
@@ -263,7 +265,7 @@ class Controller:
             subject = ev.node(node_name, self.work.uids.get(node_name, ""))
             self.outbox.emit(ev.pool_removed(subject, pool_name))
 
-    # ------------------------------------------------------------ gauges (§15.2)
+    # ------------------------------------------------------------ gauges
 
     def update_gauges(self) -> None:
         states = {"ready": 0, "invalid": 0, "frozen": 0, "terminating": 0}
@@ -286,7 +288,7 @@ class Controller:
             if usage is not None:
                 self.metrics.set_pool(default.name, usage)
 
-    # ------------------------------------------------------------ discovery (§11 rule 4)
+    # ------------------------------------------------------------ discovery
 
     async def _discover(self) -> None:
         while not self.crd_served:

@@ -1,11 +1,11 @@
-"""Core `v1.NodeSelector` semantics for ClusterCIDR pools (spec/ipam.md §3, §4.3).
+"""Core `v1.NodeSelector` semantics for ClusterCIDR pools.
 
 Pure, no I/O.
 
 Terms are OR-ed, the requirements of a term AND-ed, a term without requirements matches
 nothing, `matchFields` compares `metadata.name` with the Node name. Upstream AND-ed every term
 and read `matchFields` keys as labels (kubernetes-sigs/node-ipam-controller#36); the
-`--legacy-and-selector-terms` mode (§3.3) keeps the AND but still reads fields as fields.
+`--legacy-and-selector-terms` mode keeps the AND but still reads fields as fields.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 FIELD_OPERATORS = ("In", "NotIn")
 _INTEGER = re.compile(r"[-+]?[0-9]+")
 
-# Messages of the CRD's rules A7-A9 (spec/ipam.md §1.3), reused for stored objects (§2.3).
+# Messages of the CRD's rules A7-A9, reused for stored objects.
 EXPRESSION_VALUES_MESSAGE = (
     "values must be non-empty for In and NotIn, empty for Exists and DoesNotExist, "
     "and a single integer for Gt and Lt."
@@ -62,7 +62,8 @@ class Term:
 
 @dataclass(frozen=True, order=True)
 class Match:
-    """How a pool's selector matched a Node: the P0 and P3 keys of §4.2."""
+    """How a pool's selector matched a Node: the requirement count and canonical string that
+    rank pools (`plan.rank_key`)."""
 
     requirements: int
     canonical: str
@@ -82,20 +83,20 @@ class NodeSelector:
                 Match(merged.size, merged.canonical()) if _legacy_ok(merged, labels, name) else None
             )
         if not self.terms:
-            return Match(0, "")  # `nodeSelectorTerms: []` selects every Node (§3.1)
+            return Match(0, "")  # `nodeSelectorTerms: []` selects every Node
         matches = [Match(t.size, t.canonical()) for t in self.terms if t.matches(labels, name)]
-        # Highest requirement count wins; among equals the smallest string (§4.3 rule 3).
+        # Highest requirement count wins; among equals the smallest string.
         return min(matches, key=lambda m: (-m.requirements, m.canonical), default=None)
 
     def merged(self) -> Term:
-        """All requirements of all terms as one term: upstream's AND reading (§3.3)."""
+        """All requirements of all terms as one term: upstream's AND reading."""
         return Term(
             tuple(r for t in self.terms for r in t.expressions),
             tuple(r for t in self.terms for r in t.fields),
         )
 
     def semantics_differ(self) -> bool:
-        """Whether OR-ed terms and the legacy AND reading can select different Nodes (§3.2).
+        """Whether OR-ed terms and the legacy AND reading can select different Nodes.
 
         They agree for `[]`, for one non-empty term (empty terms add nothing to an OR), and
         when every non-empty term is the same requirement list.
@@ -112,7 +113,7 @@ def _legacy_ok(merged: Term, labels: Mapping[str, str], name: str) -> bool:
 
 
 def render(requirements: Sequence[Requirement]) -> str:
-    """Requirements sorted by key, then text, joined with `,` (§4.3 rules 1-2)."""
+    """Requirements sorted by key, then text, joined with `,`."""
     ordered = sorted(requirements, key=lambda r: (r.key, str(r)))
     return ",".join(str(r) for r in ordered)
 
@@ -124,7 +125,7 @@ def parse_node_selector(raw: object) -> NodeSelector | None:
     """`spec.nodeSelector` of a ClusterCIDR; None (absent or null) means catch-all.
 
     Raises `SelectorError` for anything the CRD's rules A7-A9 reject or a label key or value
-    of invalid syntax (§2.3), so objects stored under an older CRD are caught too.
+    of invalid syntax, so objects stored under an older CRD are caught too.
     """
     if raw is None:
         return None

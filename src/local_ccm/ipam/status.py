@@ -1,5 +1,4 @@
-"""What node-ipam-controller writes: the Node patch, finalizer patches and ClusterCIDR status
-(spec/ipam.md §1.4, §1.6, §5.4).
+"""What node-ipam-controller writes: the Node patch, finalizer patches and ClusterCIDR status.
 
 Pure, no I/O: objects and times are parameters.
 """
@@ -20,7 +19,7 @@ CC = ClusterCIDR | InvalidClusterCIDR
 
 
 def node_patch(uid: str, cidrs: tuple[IPNetwork, ...]) -> list[Obj]:
-    """§5.4 rule 2: guarded by the uid seen; IPv4 first (the Allocator orders families)."""
+    """Guarded by the uid seen; IPv4 first (the Allocator orders families)."""
     texts = [str(c) for c in cidrs]
     return [
         {"op": "test", "path": "/metadata/uid", "value": uid},
@@ -30,7 +29,7 @@ def node_patch(uid: str, cidrs: tuple[IPNetwork, ...]) -> list[Obj]:
 
 
 def add_finalizer_patch(cc: CC) -> list[Obj]:
-    """§1.6 rule 2: guarded by the resourceVersion the decision was made on."""
+    """Guarded by the resourceVersion the decision was made on."""
     test = {"op": "test", "path": "/metadata/resourceVersion", "value": cc.resource_version}
     if not cc.finalizers:
         return [test, {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]}]
@@ -38,7 +37,7 @@ def add_finalizer_patch(cc: CC) -> list[Obj]:
 
 
 def remove_finalizer_patch(cc: CC) -> list[Obj]:
-    """§1.6 rule 3: `test` on the entry, then `remove`."""
+    """`test` on the entry, then `remove`."""
     path = f"/metadata/finalizers/{cc.finalizers.index(FINALIZER)}"
     return [{"op": "test", "path": path, "value": FINALIZER}, {"op": "remove", "path": path}]
 
@@ -55,7 +54,8 @@ def _condition(kind: str, status: bool, reason: str, message: str, generation: i
 
 
 def desired_status(cc: CC, usage: PoolUsage | None) -> Obj:
-    """§1.4 without `lastTransitionTime` (kept or stamped by `with_transition_times`)."""
+    """The pool's status without `lastTransitionTime` (kept or stamped by
+    `with_transition_times`)."""
     reason, message = pool_readiness(cc)
     conditions = [_condition("Ready", reason == "Ready", reason, message, cc.generation)]
     status: Obj = {"observedGeneration": cc.generation, "nodes": usage.nodes if usage else 0}
@@ -89,7 +89,7 @@ def with_transition_times(desired: Obj, current: Mapping[str, Any] | None, now: 
 
 
 def status_differs(desired: Obj, current: Mapping[str, Any] | None) -> bool:
-    """Compare ignoring `lastTransitionTime` (§1.4: skipped when unchanged)."""
+    """Compare ignoring `lastTransitionTime`, so an unchanged status is not written."""
 
     def strip(status: Mapping[str, Any] | None) -> Obj:
         status = dict(status or {})
@@ -108,5 +108,5 @@ def timestamp(now: datetime) -> str:
 
 
 def foreign_managers(view: NodeView) -> tuple[str, ...]:
-    """Field managers other than ours that own the Node's `spec.podCIDRs` (§10)."""
+    """Field managers other than ours that own the Node's `spec.podCIDRs`."""
     return tuple(m for m in view.pod_cidrs_managers if m != names.IPAM)

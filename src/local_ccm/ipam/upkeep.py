@@ -1,5 +1,5 @@
-"""ClusterCIDR upkeep of node-ipam-controller: finalizers (spec/ipam.md §1.6, §8) and status
-(§1.4), with the exhaustion Event (§9 rule 3).
+"""ClusterCIDR upkeep of node-ipam-controller: finalizers and status, with the exhaustion
+Event. The finalizer stays while a terminating pool still owns a Node CIDR.
 
 Finalizer writes are JSON Patches guarded by `test /metadata/resourceVersion` (add) or a `test`
 of the entry (remove); a conflict is left to the watch, which brings the newer object. Status
@@ -63,20 +63,20 @@ class PoolKeeper:
         self.status_at: dict[str, float] = {}
         self.exhausted: dict[str, tuple[int, ...]] = {}
         self.finalizing: set[str] = set()
-        self.active = False  # finalizers are planned only after recovery (§6 rule 5)
+        self.active = False  # finalizers are planned only after recovery
 
     def seen(self, cc: CC, status: Obj) -> None:
         self.pools[cc.name] = cc
         self.pool_status[cc.name] = status
 
     def forget(self, name: str) -> None:
-        """The pool is gone (§8)."""
+        """The pool is gone."""
         self.pools.pop(name, None)
         self.pool_status.pop(name, None)
         self.dirty.discard(name)
         self.exhausted.pop(name, None)
 
-    # ------------------------------------------------------------ finalizers (§1.6, §8)
+    # ------------------------------------------------------------ finalizers
 
     def plan_finalizer(self, name: str) -> None:
         cc = self.pools.get(name)
@@ -119,7 +119,7 @@ class PoolKeeper:
             await self.clock.sleep(self.retry_delay)
             self.plan_finalizer(name)
 
-    # ------------------------------------------------------------ status (§1.4)
+    # ------------------------------------------------------------ status
 
     async def status_loop(self, on_tick: Callable[[], None]) -> None:
         while True:

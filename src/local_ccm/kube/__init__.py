@@ -1,4 +1,4 @@
-"""The project's small Kubernetes REST layer on the standard library (spec/stack.md §1).
+"""The project's small Kubernetes REST layer on the standard library.
 
 Layers, bottom up: ``resources`` and ``request`` (pure request building and response
 parsing), ``errors`` and ``backoff`` (pure), ``config`` (kubeconfig, in-cluster,

@@ -1,4 +1,4 @@
-"""A list+watch cache that keeps only a projection of each object (spec/stack.md §3).
+"""A list+watch cache that keeps only a projection of each object.
 
 ``ListWatchCache(project)`` applies the events of a ``Watcher`` and stores
 ``project(obj)`` per key: a small frozen dataclass chosen by the component (name, uid,

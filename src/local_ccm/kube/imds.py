@@ -1,4 +1,4 @@
-"""Instance metadata over plain HTTP (spec/agent.md §5.5.3): one GET with a timeout.
+"""Instance metadata over plain HTTP: one GET with a timeout.
 
 Only the agent's ``--enable-azure-provider-id`` uses it. Blocking (the caller runs it in a
 thread); no proxy, no retries: the caller's policy decides what a failure means. Errors say

@@ -1,4 +1,4 @@
-"""One deletion attempt (spec/lifecycle.md §6.5-§6.7): a fresh quorum GET and the re-check on
+"""One deletion attempt: a fresh quorum GET and the re-check on
 it, the optional out-of-service taint and wait, then the DELETE with uid + resourceVersion
 preconditions, or its dry-run.
 
@@ -39,7 +39,7 @@ class AttemptHost(Protocol):
     config: LoopConfig
     api: NodeApi
     clock: Clock
-    may_write: Callable[[], bool]  # §7.7: False once the leader lease is too old to write
+    may_write: Callable[[], bool]  # False once the leader lease is too old to write
 
     @property
     def breaker_open(self) -> bool: ...
@@ -62,7 +62,8 @@ class AttemptHost(Protocol):
 
 
 async def run_attempt(host: AttemptHost, action: DeleteAction) -> AttemptResult:
-    """Steps 6-8 of §6.1 for one Node; the result for `record_attempt` and the metric."""
+    """The end of the pipeline for one Node (fresh re-read and re-check, optional
+    out-of-service taint, DELETE); the result for `record_attempt` and the metric."""
     return await _Attempt(host, action).run()
 
 
@@ -87,7 +88,7 @@ class _Attempt:
         return await self.delete(fresh)
 
     async def fresh(self) -> Obj | AttemptResult:
-        """§6.5.1-2: a quorum GET and the re-check of steps 1-2 on it."""
+        """A quorum GET and, on it, the re-check of scope, readiness, age and the breaker."""
         host, action = self.host, self.action
         try:
             obj: Obj | None = await host.api.get_node(action.name)
@@ -109,7 +110,7 @@ class _Attempt:
 
     async def delete(self, fresh: Obj) -> AttemptResult:
         host, action = self.host, self.action
-        if not host.may_write():  # §7.7: the lease is too old for a write to land safely
+        if not host.may_write():  # the lease is too old for a write to land safely
             log.warning("not deleting: the leader lease is not fresh", extra=self.fields)
             return "aborted"
         message = (
@@ -132,7 +133,7 @@ class _Attempt:
         return "deleted"
 
     async def send_delete(self, fresh: Obj, *, dry_run: bool) -> None:
-        """§6.5.3: preconditions from the fresh object, so a changed Node answers 409."""
+        """Preconditions from the fresh object, so a changed Node answers 409."""
         meta = fresh["metadata"]
         await self.host.api.delete_node(
             self.action.name, uid=meta["uid"], resource_version=meta["resourceVersion"],
@@ -140,7 +141,7 @@ class _Attempt:
         )  # fmt: skip
 
     async def dry_run(self, fresh: Obj) -> AttemptResult:
-        """§6.7: the same DELETE with dryRun=All exercises RBAC and preconditions."""
+        """The same DELETE with dryRun=All exercises RBAC and preconditions."""
         try:
             await self.send_delete(fresh, dry_run=True)
         except ke.Conflict:
@@ -155,7 +156,7 @@ class _Attempt:
         self.host.announce(self.action.uid, self.action.name, ev.DRY_RUN_EVENT, message)
         return "dry_run"
 
-    # ------------------------------------------------------------------ out-of-service (§6.6)
+    # ------------------------------------------------------------------ out-of-service
     async def out_of_service(self, fresh: Obj) -> Obj | AttemptResult:
         """Taint, wait for VolumeAttachments (or the timeout), re-read, then delete; untaint
         and end the attempt when the Node recovers meanwhile."""

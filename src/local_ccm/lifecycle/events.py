@@ -1,4 +1,4 @@
-"""Kubernetes Events about Nodes (spec/lifecycle.md §9.1): the reasons, bodies and the repeat
+"""Kubernetes Events about Nodes: the reasons, bodies and the repeat
 limit of `DeletingNodeFailed`.
 
 Pure, no I/O, no clock: times are parameters. The loop sends what these functions return,
@@ -13,7 +13,7 @@ from typing import Any, Final, Literal
 from local_ccm import names
 from local_ccm.lifecycle.model import format_time
 
-# Reasons (§9.1): constants, so alerts can match them.
+# Reasons: constants, so alerts can match them.
 CHECKING_REACHABILITY: Final = "CheckingReachability"
 NODE_REACHABLE: Final = "NodeReachable"
 PROBE_FAILED: Final = "ProbeFailed"
@@ -34,7 +34,7 @@ WARNING_REASONS: Final = frozenset(
 
 EventType = Literal["Normal", "Warning"]
 MAX_MESSAGE: Final = 1024
-FAILED_REPEAT: Final = 600.0  # DeletingNodeFailed at most once per 10 min per Node (§9.1)
+FAILED_REPEAT: Final = 600.0  # DeletingNodeFailed at most once per 10 min per Node
 
 
 def event_type(reason: str) -> EventType:

@@ -1,4 +1,4 @@
-"""The node-lifecycle-controller's flags (spec/lifecycle.md §2.2 [compat], §2.3 [beyond]):
+"""The node-lifecycle-controller's flags, the original's [compat] and the new ones [beyond]:
 names, types, defaults and help. `local_ccm.lifecycle.options` validates what they parse to.
 
 Pure, no I/O.
@@ -18,7 +18,7 @@ MINUTE: Final = 60.0
 FLAGS = FlagSet(
     PROG,
     [
-        # §2.2, flags of the original [compat]
+        # Flags of the original [compat]
         Flag("kubeconfig", "string", "", "Kubeconfig file. Empty: in-cluster config, else "
              "$KUBECONFIG, else ~/.kube/config.", metavar="path"),
         Flag("node-selector", "string", "", "Label selector of the managed Nodes; when set, "
@@ -40,7 +40,7 @@ FLAGS = FlagSet(
              metavar="namespace"),
         Flag("dry-run", "bool", False, "Decide and log, never delete Nodes."),
         Flag("v", "int", 0, "Log verbosity 0-5."),
-        # §2.3, new flags [beyond]
+        # New flags [beyond]
         Flag("leader-elect-lease-duration", "duration", 15.0, "Lease duration."),
         Flag("leader-elect-renew-deadline", "duration", 10.0, "Stop acting when the lease "
              "could not be renewed for this long."),

@@ -1,8 +1,8 @@
 """Which Nodes the controller manages, how healthy the cluster is, and how long each Node has
-been NotReady (spec/lifecycle.md §3, §4).
+been NotReady.
 
 Pure, no I/O, no clock: `now` is a parameter. State that outlives one evaluation (the first
-sighting of each NotReady episode) is passed in and returned, keyed by Node uid (§4.5).
+sighting of each NotReady episode) is passed in and returned, keyed by Node uid.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from local_ccm.lifecycle.model import AUTOSCALER_EFFECT, CONTROL_PLANE_LABELS, N
 from local_ccm.validate import LabelSelector, ValidationError, qualified_name, split_list
 
 
-# ------------------------------------------------------------------ protection (§3.3)
+# ------------------------------------------------------------------ protection
 @dataclass(frozen=True)
 class Protection:
     """One `--protected-labels` entry: a bare `key` (any value) or `key=value`."""
@@ -41,7 +41,7 @@ class Protection:
 
 def parse_protected(text: str) -> tuple[Protection, ...]:
     """`--protected-labels`: split on `,`, trimmed, empty entries dropped; `key=value` splits
-    on the first `=`. Raises ValidationError naming the first invalid key (§2.4 rule 7)."""
+    on the first `=`. Raises ValidationError naming the first invalid key."""
     entries = []
     for item in split_list(text):
         key, equals, value = item.partition("=")
@@ -53,10 +53,11 @@ def parse_protected(text: str) -> tuple[Protection, ...]:
     return tuple(entries)
 
 
-# ------------------------------------------------------------------ scope (§3.1, §3.2, §3.4)
+# ------------------------------------------------------------------ scope
 @dataclass(frozen=True)
 class Scope:
-    """The filters of §3.1-§3.3. `selector` None means `--node-selector` was empty."""
+    """Which Nodes are in scope, always excluded or protected. `selector` None means
+    `--node-selector` was empty."""
 
     selector: LabelSelector | None = None
     watch_autoscaler_taint: bool = True
@@ -68,12 +69,12 @@ Exclusion = Literal["control_plane", "terminating", "own_node"]
 
 
 def is_not_ready(node: NodeView) -> bool:
-    """§4.1: Ready is False or Unknown, or there is no Ready condition."""
+    """Ready is False or Unknown, or there is no Ready condition."""
     return node.ready != "True"
 
 
 def is_control_plane(node: NodeView) -> bool:
-    """§3.2 rule 1: the key is enough, whatever its value."""
+    """The key is enough, whatever its value."""
     return any(label in node.labels for label in CONTROL_PLANE_LABELS)
 
 
@@ -86,14 +87,14 @@ def has_autoscaler_taint(node: NodeView, effect: str | None = AUTOSCALER_EFFECT)
 
 
 def in_scope(node: NodeView, scope: Scope) -> bool:
-    """§3.1 in priority order: selector, else autoscaler taint (NoSchedule only), else all."""
+    """In priority order: selector, else autoscaler taint (NoSchedule only), else all."""
     if scope.selector is not None:
         return scope.selector.matches(node.labels)
     return not scope.watch_autoscaler_taint or has_autoscaler_taint(node)
 
 
 def exclusion(node: NodeView, scope: Scope) -> Exclusion | None:
-    """§3.2: why a Node is never managed, whatever the scope flags say."""
+    """Why a Node is never managed, whatever the scope flags say."""
     if is_control_plane(node):
         return "control_plane"
     if node.deletion_timestamp is not None:
@@ -104,12 +105,12 @@ def exclusion(node: NodeView, scope: Scope) -> Exclusion | None:
 
 
 def protection(node: NodeView, scope: Scope) -> Protection | None:
-    """The first `--protected-labels` entry that protects the Node (§3.3)."""
+    """The first `--protected-labels` entry that protects the Node."""
     return next((entry for entry in scope.protected if entry.matches(node)), None)
 
 
 def in_population(node: NodeView, scope: Scope) -> bool:
-    """§3.4: not control-plane and matching the selector if any; the taint filter is NOT
+    """Not control-plane and matching the selector if any; the taint filter is NOT
     applied, because the autoscaler's own Nodes are expected to be NotReady."""
     if is_control_plane(node):
         return False
@@ -117,7 +118,7 @@ def in_population(node: NodeView, scope: Scope) -> bool:
 
 
 def is_unhealthy(node: NodeView) -> bool:
-    """§3.4: a population Node counts as unhealthy when NotReady, not being removed by the
+    """A population Node counts as unhealthy when NotReady, not being removed by the
     autoscaler (taint with any effect) and not terminating."""
     return (
         is_not_ready(node)
@@ -126,10 +127,12 @@ def is_unhealthy(node: NodeView) -> bool:
     )
 
 
-# ------------------------------------------------------------------ episodes (§4)
+# ------------------------------------------------------------------ episodes
 @dataclass(frozen=True)
 class Episode:
-    """One uninterrupted NotReady period of one uid; `first_observed` is §4.2 (c)."""
+    """One uninterrupted NotReady period of one uid. `first_observed` is when this process
+    first saw it: a False -> Unknown transition moves `lastTransitionTime` although the Node
+    never became Ready, so NotReady-since is the earliest of the two."""
 
     uid: str
     name: str
@@ -140,14 +143,14 @@ class Episode:
 class EpisodeUpdate:
     episodes: Mapping[str, Episode]
     started: tuple[str, ...]
-    ended: tuple[str, ...]  # the loop drops every piece of state of these uids (§4.6)
+    ended: tuple[str, ...]  # the loop drops every piece of state of these uids
 
 
 def track_episodes(
     previous: Mapping[str, Episode], nodes: Iterable[NodeView], now: datetime
 ) -> EpisodeUpdate:
     """Episodes of every NotReady Node in `nodes`. An episode ends when its Node is Ready,
-    gone, or its name now carries another uid (a recycled name is a new episode, §4.5)."""
+    gone, or its name now carries another uid (a recycled name is a new episode)."""
     current: dict[str, Episode] = {}
     started = []
     for node in nodes:
@@ -163,8 +166,8 @@ def track_episodes(
 
 
 def not_ready_since(node: NodeView, episode: Episode | None, now: datetime) -> datetime:
-    """§4.2: the earliest of lastTransitionTime (or creationTimestamp without a Ready
-    condition) and this process's first sighting; a future time counts as `now` (§4.3)."""
+    """The earliest of lastTransitionTime (or creationTimestamp without a Ready
+    condition) and this process's first sighting; a future time counts as `now`."""
     stored = node.ready_since if node.ready is not None else node.creation_timestamp
     candidates = [min(t, now) for t in (stored,) if t is not None]
     if episode is not None and episode.uid == node.uid:
@@ -195,7 +198,7 @@ class Health:
 def classify(
     node: NodeView, scope: Scope, episode: Episode | None, now: datetime, timeout: float
 ) -> Health:
-    """§6.1 step 1: scope, exclusions, protection, readiness, then NotReady age ≥ timeout."""
+    """Scope, exclusions, protection, readiness, then NotReady age ≥ timeout."""
     if not in_scope(node, scope):
         return Health(node, "out_of_scope")
     excluded = exclusion(node, scope)
@@ -219,8 +222,8 @@ def eligible_at(health: Health, timeout: float) -> datetime | None:
 
 @dataclass(frozen=True)
 class Assessment:
-    """One evaluation's view of the cluster: the gauges of §9.2 and the eligible Nodes,
-    oldest `t0` first (ties: name), as §6.1 walks them."""
+    """One evaluation's view of the cluster: the population gauges and the eligible Nodes,
+    oldest `t0` first (ties: name), as the deletion pipeline walks them."""
 
     population: int
     unhealthy: int
@@ -239,7 +242,7 @@ def assess(
     now: datetime,
     timeout: float,
 ) -> Assessment:
-    """Classify every Node and count the population (§3.4) for the circuit breaker."""
+    """Classify every Node and count the population for the circuit breaker."""
     nodes = tuple(nodes)
     update = track_episodes(episodes, nodes, now)
     population = [n for n in nodes if in_population(n, scope)]
@@ -264,7 +267,7 @@ def assess(
     )
 
 
-# ------------------------------------------------------------------ re-check (§6.5)
+# ------------------------------------------------------------------ re-check
 @dataclass(frozen=True)
 class Abort:
     """Why the fresh re-read stopped a deletion: `gone` (NotFound) or `aborted`."""
@@ -283,7 +286,8 @@ def recheck(
     timeout: float,
     breaker_open: bool,
 ) -> Abort | None:
-    """§6.5.2 on the quorum-read Node; None means: DELETE with this object's uid and
+    """The re-check on the quorum-read Node (the cache may be seconds old and probing takes
+    seconds); None means: DELETE with this object's uid and
     resourceVersion as preconditions."""
     if fresh is None:
         return Abort("gone", "the Node no longer exists")

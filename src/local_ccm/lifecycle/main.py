@@ -1,4 +1,4 @@
-"""Composition root of node-lifecycle-controller (spec/lifecycle.md §2.4, §5.5, §7, §9, §10):
+"""Composition root of node-lifecycle-controller:
 parses flags, starts logging, builds the adapters, checks the start-up preconditions and runs
 the loop. Exit codes: 0 graceful stop or --help, 1 internal error, 2 invalid command line,
 3 leadership lost, 4 start-up precondition failed (credentials, RBAC, no usable probe).
@@ -45,7 +45,7 @@ from local_ccm.serve import start_servers
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PRECONDITION = 0, 1, 2, 4
-API_TIMEOUT = 15.0  # reads; writes use the election's write timeout (§7.7)
+API_TIMEOUT = 15.0  # reads; writes use the election's write timeout
 ACCESS_BACKOFF = Backoff(initial=1.0, factor=2.0, cap=30.0, jitter=0.2)
 
 
@@ -244,8 +244,8 @@ def _elector(
 
 
 def build_prober(options: LifecycleOptions, metrics: LifecycleMetrics) -> Prober | str:
-    """§5.5.2-3: a test socket per configured (kind, family); the problem text when none is
-    usable. Unprobed mode (§5.6) needs no socket at all."""
+    """A test socket per configured (kind, family); the problem text when none is
+    usable. Unprobed mode needs no socket at all."""
     kinds = options.settings.kinds
     if not kinds:
         log.warning(
@@ -276,7 +276,7 @@ def _needed(options: LifecycleOptions) -> tuple[Access, ...]:
 async def check_access(
     api: NodeApi, needed: Sequence[Access], stop: asyncio.Event, clock: Clock
 ) -> str | None:
-    """§10: SelfSubjectAccessReview of every permission; the problem text (exit 4) when the
+    """SelfSubjectAccessReview of every permission; the problem text (exit 4) when the
     credentials are rejected or a permission is missing. Transient errors are retried until
     they pass or `stop` is set."""
     failures = 0

@@ -1,4 +1,4 @@
-"""The node-lifecycle-controller's Prometheus metrics (spec/lifecycle.md §9.2) on a
+"""The node-lifecycle-controller's Prometheus metrics on a
 per-process registry. Every label value is a closed set, and every series of those sets is
 exposed from the start, so dashboards and tests see zeros rather than nothing.
 """
@@ -27,7 +27,7 @@ WATCH_RESTARTS: Final = ("gone", "error", "closed")
 
 
 class LifecycleMetrics:
-    """Every §9.2 metric, registered on `registry` (a fresh one by default)."""
+    """Every controller metric, registered on `registry` (a fresh one by default)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         reg = self.registry = registry or CollectorRegistry(auto_describe=True)

@@ -1,5 +1,5 @@
-"""The node-lifecycle controller's view of a Node and of probe results (spec/lifecycle.md §8.2,
-§5.3), and the constants only this component spells.
+"""The node-lifecycle controller's view of a Node (a slim projection for the cache) and of
+probe results, and the constants only this component spells.
 
 Pure, no I/O. The watch cache keeps one `NodeView` per Node instead of the whole object;
 `project_node` is the only code that reads a raw Node dict.
@@ -46,7 +46,7 @@ class NodeAddress:
 
 @dataclass(frozen=True)
 class NodeView:
-    """The slim projection of one Node (§8.2). `ready` is None when there is no Ready
+    """The slim projection of one Node. `ready` is None when there is no Ready
     condition; `ready_since` is that condition's lastTransitionTime."""
 
     name: str
@@ -66,8 +66,8 @@ def slim_node(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The parts of a Node that `project_node` reads, and nothing else.
 
     A LIST of thousands of Nodes is slimmed page by page, so the full objects (managedFields,
-    images, nodeInfo: most of their bytes) never all sit in memory at once (spec §8: memory flat
-    in the number of Nodes).
+    images, nodeInfo: most of their bytes) never all sit in memory at once: memory stays flat
+    in the number of Nodes.
     """
     meta = obj.get("metadata") or {}
     status = obj.get("status") or {}
@@ -85,7 +85,8 @@ def project_node(
     obj: Mapping[str, Any], annotation_keys: Collection[str] | None = None
 ) -> NodeView:
     """The `NodeView` of a raw Node. With `annotation_keys`, only those annotations (and the
-    out-of-service annotation of §6.6) are kept, so the cache stays small."""
+    out-of-service annotation, which resumes a wait after a restart) are kept, so the cache
+    stays small."""
     meta = obj.get("metadata") or {}
     status = obj.get("status") or {}
     ready, since = _ready_condition(status.get("conditions") or ())
@@ -129,7 +130,7 @@ def _ready_condition(
     for condition in conditions:
         if condition.get("type") == "Ready":
             status = condition.get("status")
-            # Anything but True/False is read as Unknown: NotReady either way (§4.1).
+            # Anything but True/False is read as Unknown: NotReady either way.
             value: ReadyStatus = status if status in ("True", "False") else "Unknown"
             return value, parse_time(condition.get("lastTransitionTime"))
     return None, None
@@ -146,7 +147,7 @@ def _taint(raw: Mapping[str, Any]) -> Taint:
     return Taint(str(raw.get("key", "")), str(raw.get("value") or ""), str(raw.get("effect", "")))
 
 
-# ------------------------------------------------------------------ probes (§5.2, §5.3)
+# ------------------------------------------------------------------ probes
 OutcomeKind = Literal["reply", "no_reply", "no_route", "error"]
 Verdict = Literal["reachable", "unreachable", "unknown"]
 
@@ -197,7 +198,7 @@ class ProbeOutcome:
 def probe_addresses(
     node: NodeView, *, all_addresses: bool = False, families: Collection[Family] = ("ipv4", "ipv6")
 ) -> tuple[IPAddress, ...]:
-    """§5.1: every InternalIP, else every ExternalIP (both with `all_addresses`); filtered by
+    """Every InternalIP, else every ExternalIP (both with `all_addresses`); filtered by
     family; de-duplicated in order; IPv6 link-local, hostnames and garbage skipped."""
     internal = [a.address for a in node.addresses if a.type == INTERNAL_IP]
     external = [a.address for a in node.addresses if a.type == EXTERNAL_IP]
@@ -206,7 +207,7 @@ def probe_addresses(
     for text in texts:
         try:
             address = ip_address(text)
-        except ValueError:  # a hostname is never resolved (§5.1.2)
+        except ValueError:  # a hostname is never resolved
             continue
         if family_of(address) in families and not (address.version == 6 and address.is_link_local):
             chosen.setdefault(address)
@@ -214,14 +215,15 @@ def probe_addresses(
 
 
 def resolve_kinds(requested: Sequence[ProbeKind] | None, ping_count: int) -> tuple[ProbeKind, ...]:
-    """§5.6: the probe set. `requested` None means `--probe` was not given (default icmp);
+    """The probe set. `requested` None means `--probe` was not given (default icmp);
     `()` is `--probe=none`. `--ping-count=0` removes icmp; an empty result is unprobed mode."""
     kinds = (ICMP,) if requested is None else tuple(requested)
     return tuple(k for k in kinds if not (k == ICMP and ping_count == 0))
 
 
 def combine(outcomes: Sequence[ProbeOutcome]) -> Verdict:
-    """§5.3, first matching row wins; "unknown never deletes"."""
+    """Any reply is `reachable`; else any local error or missing route, or no probe at all, is
+    `unknown` (the controller learned nothing, so it never deletes); else `unreachable`."""
     kinds = {o.outcome for o in outcomes}
     if "reply" in kinds:
         return "reachable"

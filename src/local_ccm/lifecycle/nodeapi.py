@@ -1,10 +1,11 @@
-"""The node-lifecycle-controller's view of the Kubernetes API (spec/lifecycle.md §6.5, §6.6,
-§8, §9.1, §10): Nodes, VolumeAttachments, Events and access reviews.
+"""The node-lifecycle-controller's view of the Kubernetes API: Nodes, VolumeAttachments,
+Events and access reviews.
 
 :class:`NodeApi` is the seam the loop is written against; :class:`KubeNodeApi` is the adapter
 over ``local_ccm.kube``. Errors are the kinds of ``local_ccm.kube.errors`` (NotFound,
 Conflict, Forbidden, Unauthorized, Invalid, Gone, Transient), which the loop has one policy
-for each. Every write carries ``write_timeout`` (§7.7: at most lease duration − renew deadline).
+for each. Every write carries ``write_timeout`` (at most lease duration − renew deadline, so a
+deposed leader's write cannot land after a successor could have acquired the lease).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class NodeEvent:
 
 @dataclass(frozen=True)
 class Access:
-    """One permission of §10, checked with a SelfSubjectAccessReview at start-up."""
+    """One permission the controller needs, checked with a SelfSubjectAccessReview at start-up."""
 
     verb: str
     resource: str
@@ -208,7 +209,7 @@ class KubeNodeApi:
 def required_access(
     *, event_namespace: str, lease_namespace: str, lease_name: str | None, out_of_service: bool
 ) -> tuple[Access, ...]:
-    """§10: what the controller needs; `lease_name` None when leader election is off."""
+    """What the controller needs; `lease_name` None when leader election is off."""
     needed = [Access(verb, "nodes") for verb in ("get", "list", "watch", "delete")]
     needed.append(Access("create", "events", namespace=event_namespace))
     if lease_name is not None:

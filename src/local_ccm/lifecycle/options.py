@@ -1,5 +1,5 @@
-"""The node-lifecycle-controller's command line (spec/lifecycle.md §2): every flag of the
-original (§2.2) and the new ones (§2.3), and a loader that validates them all at once (§2.4)
+"""The node-lifecycle-controller's command line: every flag of the
+original and the new ones, and a loader that validates them all at once
 into a frozen :class:`LifecycleOptions`.
 
 Pure, no I/O: argv and the environment are parameters. Credentials are resolved later by the
@@ -56,7 +56,7 @@ _POSITIVE_DURATIONS = (
 
 @dataclass(frozen=True)
 class Election:
-    """`--leader-elect*` in seconds; `enabled` False means act at once, no Lease (§7.8)."""
+    """`--leader-elect*` in seconds; `enabled` False means act at once, no Lease."""
 
     enabled: bool = True
     lease_name: str = names.LIFECYCLE
@@ -87,7 +87,7 @@ class LifecycleOptions:
     verbosity: int = 0
     event_namespace: str = "default"
     ignored_klog: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()  # logged at start-up, not errors (§2.4 rule 10)
+    warnings: tuple[str, ...] = ()  # logged at start-up, not errors
 
     @property
     def interval(self) -> float:
@@ -165,7 +165,7 @@ def options_from(parsed: Parsed) -> LifecycleOptions | list[Problem]:
 
 
 def _positive_duration(parsed: Parsed, flag: str, problems: list[Problem]) -> float:
-    """§2.4 rule 1. [fix] The original panicked on a zero --reconcile-interval."""
+    """A duration > 0. [fix] The original panicked on a zero --reconcile-interval."""
     value = parsed.get_float(flag)
     if value <= 0:
         problems.append(invalid(flag, f"must be greater than 0, got {format_go_duration(value)}"))
@@ -173,7 +173,7 @@ def _positive_duration(parsed: Parsed, flag: str, problems: list[Problem]) -> fl
 
 
 def _int_at_least(parsed: Parsed, flag: str, low: int, problems: list[Problem]) -> int:
-    """§2.4 rule 2. [fix] The original treated a negative --ping-count as 0."""
+    """An integer >= `low`. [fix] The original treated a negative --ping-count as 0."""
     value = parsed.get_int(flag)
     if value < low:
         problems.append(invalid(flag, f"must be at least {low}, got {value}"))
@@ -190,7 +190,7 @@ def _verbosity(parsed: Parsed, problems: list[Problem]) -> int:
 
 
 def _max_unhealthy(parsed: Parsed, problems: list[Problem]) -> CountOrPercent:
-    """§2.4 rule 3."""
+    """An integer >= 0, or an integer percentage 0%-100%."""
     try:
         return parse_count_or_percent(parsed.get_str("max-unhealthy"))
     except ValidationError as err:
@@ -199,7 +199,7 @@ def _max_unhealthy(parsed: Parsed, problems: list[Problem]) -> CountOrPercent:
 
 
 def _election(parsed: Parsed, durations: Mapping[str, float], problems: list[Problem]) -> Election:
-    """§2.4 rules 4 and 8: client-go's ordering of the three lease durations."""
+    """Client-go's ordering of the three lease durations."""
     lease = durations["leader-elect-lease-duration"]
     renew = durations["leader-elect-renew-deadline"]
     retry = durations["leader-elect-retry-period"]
@@ -226,8 +226,9 @@ def _election(parsed: Parsed, durations: Mapping[str, float], problems: list[Pro
 
 
 def _probe_kinds(parsed: Parsed, ping_count: int, problems: list[Problem]) -> tuple[ProbeKind, ...]:
-    """§2.4 rule 5 and §5.6: `none` alone; `icmp` given together with --ping-count=0 is a
-    contradiction; an unset --probe with --ping-count=0 is unprobed mode."""
+    """`none` alone; `icmp` given together with --ping-count=0 is a contradiction; an unset
+    --probe with --ping-count=0 is unprobed mode (the original's documented meaning, kept so a
+    working manifest does not become a crash loop)."""
     text = parsed.get_str("probe")
     items = split_list(text)
     if not items:
@@ -259,7 +260,7 @@ def _probe_kind(item: str, problems: list[Problem]) -> ProbeKind | None:
 
 
 def _families(parsed: Parsed, problems: list[Problem]) -> tuple[Family, ...]:
-    """§2.4 rule 6: a non-empty subset of ipv4, ipv6."""
+    """A non-empty subset of ipv4, ipv6."""
     text = parsed.get_str("probe-families")
     families: list[Family] = []
     for item in split_list(text):
@@ -273,7 +274,7 @@ def _families(parsed: Parsed, problems: list[Problem]) -> tuple[Family, ...]:
 
 
 def _warnings(probe: ProbeConfig, kinds: Sequence[ProbeKind]) -> tuple[str, ...]:
-    """§2.4 rule 10: echoes that can never be sent are a warning, not an error [compat]."""
+    """Echoes that can never be sent are a warning, not an error [compat]."""
     if ICMP in kinds and (probe.count - 1) * probe.interval >= probe.timeout > 0:
         return (
             f"--ping-count={probe.count} echoes {format_go_duration(probe.interval)} apart do "
@@ -287,7 +288,7 @@ def _warnings(probe: ProbeConfig, kinds: Sequence[ProbeKind]) -> tuple[str, ...]
 
 
 def _selector(parsed: Parsed, problems: list[Problem]) -> LabelSelector | None:
-    """§2.4 rule 7. [fix] The original sent an invalid selector to the server every tick."""
+    """A label selector. [fix] The original sent an invalid selector to the server every tick."""
     text = parsed.get_str("node-selector")
     if not text.strip():
         return None
@@ -299,7 +300,7 @@ def _selector(parsed: Parsed, problems: list[Problem]) -> LabelSelector | None:
 
 
 def _protected(parsed: Parsed, problems: list[Problem]) -> tuple[Protection, ...]:
-    """§2.4 rule 7. [fix] A typo in a safety list must not silently protect nothing."""
+    """Qualified label keys. [fix] A typo in a safety list must not silently protect nothing."""
     entries: list[Protection] = []
     for item in split_list(parsed.get_str("protected-labels")):
         try:
@@ -313,7 +314,7 @@ def _protected(parsed: Parsed, problems: list[Problem]) -> tuple[Protection, ...
 
 
 def startup_fields(options: LifecycleOptions) -> dict[str, str]:
-    """Key/values of the one INFO line with the effective configuration (§2.4)."""
+    """Key/values of the one INFO line with the effective configuration."""
     settings, scope, probe = options.settings, options.scope, options.probe
     election = options.election
     return {

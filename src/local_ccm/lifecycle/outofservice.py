@@ -1,4 +1,4 @@
-"""The optional out-of-service step before deleting a Node (spec/lifecycle.md §6.6): taint
+"""The optional out-of-service step before deleting a Node: taint
 `node.kubernetes.io/out-of-service`, wait for VolumeAttachments to go, then delete, or remove the
 taint again when the Node recovered.
 
@@ -27,7 +27,7 @@ OosStep = Literal["taint", "wait", "delete", "remove", "end"]
 
 @dataclass(frozen=True)
 class OutOfService:
-    """The next §6.6 step; `patch` is the JSON Patch for `taint` and `remove`."""
+    """The next out-of-service step; `patch` is the JSON Patch for `taint` and `remove`."""
 
     step: OosStep
     patch: tuple[dict[str, Any], ...] = ()
@@ -65,7 +65,7 @@ def _oos_taint() -> dict[str, str]:
 
 
 def add_out_of_service_patch(fresh: Obj, now: datetime) -> tuple[dict[str, Any], ...]:
-    """§6.6.1: taint and annotation in one JSON Patch guarded by the resourceVersion."""
+    """Taint and annotation in one JSON Patch guarded by the resourceVersion."""
     meta, spec = fresh.get("metadata") or {}, fresh.get("spec") or {}
     ops: list[dict[str, Any]] = [
         {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]}
@@ -88,7 +88,7 @@ def add_out_of_service_patch(fresh: Obj, now: datetime) -> tuple[dict[str, Any],
 
 
 def remove_out_of_service_patch(fresh: Obj) -> tuple[dict[str, Any], ...]:
-    """§6.6.3: remove our taint (each index guarded by a `test`) and the annotation."""
+    """Remove our taint (each index guarded by a `test`) and the annotation."""
     meta, spec = fresh.get("metadata") or {}, fresh.get("spec") or {}
     ops: list[dict[str, Any]] = [
         {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]}

@@ -1,5 +1,5 @@
-"""The deletion pipeline's data and its small decisions (spec/lifecycle.md §5.4, §6.2-§6.4,
-§6.7): the circuit breaker, probe records, the rate limit, the self-check, the state that
+"""The deletion pipeline's data and its small decisions: the circuit breaker, probe records,
+the rate limit, the self-check, the dry-run, the state that
 survives between evaluations, the plan's actions, and how the loop's results update the state.
 
 Pure, no I/O, no clock: `now` is monotonic seconds (intervals, windows) or a wall datetime
@@ -45,7 +45,7 @@ Step = Literal[
 ]  # fmt: skip
 
 
-# ------------------------------------------------------------------ circuit breaker (§6.2)
+# ------------------------------------------------------------------ circuit breaker
 @dataclass(frozen=True)
 class Breaker:
     open: bool
@@ -58,7 +58,7 @@ class Breaker:
 
 
 def breaker_threshold(limit: CountOrPercent, population: int) -> int:
-    """T of §6.2.2: K, or max(1, ⌊P × N / 100⌋), except that 0% gives 0."""
+    """The breaker's threshold T: K, or max(1, ⌊P × N / 100⌋), except that 0% gives 0."""
     if not limit.percent:
         return limit.value
     if limit.value == 0:
@@ -71,7 +71,7 @@ def breaker(limit: CountOrPercent, population: int, unhealthy: int) -> Breaker:
     return Breaker(unhealthy > threshold, unhealthy, threshold, population)
 
 
-# ------------------------------------------------------------------ probes (§5.4)
+# ------------------------------------------------------------------ probes
 @dataclass(frozen=True)
 class ProbeRecord:
     """The probes of one Node in one eligibility stretch (monotonic seconds): when the latest
@@ -88,21 +88,21 @@ class ProbeRecord:
 
 
 def is_fresh(record: ProbeRecord | None, now: float, interval: float) -> bool:
-    """§5.4.3: a verdict is valid for one interval after it completed."""
+    """A verdict is valid for one interval after it completed."""
     return record is not None and record.finished is not None and now - record.finished < interval
 
 
 def may_start_probe(record: ProbeRecord | None, now: float, interval: float) -> bool:
-    """§5.4.3: at most one probe per interval (start to start), never two at once."""
+    """At most one probe per interval (start to start), never two at once."""
     return record is None or (not record.running and now - record.started >= interval)
 
 
 def rate_tokens(starts: Iterable[float], now: float, interval: float, limit: int) -> int:
-    """§6.4.1: deletions that may still start in the sliding window (now − interval, now]."""
+    """Deletions that may still start in the sliding window (now − interval, now]."""
     return max(0, limit - sum(1 for t in starts if now - t < interval))
 
 
-# ------------------------------------------------------------------ self-check (§6.3)
+# ------------------------------------------------------------------ self-check
 @dataclass(frozen=True)
 class SelfCheck:
     at: float
@@ -113,7 +113,7 @@ class SelfCheck:
 def self_check_peers(
     nodes: Iterable[NodeView], scope: Scope, sample: int, rng: random.Random, **address_opts: Any
 ) -> tuple[NodeView, ...]:
-    """§6.3.1: up to `sample` random Ready peers, not the own node, not terminating, with a
+    """Up to `sample` random Ready peers, not the own node, not terminating, with a
     probeable address; control-plane Nodes may be peers."""
     peers = sorted(
         (
@@ -130,7 +130,8 @@ def self_check_peers(
 
 
 def self_check_result(peer_verdicts: Sequence[Verdict]) -> SelfCheckResult:
-    """§6.3.2/4: passed if any peer is reachable; no peer at all is skipped."""
+    """Passed if any peer is reachable; no peer at all is skipped (a lone controller cannot
+    tell its own partition from dead workers, and the circuit breaker remains)."""
     if not peer_verdicts:
         return "skipped"
     return "passed" if "reachable" in peer_verdicts else "failed"
@@ -142,7 +143,7 @@ class PipelineSettings:
     interval: float
     max_unhealthy: CountOrPercent = DEFAULT_MAX_UNHEALTHY
     max_deletions: int = 1
-    kinds: tuple[ProbeKind, ...] = (ICMP,)  # empty: unprobed mode (§5.6)
+    kinds: tuple[ProbeKind, ...] = (ICMP,)  # empty: unprobed mode
     probe_all_addresses: bool = False
     families: tuple[Family, ...] = ("ipv4", "ipv6")
     self_check: bool = True
@@ -261,8 +262,8 @@ def record_self_check(
 
 
 def record_attempt(state: PipelineState, uid: str, result: AttemptResult) -> PipelineState:
-    """A deletion attempt ended. A dry-run is done for the episode (§6.7.4); a precondition
-    failure or an abort before the DELETE gives its rate-limit token back (§6.4.4)."""
+    """A deletion attempt ended. A dry-run is done for the episode; a precondition
+    failure or an abort before the DELETE gives its rate-limit token back."""
     attempts: dict[str, Attempt] = {k: v for k, v in state.attempts.items() if k != uid}
     if result == "dry_run":
         attempts[uid] = "dry_run_done"
@@ -273,7 +274,7 @@ def record_attempt(state: PipelineState, uid: str, result: AttemptResult) -> Pip
 
 
 def forget(state: PipelineState, uids: Collection[str]) -> PipelineState:
-    """§4.6: drop every piece of per-uid state of ended episodes. Started deletions stay in
+    """Drop every piece of per-uid state of ended episodes. Started deletions stay in
     the rate-limit window: they expire with it, or the limit would not limit."""
     gone = set(uids)
     return replace(
@@ -286,7 +287,7 @@ def forget(state: PipelineState, uids: Collection[str]) -> PipelineState:
 
 
 def dry_run_message(action: DeleteAction) -> str:
-    """§6.7.3: the [compat] prefix, then uid, t0, age and the probe summary."""
+    """The [compat] prefix, then uid, t0, age and the probe summary."""
     return (
         f"{DRY_RUN_PREFIX} {action.name} uid={action.uid} t0={format_time(action.t0)} "
         f"age={action.age:.0f}s probes={action.summary}"

@@ -1,4 +1,4 @@
-"""The deletion pipeline's walk (spec/lifecycle.md §5.1, §5.3, §5.4, §5.6, §6.1).
+"""The deletion pipeline's walk.
 
 Pure, no I/O, no clock: `now` is monotonic seconds, always passed in. `plan_deletions` walks
 the eligible Nodes oldest first and returns what to do as data: probes to start, Events to
@@ -38,7 +38,7 @@ from local_ccm.lifecycle.pipeline import (
 )
 
 
-# ------------------------------------------------------------------ the walk (§6.1)
+# ------------------------------------------------------------------ the walk
 def plan_deletions(
     assessment: Assessment,
     *,
@@ -49,7 +49,8 @@ def plan_deletions(
     now: float,
     rng: random.Random,
 ) -> Plan:
-    """Steps 2-5 of §6.1 for every eligible Node, oldest `t0` first. `nodes` is the whole
+    """Breaker, probe verdict, self-check and rate limit for every eligible Node, oldest `t0`
+    first. `nodes` is the whole
     cache (self-check peers may be outside the scope); `now` is monotonic seconds."""
     walk = _Walk(assessment, nodes, scope, state, settings, now=now, rng=rng)
     for health in assessment.eligible:
@@ -75,7 +76,7 @@ class _Walk:
         self.breaker = breaker(settings.max_unhealthy, assessment.population, assessment.unhealthy)
         closed_at = now if state.breaker_open and not self.breaker.open else state.breaker_closed_at
         eligible = {h.node.uid for h in assessment.eligible}
-        # A verdict counts only if its probe started after the Node became eligible (§5.4.3):
+        # A verdict counts only if its probe started after the Node became eligible:
         # records of Nodes that stopped being eligible are dropped, late results ignored.
         self.state = replace(
             state,
@@ -116,7 +117,7 @@ class _Walk:
         attempt = self.state.attempts.get(health.node.uid)
         if attempt is not None:
             self.decide(health, "in_progress" if attempt == "running" else "dry_run_done")
-        elif self.breaker.open:  # checked before probing (§6.2.5)
+        elif self.breaker.open:  # checked before probing
             self.skip(health, "breaker_open", ev.BLOCKED_BY_CIRCUIT_BREAKER, str(self.breaker))
             self.decide(health, "breaker_open")
         elif self.verdict(health) and self.self_check_passed(health):
@@ -125,7 +126,7 @@ class _Walk:
     def gate(self, health: Health) -> None:
         closed_at = self.state.breaker_closed_at
         if closed_at is not None and self.now - closed_at < self.settings.interval:
-            self.decide(health, "breaker_hold")  # §6.2.4: one interval after it closed
+            self.decide(health, "breaker_hold")  # deletions resume one interval after it closed
             return
         tokens = rate_tokens((s[0] for s in self.state.starts), self.now, self.settings.interval,
                              self.settings.max_deletions) - len(self.deletions)  # fmt: skip
@@ -151,9 +152,9 @@ class _Walk:
         )  # fmt: skip
 
     def verdict(self, health: Health) -> bool:
-        """True when the verdict is a fresh `unreachable` (§6.1 step 3)."""
+        """True when the verdict is a fresh `unreachable`."""
         if self.settings.unprobed:
-            return True  # §5.6: taken as unreachable without sending anything
+            return True  # unprobed mode: taken as unreachable without sending anything
         node = health.node
         addresses = self.settings.addresses(node)
         if not addresses:
@@ -196,7 +197,7 @@ class _Walk:
         self.announce(health, ev.CHECKING_REACHABILITY, message)
 
     def self_check_passed(self, health: Health) -> bool:
-        """§6.3: a fresh passed or skipped self-check; otherwise request one or block."""
+        """A fresh passed or skipped self-check; otherwise request one or block."""
         if not self.settings.self_check or self.settings.unprobed:
             return True
         check = self.state.self_check
@@ -238,7 +239,7 @@ class _Walk:
         self.announce(health, event, message)
 
     def announce(self, health: Health, reason: str, message: str) -> None:
-        """At most one Event per (uid, reason) per episode (§9.1)."""
+        """At most one Event per (uid, reason) per episode."""
         key = (health.node.uid, reason)
         if key not in self.announced:
             self.announced.add(key)

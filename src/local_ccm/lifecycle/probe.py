@@ -1,13 +1,14 @@
-"""Reachability probes over real sockets (spec/lifecycle.md §5.2-§5.5): the prober adapter.
+"""Reachability probes over real sockets: the prober adapter.
 
 ICMP sockets come from icmplib, raw (`privileged=True`, needs CAP_NET_RAW) or datagram
 (`privileged=False`, needs the process group inside `net.ipv4.ping_group_range`). icmplib's own
 ping matches replies on identifier and sequence only and hides the errno of a failed send, so
 this module sends and matches itself: a reply counts only from the probed address, with our
 sequence and random token (and, on raw sockets, our identifier: datagram sockets get theirs
-from the kernel, §5.5.5). Every probe run opens and closes its own socket (§5.5.4).
+from the kernel). Every probe run opens and closes its own socket, so a permission error is
+seen at once as an `error` outcome.
 
-TCP probes connect once; SYN-ACK and RST both prove a live kernel (§5.2).
+TCP probes connect once; SYN-ACK and RST both prove a live kernel.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class ProbeConfig:
     concurrency: int = 64  # --probe-concurrency
 
 
-# ------------------------------------------------------------------ capabilities (§5.5)
+# ------------------------------------------------------------------ capabilities
 @dataclass(frozen=True)
 class Capability:
     """Whether one (kind, family) works here; `mode` is the ICMP socket type chosen."""
@@ -90,13 +91,13 @@ class Capabilities:
 
 
 class ProbeCapabilityError(Exception):
-    """No configured (kind, family) is usable: the controller exits 4 (§5.5.3)."""
+    """No configured (kind, family) is usable: the controller exits 4."""
 
 
 def detect_capabilities(
     kinds: Sequence[ProbeKind], families: Sequence[Family], icmp_mode: IcmpMode
 ) -> Capabilities:
-    """Open a test socket per configured (kind, family) (§5.5.2). Each unusable one is logged
+    """Open a test socket per configured (kind, family). Each unusable one is logged
     once at WARNING with its remedy. `auto` uses raw when permitted, else datagram; `raw` and
     `datagram` never fall back."""
     names = sorted({k.name for k in kinds})
@@ -221,7 +222,7 @@ def parse_echo_reply(
 
 # ------------------------------------------------------------------ the prober
 def errno_outcome(code: int | None) -> tuple[OutcomeKind, str]:
-    """§5.3 for a local socket error: no route is `no_route`, failed neighbour resolution or
+    """The outcome of a local socket error: no route is `no_route`, failed neighbour resolution or
     an ICMP unreachable is `no_reply`, anything else (EPERM, EACCES, ...) is `error`."""
     name = errno.errorcode.get(code or 0, str(code))
     if code == errno.ENETUNREACH:
@@ -232,7 +233,7 @@ def errno_outcome(code: int | None) -> tuple[OutcomeKind, str]:
 
 
 class SocketProber:
-    """The real `Prober`: at most `config.concurrency` probes at once, FIFO (§5.4.2)."""
+    """The real `Prober`: at most `config.concurrency` probes at once, FIFO."""
 
     def __init__(self, config: ProbeConfig, capabilities: Capabilities) -> None:
         self.config = config
@@ -254,7 +255,7 @@ class SocketProber:
             for next_done in asyncio.as_completed(tasks):
                 done.append(await next_done)
                 if done[-1].outcome == "reply":
-                    break  # any reply of any kind from any address wins (§5.2)
+                    break  # any reply of any kind from any address wins
         finally:
             for task in tasks:
                 task.cancel()

@@ -1,4 +1,4 @@
-"""The process around the node-lifecycle-controller's loop (spec/lifecycle.md §7, §9.3):
+"""The process around the node-lifecycle-controller's loop:
 leadership (the loop runs only while leading; losing the lease exits 3), the graceful stop, the
 watchdog and the health checks the HTTP server reads.
 """
@@ -19,7 +19,7 @@ from local_ccm.serve import Checks
 log = logging.getLogger(__name__)
 
 WATCHDOG_TICK = 1.0
-WATCHDOG_LIMIT = 10.0  # §9.3: /healthz fails when the loop has not ticked for this long
+WATCHDOG_LIMIT = 10.0  # /healthz fails when the loop has not ticked for this long
 EXIT_OK, EXIT_LEADERSHIP = 0, 3
 
 
@@ -31,7 +31,7 @@ class Runnable(Protocol):
 
 @dataclass
 class Status:
-    """Plain values the health checks read from the HTTP server's thread (§9.3)."""
+    """Plain values the health checks read from the HTTP server's thread."""
 
     leading: bool = False
     synced: bool = False
@@ -42,7 +42,7 @@ class Status:
 
 
 def health_checks(status: Status, clock: Clock, interval: float) -> tuple[Checks, Checks]:
-    """(/healthz, /readyz) of §9.3. API outages fail readiness, never liveness."""
+    """(/healthz, /readyz). API outages fail readiness, never liveness."""
     healthz, readyz = Checks(), Checks()
 
     def loop_alive() -> tuple[bool, str]:
@@ -87,7 +87,7 @@ def leader_callback(status: Status, metrics: LifecycleMetrics) -> Callable[[bool
     return changed
 
 
-# ------------------------------------------------------------------ the process (§7)
+# ------------------------------------------------------------------ the process
 ControllerFactory = Callable[[LeaderContext | None], Runnable]
 
 

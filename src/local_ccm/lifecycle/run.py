@@ -1,7 +1,7 @@
-"""The node-lifecycle-controller's loop (spec/lifecycle.md §5.4, §6, §7, §8, §9).
+"""The node-lifecycle-controller's loop.
 
 While leading, a :class:`Controller` LISTs the Nodes once, then WATCHes them into a cache of
-`NodeView` projections (§8; no periodic LIST). Every watch change, finished probe or attempt,
+`NodeView` projections (no periodic LIST). Every watch change, finished probe or attempt,
 and every `--reconcile-interval`, it evaluates the cache with the pure core
 (`health.assess` → `plan.plan_deletions`) and performs the plan: Events, probes (independent
 tasks, so probing never blocks evaluation), the self-check, and deletion attempts (fresh GET,
@@ -51,7 +51,7 @@ from local_ccm.logs import kv
 
 log = logging.getLogger(__name__)
 
-WATCH_BACKOFF = Backoff(initial=0.5, factor=2.0, cap=30.0, jitter=0.2)  # §8.1
+WATCH_BACKOFF = Backoff(initial=0.5, factor=2.0, cap=30.0, jitter=0.2)  # watch reconnects
 MIN_WAKE = 0.05
 
 
@@ -124,7 +124,7 @@ class Controller:
         self._wake.clear()
 
     async def _shutdown(self) -> None:
-        """§7.5: cancel probes; an in-flight DELETE may finish within its request timeout."""
+        """Cancel probes; an in-flight DELETE may finish within its request timeout."""
         deletes = [t for key, t in self._tasks.items() if key.startswith("delete/")]
         for key, task in self._tasks.items():
             if not key.startswith("delete/"):
@@ -135,7 +135,7 @@ class Controller:
             task.cancel()
         self.status.synced = False
 
-    # ------------------------------------------------------------------ cache (§8)
+    # ------------------------------------------------------------------ cache
     async def watch(self) -> None:
         """LIST, then WATCH from its resourceVersion; re-watch from the last seen one after a
         disconnect, re-LIST (replacing the cache atomically) after 410 Gone."""
@@ -194,7 +194,7 @@ class Controller:
         if old is None or replace(old, resource_version="") != replace(view, resource_version=""):
             self._wake.set()
 
-    # ------------------------------------------------------------------ evaluation (§6.1)
+    # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> pl.Plan:
         started, now = time.perf_counter(), self.clock.now()
         mono = self.clock.monotonic()
@@ -226,7 +226,7 @@ class Controller:
             log.info("NotReady episode ended", extra=_node_kv(name, uid))
 
     def _next_wake(self, assessment: Assessment) -> float:
-        """The interval, or sooner when a waiting Node reaches the timeout (§8.3)."""
+        """The interval, or sooner when a waiting Node reaches the timeout."""
         now, wake = self.clock.now(), self.config.interval
         for health in assessment.managed_nodes:
             at = eligible_at(health, self.config.timeout) if health.status == "waiting" else None
@@ -282,7 +282,7 @@ class Controller:
             log.error("%s failed", key, exc_info=task.exception())
         self._wake.set()
 
-    # ------------------------------------------------------------------ Events (§9.1)
+    # ------------------------------------------------------------------ Events
     def _emit(self, uid: str, name: str, reason: str, message: str) -> None:
         body = ev.event_body(
             reason=reason, message=message, node_name=name, node_uid=uid,
@@ -304,7 +304,7 @@ class Controller:
         except ke.ApiError as exc:
             log.warning("Event %s not sent: %s", body["reason"], exc, extra=_node_kv(name, uid))
 
-    # ------------------------------------------------------------------ probes (§5.4, §6.3)
+    # ------------------------------------------------------------------ probes
     async def run_probe(
         self, addresses: Sequence[IPAddress], kinds: Sequence[ProbeKind]
     ) -> tuple[ProbeOutcome, ...]:
@@ -328,7 +328,7 @@ class Controller:
         outcomes = await self.run_probe(request.addresses, request.kinds)
         record = self.state.probes.get(request.uid)
         if record is None or record.started != started:
-            return  # §5.4.3: the Node stopped being eligible meanwhile; a newer probe counts
+            return  # the Node stopped being eligible meanwhile; a newer probe counts
         verdict = combine(outcomes)
         self.metrics.verdicts.labels(verdict).inc()
         before = self.state.probes.get(request.uid)
@@ -349,7 +349,7 @@ class Controller:
             level = logging.WARNING if result == "failed" else logging.INFO
             log.log(level, "self-check %s (peers: %s)", result, ", ".join(peers))
 
-    # ------------------------------------------------------------------ deletion (§6.5-§6.7)
+    # ------------------------------------------------------------------ deletion
     async def _attempt(self, action: pl.DeleteAction) -> None:
         try:
             result = await run_attempt(self, action)

@@ -1,6 +1,7 @@
 """Route lookups, address and link dumps and change notifications over rtnetlink.
 
-Standard library only (spec/stack.md decision 2). ``messages`` is pure; ``socket`` is the
+Standard library only: pyroute2's import alone costs more memory than the agent's budget
+allows (docs/design.md). ``messages`` is pure; ``socket`` is the
 adapter; ``netns`` runs socket creation inside a named network namespace.
 """
 

@@ -1,5 +1,5 @@
-"""Initialisation against the real apiserver (spec/agent.md §11.2 A01-A03, A06), with the
-agent's netlink side in a test namespace (TESTING.md §4.3 pattern 3)."""
+"""Initialisation against the real apiserver (A01-A03, A06), with the
+agent's netlink side in a test namespace."""
 
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ def test_a03_original_default_flags_with_a_kubelet_seeded_node(
     control_plane: ControlPlane, kube: Client, make_node: NodeFactory, netns: NetnsFactory
 ) -> None:
     # Only a default route via eth0; the lookup of 8.8.8.8 happens inside the namespace and
-    # sends nothing (TESTING.md §1.5).
+    # sends nothing.
     up = netns.uplink(v4=("198.51.100.10/24", "198.51.100.1/24"), v6=None)
     seeded = make_node(uninitialized=True, provided_node_ip="192.0.2.10")
     name = seeded["metadata"]["name"]

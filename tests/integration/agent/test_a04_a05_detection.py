@@ -1,5 +1,5 @@
-"""External dedupe and dual-stack detection order against the real apiserver (spec/agent.md
-§4.3 rule 7, §4.4, §11.2 A04, A05); in-process agent, netlink in a namespace (pattern 3)."""
+"""External dedupe and dual-stack detection order against the real apiserver (A04, A05); in-process
+agent, netlink in a namespace."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Air-gapped and address-less Nodes (spec/agent.md §11.2 A07, A09), in-process agent with
-its netlink side in a test namespace (TESTING.md §4.3 pattern 3)."""
+"""Air-gapped and address-less Nodes (A07, A09), in-process agent with
+its netlink side in a test namespace."""
 
 from __future__ import annotations
 

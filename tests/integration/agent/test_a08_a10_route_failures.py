@@ -1,5 +1,5 @@
-"""Detection failures keep the last good state and never block (spec/agent.md §3.5, §8.2,
-§11.2 A08, A10); in-process agent, netlink in a namespace (pattern 3)."""
+"""Detection failures keep the last good state and never block, and the condition says so
+(A08, A10); in-process agent, netlink in a namespace."""
 
 from __future__ import annotations
 

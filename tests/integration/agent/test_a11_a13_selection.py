@@ -1,6 +1,6 @@
-"""Candidate selection against real kernel state and the real apiserver (spec/agent.md §3.2-
-§3.4, §11.2 A11-A13). ``--run-once`` passes in-process (pattern 3); A13's detect mode runs the
-real binary unprivileged in the namespace (pattern 1)."""
+"""Candidate selection against real kernel state and the real apiserver (A11-A13).
+``--run-once`` passes in-process; A13's detect mode runs the real binary unprivileged, the
+whole process in the namespace."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Changes to an initialised Node and its host (spec/agent.md §4.2-§4.4, §6.5, §6.6, §11.2 A14,
-A19, A29); in-process agent, netlink in a namespace (pattern 3)."""
+"""Changes to an initialised Node and its host: classification, settle time, a Node deleted
+or replaced (A14, A19, A29); in-process agent, netlink in a namespace."""
 
 from __future__ import annotations
 

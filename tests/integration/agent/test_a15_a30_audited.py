@@ -1,6 +1,6 @@
-"""Scenarios judged by the apiserver's audit log (spec/agent.md §11.1.4, §11.2 A15, A20, A25,
-A30), on a dedicated audited plane whose apiserver these tests may stop and restart. The agent
-is the real binary as uid 65532 with a pod-bound ServiceAccount token (pattern 1)."""
+"""Scenarios judged by the apiserver's audit log (A15, A20, A25, A30), on a dedicated
+audited plane whose apiserver these tests may stop and restart. The agent is the real binary
+as uid 65532 with a pod-bound ServiceAccount token, the whole process in the namespace."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Races made deterministic by the test's validating webhook (spec/agent.md §11.1.5, §5.2-§5.4,
-§11.2 A16-A18): another writer changes the Node while the agent's PATCH is being admitted.
-In-process agent, netlink in a namespace (TESTING.md §4.3 pattern 3)."""
+"""Races made deterministic by the test's validating webhook (A16-A18): another writer
+changes the Node while the agent's PATCH is being admitted.
+In-process agent, netlink in a namespace."""
 
 from __future__ import annotations
 

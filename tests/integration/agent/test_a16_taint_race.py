@@ -1,4 +1,4 @@
-"""A concurrent taint writer never loses a taint (spec/agent.md §5.4, §11.2 A16/A17).
+"""A concurrent taint writer never loses a taint (A16, A17).
 
 Each round re-adds the uninitialized taint and removes it with the agent's own planner and
 patch (index-guarded ``test`` + ``remove``, re-read on conflict), while another thread keeps

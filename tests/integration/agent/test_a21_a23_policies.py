@@ -1,6 +1,6 @@
 """Address fights, provided-node-ip policies and the provider ID against the real apiserver
-(spec/agent.md §5.5, §7.3, §7.4, §11.2 A21-A23); in-process agent, netlink in a namespace
-(pattern 3)."""
+(A21-A23); in-process agent, netlink in a namespace
+(pattern 3 in docs/testing.md)."""
 
 from __future__ import annotations
 

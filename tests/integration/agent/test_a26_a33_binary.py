@@ -1,6 +1,5 @@
-"""The real ``local-ccm`` binary, unprivileged in a namespace (pattern 1): Go-style syntax,
-detect mode, token rotation, health and metrics, SIGTERM (spec/agent.md §2, §5.6, §6.7, §8.3,
-§8.4, §11.2 A26, A27, A31-A33)."""
+"""The real ``local-ccm`` binary, unprivileged, the whole process in a namespace: Go-style
+syntax, detect mode, token rotation, health and metrics, SIGTERM (A26, A27, A31-A33)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The real binary as uid 65532 with no capability, in a namespace (spec/agent.md §9, §11.1.1,
-§11.1.6, §11.2 A28; TESTING.md §4.3 pattern 1): A01 and A10 pass unchanged."""
+"""The real binary as uid 65532 with no capability, the whole process in a namespace (A28):
+A01 and A10 pass unchanged."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fixtures of the node-ipam-controller integration tests (spec/ipam.md §18.1)."""
+"""Fixtures of the node-ipam-controller integration tests."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from tests.support.cleanup import NodeFactory, Tracker
 from tests.support.controlplane import ControlPlane
 
 # The apiserver accepts core/v1 Events about cluster-scoped objects only in "default" (legacy
-# Event validation), which is why §12.3 defaults --event-namespace to it.
+# Event validation), which is why --event-namespace defaults to it.
 EVENT_NAMESPACE = "default"
 FIXTURE_U_FLAGS = (
     "--cluster-cidr=10.96.0.0/12,fd00:10:96::/112",
@@ -118,7 +118,7 @@ def start_ipam(  # noqa: PLR0917 (pytest passes fixtures by name)
         kube, track, test_labels, name=unique_name, namespace=test_namespace,
         lease_name=lease, event_namespace=EVENT_NAMESPACE,
     )  # fmt: skip
-    # A ServiceAccount token (TESTING.md §3.9, preferred): the client-certificate form would
+    # A ServiceAccount token (preferred): the client-certificate form would
     # need a CN of at most 64 characters, which the per-test namespace name exceeds.
     kubeconfig = control_plane.token_kubeconfig(harness.SA, test_namespace)
 

@@ -1,5 +1,4 @@
-"""node-ipam-controller as a subprocess of its real entry point, with the shipped RBAC
-(TESTING.md §3.9, spec/ipam.md §18.1)."""
+"""node-ipam-controller as a subprocess of its real entry point, with the shipped RBAC."""
 
 from __future__ import annotations
 
@@ -31,7 +30,7 @@ KINDS = {
     "Role": r.ROLES,
     "RoleBinding": r.ROLE_BINDINGS,
 }
-# §18.1 rule 1, and a per-test event namespace so Events stay with the test.
+# And a per-test event namespace so Events stay with the test.
 BASE_FLAGS = ("--status-update-interval=1s",)
 
 

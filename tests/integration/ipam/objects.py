@@ -14,7 +14,7 @@ Selector = Mapping[str, str] | Sequence[Mapping[str, str]] | None
 
 
 def term(labels: Mapping[str, str]) -> dict[str, Any]:
-    """One nodeSelectorTerm with one `In` expression per label (§18.1 rule 4)."""
+    """One nodeSelectorTerm with one `In` expression per label."""
     exprs = [{"key": k, "operator": "In", "values": [v]} for k, v in sorted(labels.items())]
     return {"matchExpressions": exprs}
 

@@ -1,4 +1,4 @@
-"""The ClusterCIDR CRD against a real apiserver (spec/ipam.md §1, I07, I08, I29's columns).
+"""The ClusterCIDR CRD against a real apiserver (I07, I08, I29's columns).
 
 No controller runs here: these tests are about what the apiserver accepts and stores.
 """
@@ -69,7 +69,7 @@ SEL = {
 }
 
 
-# ---------------------------------------------------------------- identity (§1.1, §1.5)
+# ---------------------------------------------------------------- identity
 
 
 def test_crd_identity_short_name_status_subresource_and_columns(kube: Client) -> None:
@@ -169,7 +169,7 @@ def test_crd_status_subresource_separates_spec_and_status(
         CC, name, [{"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]}],
         patch_type="json",
     )  # fmt: skip
-    # Neither a status write nor a metadata-only write counts as a spec change (§1.4 rule 2).
+    # Neither a status write nor a metadata-only write counts as a spec change.
     assert finalized["metadata"]["generation"] == 1
     assert finalized["status"]["nodes"] == 2
 
@@ -263,7 +263,7 @@ def test_i08_spec_is_required(kube: Client) -> None:
 
 
 def test_crd_accepts_upstream_shapes(kube: Client, make_pool: MakePool) -> None:
-    """Well-formed objects of upstream's examples are accepted unchanged (§1.2)."""
+    """Well-formed objects of upstream's examples are accepted unchanged."""
     pools = [
         make_pool("dual", bits=8, ipv4="10.94.0.0/16", ipv6="fd00:94::/112", sel={"a": "1"}),
         make_pool("v6", bits=8, ipv6="fd00:95::/112", node_selector={"nodeSelectorTerms": []}),

@@ -1,4 +1,4 @@
-"""`--event-namespace` (spec/ipam.md §12.3, docs/ipam.md): the API server's rule behind the
+"""`--event-namespace` (docs/ipam.md): the API server's rule behind the
 start-up check, and the check itself on the real binary."""
 
 from __future__ import annotations

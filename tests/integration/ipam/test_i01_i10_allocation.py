@@ -1,4 +1,4 @@
-"""Upstream's integration scenarios I01-I10 (spec/ipam.md §18.2) against a real apiserver,
+"""Upstream's integration scenarios I01-I10 against a real apiserver,
 with the controller as a subprocess of its entry point under the shipped RBAC."""
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from tests.integration.ipam.objects import FINALIZER, condition
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.usefixtures("crds")
-GETS = 10.0  # "gets X" within 5 s (§18.1 rule 5), doubled for a loaded 2-core machine
+GETS = 10.0  # "gets X" within 5 s, doubled for a loaded 2-core machine
 MakePool = Callable[..., Obj]
 NewNode = Callable[..., Obj]
 
 
 def gets(kube: Client, name: str, expected: list[str], timeout: float = GETS) -> None:
-    """§18.1 rule 5: podCIDRs equal `expected` exactly, and podCIDR the first."""
+    """PodCIDRs equal `expected` exactly, and podCIDR the first."""
 
     def check() -> bool:
         spec = kube.get(r.NODES, name).get("spec") or {}
@@ -40,7 +40,7 @@ def name_of(obj: Obj) -> str:
 def fixture_u(
     make_pool: MakePool, new_node: NewNode, start_ipam: StartIpam
 ) -> Callable[..., IpamProcess]:
-    """§18.1 rule 3: `initial-cc` and `initial-node` exist before the controller starts."""
+    """`initial-cc` and `initial-node` exist before the controller starts."""
     make_pool(
         "initial-cc", bits=8, ipv4="10.2.0.0/16", ipv6="fd00:20:96::/112", sel={"bootstrap": "true"}
     )
@@ -127,7 +127,8 @@ def test_i06_release(
 
 
 def test_pod_cidrs_are_set_once_and_guarded_by_uid(kube: Client, new_node: NewNode) -> None:
-    """The write of §5.4 rule 2 against the real apiserver: a second write is rejected, and
+    """The podCIDRs write (a JSON Patch guarded by `test /metadata/uid`) against the real
+    apiserver: a second write is rejected, and
     so is a write for another incarnation of the Node (stale uid)."""
     from ipaddress import ip_network  # noqa: PLC0415
 

@@ -1,5 +1,5 @@
 """Tie-breaks (I11), empty selectors (I14), start-up family mismatch (I16), vanished pools
-(I20) and the reuse delay (I25) of spec/ipam.md §18."""
+(I20) and the reuse delay (I25)."""
 
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ def test_i20b_pool_removed_without_the_finalizer_path(
     eventually(lambda: "ClusterCIDRRemoved" in event_reasons(kube, EVENT_NAMESPACE, "Node", p),
                timeout=10)  # fmt: skip
     again = name_of(make_pool("again-cc", **spec))
-    # The default pool would catch a Node created before the new pool is Ready (§1.6 rule 2).
+    # The default pool would catch a Node created before the new pool is Ready.
     wait_ready(kube, [again])
     gets(kube, name_of(new_node("q", labels={"g": "2"})), ["10.75.1.0/24"])
 

@@ -1,4 +1,4 @@
-"""Fixed bugs, recovery, exhaustion, other writers and flags (spec/ipam.md §18.3-§18.5)."""
+"""Fixed bugs, recovery, exhaustion, other writers and flags."""
 
 from __future__ import annotations
 
@@ -21,11 +21,11 @@ from tests.support.waiting import eventually
 pytestmark = pytest.mark.usefixtures("crds")
 MakePool = Callable[..., Obj]
 NewNode = Callable[..., Obj]
-WAITS = 5.0  # "waits" = podCIDRs stay empty for 5 s (§18.1 rule 5)
+WAITS = 5.0  # "waits" = podCIDRs stay empty for 5 s
 
 
 def stays_empty(kube: Client, name: str, seconds: float = WAITS) -> None:
-    """§18.1 rule 5 "waits": observed by a watch-free poll for `seconds`."""
+    """A "waits" check: observed by a watch-free poll for `seconds`."""
     import time  # noqa: PLC0415
 
     deadline = time.monotonic() + seconds

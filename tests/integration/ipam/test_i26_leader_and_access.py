@@ -1,4 +1,4 @@
-"""Leader failover (I26) and the start-up RBAC check (spec/ipam.md §13, §17)."""
+"""Leader failover (I26) and the start-up RBAC check."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def test_i26_leader_failover(
     eventually(lambda: holder(kube, test_namespace) == "replica-a", timeout=15)
     a.wait_ready()
     b = start_ipam(*FAST_ELECTION, "--leader-elect-id=replica-b", leader_election=True)
-    b.wait_ready()  # a standby is ready too (§15.3)
+    b.wait_ready()  # a standby is ready too
     transitions = lease_of(kube, test_namespace)["spec"].get("leaseTransitions", 0)
     os.killpg(a.child.pid, signal.SIGKILL)
     a.stop()

@@ -1,7 +1,7 @@
-"""2,000 Nodes: I27 (spec/ipam.md §18.4, §14 rule 5), and restart plus failover during a
-2,000-Node churn (issue #5: "zero duplicate CIDRs, checked across all Nodes, no leaked blocks").
+"""2,000 Nodes: I27, and restart plus failover during a
+2,000-Node churn: zero duplicate CIDRs, checked across all Nodes, and no leaked blocks.
 
-Both run on one dedicated scale plane (TESTING.md §3.3/§3.4 scale flags, §3.7), shared by the
+Both run on one dedicated scale plane (an apiserver without request throttling), shared by the
 module so it starts once; the controllers are subprocesses of the real entry point under the
 shipped RBAC with a ServiceAccount token. The pools of the two tests do not overlap, and each
 test's Nodes carry its own labels.

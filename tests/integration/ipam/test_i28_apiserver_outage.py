@@ -1,6 +1,6 @@
-"""I28 — the API server unavailable (spec/ipam.md §18.4, §15.3).
+"""I28 — the API server unavailable.
 
-On a control plane of this module's own (TESTING.md §3.7), because the test stops its API
+On a control plane of this module's own, because the test stops its API
 server: `control_plane` is overridden here, so `kube`, `track`, `start_ipam` … all use it.
 """
 

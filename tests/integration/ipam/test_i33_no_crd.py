@@ -1,7 +1,6 @@
-"""I33 — no CRD, the flag pool only; the CRD installed later is used without a restart
-(spec/ipam.md §18.5, §6 rule 1, §11 rule 4).
+"""I33 — no CRD, the flag pool only; the CRD installed later is used without a restart.
 
-On a control plane of this module's own without the CRD (TESTING.md §3.7): `control_plane` is
+On a control plane of this module's own without the CRD: `control_plane` is
 overridden here, so `kube`, `track`, `start_ipam` … all use it.
 """
 
@@ -23,7 +22,7 @@ from tests.support.controlplane import ControlPlane
 from tests.support.dedicated import dedicated_plane
 from tests.support.waiting import eventually
 
-# Discovery is re-checked every 60 s (§6 rule 1): the scenario allows 70 s after the install.
+# Discovery is re-checked every 60 s: the scenario allows 70 s after the install.
 pytestmark = pytest.mark.timeout(180)
 CRD_PICKED_UP = 70.0
 
@@ -52,7 +51,7 @@ def test_i33_flag_pool_without_the_crd_then_the_crd_without_restart(
     def has_finalizer() -> bool:
         return FINALIZER in (kube.get(r.CLUSTER_CIDRS, pool)["metadata"].get("finalizers") or [])
 
-    # The finalizer shows the controller found the API and the pool is Ready (§1.6 rule 2).
+    # The finalizer shows the controller found the API and the pool is Ready.
     eventually(has_finalizer, timeout=CRD_PICKED_UP, interval=0.5, message="pool picked up")
     gets(kube, name_of(new_node("c", labels={"c": "1"})), ["10.98.0.0/24"])
     assert time.monotonic() - installed <= CRD_PICKED_UP

@@ -1,7 +1,7 @@
-"""I34 — objects stored under upstream's CRD, then ours applied over it in place
-(spec/ipam.md §18.5, §1, §1.3 ratcheting, §1.6 rule 4, §2.3).
+"""I34 — objects stored under upstream's CRD, then ours applied over it in place (CRD
+validation ratcheting lets the old objects stay).
 
-On a control plane of this module's own (TESTING.md §3.7), because the CRD is replaced:
+On a control plane of this module's own, because the CRD is replaced:
 `control_plane` is overridden here, so `kube`, `track`, `start_ipam` … all use it.
 """
 

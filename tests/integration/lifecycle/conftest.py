@@ -1,4 +1,4 @@
-"""Fixtures of the node-lifecycle-controller scenarios (spec/lifecycle.md §12): the shipped
+"""Fixtures of the node-lifecycle-controller scenarios: the shipped
 RBAC in a fresh namespace, a credential bound by it, and a host-side /28 for silent targets."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""L01-L10 (spec/lifecycle.md §12.2): scope, countdown and probe verdicts on the real
+"""L01-L10: scope, countdown and probe verdicts on the real
 apiserver, with the real prober. Silent targets are unused addresses of the test's own /28;
 reachable ones are loopback."""
 
@@ -23,7 +23,7 @@ from tests.support.netns import HostLink
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.netns
-DELETED = 10.0  # §12.1.5: "deleted" is checked within 10 s ...
+DELETED = 10.0  # "deleted" is checked within 10 s ...
 OBSERVE = 10.0  # ... and "not deleted" by observing for 10 s
 
 

@@ -1,4 +1,4 @@
-"""L11-L18 (spec/lifecycle.md §12.2): TCP probes, protection, timing and the fresh re-read with
+"""L11-L18: TCP probes, protection, timing and the fresh re-read with
 uid/resourceVersion preconditions, on the real apiserver with the real prober."""
 
 from __future__ import annotations

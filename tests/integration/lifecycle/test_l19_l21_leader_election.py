@@ -1,4 +1,4 @@
-"""L19-L21 (spec/lifecycle.md §12.2, §7): replicas as subprocesses of the real entry point,
+"""L19-L21: replicas as subprocesses of the real entry point,
 each with the shipped RBAC's credential, scoped to this test's Nodes by --node-selector."""
 
 from __future__ import annotations

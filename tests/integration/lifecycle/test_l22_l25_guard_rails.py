@@ -1,4 +1,4 @@
-"""L22-L25 (spec/lifecycle.md §12.2, §6.2-§6.4, §6.7): circuit breaker, self-check (the
+"""L22-L25: circuit breaker, self-check (the
 controller's own partition), rate limit and dry-run, on the real apiserver and prober."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""L25's audit part, L28 and L33 (spec/lifecycle.md §12.2) on a dedicated, audited control
+"""L25's audit part, L28 and L33 on a dedicated, audited control
 plane whose apiserver these tests stop and restart (tests/support/audit.py), so nothing shared
 is disturbed.
 

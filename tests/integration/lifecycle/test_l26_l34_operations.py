@@ -1,4 +1,4 @@
-"""L26, L27, L29-L32, L34 (spec/lifecycle.md §12.2): probe permissions at run time and at
+"""L26, L27, L29-L32, L34: probe permissions at run time and at
 start-up, unprobed mode, addresses, the out-of-service taint, invalid flags and family
 selection."""
 

@@ -1,5 +1,5 @@
-"""Candidate hygiene and selection against real kernel state (spec/agent.md §3.3, §3.4;
-TESTING.md §4.5: address flags, VIPs, secondaries, CNI-like devices, CIDR selection)."""
+"""Candidate hygiene and selection against real kernel state (address flags, VIPs,
+secondaries, CNI-like devices, CIDR selection)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`local-ccm detect` as a whole process inside a test namespace, with no cluster at all
-(spec/agent.md §2.5, §2.6, acceptance A27; TESTING.md §4.3 pattern 1).
+(acceptance A27, pattern 1 in docs/testing.md).
 
 Route lookups send nothing; every address is from a documentation range, and 8.8.8.8 is only
 ever looked up inside a test namespace.

@@ -1,4 +1,4 @@
-"""detect_addresses() against real routing tables (spec/agent.md §3.1, §3.2; TESTING.md §4.5).
+"""detect_addresses() against real routing tables.
 
 Every address is from a documentation range; 8.8.8.8 and 2001:4860:4860::8888 are only ever
 looked up inside a test namespace, and a lookup sends nothing.

@@ -1,6 +1,6 @@
-"""Unprivileged (datagram) ICMP probes (spec/lifecycle.md §5.5; TESTING.md §4.4).
+"""Unprivileged (datagram) ICMP probes.
 
-The prober runs in a subprocess inside a test namespace (TESTING.md §4.3 pattern 2), because
+The prober runs in a subprocess inside a test namespace (pattern 2 in docs/testing.md), because
 `net.ipv4.ping_group_range` is per namespace: it is widened to "0 0" in that namespace only,
 never on the host. With the default range ("1 0") the start-up check must report a clear
 permission error instead of silently falling back to raw sockets.
@@ -106,7 +106,7 @@ def test_l26_permission_lost_at_run_time_is_an_error_outcome_not_a_crash(
 
 
 def test_auto_mode_without_net_raw_falls_back_to_datagram(netns: NetnsFactory) -> None:
-    # auto = raw if permitted, else datagram (§5.5.1); dropping CAP_NET_RAW shows the fallback
+    # auto = raw if permitted, else datagram; dropping CAP_NET_RAW shows the fallback
     up = widened(netns)
     drop_net_raw = ["setpriv", "--inh-caps=-net_raw", "--bounding-set=-net_raw", "--"]
     argv = ["ip", "netns", "exec", up.node.name, *drop_net_raw,

@@ -1,5 +1,4 @@
-"""The real prober in the test process's namespace, as root (raw ICMP) and over TCP
-(spec/lifecycle.md §5.2-§5.3; TESTING.md §4.4).
+"""The real prober in the test process's namespace, as root (raw ICMP) and over TCP.
 
 Targets: loopback and the peer end of a host-side veth (reachable); an unused address of the
 test's own /28 and /64 (silent: neighbour resolution fails and nothing leaves the veth).
@@ -82,7 +81,7 @@ def test_l11_tcp_open_port_replies(listener: int) -> None:
 
 
 def test_l11_tcp_refused_counts_as_a_reply_because_the_kernel_answered(link: HostLink) -> None:
-    # an RST proves the host's kernel is alive (§5.2): the port is closed, the Node is not dead
+    # an RST proves the host's kernel is alive: the port is closed, the Node is not dead
     for address in (link.ns_v4.ip, link.ns_v6.ip):
         outcome = probe_one(address, tcp(10250))
         assert (outcome.outcome, outcome.detail) == ("reply", "connection refused")

@@ -1,4 +1,4 @@
-"""The ownership annotation (§4.1) and the kubelet's provided-node-ip annotation (KEP-3705)."""
+"""The ownership annotation and the kubelet's provided-node-ip annotation (KEP-3705)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Candidate hygiene (§3.3), selection order (§3.4) and the route fallback chain (§3.2)."""
+"""Candidate hygiene, selection order and the route fallback chain."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def why(c: Candidate, config: AgentConfig, *others: Candidate) -> str | None:
     return verdicts[0].rejection
 
 
-# ------------------------------------------------------------------ §3.3 rules, one per test
+# ------------------------------------------------------------------ hygiene rules, one per test
 CIDR_ALL = internal(include=(ip_network("0.0.0.0/0"), ip_network("::/0")))
 
 
@@ -145,7 +145,7 @@ def test_rule6_ipv4_secondary_is_rejected_unless_include_vips() -> None:
     assert why(secondary, replace(CIDR_ALL, include_vips=True)) is None
 
 
-# ------------------------------------------------------------------ §3.4 selection order
+# ------------------------------------------------------------------ selection order
 def _pick(config: AgentConfig, *cands: Candidate) -> str:
     result = choose_address(INTERNAL, 4, config, None, cands)
     assert isinstance(result, Found), result
@@ -189,7 +189,7 @@ def test_selection_is_independent_of_dump_order() -> None:
     assert _pick(config, *cands) == _pick(config, *reversed(cands)) == "192.0.2.20"
 
 
-# ------------------------------------------------------------------ §3.2 fallback chain
+# ------------------------------------------------------------------ route fallback chain
 TARGETED = internal(targets=(ip_address("192.0.2.1"),))
 
 

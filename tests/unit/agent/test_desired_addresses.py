@@ -1,4 +1,4 @@
-"""desired_addresses(): every rule of spec/agent.md §4.2-§4.4 and every example of §4.6."""
+"""desired_addresses(): classification, the rules, the ordering, and worked examples."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _run(
     return plan.addresses, plan.owned, [f.kind for f in plan.findings]
 
 
-# ------------------------------------------------------------------ §4.6 examples, one by one
+# ------------------------------------------------------------------ worked examples, one by one
 def test_example_1_empty_node_gets_internal_then_external() -> None:
     out, owned, _ = _run("", detections(int4=found("192.0.2.10"), ext4=found("203.0.113.10")))
     assert out == addrs("Int 192.0.2.10, Ext 203.0.113.10")
@@ -110,7 +110,7 @@ def test_example_8_foreign_external_stays_after_ours() -> None:
     assert owned == addrs("Int 192.0.2.10, Ext 203.0.113.10")
 
 
-# ------------------------------------------------------------------ §4.2 classification
+# ------------------------------------------------------------------ classification
 def test_adoption_only_covers_enabled_detectors_families() -> None:
     # Int4 enabled, Int6 not: the IPv6 InternalIP stays as foreign, the IPv4 one is replaced.
     out, owned, _ = _run("Int 192.0.2.99, Int 2001:db8::99", detections(int4=found("192.0.2.10")))
@@ -120,7 +120,7 @@ def test_adoption_only_covers_enabled_detectors_families() -> None:
 
 def test_once_annotation_exists_new_foreign_entries_are_not_adopted() -> None:
     out, owned, _ = _run("Int 192.0.2.99", detections(int4=found("192.0.2.10")), owned="")
-    assert out == addrs("Int 192.0.2.10, Int 192.0.2.99")  # ours before foreign (§4.4)
+    assert out == addrs("Int 192.0.2.10, Int 192.0.2.99")  # ours before foreign
     assert owned == addrs("Int 192.0.2.10")
 
 
@@ -153,7 +153,7 @@ def test_policy_ignore_treats_provided_ips_as_ordinary_entries_a22() -> None:
     assert findings == []
 
 
-# ------------------------------------------------------------------ §4.3 rules
+# ------------------------------------------------------------------ rules
 def test_rule1_non_ip_types_are_never_touched() -> None:
     current = "Hostname n1, InternalDNS n1.example., ExternalDNS n1.example.com., Weird x"
     out, _, _ = _run(current, detections(int4=found("192.0.2.10")))
@@ -269,7 +269,7 @@ def test_rule7_dedupe_disabled_writes_external_equal_to_internal_a04() -> None:
 
 
 def test_external_equal_to_a_provided_ip_is_left_to_the_kubelet_without_dedupe() -> None:
-    # Written as ours it would be classified "provided" on the next pass (§4.2) and the
+    # Written as ours it would be classified "provided" on the next pass and the
     # annotation would flip back and forth; the kubelet's entry satisfies the detector.
     out, owned, _ = _run(
         "Int 192.0.2.1",
@@ -292,7 +292,7 @@ def test_duplicate_pairs_in_current_collapse_to_the_first() -> None:
     assert out == addrs("Int 192.0.2.10, Hostname n1")
 
 
-# ------------------------------------------------------------------ §4.4 ordering
+# ------------------------------------------------------------------ ordering
 def test_ipv6_first_family_order_a05() -> None:
     detected = detections(
         int4=found("192.0.2.10"),

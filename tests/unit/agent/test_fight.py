@@ -1,4 +1,4 @@
-"""The address-fight state machine (§7.4), driven with explicit times (no clock)."""
+"""The address-fight state machine, driven with explicit times (no clock)."""
 
 from __future__ import annotations
 

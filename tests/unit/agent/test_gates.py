@@ -1,4 +1,4 @@
-"""Taint gates (§7.1), provided-node-ip policies (§7.3) and the condition's reason (§8.2)."""
+"""Taint gates, provided-node-ip policies and the condition's reason."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The instance-metadata fetcher (``local_ccm.kube.imds``) and the agent's adapter over it
-(spec/agent.md §5.5.3), against a loopback HTTP server standing in for Azure IMDS.
+"""The instance-metadata fetcher (``local_ccm.kube.imds``) and the agent's adapter over it, against
+a loopback HTTP server standing in for Azure IMDS.
 
 Nothing here contacts 169.254.169.254: every request goes to 127.0.0.1.
 """

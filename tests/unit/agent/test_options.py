@@ -1,5 +1,5 @@
-"""The agent's command line: flag defaults (spec/agent.md §2.2, §2.3) and every validation
-rule of §2.4, with all problems reported at once."""
+"""The agent's command line: flag defaults and every validation rule, with all problems
+reported at once."""
 
 from __future__ import annotations
 
@@ -261,7 +261,7 @@ def test_startup_fields_name_targets_cidrs_and_intervals() -> None:
     assert fields["metrics"] == "127.0.0.1:8092"
 
 
-# ------------------------------------------------------------------ §2.4 rules
+# ------------------------------------------------------------------ validation rules
 
 RULES = [
     # 1. targets
@@ -371,7 +371,7 @@ RULES = [
      "letters, digits and '-', starting and ending with a letter or digit (e.g. \"my-name\")"),
     ("--v=-1", "invalid flag --v: must be 0 or more, got -1"),
     ("detect --run-once", "invalid flag --run-once: detect mode writes nothing; drop --run-once"),
-    # §2.1 syntax, through the shared parser
+    # Go flag syntax, through the shared parser
     ("--remove-taint false", 'unexpected argument "false" (use --remove-taint=false)'),
     ("--bogus", "unknown flag --bogus"),
     ("--node-name=n1 extra", 'unexpected argument "extra"'),

@@ -1,4 +1,5 @@
-"""The JSON Patches of spec/agent.md §5.1-§5.5 and the write decision of §4.5."""
+"""The JSON Patches the agent sends (status, condition, taint, provider ID) and the decision
+whether to write at all."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def test_pointer_escapes_tilde_and_slash() -> None:
     assert pointer("metadata", "annotations", "a~b/c") == "/metadata/annotations/a~0b~1c"
 
 
-# ------------------------------------------------------------------ §5.2 status patch
+# ------------------------------------------------------------------ status patch
 def test_status_patch_tests_rv_first_then_replaces_the_whole_list_a01() -> None:
     n = node(annotations={"other": "x"})
     patch = plan_status_patch(
@@ -140,7 +141,7 @@ def test_plan_addresses_reads_the_node_and_round_trips_to_no_write() -> None:
     )
 
 
-# ------------------------------------------------------------------ §5.2 step 4: the condition
+# ------------------------------------------------------------------ the condition
 def test_condition_is_added_with_a_new_list_when_the_node_has_no_conditions() -> None:
     n = node("Int 192.0.2.10", owned="InternalIP=192.0.2.10")
     n["status"].pop("conditions", None)
@@ -226,7 +227,7 @@ def test_report_condition_false_removes_an_existing_condition_once() -> None:
     )
 
 
-# ------------------------------------------------------------------ §5.4 taint patch
+# ------------------------------------------------------------------ taint patch
 NOT_READY = {"key": names.NOT_READY_TAINT, "effect": "NoSchedule"}
 OTHER = {"key": "example.com/a", "effect": "NoSchedule"}
 
@@ -279,7 +280,7 @@ def test_provider_id_goes_in_the_same_patch_before_the_taint_with_an_rv_test_a23
     ]
 
 
-# ------------------------------------------------------------------ §5.5 provider ID
+# ------------------------------------------------------------------ provider ID
 INFO = {"systemUUID": "ABC-1", "machineID": "m-42"}
 
 

@@ -1,4 +1,4 @@
-"""Hypothesis properties of desired_addresses() (§4.5.2) and of candidate selection (§3.4)."""
+"""Hypothesis properties of desired_addresses() and of candidate selection."""
 
 from __future__ import annotations
 

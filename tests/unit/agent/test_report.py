@@ -1,4 +1,4 @@
-"""Detect mode output (spec/agent.md §2.5) and its exit code (§2.6)."""
+"""Detect mode output and its exit code."""
 
 from __future__ import annotations
 

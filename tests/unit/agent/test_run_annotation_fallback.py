@@ -1,4 +1,4 @@
-"""§5.2: when a status write does not store the ownership annotation, the agent logs one
+"""When a status write does not store the ownership annotation, the agent logs one
 ERROR and from then on writes the annotation in its own guarded patch of the main resource,
 before the status patch."""
 

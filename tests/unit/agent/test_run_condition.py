@@ -1,4 +1,4 @@
-"""The condition for Nodes without an InternalIP (spec/agent.md §7.1 gate 3, §8.2):
+"""The condition for Nodes without an InternalIP:
 ``False/NoInternalIP`` only while gate 3 holds the taint (or there is no IP at all); an
 ExternalIP-only Node that was initialised is ``True`` and gets a rate-limited warning."""
 

@@ -1,4 +1,4 @@
-"""The agent loop (spec/agent.md §6) with a FakeClock, a fake Node API and fake detection."""
+"""The agent loop with a FakeClock, a fake Node API and fake detection."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""--enable-azure-provider-id in the loop (spec/agent.md §5.5.3) with a scripted
+"""--enable-azure-provider-id in the loop with a scripted
 :class:`ProviderIdSource`: nothing here contacts instance metadata."""
 
 from __future__ import annotations

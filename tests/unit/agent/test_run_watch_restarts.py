@@ -1,5 +1,5 @@
-"""Why the Node watch was re-established (spec/agent.md §6.3, §8.3
-``local_ccm_watch_restarts_total{reason}``): a stream the server ends before the shortest
+"""Why the Node watch was re-established (``local_ccm_watch_restarts_total{reason}``): a stream the
+server ends before the shortest
 ``timeoutSeconds`` the agent asks for (300 s) is ``closed``; a later end is ``timeout``."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The loop's pure timing decisions (spec/agent.md §5.5.3, §6.2, §6.5.1, §7.1, §8.3)."""
+"""The loop's pure timing decisions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""values.schema.json describes every key of values.yaml (spec/deploy.md §2.1): a key without a
+"""values.schema.json describes every key of values.yaml: a key without a
 schema would pass `helm lint` with any type, and a typo'd key would never be rejected."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from local_ccm.ipam.plan import Allocation, Allocator
 
 
 def one_term(**labels: str) -> dict[str, Any]:
-    """`{a=1, b=2}` of ipam.md §18.1 rule 4: ONE term, one `In` expression per key."""
+    """`{a=1, b=2}` of the scenarios' notation: ONE term, one `In` expression per key."""
     return {"nodeSelectorTerms": [{"matchExpressions": [_in(k, v) for k, v in labels.items()]}]}
 
 

@@ -1,5 +1,4 @@
-"""BlockSet and ReservationSet: pool arithmetic (ipam.md §2.1-§2.2), lowest-free (§5.2), memory
-(§14 rule 4), reservation queries (§5.1)."""
+"""BlockSet and ReservationSet: pool arithmetic, lowest-free, memory, reservation queries."""
 
 from __future__ import annotations
 

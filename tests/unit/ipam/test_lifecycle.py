@@ -1,4 +1,4 @@
-"""ClusterCIDR readiness and finalizer decisions (ipam.md §1.4, §1.6, §2.3, §8)."""
+"""ClusterCIDR readiness and finalizer decisions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The start-up permission check of node-ipam-controller (spec/ipam.md §17) and its effect on
+"""The start-up permission check of node-ipam-controller and its effect on
 /readyz: an API server that does not answer is waited for, never a crash; a stop ends the wait;
 rejected credentials and missing permissions still end the process (exit 4)."""
 

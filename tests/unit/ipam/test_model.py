@@ -1,4 +1,4 @@
-"""Projection of ClusterCIDR and Node dicts (ipam.md §1.2, §2.1, §2.3, §5.5, §10, §11)."""
+"""Projection of ClusterCIDR and Node dicts."""
 
 from __future__ import annotations
 

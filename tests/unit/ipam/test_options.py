@@ -1,4 +1,4 @@
-"""node-ipam-controller's flags and environment (spec/ipam.md §12)."""
+"""node-ipam-controller's flags and environment."""
 
 from __future__ import annotations
 

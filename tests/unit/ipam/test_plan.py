@@ -1,5 +1,5 @@
-"""Pool choice, allocation, recovery and release (ipam.md §4-§8), as pure analogs of the
-acceptance scenarios of §18 (the full scenarios run against a real apiserver later)."""
+"""Pool choice, allocation, recovery and release, as pure analogs of the
+acceptance scenarios I01-I36 (the full scenarios run against a real apiserver later)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ DUAL = {"ipv4": "true", "ipv6": "true"}
 
 
 def fixture_u(**kw: object) -> Allocator:
-    """ipam.md §18.1 rule 3: default pool from flags, service range, `initial-cc`."""
+    """Default pool from flags, service range, `initial-cc`."""
     alloc = allocator(
         cc("initial-cc", "10.2.0.0/16", "fd00:20:96::/112", 8, one_term(bootstrap="true")),
         reserved=nets("10.94.0.0/24", "2001:db2::/120"),
@@ -87,7 +87,7 @@ def test_i09_i10_terminating_pool_is_skipped_but_keeps_its_cidrs() -> None:
     assert alloc.owned_count("a") == 0
 
 
-# ---------------------------------------------------------------- I11 tie-breaks (§4.2)
+# ---------------------------------------------------------------- I11 tie-breaks
 
 LABELS = {"ipv4": "true", "ipv6": "true", "match": "single"}
 ROW_A = [
@@ -168,7 +168,7 @@ def test_catch_alls_come_after_selector_pools_sorted_and_the_default_last() -> N
     ]
 
 
-# ---------------------------------------------------------------- fixed bugs (§18.3)
+# ---------------------------------------------------------------- fixed bugs
 
 
 def test_i12_or_terms_and_the_legacy_switch() -> None:

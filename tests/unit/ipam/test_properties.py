@@ -1,4 +1,4 @@
-"""Hypothesis properties of the allocator (ipam.md §5): across any sequence of allocate,
+"""Hypothesis properties of the allocator: across any sequence of allocate,
 commit, abort, release, foreign records and quarantine expiry, no block is handed out twice
 or over a reservation, the lowest free block is taken, and status counts are exact."""
 

@@ -1,5 +1,5 @@
-"""/readyz of the leader (spec/ipam.md §15.3) and the `nodes_with_foreign_cidrs` census
-(§10 rule 3): the pure rules, then the controller keeping both current."""
+"""/readyz of the leader and the `nodes_with_foreign_cidrs` census: the pure rules, then the
+controller keeping both current."""
 
 from __future__ import annotations
 

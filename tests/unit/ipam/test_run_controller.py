@@ -1,4 +1,4 @@
-"""The loop of node-ipam-controller against an in-memory `IpamApi` (spec/ipam.md §5-§10).
+"""The loop of node-ipam-controller against an in-memory `IpamApi`.
 
 The fake stands in for API semantics only as far as the loop relies on them (podCIDRs
 set-once, the uid `test`); the real semantics are proven in tests/integration/ipam.
@@ -25,7 +25,7 @@ from tests.unit.ipam.controller_fakes import (
     settle,
 )
 
-# ---------------------------------------------------------------- start-up (§6)
+# ---------------------------------------------------------------- start-up
 
 
 def test_finalizer_first_then_recovery_then_lowest_free_in_creation_order() -> None:
@@ -79,7 +79,7 @@ def test_overlapping_cidrs_at_start_up_are_conflicts_and_untouched() -> None:
     assert not api.node_patches
 
 
-# ---------------------------------------------------------------- write outcomes (§5.4)
+# ---------------------------------------------------------------- write outcomes
 
 
 def test_conflict_then_get_showing_our_cidrs_commits() -> None:
@@ -147,7 +147,7 @@ def test_three_failures_emit_cidr_assignment_failed() -> None:
     assert cidrs(api, "n") == ["10.99.0.0/24"]
 
 
-# ---------------------------------------------------------------- watch events (§7-§10)
+# ---------------------------------------------------------------- watch events
 
 
 def test_release_only_when_gone_then_waiting_node_served() -> None:

@@ -1,5 +1,5 @@
-"""NodeSelector semantics (ipam.md §3), legacy AND mode (§3.3), canonical string (§4.3),
-and the selector rules A7-A9 applied to stored objects (§2.3)."""
+"""NodeSelector semantics, legacy AND mode, canonical string,
+and the selector rules A7-A9 applied to stored objects."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Builders, a `FakeProber` and a pure pipeline simulator for the lifecycle unit tests.
 
-`Sim` plays the loop's part (spec/lifecycle.md §6.1) around the pure core: assess, plan, feed
+`Sim` plays the loop's part around the pure core: assess, plan, feed
 probe verdicts back, re-check and "delete". Time is two plain numbers it advances by hand, so
 nothing sleeps.
 """
@@ -60,7 +60,8 @@ def raw_node(
     deleting: datetime | None = None,
     resource_version: str = "1",
 ) -> dict[str, Any]:
-    """A Node as the API returns it; by default the §12.1.5 "eligible" Node."""
+    """A Node as the API returns it; by default an "eligible" Node (Ready=Unknown for 60 s,
+    with the autoscaler's deletion taint)."""
     meta: dict[str, Any] = {
         "name": name,
         "uid": uid or f"uid-{name}",

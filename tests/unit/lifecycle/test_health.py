@@ -1,4 +1,4 @@
-"""Scope (§3.1-§3.3), population (§3.4), episodes and NotReady age (§4), re-check (§6.5)."""
+"""Scope, population, episodes and NotReady age, re-check."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def status(scope: Scope, **kwargs: Any) -> str:
     return classify(node("n", **kwargs), scope, None, NOW, TIMEOUT).status
 
 
-# ------------------------------------------------------------------ §3.1 / §3.2
+# ------------------------------------------------------------------ scope and exclusions
 @pytest.mark.parametrize(
     ("scope", "kwargs", "expected"),
     [
@@ -61,7 +61,7 @@ def test_control_plane_label_value_does_not_matter() -> None:
     )
 
 
-# ------------------------------------------------------------------ §3.3 protection
+# ------------------------------------------------------------------ protection
 def test_parse_protected_trims_drops_empty_and_splits_on_first_equals() -> None:
     assert parse_protected(" a , ,team=db, x/y=a=b ,k=") == (
         Protection("a"), Protection("team", "db"), Protection("x/y", "a=b"), Protection("k", ""),
@@ -108,7 +108,7 @@ def test_protection_does_not_change_the_notready_age() -> None:
     assert (released.status, released.age) == ("eligible", 600.0)
 
 
-# ------------------------------------------------------------------ §3.4 population
+# ------------------------------------------------------------------ population
 def test_population_ignores_the_taint_filter_but_not_the_selector_or_control_plane() -> None:
     assert in_population(node("w", taints=()), Scope())
     assert not in_population(node("w", labels=CONTROL_PLANE), Scope())
@@ -149,7 +149,7 @@ def test_l24_eligible_nodes_are_walked_oldest_first_ties_by_name() -> None:
     assert [h.node.name for h in eligible] == ["b", "a", "c"]
 
 
-# ------------------------------------------------------------------ §4 timing
+# ------------------------------------------------------------------ timing
 def test_l02_age_comes_from_last_transition_time() -> None:
     health = classify(node("n", since=NOW - timedelta(seconds=2)), Scope(), None, NOW, TIMEOUT)
     assert (health.status, health.t0, health.age) == ("waiting", NOW - timedelta(seconds=2), 2.0)
@@ -171,7 +171,7 @@ def test_a_future_timestamp_counts_as_now() -> None:
 
 
 def test_first_sighting_is_earlier_than_a_moved_transition_time() -> None:
-    # False -> Unknown moves lastTransitionTime although the Node never became Ready (§4.2c)
+    # False -> Unknown moves lastTransitionTime although the Node never became Ready
     episode = Episode("uid-n", "n", NOW - timedelta(seconds=30))
     view = node("n", since=NOW - timedelta(seconds=5))
     assert not_ready_since(view, episode, NOW) == NOW - timedelta(seconds=30)
@@ -219,7 +219,7 @@ def test_deleted_node_ends_its_episode() -> None:
     assert track_episodes(start.episodes, [], NOW).ended == ("uid-n",)
 
 
-# ------------------------------------------------------------------ §6.5 re-check
+# ------------------------------------------------------------------ re-check
 def _recheck(fresh: Any, **kwargs: Any) -> str | None:
     options: dict[str, Any] = {"episode": None, "now": NOW, "timeout": TIMEOUT,
                                "breaker_open": False} | kwargs  # fmt: skip

@@ -1,4 +1,4 @@
-"""The Node projection (§8.2), probe addresses (§5.1), probe kinds (§5.6) and verdicts (§5.3)."""
+"""The Node projection, probe addresses, probe kinds and verdicts."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def test_parse_time(text: str | None, expected: datetime | None) -> None:
     assert parse_time(text) == expected
 
 
-# ------------------------------------------------------------------ §5.1 addresses
+# ------------------------------------------------------------------ probe addresses
 @pytest.mark.parametrize(
     ("listed", "all_addresses", "families", "expected"),
     [
@@ -107,7 +107,7 @@ def test_probe_addresses(
     assert got == addresses(*expected)
 
 
-# ------------------------------------------------------------------ §5.6 kinds
+# ------------------------------------------------------------------ probe kinds
 def test_l29_ping_count_zero_without_probe_flag_is_unprobed_mode() -> None:
     assert resolve_kinds(None, ping_count=0) == ()
 
@@ -124,7 +124,7 @@ def test_ping_count_zero_with_tcp_means_tcp_only() -> None:
     assert resolve_kinds((ICMP, tcp(10250)), ping_count=0) == (tcp(10250),)
 
 
-# ------------------------------------------------------------------ §5.3 verdict
+# ------------------------------------------------------------------ verdict
 def _outcomes(*kinds: OutcomeKind) -> list[ProbeOutcome]:
     return [ProbeOutcome(addresses("127.0.0.1")[0], ICMP, k) for k in kinds]
 

@@ -1,5 +1,5 @@
-"""node-lifecycle-controller's command line (spec/lifecycle.md §2): defaults of §2.2/§2.3 and
-every validation rule of §2.4, all problems reported at once."""
+"""node-lifecycle-controller's command line: flag defaults and every validation rule, all
+problems reported at once."""
 
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ def test_lease_durations_follow_client_go() -> None:
 def test_probe_kinds() -> None:
     assert ok("--probe=tcp:10250,icmp").settings.kinds == (tcp(10250), ICMP)
     assert ok("--probe=none").unprobed
-    assert ok("--ping-count=0").unprobed  # §5.6: no --probe means unprobed mode
+    assert ok("--ping-count=0").unprobed  # no --probe means unprobed mode
     assert ok("--ping-count=0", "--probe=tcp:10250").settings.kinds == (tcp(10250),)
     assert any("none" in p for p in problems("--probe=none,icmp"))
     assert any("ping-count=0" in p for p in problems("--probe=icmp", "--ping-count=0"))

@@ -1,4 +1,4 @@
-"""The optional out-of-service taint (§6.6): decisions and JSON Patches."""
+"""The optional out-of-service taint: decisions and JSON Patches."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The deletion pipeline (§6) driven through `Sim`, the loop's part played synchronously."""
+"""The deletion pipeline driven through `Sim`, the loop's part played synchronously."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def sim(*nodes_: NodeView, settings: PipelineSettings = FAST, **kwargs: Any) -> 
     return Sim(list(nodes_), settings, **kwargs)
 
 
-# ------------------------------------------------------------------ §6.2 breaker arithmetic
+# ------------------------------------------------------------------ breaker arithmetic
 @pytest.mark.parametrize(
     ("limit", "population", "threshold"),
     [("40%", 10, 4), ("40%", 1, 1), ("40%", 0, 1), ("0%", 10, 0), ("3", 10, 3),
@@ -57,7 +57,7 @@ def test_breaker_opens_only_above_the_threshold() -> None:
     assert breaker(limit, 10, 5).open
 
 
-# ------------------------------------------------------------------ §5.4 scheduling
+# ------------------------------------------------------------------ probe scheduling
 def test_probe_scheduling_at_most_once_per_interval_never_twice_at_once() -> None:
     assert may_start_probe(None, 0.0, 1.0)
     running = ProbeRecord(started=0.0)

@@ -1,4 +1,4 @@
-"""Hypothesis: the circuit breaker (§6.2) never lets a shared fault delete more than T Nodes."""
+"""Hypothesis: the circuit breaker never lets a shared fault delete more than T Nodes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The process around the loop (local_ccm.lifecycle.process.run_controller, spec/lifecycle.md §7):
+"""The process around the loop (local_ccm.lifecycle.process.run_controller):
 graceful stop releases the Lease and exits 0; a lost lease exits 3; only the leader acts."""
 
 from __future__ import annotations

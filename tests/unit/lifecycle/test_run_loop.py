@@ -161,7 +161,7 @@ def test_unreachable_eligible_node_is_deleted_once_with_events() -> None:
     assert "DeletingNode" in h.api.reasons("w1")
     assert h.value("deletions_total", result="deleted") == 1
     assert h.value("probes_total", kind="icmp", family="ipv4", outcome="no_reply") >= 1
-    assert h.api.lists == 1  # no periodic LIST (§8)
+    assert h.api.lists == 1  # no periodic LIST
 
 
 def test_reachable_node_is_kept_and_announced_once() -> None:

@@ -1,4 +1,4 @@
-"""Pure builders of the harness: command lines, Node and kwok bodies, PKI (TESTING.md §3, §5)."""
+"""Pure builders of the harness: command lines, Node and kwok bodies, PKI."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The pure build decisions of the control-plane harness (TESTING.md §2)."""
+"""The pure build decisions of the control-plane harness."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Names, labels and tiers of the test harness (TESTING.md §3.10, §7.1)."""
+"""Names, labels and tiers of the test harness."""
 
 from __future__ import annotations
 
