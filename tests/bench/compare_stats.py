@@ -1,0 +1,289 @@
+"""What `make bench-compare` reports, decided from its rounds: pure, no I/O.
+
+A compare result holds, for every metric, one value per round for ours and one for the Go
+original. From those this module computes the medians, the ratio ours/Go, the spread (min–max
+over rounds) and whether the goal is met, and renders the Markdown tables that
+docs/benchmarks.md carries between marker comments, so every number on that page comes from
+the committed result file.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Result = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Goal:
+    """`ratio`: median ours / median Go ≤ limit; `ours`: median ours ≤ limit (absolute)."""
+
+    kind: Literal["ratio", "ours"]
+    limit: float
+
+    @property
+    def text(self) -> str:
+        return f"≤ {self.limit:g}× Go" if self.kind == "ratio" else f"≤ {self.limit:g}"
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str
+    component: Literal["agent", "ipam", "lifecycle"]
+    label: str
+    unit: str
+    goal: Goal | None = None
+
+
+METRICS = (
+    Metric("agent_rss_mib", "agent", "agent steady RSS (metrics on)", "MiB", Goal("ratio", 0.9)),
+    Metric("agent_api_requests_per_node_hour", "agent", "agent API requests per node-hour",
+           "requests/h", Goal("ours", 2)),
+    Metric("agent_start_to_untaint_s", "agent", "agent start → taint removed (median)", "s",
+           Goal("ratio", 1.0)),
+    Metric("agent_start_to_addresses_s", "agent", "agent start → addresses written", "s"),
+    Metric("agent_idle_cpu_s_per_node_hour", "agent", "agent idle CPU per node-hour",
+           "CPU-s/h", Goal("ratio", 1.0)),
+    Metric("agent_startup_requests", "agent", "agent start-up API requests (audit log)",
+           "requests", Goal("ours", 5)),
+    Metric("agent_address_change_s", "agent", "address change → status", "s"),
+    Metric("ipam_cpu_per_1000_same_qps_s", "ipam", "IPAM CPU per 1 000 Nodes, both at 5 QPS",
+           "CPU-s", Goal("ratio", 1.0)),
+    Metric("ipam_cpu_per_1000_default_s", "ipam",
+           "IPAM CPU per 1 000 Nodes, defaults (ours 50 QPS, Go 5)", "CPU-s"),
+    Metric("ipam_all_allocated_same_qps_s", "ipam", "IPAM last Node created → all allocated, 5 QPS",
+           "s"),
+    Metric("ipam_startup_cpu_s", "ipam", "IPAM start-up CPU (spawn → ready)", "CPU-s",
+           Goal("ratio", 2.0)),
+    Metric("ipam_rss_ready_mib", "ipam", "IPAM RSS when ready", "MiB"),
+    Metric("ipam_rss_peak_mib", "ipam", "IPAM RSS peak (after allocating)", "MiB"),
+    Metric("lifecycle_rss_mib", "lifecycle", "lifecycle RSS at N Nodes", "MiB"),
+    Metric("lifecycle_rss_empty_mib", "lifecycle", "lifecycle RSS, selector matching no Node",
+           "MiB"),
+    Metric("lifecycle_cpu_s_per_hour", "lifecycle", "lifecycle CPU per hour at N Nodes",
+           "CPU-s/h"),
+    Metric("lifecycle_api_requests_per_hour", "lifecycle", "lifecycle API requests per hour",
+           "requests/h"),
+    Metric("lifecycle_api_bytes_per_hour", "lifecycle", "lifecycle API response bytes per hour",
+           "MB/h"),
+    Metric("lifecycle_timeout_to_deleted_s", "lifecycle", "lifecycle timeout → Node deleted", "s"),
+)  # fmt: skip
+BY_KEY = {m.key: m for m in METRICS}
+IMPLEMENTATIONS = ("ours", "go")
+
+
+@dataclass(frozen=True)
+class Summary:
+    metric: Metric
+    ours: tuple[float, ...]
+    go: tuple[float, ...]
+
+    @property
+    def ours_median(self) -> float | None:
+        return statistics.median(self.ours) if self.ours else None
+
+    @property
+    def go_median(self) -> float | None:
+        return statistics.median(self.go) if self.go else None
+
+    @property
+    def ratio(self) -> float | None:
+        return ratio(self.ours_median, self.go_median)
+
+    @property
+    def verdict(self) -> str:
+        return verdict(self.metric.goal, self.ours_median, self.ratio)
+
+
+# ------------------------------------------------------------------ arithmetic
+def ratio(ours: float | None, go: float | None) -> float | None:
+    """ours / Go; None when either is missing or Go's is 0 (no ratio to speak of)."""
+    if ours is None or go is None or go == 0:
+        return None
+    return ours / go
+
+
+def spread(values: Sequence[float]) -> tuple[float, float] | None:
+    """(min, max) over the rounds."""
+    return (min(values), max(values)) if values else None
+
+
+def verdict(goal: Goal | None, ours: float | None, ratio_: float | None) -> str:
+    """ "met" / "missed" against the goal; "–" without a goal; "n/a" without the number."""
+    if goal is None:
+        return "–"
+    value = ratio_ if goal.kind == "ratio" else ours
+    if value is None:
+        return "n/a"
+    return "met" if value <= goal.limit else "missed"
+
+
+def summarize(rounds: Mapping[str, Mapping[str, Sequence[float | None]]]) -> list[Summary]:
+    """{metric key: {"ours": [per round], "go": [per round]}} → one Summary per known metric,
+    in table order; None values (a round that could not measure) are dropped."""
+    out = []
+    for metric in METRICS:
+        values = rounds.get(metric.key, {})
+        ours = tuple(float(v) for v in values.get("ours", ()) if v is not None)
+        go = tuple(float(v) for v in values.get("go", ()) if v is not None)
+        if ours or go:
+            out.append(Summary(metric, ours, go))
+    return out
+
+
+# ------------------------------------------------------------------ text
+def number(value: float | None) -> str:
+    """Three significant digits, no exponent for the magnitudes of this page."""
+    if value is None:
+        return "–"
+    if value == 0:
+        return "0"
+    digits = max(0, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:,.{digits}f}".replace(",", " ")
+
+
+def span(values: Sequence[float]) -> str:
+    found = spread(values)
+    if found is None:
+        return "–"
+    low, high = found
+    return number(low) if low == high else f"{number(low)}–{number(high)}"
+
+
+def ratio_text(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}×"
+
+
+def comparison_table(summaries: Sequence[Summary]) -> str:
+    lines = [
+        "| metric | unit | ours (median) | Go (median) | ours/Go | ours min–max | "
+        "Go min–max | goal | goal met? |",
+        "|---|---|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for s in summaries:
+        goal = s.metric.goal.text if s.metric.goal else "–"
+        lines.append(
+            f"| {s.metric.label} | {s.metric.unit} | {number(s.ours_median)} | "
+            f"{number(s.go_median)} | {ratio_text(s.ratio)} | {span(s.ours)} | {span(s.go)} | "
+            f"{goal} | {_verdict_text(s)} |"
+        )
+    return "\n".join(lines)
+
+
+def _verdict_text(s: Summary) -> str:
+    v = s.verdict
+    if v in ("met", "missed") and s.metric.goal and s.metric.goal.kind == "ratio":
+        return f"**{v}** ({ratio_text(s.ratio)})"
+    if v in ("met", "missed"):
+        return f"**{v}** ({number(s.ours_median)})"
+    return v
+
+
+# ------------------------------------------------------------------ sizing
+SIZES = (100, 1000, 5000)
+MEMORY_HEADROOM = 1.25  # a request 25 % above the measured peak
+MEMORY_STEP_MIB = 8
+
+
+def memory_request(rss_mib: float) -> int:
+    """A memory request with headroom, rounded up to whole 8 MiB."""
+    return int(math.ceil(rss_mib * MEMORY_HEADROOM / MEMORY_STEP_MIB) * MEMORY_STEP_MIB)
+
+
+def linear(at_zero: float, at_n: float, n: int, size: int) -> float:
+    """The straight line through (0, at_zero) and (n, at_n), read at `size`."""
+    return at_zero + (at_n - at_zero) * size / n
+
+
+def millicores(cpu_s_per_hour: float) -> float:
+    return cpu_s_per_hour * 1000 / 3600
+
+
+@dataclass(frozen=True)
+class SizingRow:
+    component: str
+    basis: str
+    memory_mib: tuple[int, ...]  # one per SIZES
+    cpu: tuple[str, ...]  # one per SIZES
+
+
+def sizing(summaries: Sequence[Summary], settings: Mapping[str, Any]) -> list[SizingRow]:
+    """Memory requests and CPU per component at SIZES Nodes, from our medians (the maxima for
+    memory): the agent is one Pod per Node, so its row does not change with the cluster; the
+    controllers are read off a straight line through the two measured points."""
+    ours = {s.metric.key: s for s in summaries}
+    rows = []
+    if (rss := ours.get("agent_rss_mib")) and (cpu := ours.get("agent_idle_cpu_s_per_node_hour")):
+        per_pod = memory_request(max(rss.ours))
+        mc = f"{millicores(max(cpu.ours)):.2f} m idle"
+        rows.append(SizingRow("local-ccm agent (per Node)", "steady RSS, idle CPU",
+                              (per_pod,) * len(SIZES), (mc,) * len(SIZES)))  # fmt: skip
+    rows += _lifecycle_rows(ours, int(settings.get("lifecycle_nodes", 0)))
+    rows += _ipam_rows(ours, int(settings.get("ipam_nodes", 0)))
+    return rows
+
+
+def _lifecycle_rows(ours: Mapping[str, Summary], n: int) -> list[SizingRow]:
+    rss, empty = ours.get("lifecycle_rss_mib"), ours.get("lifecycle_rss_empty_mib")
+    cpu = ours.get("lifecycle_cpu_s_per_hour")
+    if not (rss and empty and cpu and n and rss.ours and empty.ours and cpu.ours):
+        return []
+    memory = tuple(memory_request(linear(max(empty.ours), max(rss.ours), n, k)) for k in SIZES)
+    per_node = max(cpu.ours) / n
+    cores = tuple(f"{millicores(per_node * k):.1f} m" for k in SIZES)
+    basis = f"RSS at 0 and {n} Nodes, CPU-s/h at {n} (linear)"
+    return [SizingRow("node-lifecycle-controller", basis, memory, cores)]
+
+
+def _ipam_rows(ours: Mapping[str, Summary], n: int) -> list[SizingRow]:
+    ready, peak = ours.get("ipam_rss_ready_mib"), ours.get("ipam_rss_peak_mib")
+    cpu = ours.get("ipam_cpu_per_1000_default_s")
+    if not (ready and peak and cpu and n and ready.ours and peak.ours and cpu.ours):
+        return []
+    memory = tuple(memory_request(linear(max(ready.ours), max(peak.ours), n, k)) for k in SIZES)
+    burst = tuple(f"{max(cpu.ours) * k / 1000:.1f} CPU-s to allocate" for k in SIZES)
+    basis = f"RSS ready and after {n} Nodes, CPU per 1 000 Nodes (linear)"
+    return [SizingRow("node-ipam-controller", basis, memory, burst)]
+
+
+def sizing_table(rows: Sequence[SizingRow]) -> str:
+    head = " | ".join(f"{k:,} Nodes".replace(",", " ") for k in SIZES)
+    lines = [f"| component | derived from | memory request (MiB) at {head} | CPU at {head} |",
+             "|---|---|---|---|"]  # fmt: skip
+    for row in rows:
+        memory = " / ".join(str(m) for m in row.memory_mib)
+        lines.append(f"| {row.component} | {row.basis} | {memory} | {' / '.join(row.cpu)} |")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ the page
+def marker(name: str, end: bool = False) -> str:
+    return f"<!-- bench-compare:{name}:{'end' if end else 'begin'} -->"
+
+
+def replace_between(page: str, name: str, body: str) -> str:
+    """`page` with the text between the `name` markers replaced by `body`; ValueError when the
+    markers are missing or out of order."""
+    begin, end = marker(name), marker(name, end=True)
+    start, stop = page.find(begin), page.find(end)
+    if start < 0 or stop < start:
+        raise ValueError(f"docs page has no {begin} ... {end} pair")
+    return page[: start + len(begin)] + "\n" + body.rstrip("\n") + "\n" + page[stop:]
+
+
+def run_facts(result: Result) -> str:
+    """One paragraph: when, where, how loaded the machine was, the settings."""
+    m, s = result["machine"], result["settings"]
+    loads = result.get("loadavg_samples") or []
+    ones = [x[0] for x in loads] or [m["loadavg_start"][0]]
+    return (
+        f"Run {m['when']} (git {m['git']}), {m['nproc']} CPUs, kernel {m['kernel']}, Python "
+        f"{m['python']}, {m['go']}; kube-apiserver {m['kube_apiserver']}. Load average (1 min) "
+        f"during the run: {min(ones):.2f}–{max(ones):.2f} (shared machine). Settings: "
+        + ", ".join(f"{k}={v}" for k, v in sorted(s.items()))
+        + f"; wall time {result.get('wall_s', '?')} s."
+    )

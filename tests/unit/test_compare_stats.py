@@ -1,0 +1,86 @@
+"""The pure parts of `make bench-compare`: ratios, spreads, goals, the generated tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.bench import compare_stats as c
+
+
+def test_ratio_is_ours_over_go_and_absent_without_a_go_number() -> None:
+    assert c.ratio(2.0, 4.0) == 0.5
+    assert c.ratio(1.0, 0.0) is None
+    assert c.ratio(None, 1.0) is None
+
+
+def test_spread_is_min_and_max_over_rounds() -> None:
+    assert c.spread([3.0, 1.0, 2.0]) == (1.0, 3.0)
+    assert c.spread([]) is None
+
+
+@pytest.mark.parametrize(
+    ("goal", "ours", "ratio", "want"),
+    [
+        (c.Goal("ratio", 1.0), 5.0, 1.0, "met"),
+        (c.Goal("ratio", 1.0), 5.0, 1.01, "missed"),
+        (c.Goal("ours", 5), 5.0, 9.0, "met"),
+        (c.Goal("ours", 2), 3.0, 0.1, "missed"),
+        (c.Goal("ratio", 1.0), 5.0, None, "n/a"),
+        (None, 5.0, 1.0, "–"),
+    ],
+)
+def test_verdict(goal: c.Goal | None, ours: float, ratio: float | None, want: str) -> None:
+    assert c.verdict(goal, ours, ratio) == want
+
+
+def test_summaries_take_medians_drop_missing_rounds_and_keep_table_order() -> None:
+    rounds: dict[str, dict[str, list[float | None]]] = {
+        "agent_startup_requests": {"ours": [7.0, 5.0, None], "go": [4.0, 4.0, 4.0]},
+        "agent_rss_mib": {"ours": [30.0, 34.0, 32.0], "go": [20.0, 20.0, 21.0]},
+        "unknown": {"ours": [1.0]},
+    }
+    rss, startup = c.summarize(rounds)
+    assert rss.metric.key == "agent_rss_mib"
+    assert startup.metric.key == "agent_startup_requests"
+    assert (rss.ours_median, rss.go_median) == (32.0, 20.0)
+    assert rss.ratio == pytest.approx(1.6)
+    assert rss.verdict == "missed"
+    assert startup.ours == (7.0, 5.0)
+    assert startup.verdict == "missed"
+
+
+def test_the_table_has_a_row_per_metric_with_ratio_spread_and_verdict() -> None:
+    (row,) = c.summarize({"agent_start_to_untaint_s": {"ours": [0.5, 0.7], "go": [1.0, 1.2]}})
+    table = c.comparison_table([row]).splitlines()
+    assert len(table) == 3
+    assert (
+        "| 0.600 | 1.10 | 0.55× | 0.500–0.700 | 1.00–1.20 | ≤ 1× Go | **met** (0.55×) |"
+        in (table[2])
+    )
+
+
+def test_numbers_keep_three_significant_digits() -> None:
+    assert [c.number(x) for x in (0.01234, 1.5, 123.4, 12345.6, 0, None)] == [
+        "0.0123", "1.50", "123", "12 346", "0", "–",
+    ]  # fmt: skip
+
+
+def test_replace_between_markers_keeps_the_rest_of_the_page() -> None:
+    page = f"head\n{c.marker('t')}\nold\n{c.marker('t', end=True)}\ntail\n"
+    assert c.replace_between(page, "t", "new") == (
+        f"head\n{c.marker('t')}\nnew\n{c.marker('t', end=True)}\ntail\n"
+    )
+    with pytest.raises(ValueError, match="no <!-- bench-compare:x:begin"):
+        c.replace_between(page, "x", "new")
+
+
+def test_sizing_is_a_line_through_the_two_measured_points_with_headroom() -> None:
+    assert c.linear(40.0, 60.0, 200, 1000) == 140.0
+    assert c.memory_request(30.0) == 40  # 37.5 rounded up to 8 MiB steps
+    summaries = c.summarize({
+        "lifecycle_rss_mib": {"ours": [60.0]}, "lifecycle_rss_empty_mib": {"ours": [40.0]},
+        "lifecycle_cpu_s_per_hour": {"ours": [36.0]},
+    })  # fmt: skip
+    (row,) = c.sizing(summaries, {"lifecycle_nodes": 200})
+    assert row.memory_mib == (64, 176, 680)
+    assert row.cpu == ("5.0 m", "50.0 m", "250.0 m")
