@@ -275,15 +275,110 @@ def replace_between(page: str, name: str, body: str) -> str:
     return page[: start + len(begin)] + "\n" + body.rstrip("\n") + "\n" + page[stop:]
 
 
-def run_facts(result: Result) -> str:
-    """One paragraph: when, where, how loaded the machine was, the settings."""
-    m, s = result["machine"], result["settings"]
+COMPONENTS = ("agent", "ipam", "lifecycle")
+
+
+def run_facts(component: str, result: Result) -> str:
+    """One list item: when, where, how loaded the machine was, what the Go side was."""
+    m = result["machine"]
     loads = result.get("loadavg_samples") or []
     ones = [x[0] for x in loads] or [m["loadavg_start"][0]]
+    go = (result.get("originals") or {}).get("go") or {}
     return (
-        f"Run {m['when']} (git {m['git']}), {m['nproc']} CPUs, kernel {m['kernel']}, Python "
-        f"{m['python']}, {m['go']}; kube-apiserver {m['kube_apiserver']}. Load average (1 min) "
-        f"during the run: {min(ones):.2f}–{max(ones):.2f} (shared machine). Settings: "
-        + ", ".join(f"{k}={v}" for k, v in sorted(s.items()))
-        + f"; wall time {result.get('wall_s', '?')} s."
+        f"- **{component}**: `compare-{component}` run of {m['when']} (git {m['git']}), wall "
+        f"{result.get('wall_s', '?')} s; load average (1 min) {min(ones):.2f}–{max(ones):.2f} "
+        f"over {len(ones)} samples; Go side {go.get('project', '?')} {go.get('version', '?')} "
+        f"(cache key {go.get('key', '?')})."
     )
+
+
+def machine_text(results: Mapping[str, Result]) -> str:
+    first = results[next(iter(results))]
+    m, s = first["machine"], first["settings"]
+    settings = ", ".join(f"`{ENV_NAMES[k]}={v:g}`" for k, v in s.items() if k in ENV_NAMES)
+    lines = [
+        f"{m['nproc']} CPUs, kernel {m['kernel']}, Python {m['python']}, {m['go']}, "
+        f"kube-apiserver {m['kube_apiserver']}, etcd {m['pins']['etcd']}, kwok "
+        f"{m['pins']['kwok']}. Settings: {settings}.",
+        "",
+    ]
+    lines += [run_facts(c, results[c]) for c in COMPONENTS if c in results]
+    return "\n".join(lines)
+
+
+def merged_rounds(results: Mapping[str, Result]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for component in COMPONENTS:
+        if component in results:
+            out.update(results[component]["rounds"])
+    return out
+
+
+def render_page(page: str, results: Mapping[str, Result]) -> str:
+    """docs/benchmarks.md with its generated parts replaced: the comparison table, the sizing
+    table and the run facts, all from `results` ({component: compare result})."""
+    summaries = summarize(merged_rounds(results))
+    settings = {}
+    for result in results.values():
+        settings.update(result["settings"])
+    page = replace_between(page, "table", comparison_table(summaries))
+    page = replace_between(page, "sizing", sizing_table(sizing(summaries, settings)))
+    return replace_between(page, "run", machine_text(results))
+
+
+# ------------------------------------------------------------------ scale settings
+@dataclass(frozen=True)
+class Settings:
+    """The scale of one `make bench-compare` (make variables, passed as the environment).
+
+    The defaults are for development (about 15 min on 2 cores); docs/benchmarks.md gives the
+    full-size values. `hour` makes the agent's idle window a real hour (BENCH_HOUR=1)."""
+
+    rounds: int = 3
+    agent_idle_s: float = 20.0
+    agent_changes: int = 2
+    ipam_nodes: int = 100
+    lifecycle_nodes: int = 200
+    lifecycle_window_s: float = 30.0
+    lifecycle_timeout_s: float = 10.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+ENV_NAMES = {
+    "rounds": "BENCH_ROUNDS",
+    "agent_idle_s": "BENCH_AGENT_IDLE",
+    "agent_changes": "BENCH_AGENT_CHANGES",
+    "ipam_nodes": "BENCH_IPAM_NODES",
+    "lifecycle_nodes": "BENCH_LIFECYCLE_NODES",
+    "lifecycle_window_s": "BENCH_LIFECYCLE_WINDOW",
+    "lifecycle_timeout_s": "BENCH_LIFECYCLE_TIMEOUT",
+}
+
+
+def settings_from_env(env: Mapping[str, str]) -> Settings:
+    """Settings from BENCH_* variables (empty means the default); every problem at once."""
+    values: dict[str, Any] = {}
+    problems = []
+    defaults = Settings()
+    for field, var in ENV_NAMES.items():
+        raw = env.get(var, "").strip()
+        if not raw:
+            continue
+        kind = type(getattr(defaults, field))
+        try:
+            value = kind(raw)
+        except ValueError:
+            problems.append(f"{var}={raw!r} is not a number")
+            continue
+        if value <= 0:
+            problems.append(f"{var}={raw!r} must be positive")
+        values[field] = value
+    if env.get("BENCH_HOUR", "").strip() not in ("", "0"):
+        values["agent_idle_s"] = 3600.0
+    if values.get("agent_changes", 2) % 2:
+        problems.append("BENCH_AGENT_CHANGES must be even (each run ends on its first address)")
+    if problems:
+        raise ValueError("; ".join(problems))
+    return Settings(**values)

@@ -84,3 +84,11 @@ def test_sizing_is_a_line_through_the_two_measured_points_with_headroom() -> Non
     (row,) = c.sizing(summaries, {"lifecycle_nodes": 200})
     assert row.memory_mib == (64, 176, 680)
     assert row.cpu == ("5.0 m", "50.0 m", "250.0 m")
+
+
+def test_settings_come_from_bench_variables_and_the_hour_switch() -> None:
+    assert c.settings_from_env({}) == c.Settings()
+    got = c.settings_from_env({"BENCH_ROUNDS": "5", "BENCH_IPAM_NODES": "1000", "BENCH_HOUR": "1"})
+    assert (got.rounds, got.ipam_nodes, got.agent_idle_s) == (5, 1000, 3600.0)
+    with pytest.raises(ValueError, match=r"BENCH_ROUNDS='x'.*BENCH_AGENT_CHANGES must be even"):
+        c.settings_from_env({"BENCH_ROUNDS": "x", "BENCH_AGENT_CHANGES": "3"})

@@ -1,0 +1,138 @@
+"""One IPAM run of `make bench-compare`: ours or the Go node-ipam-controller (aa9996c).
+
+A run gets a ClusterCIDR of its own (dual-stack, 8 host bits) selecting a label only its
+Nodes carry, starts the controller with leader election off and its probes on loopback,
+waits for ``/readyz`` and ``READY_SETTLE`` s more (the Go server answers ``/readyz`` before
+its informers have synced; the settle covers both), then creates the run's Nodes from four
+threads and polls a paged LIST once a second until every one holds podCIDRs. Read from
+/proc/<pid>: CPU seconds at ready (start-up) and over the allocation, VmRSS at ready, VmHWM
+at the end. The Go controller's client is fixed at client-go's defaults (5 QPS, burst 10);
+ours runs once at the same limits and once at its defaults. The Go controller authenticates
+with a ``system:masters`` certificate (its own chart's ClusterRole is not ours), ours with
+the chart's RBAC and a ServiceAccount token.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from local_ccm.kube import resources as r
+from local_ccm.kube.client import Client
+from tests.integration.ipam import harness
+from tests.integration.ipam.objects import cluster_cidr
+from tests.support.cleanup import Tracker
+from tests.support.controlplane import ControlPlane
+from tests.support.ipam_bench import BITS, POOL_V4, POOL_V6, create_all, list_pod_cidrs, plain_node
+from tests.support.processes import Child, cpu_seconds, free_port, memory_kib, spawn
+from tests.support.waiting import eventually
+
+READY_SETTLE = 3.0
+SAME_QPS = ("--kube-api-qps=5", "--kube-api-burst=10")  # client-go's defaults, as the Go one
+CREATORS = 4
+GO_CLIENT = "client-go defaults, no flag: 5 QPS, burst 10"
+POLL = 1.0
+
+
+@dataclass(frozen=True)
+class IpamBench:
+    plane: ControlPlane
+    kube: Client
+    track: Tracker
+    namespace: str
+    go_binary: Path
+    logs: Path
+
+
+def _spawn(bench: IpamBench, impl: str, port: int, qps: Sequence[str], log: Path) -> Child:
+    if impl == "go":
+        kubeconfig = bench.plane.user_kubeconfig(f"go-ipam-{secrets.token_hex(2)}",
+                                                 ["system:masters"])  # fmt: skip
+        argv = [str(bench.go_binary), f"--kubeconfig={kubeconfig}",
+                "--enable-leader-election=false",
+                f"--webserver-bind-address=127.0.0.1:{port}"]  # fmt: skip
+    else:
+        kubeconfig = bench.plane.token_kubeconfig(harness.SA, bench.namespace)
+        argv = [str(harness.BINARY), f"--kubeconfig={kubeconfig}",
+                "--enable-leader-election=false", f"--health-probe-address=127.0.0.1:{port}",
+                *qps]  # fmt: skip
+    return spawn(f"ipam-{impl}", argv, log, env={"PATH": "/usr/bin:/bin"})
+
+
+def _ready(child: Child, port: int) -> bool:
+    if child.exited() is not None:
+        raise AssertionError(f"{child.name} exited with {child.exited()}: see {child.log_path}")
+    probe = harness.IpamProcess(child, port, child.log_path)
+    try:
+        return probe.get("/readyz")[0] == 200
+    except OSError:
+        return False
+
+
+def _pool(bench: IpamBench, tag: str) -> tuple[str, dict[str, str]]:
+    name = f"bench-{tag}-{secrets.token_hex(2)}"
+    selects = {"bench-pool": name}
+    body = cluster_cidr(name, {}, bits=BITS, ipv4=POOL_V4, ipv6=POOL_V6, sel=selects)
+    bench.kube.create(r.CLUSTER_CIDRS, body)
+    return name, selects
+
+
+def _all_allocated(kube: Client, selects: dict[str, str], count: int) -> bool:
+    held = list_pod_cidrs(kube, ",".join(f"{k}={v}" for k, v in selects.items()))
+    return sum(1 for c in held.values() if c) >= count
+
+
+def run_ipam(bench: IpamBench, impl: str, tag: str, *, qps: Sequence[str], count: int,
+             timeout: float) -> dict[str, Any]:  # fmt: skip
+    pool, selects = _pool(bench, tag)
+    port = free_port()
+    spawned = time.monotonic()
+    child = _spawn(bench, impl, port, qps, bench.logs / f"ipam-{impl}-{tag}.log")
+    try:
+        eventually(lambda: _ready(child, port), timeout=60, interval=0.1, message="/readyz")
+        ready_s = time.monotonic() - spawned
+        time.sleep(READY_SETTLE)
+        cpu0, rss_ready = cpu_seconds(child.pid), memory_kib(child.pid)["VmRSS"]
+        bodies = [plain_node(f"{pool}-{i:05d}", selects) for i in range(count)]
+        start, created = create_all(bench.kube, bodies, CREATORS)
+        eventually(lambda: _all_allocated(bench.kube, selects, count), timeout=timeout,
+                   interval=POLL, message=f"{count} Nodes hold podCIDRs")  # fmt: skip
+        done = time.monotonic()
+        cpu = cpu_seconds(child.pid) - cpu0
+        hwm = memory_kib(child.pid)["VmHWM"]
+    finally:
+        child.stop(grace=15)
+    _clean(bench.kube, pool, selects)
+    return {
+        "impl": impl, "tag": tag, "flags": list(qps) if impl == "ours" else [GO_CLIENT],
+        "nodes": count,
+        "spawn_to_ready_s": round(ready_s, 2), "startup_cpu_s": round(cpu0, 3),
+        "allocation_cpu_s": round(cpu, 3), "cpu_per_1000_s": round(cpu * 1000 / count, 3),
+        "create_s": round(created - start, 2), "after_last_create_s": round(done - created, 2),
+        "rss_ready_mib": round(rss_ready / 1024, 1), "rss_peak_mib": round(hwm / 1024, 1),
+    }  # fmt: skip
+
+
+def _clean(kube: Client, pool: str, selects: dict[str, str]) -> None:
+    """Delete the run's Nodes and pool, so the next controller starts from the same state."""
+    selector = ",".join(f"{k}={v}" for k, v in selects.items())
+    for node in list_pod_cidrs(kube, selector):
+        kube.delete(r.NODES, node)
+    kube.patch(r.CLUSTER_CIDRS, pool, {"metadata": {"finalizers": None}}, patch_type="merge")
+    kube.delete(r.CLUSTER_CIDRS, pool)
+
+
+def metric_values(same: dict[str, Any], default: dict[str, Any] | None) -> dict[str, float | None]:
+    """The compare metrics of one implementation's runs in a round."""
+    return {
+        "ipam_cpu_per_1000_same_qps_s": same["cpu_per_1000_s"],
+        "ipam_cpu_per_1000_default_s": (default or same)["cpu_per_1000_s"],
+        "ipam_all_allocated_same_qps_s": same["after_last_create_s"],
+        "ipam_startup_cpu_s": same["startup_cpu_s"],
+        "ipam_rss_ready_mib": same["rss_ready_mib"],
+        "ipam_rss_peak_mib": same["rss_peak_mib"],
+    }

@@ -1,0 +1,267 @@
+"""`make bench-compare`: ours and the Go originals, side by side, on the same control planes.
+
+For each component, `rounds` rounds of one run of ours then one run of the Go original
+(interleaved, so drifting load on this shared machine hits both alike). Every run is a
+fresh process; the planes are real etcd + kube-apiserver from the test binary cache, the Go
+binaries come from tests/support/originals.py. Each test writes
+``test-artifacts/bench/compare-<component>-<UTC stamp>.json``; `python -m
+tests.bench.compare_report` turns the newest of each into docs/benchmarks.md's tables and the
+plots. Nothing is asserted about speed: a test fails only when a measurement could not be
+taken. Scale: tests/bench/compare_stats.py `Settings` (BENCH_* variables).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from local_ccm.kube import resources as r
+from local_ccm.kube.client import Client
+from tests.bench import compare_agent, compare_ipam, compare_lifecycle
+from tests.bench.agent_bench import node_uplink
+from tests.bench.compare_stats import Settings, settings_from_env
+from tests.integration.ipam import harness as ipam_harness
+from tests.support import crds, ipam_bench, names, originals
+from tests.support.audit import audit_log, audited_plane
+from tests.support.binaries import Binaries
+from tests.support.chart import ShippedRbac
+from tests.support.cleanup import NodeFactory, Tracker
+from tests.support.controlplane import ControlPlane
+from tests.support.dedicated import dedicated_plane
+from tests.support.fixtures import run_state
+from tests.support.kwok import (
+    create_fake_nodes,
+    fake_node_body,
+    is_ready,
+    loopback_address,
+    start_kwok,
+)
+from tests.support.lifecycle_harness import apply_rbac, controller_kubeconfig
+from tests.support.netns import NetnsFactory
+from tests.support.relay import LoopbackRelay
+from tests.support.waiting import eventually
+
+pytestmark = [pytest.mark.compare, pytest.mark.timeout(3 * 3600)]
+IMPLS = ("ours", "go")
+FIELD_MANAGER = "local-ccm-bench"
+
+
+@pytest.fixture(scope="module")
+def settings() -> Settings:
+    return settings_from_env(os.environ)
+
+
+@pytest.fixture(scope="module")
+def built() -> originals.Built:
+    return originals.ensure()
+
+
+class LoadSampler:
+    """The 1/5/15-minute load average every `every` s while the block runs."""
+
+    def __init__(self, every: float = 15.0) -> None:
+        self.samples: list[list[float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(every,), daemon=True)
+
+    def _run(self, every: float) -> None:
+        while True:
+            self.samples.append([round(x, 2) for x in os.getloadavg()])
+            if self._stop.wait(every):
+                return
+
+    def __enter__(self) -> LoadSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def write(component: str, binaries: Binaries, plane: ControlPlane, body: dict[str, Any]) -> None:
+    """test-artifacts/bench/compare-<component>-<stamp>.json, beside `make bench`'s results."""
+    body = {"machine": ipam_bench.machine_facts(binaries, plane), **body}
+    body["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    ipam_bench.RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    path = ipam_bench.RESULTS / f"compare-{component}-{stamp}.json"
+    path.write_text(json.dumps(body, indent=2) + "\n")
+    print(f"\ncompare-{component}: {path}")
+
+
+def collect(rounds: dict[str, dict[str, list[Any]]], impl: str, values: dict[str, Any]) -> None:
+    for key, value in values.items():
+        rounds.setdefault(key, {"ours": [], "go": []})[impl].append(value)
+
+
+def provenance(built: originals.Built, name: str) -> dict[str, Any]:
+    info = built.infos[name]
+    return {k: info.get(k) for k in ("component", "version", "project", "commit", "license", "key")}
+
+
+# ------------------------------------------------------------------ agent
+@pytest.fixture(scope="module")
+def agent_plane(request: pytest.FixtureRequest, binaries: Binaries) -> Iterator[ControlPlane]:
+    with audited_plane(request.config, binaries) as plane:
+        yield plane
+
+
+def test_compare_agent(  # noqa: PLR0917 (pytest passes fixtures by name)
+    agent_plane: ControlPlane, binaries: Binaries, netns: NetnsFactory, settings: Settings,
+    built: originals.Built, shipped_agent_rbac: ShippedRbac, test_artifacts: Path,
+) -> None:  # fmt: skip
+    kube = Client.from_kubeconfig(agent_plane.admin_kubeconfig, field_manager=FIELD_MANAGER)
+    up = node_uplink(netns)
+    port = int(agent_plane.api_url.rsplit(":", 1)[1])
+    bench = compare_agent.AgentBench(agent_plane, kube, audit_log(agent_plane), up,
+                                     shipped_agent_rbac, built.path("go-local-ccm", "local-ccm"),
+                                     test_artifacts)  # fmt: skip
+    rounds: dict[str, dict[str, list[Any]]] = {}
+    runs = []
+    started = time.monotonic()
+    with LoadSampler() as load, LoopbackRelay(up.node.name, ("127.0.0.1", port)):
+        for i in range(settings.rounds):
+            for impl in IMPLS:
+                run = compare_agent.run_agent(bench, impl, f"r{i}", idle_s=settings.agent_idle_s,
+                                              changes=settings.agent_changes)  # fmt: skip
+                runs.append(run)
+                collect(rounds, impl, compare_agent.metric_values(run))
+    kube.close()
+    write("agent", binaries, agent_plane, {
+        "settings": settings.as_dict(), "originals": {"go": provenance(built, "go-local-ccm")},
+        "rounds": rounds, "runs": runs, "loadavg_samples": load.samples,
+        "wall_s": round(time.monotonic() - started, 1),
+    })  # fmt: skip
+    assert [run["exit_code"] for run in runs if run["impl"] == "ours"] == [0] * settings.rounds
+
+
+# ------------------------------------------------------------------ IPAM
+@pytest.fixture(scope="module")
+def ipam_plane(request: pytest.FixtureRequest, binaries: Binaries) -> Iterator[ControlPlane]:
+    with dedicated_plane(request.config, binaries, "compare-ipam", scale=True) as plane:
+        with Client.from_kubeconfig(plane.admin_kubeconfig, field_manager=FIELD_MANAGER) as kube:
+            crds.install(kube)
+        yield plane
+
+
+def test_compare_ipam(  # noqa: PLR0917 (pytest passes fixtures by name)
+    ipam_plane: ControlPlane, binaries: Binaries, settings: Settings, built: originals.Built,
+    test_artifacts: Path, request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    kube = Client.from_kubeconfig(ipam_plane.admin_kubeconfig, field_manager=FIELD_MANAGER)
+    state = run_state(request.config)
+    track = Tracker(kube, state.run_id)
+    namespace = f"bench-ipam-{secrets.token_hex(3)}"
+    labels = names.test_labels(state.run_id, request.node.nodeid)
+    kube.create(r.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
+                               "metadata": {"name": namespace, "labels": labels}})  # fmt: skip
+    ipam_harness.apply_rbac(kube, track, labels, name=namespace, namespace=namespace,
+                            lease_name=namespace, event_namespace="default")  # fmt: skip
+    bench = compare_ipam.IpamBench(ipam_plane, kube, track, namespace,
+                                   built.path("go-node-ipam-controller", "node-ipam-controller"),
+                                   test_artifacts)  # fmt: skip
+    timeout = 60 + settings.ipam_nodes * 0.5  # 5 QPS and two writes a Node, with room
+    rounds: dict[str, dict[str, list[Any]]] = {}
+    runs = []
+    started = time.monotonic()
+    with LoadSampler() as load:
+        for i in range(settings.rounds):
+            same = {
+                impl: compare_ipam.run_ipam(bench, impl, f"{impl}-r{i}", qps=compare_ipam.SAME_QPS,
+                                            count=settings.ipam_nodes, timeout=timeout)
+                for impl in IMPLS
+            }  # fmt: skip
+            default = compare_ipam.run_ipam(bench, "ours", f"ours-default-r{i}", qps=(),
+                                            count=settings.ipam_nodes, timeout=timeout)  # fmt: skip
+            runs += [same["ours"], same["go"], default]
+            collect(rounds, "ours", compare_ipam.metric_values(same["ours"], default))
+            collect(rounds, "go", compare_ipam.metric_values(same["go"], None))
+    track.cleanup()
+    kube.close()
+    write("ipam", binaries, ipam_plane, {
+        "settings": settings.as_dict(),
+        "originals": {"go": provenance(built, "go-node-ipam-controller")},
+        "rounds": rounds, "runs": runs, "loadavg_samples": load.samples,
+        "wall_s": round(time.monotonic() - started, 1),
+    })  # fmt: skip
+
+
+# ------------------------------------------------------------------ node-lifecycle-controller
+@pytest.fixture(scope="module")
+def lifecycle_plane(
+    request: pytest.FixtureRequest, binaries: Binaries, settings: Settings
+) -> Iterator[tuple[ControlPlane, dict[str, str]]]:
+    """The scale plane with kwok and `lifecycle_nodes` Ready kwok Nodes on loopback."""
+    state = run_state(request.config)
+    with dedicated_plane(request.config, binaries, "compare-lifecycle", scale=True) as plane:
+        start_kwok(plane, binaries, lease_seconds=200)
+        labels = names.test_labels(state.run_id, "bench-compare-lifecycle")
+        with Client.from_kubeconfig(plane.admin_kubeconfig, field_manager=FIELD_MANAGER) as kube:
+            bodies = [fake_node_body(f"kwok-{i:05d}", labels, addresses=[
+                {"type": "InternalIP", "address": loopback_address(i)}])
+                for i in range(settings.lifecycle_nodes)]  # fmt: skip
+            create_fake_nodes(lambda body: kube.create(r.NODES, body), bodies)
+            selector = f"{names.TEST_LABEL}={labels[names.TEST_LABEL]}"
+
+            def all_ready() -> bool:
+                items = kube.list(r.NODES, label_selector=selector)["items"]
+                return sum(map(is_ready, items)) >= settings.lifecycle_nodes
+
+            eventually(all_ready, timeout=300, interval=2, message="kwok Nodes Ready")
+        yield plane, labels
+
+
+@pytest.mark.kwok
+def test_compare_lifecycle(  # noqa: PLR0917 (pytest passes fixtures by name)
+    lifecycle_plane: tuple[ControlPlane, dict[str, str]], binaries: Binaries,
+    settings: Settings, built: originals.Built, netns: NetnsFactory, test_artifacts: Path,
+    request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    plane, labels = lifecycle_plane
+    state = run_state(request.config)
+    kube = Client.from_kubeconfig(plane.admin_kubeconfig, field_manager=FIELD_MANAGER)
+    track = Tracker(kube, state.run_id)
+    namespace = f"bench-nlc-{secrets.token_hex(3)}"
+    kube.create(r.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
+                               "metadata": {"name": namespace, "labels": labels}})  # fmt: skip
+    apply_rbac(kube, track, labels, name=namespace, namespace=namespace, lease=namespace)
+    link = netns.host_link(netns())
+    bench = compare_lifecycle.LifecycleBench(
+        plane, kube, namespace, controller_kubeconfig(plane, kube, namespace),
+        built.path("go-node-lifecycle-controller", "node-lifecycle-controller"),
+        NodeFactory(kube, track, labels, "bench-compare"),
+        [str(link.block[i]) for i in range(5, 15)], test_artifacts,
+    )  # fmt: skip
+    rounds: dict[str, dict[str, list[Any]]] = {}
+    runs: list[dict[str, Any]] = []
+    started = time.monotonic()
+    with LoadSampler() as load:
+        background = compare_lifecycle.window(plane, None, settings.lifecycle_window_s)
+        for i in range(settings.rounds):
+            for impl in IMPLS:
+                empty = compare_lifecycle.run_empty(bench, impl, f"r{i}")
+                run = compare_lifecycle.run_lifecycle(
+                    bench, impl, f"r{i}", window_s=settings.lifecycle_window_s,
+                    background=background, timeout_s=settings.lifecycle_timeout_s,
+                )  # fmt: skip
+                runs.append({**run, "rss_empty_mib": empty})
+                collect(rounds, impl, compare_lifecycle.metric_values(run, empty))
+    track.cleanup()
+    kube.close()
+    write("lifecycle", binaries, plane, {
+        "settings": settings.as_dict(),
+        "originals": {"go": provenance(built, "go-node-lifecycle-controller")},
+        "background": background, "rounds": rounds, "runs": runs,
+        "loadavg_samples": load.samples, "wall_s": round(time.monotonic() - started, 1),
+    })  # fmt: skip
+    deleted = rounds["lifecycle_timeout_to_deleted_s"]
+    assert all(v is not None for v in deleted["ours"]), runs
