@@ -70,8 +70,22 @@ test: test-bins ## the README's test command: every tier but bench, in a network
 # The plots are re-drawn even when a bench failed: the results that were taken still count.
 .PHONY: bench
 bench: test-bins ## scale and benchmark tier (never part of make test), then `make plots BENCH_FROM=test-artifacts/bench`
-	$(PY) -m pytest -m bench -s --bench-nodes=$(BENCH_NODES); status=$$?; \
+	$(PY) -m pytest -m "bench and not compare" -s --bench-nodes=$(BENCH_NODES); status=$$?; \
 	$(PY) -m tests.bench.plots --from test-artifacts/bench && exit $$status
+
+# Ours vs the Go originals on the same control planes (docs/benchmarks.md). The Go sources are
+# tarballs found through LOCAL_CCM_ORIGINALS_DIR (tests/bench/originals.toml pins them). Scale:
+# BENCH_ROUNDS BENCH_AGENT_IDLE BENCH_AGENT_CHANGES BENCH_HOUR=1 BENCH_IPAM_NODES
+# BENCH_LIFECYCLE_NODES BENCH_LIFECYCLE_WINDOW BENCH_LIFECYCLE_TIMEOUT (defaults: about 15 min).
+BENCH_VARS := BENCH_ROUNDS BENCH_AGENT_IDLE BENCH_AGENT_CHANGES BENCH_HOUR BENCH_IPAM_NODES \
+	BENCH_LIFECYCLE_NODES BENCH_LIFECYCLE_WINDOW BENCH_LIFECYCLE_TIMEOUT
+.PHONY: bench-compare
+bench-compare: test-bins ## ours vs the Go originals, interleaved; rewrites docs/benchmarks.md's tables and plots
+	$(PY) -m tests.support.originals ensure
+	$(foreach v,$(BENCH_VARS),$(v)='$($(v))') timeout 4h unshare --net sh -c 'ip link set lo up && \
+	  exec $(PY) -m pytest -m compare -s -p no:cacheprovider tests/bench/test_compare.py'; status=$$?; \
+	$(PY) -m tests.bench.plots --from test-artifacts/bench && \
+	$(PY) -m tests.bench.compare_report && exit $$status
 
 .PHONY: plots
 plots: ## re-draw docs/bench/*.svg from docs/bench/data; BENCH_FROM=test-artifacts/bench takes newer results in

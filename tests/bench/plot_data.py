@@ -15,6 +15,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
+from tests.bench import compare_stats as cs
+
 Result = Mapping[str, Any]
 _NAME = re.compile(r"^(?P<kind>[a-z0-9]+(?:-[a-z0-9]+)*)-(?P<stamp>\d{8}T\d{6})\.json$")
 
@@ -382,6 +384,34 @@ def ipam_i27_panels(result: Result) -> tuple[Panel, ...]:
     ))  # fmt: skip
 
 
+# ------------------------------------------------------------------ ours vs the Go originals
+def compare_panel(metric: cs.Metric, values: Mapping[str, Any]) -> Strip:
+    """One metric of `make bench-compare`: every round a point, ours beside Go; the goal as a
+    budget line (a ratio goal drawn at limit × Go's median) and Go's median as a guide."""
+    ours = tuple(float(v) for v in values.get("ours", ()) if v is not None)
+    go = tuple(float(v) for v in values.get("go", ()) if v is not None)
+    summary = cs.Summary(metric, ours, go)
+    refs = []
+    if summary.go_median is not None:
+        refs.append(Ref(f"Go median {cs.number(summary.go_median)}", summary.go_median, "guide"))
+    goal = metric.goal
+    if goal is not None and goal.kind == "ours":
+        refs.append(Ref(f"goal {goal.text}", goal.limit))
+    elif goal is not None and summary.go_median:
+        refs.append(Ref(f"goal {goal.text}", goal.limit * summary.go_median))
+    columns = (Series("ours", ours), Series("Go", go))
+    return Strip(f"{metric.label} ({summary.verdict})", metric.unit, columns, tuple(refs))
+
+
+def compare_panels(component: str) -> Callable[[Result], tuple[Panel, ...]]:
+    def panels(result: Result) -> tuple[Panel, ...]:
+        rounds = result["rounds"]
+        chosen = [m for m in cs.METRICS if m.component == component and m.key in rounds]
+        return tuple(compare_panel(m, rounds[m.key]) for m in chosen)
+
+    return panels
+
+
 # ------------------------------------------------------------------ the plots
 @dataclass(frozen=True)
 class PlotKind:
@@ -420,7 +450,15 @@ PLOTS = (
         ipam_scale_panels,
     ),
     PlotKind("ipam-i27", "ipam-i27", "node-ipam-controller: scenario I27", ipam_i27_panels),
-)
+    PlotKind("compare-agent", "compare-agent", "Agent: ours vs Go local-ccm v0.2.1, per round",
+             compare_panels("agent")),
+    PlotKind("compare-ipam", "compare-ipam",
+             "node-ipam-controller: ours vs Go (kubernetes-sigs aa9996c), per round",
+             compare_panels("ipam")),
+    PlotKind("compare-lifecycle", "compare-lifecycle",
+             "node-lifecycle-controller: ours vs Go local-ccm v0.3.0, per round",
+             compare_panels("lifecycle")),
+)  # fmt: skip
 
 
 PLOTTED_KINDS = frozenset(p.kind for p in PLOTS)

@@ -1,0 +1,52 @@
+"""Write the comparison of `make bench-compare` into docs/benchmarks.md:
+``python -m tests.bench.compare_report``.
+
+Reads the newest ``compare-{agent,ipam,lifecycle}-<stamp>.json`` under docs/bench/data (where
+``python -m tests.bench.plots --from test-artifacts/bench`` has copied them) and replaces the
+generated parts of the page between its ``<!-- bench-compare:... -->`` markers. The rendering
+is tests/bench/compare_stats.py `render_page` (pure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tests.bench import compare_stats, plot_data
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "docs" / "bench" / "data"
+PAGE = ROOT / "docs" / "benchmarks.md"
+
+
+def newest_results(data: Path) -> dict[str, Any]:
+    newest = plot_data.newest_by_kind(p.name for p in data.glob("compare-*.json"))
+    found = {}
+    for component in compare_stats.COMPONENTS:
+        chosen = newest.get(f"compare-{component}")
+        if chosen is not None:
+            found[component] = json.loads((data / chosen.name).read_text())
+    return found
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--page", type=Path, default=PAGE)
+    args = parser.parse_args(argv)
+    results = newest_results(args.data)
+    if not results:
+        print(f"compare report: no compare-*.json in {args.data}", file=sys.stderr)
+        return 1
+    page = args.page.read_text()
+    args.page.write_text(compare_stats.render_page(page, results))
+    print(f"compare report: {args.page} from {', '.join(sorted(results))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
