@@ -148,3 +148,15 @@ def test_i27_wall_time_budget_is_over_the_after_the_last_creation_bar() -> None:
     assert isinstance(wall, d.Bars)
     assert wall.series[0].values == (3.5, 36.8, 40.3)
     assert [(r.value, r.category) for r in wall.refs] == [(120.0, 1)]
+
+
+def test_a_compare_panel_shows_both_implementations_go_median_and_the_goal() -> None:
+    from tests.bench import compare_stats as cs  # noqa: PLC0415 - this test alone needs it
+
+    panel = d.compare_panel(cs.BY_KEY["agent_rss_mib"], {"ours": [30.0, None], "go": [40.0]})
+    assert [(s.name, s.values) for s in panel.columns] == [("ours", (30.0,)), ("Go", (40.0,))]
+    assert [(r.label, r.value, r.style) for r in panel.refs] == [
+        ("Go median 40.0", 40.0, "guide"),
+        ("goal ≤ 0.9× Go", 36.0, "budget"),
+    ]
+    assert panel.title.endswith("(met)")

@@ -92,3 +92,32 @@ def test_settings_come_from_bench_variables_and_the_hour_switch() -> None:
     assert (got.rounds, got.ipam_nodes, got.agent_idle_s) == (5, 1000, 3600.0)
     with pytest.raises(ValueError, match=r"BENCH_ROUNDS='x'.*BENCH_AGENT_CHANGES must be even"):
         c.settings_from_env({"BENCH_ROUNDS": "x", "BENCH_AGENT_CHANGES": "3"})
+
+
+RESULT = {
+    "machine": {
+        "when": "2026-11-26T15:00:00+00:00", "git": "abc1234", "nproc": 2, "kernel": "6.18",
+        "python": "3.11.7", "go": "go version go1.26.8 linux/amd64",
+        "kube_apiserver": "v1.37.1", "pins": {"etcd": "v3.6.16", "kwok": "v0.8.0"},
+        "loadavg_start": [6.5, 6.0, 5.0],
+    },
+    "settings": c.Settings().as_dict(),
+    "originals": {"go": {"project": "github.com/cozystack/local-ccm", "version": "v0.2.1",
+                         "key": "bb4513b9baac"}},
+    "rounds": {"agent_startup_requests": {"ours": [12.0, 12.0], "go": [4.0, 4.0]}},
+    "loadavg_samples": [[6.9, 6.0, 5.0], [7.2, 6.1, 5.0]],
+    "wall_s": 300.0,
+}  # fmt: skip
+
+
+def test_the_page_is_rendered_between_its_markers_from_the_results() -> None:
+    page = "\n".join(
+        f"{c.marker(name)}\nstale\n{c.marker(name, end=True)}"
+        for name in ("table", "sizing", "run")
+    )
+    out = c.render_page(page, {"agent": RESULT})
+    assert "stale" not in out
+    assert "| agent start-up API requests (audit log) | requests | 12.0 | 4.00 | 3.00× |" in out
+    assert "**missed** (12.0)" in out
+    assert "load average (1 min) 6.90–7.20 over 2 samples" in out
+    assert "`BENCH_ROUNDS=3`" in out
