@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import statistics
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -153,7 +154,7 @@ def _measure(bench: AgentBench, agent: AgentProcess, watcher: NodeWatcher, *, us
 
 def metric_values(run: dict[str, Any]) -> dict[str, float | None]:
     """The compare metrics of one run (median of its address changes)."""
-    changes = sorted(run["address_change_s"])
+    changes = run["address_change_s"]
     return {
         "agent_rss_mib": run["rss_mib"],
         "agent_api_requests_per_node_hour": run["idle_requests_per_hour"],
@@ -161,5 +162,5 @@ def metric_values(run: dict[str, Any]) -> dict[str, float | None]:
         "agent_start_to_addresses_s": run["start_to_addresses_s"],
         "agent_idle_cpu_s_per_node_hour": run["idle_cpu_s_per_hour"],
         "agent_startup_requests": run["startup_requests"],
-        "agent_address_change_s": changes[len(changes) // 2] if changes else None,
+        "agent_address_change_s": statistics.median(changes) if changes else None,
     }

@@ -5,9 +5,10 @@ Nodes carry, starts the controller with leader election off and its probes on lo
 waits for ``/readyz`` and ``READY_SETTLE`` s more (the Go server answers ``/readyz`` before
 its informers have synced; the settle covers both), then creates the run's Nodes from four
 threads and polls a paged LIST once a second until every one holds podCIDRs. Read from
-/proc/<pid>: CPU seconds at ready (start-up) and over the allocation, VmRSS at ready, VmHWM
-at the end. The Go controller's client is fixed at client-go's defaults (5 QPS, burst 10);
-ours runs once at the same limits and once at its defaults. The Go controller authenticates
+/proc/<pid>: CPU seconds (schedstat of every thread, ns; utime + stime in 10 ms ticks beside
+them) at ready (start-up) and over the allocation, VmRSS at ready, VmHWM at the end. The Go
+controller's client is fixed at client-go's defaults (5 QPS, burst 10); ours runs once at the
+same limits and once at its defaults. The Go controller authenticates
 with a ``system:masters`` certificate (its own chart's ClusterRole is not ours), ours with
 the chart's RBAC and a ServiceAccount token.
 """
@@ -23,6 +24,7 @@ from typing import Any
 
 from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
+from tests.bench.compare_agent import task_cpu_seconds
 from tests.integration.ipam import harness
 from tests.integration.ipam.objects import cluster_cidr
 from tests.support.cleanup import Tracker
@@ -96,13 +98,14 @@ def run_ipam(bench: IpamBench, impl: str, tag: str, *, qps: Sequence[str], count
         eventually(lambda: _ready(child, port), timeout=60, interval=0.1, message="/readyz")
         ready_s = time.monotonic() - spawned
         time.sleep(READY_SETTLE)
-        cpu0, rss_ready = cpu_seconds(child.pid), memory_kib(child.pid)["VmRSS"]
+        cpu0, ticks0 = task_cpu_seconds(child.pid), cpu_seconds(child.pid)
+        rss_ready = memory_kib(child.pid)["VmRSS"]
         bodies = [plain_node(f"{pool}-{i:05d}", selects) for i in range(count)]
         start, created = create_all(bench.kube, bodies, CREATORS)
         eventually(lambda: _all_allocated(bench.kube, selects, count), timeout=timeout,
                    interval=POLL, message=f"{count} Nodes hold podCIDRs")  # fmt: skip
         done = time.monotonic()
-        cpu = cpu_seconds(child.pid) - cpu0
+        cpu, ticks = task_cpu_seconds(child.pid) - cpu0, cpu_seconds(child.pid) - ticks0
         hwm = memory_kib(child.pid)["VmHWM"]
     finally:
         child.stop(grace=15)
@@ -110,8 +113,9 @@ def run_ipam(bench: IpamBench, impl: str, tag: str, *, qps: Sequence[str], count
     return {
         "impl": impl, "tag": tag, "flags": list(qps) if impl == "ours" else [GO_CLIENT],
         "nodes": count,
-        "spawn_to_ready_s": round(ready_s, 2), "startup_cpu_s": round(cpu0, 3),
-        "allocation_cpu_s": round(cpu, 3), "cpu_per_1000_s": round(cpu * 1000 / count, 3),
+        "spawn_to_ready_s": round(ready_s, 2), "startup_cpu_s": round(cpu0, 4),
+        "startup_cpu_ticks_s": round(ticks0, 2), "allocation_cpu_s": round(cpu, 4),
+        "allocation_cpu_ticks_s": round(ticks, 2), "cpu_per_1000_s": round(cpu * 1000 / count, 3),
         "create_s": round(created - start, 2), "after_last_create_s": round(done - created, 2),
         "rss_ready_mib": round(rss_ready / 1024, 1), "rss_peak_mib": round(hwm / 1024, 1),
     }  # fmt: skip

@@ -10,7 +10,8 @@ answers on all of 127/8). A run starts the controller with default flags except
    measured without any controller;
 3. creates one Node tainted ``ToBeDeletedByClusterAutoscaler`` (what both manage by default),
    Ready=Unknown since now, whose InternalIP is an unused address of the bench's veth /28
-   (nothing answers, nothing leaves the machine), and times its deletion; the figure is
+   (nothing answers, nothing leaves the machine), `deletion_phase` s after the window, and
+   times its deletion; the figure is
    deleted − (created + timeout). The Go controller starts its own clock when it first sees
    the Node NotReady (every 30 s) and pings 3 times with a 5 s timeout; ours reads the
    condition's lastTransitionTime. Both as shipped.
@@ -50,6 +51,15 @@ from tests.support.processes import Child, free_port, memory_kib, spawn
 from tests.support.waiting import eventually
 
 SETTLE = 5.0
+GO_PASS_S = 30.0  # the Go controller's --reconcile-interval default
+
+
+def deletion_phase(round_: int, rounds: int) -> float:
+    """Seconds to wait before the unreachable Node is created in round `round_`: spread evenly
+    over one pass of the Go controller, so that its 30 s loop is met at different points."""
+    return round(GO_PASS_S * (round_ + 0.5) / rounds, 1)
+
+
 DELETE_WAIT = 120.0  # beyond the timeout: the Go controller's 30 s pass and 5 s of pings
 
 
@@ -192,7 +202,8 @@ def _deletion(bench: LifecycleBench, timeout_s: float, tag: str) -> float | None
 
 
 def run_lifecycle(bench: LifecycleBench, impl: str, tag: str, *, window_s: float,
-                  background: dict[str, Any], timeout_s: float) -> dict[str, Any]:  # fmt: skip
+                  background: dict[str, Any], timeout_s: float,
+                  phase_s: float) -> dict[str, Any]:  # fmt: skip
     lease = f"bench-{impl}-{tag}-{secrets.token_hex(2)}"
     flags = [f"--not-ready-timeout={timeout_s:g}s"]
     running = _start(bench, impl, lease, flags, bench.logs / f"lifecycle-{impl}-{tag}.log")
@@ -202,29 +213,38 @@ def run_lifecycle(bench: LifecycleBench, impl: str, tag: str, *, window_s: float
         time.sleep(SETTLE)
         out["window"] = window(bench.plane, running.child.pid, window_s)
         out["api"] = net_of(out["window"], background)
+        time.sleep(phase_s)
+        out["phase_s"] = phase_s
         out["timeout_to_deleted_s"] = _deletion(bench, timeout_s, tag)
     finally:
         running.child.stop(grace=15)
     return out
 
 
-def run_empty(bench: LifecycleBench, impl: str, tag: str) -> float:
-    """RSS (MiB) of a controller whose --node-selector matches no Node: the size at 0 Nodes."""
+def run_empty(bench: LifecycleBench, impl: str, tag: str, window_s: float) -> dict[str, Any]:
+    """RSS and CPU of a controller whose --node-selector matches no Node: the cost at 0 Nodes
+    (Lease renewals, the process itself)."""
     lease = f"bench-empty-{impl}-{tag}-{secrets.token_hex(2)}"
     flags = ["--node-selector=local-ccm-bench/none=1"]
     running = _start(bench, impl, lease, flags, bench.logs / f"lifecycle-empty-{impl}-{tag}.log")
     try:
         _wait_ready(running)
         time.sleep(SETTLE)
-        return round(memory_kib(running.child.pid)["VmRSS"] / 1024, 1)
+        pid, t0 = running.child.pid, time.monotonic()
+        cpu0 = task_cpu_seconds(pid)
+        time.sleep(window_s)
+        cpu, elapsed = task_cpu_seconds(pid) - cpu0, time.monotonic() - t0
+        return {"rss_mib": round(memory_kib(pid)["VmRSS"] / 1024, 1),
+                "cpu_s_per_hour": per_hour(cpu, elapsed)}  # fmt: skip
     finally:
         running.child.stop(grace=15)
 
 
-def metric_values(run: dict[str, Any], empty_mib: float | None) -> dict[str, float | None]:
+def metric_values(run: dict[str, Any], empty: dict[str, Any]) -> dict[str, float | None]:
     return {
         "lifecycle_rss_mib": run["window"]["rss_mib"],
-        "lifecycle_rss_empty_mib": empty_mib,
+        "lifecycle_rss_empty_mib": empty["rss_mib"],
+        "lifecycle_cpu_empty_s_per_hour": empty["cpu_s_per_hour"],
         "lifecycle_cpu_s_per_hour": run["window"]["cpu_s_per_hour"],
         "lifecycle_api_requests_per_hour": run["api"]["requests_per_hour"],
         "lifecycle_api_bytes_per_hour": round(run["api"]["response_bytes_per_hour"] / 1e6, 3),

@@ -66,6 +66,8 @@ METRICS = (
            "MiB"),
     Metric("lifecycle_cpu_s_per_hour", "lifecycle", "lifecycle CPU per hour at N Nodes",
            "CPU-s/h"),
+    Metric("lifecycle_cpu_empty_s_per_hour", "lifecycle",
+           "lifecycle CPU per hour, selector matching no Node", "CPU-s/h"),
     Metric("lifecycle_api_requests_per_hour", "lifecycle", "lifecycle API requests per hour",
            "requests/h"),
     Metric("lifecycle_api_bytes_per_hour", "lifecycle", "lifecycle API response bytes per hour",
@@ -228,14 +230,16 @@ def sizing(summaries: Sequence[Summary], settings: Mapping[str, Any]) -> list[Si
 
 
 def _lifecycle_rows(ours: Mapping[str, Summary], n: int) -> list[SizingRow]:
-    rss, empty = ours.get("lifecycle_rss_mib"), ours.get("lifecycle_rss_empty_mib")
-    cpu = ours.get("lifecycle_cpu_s_per_hour")
-    if not (rss and empty and cpu and n and rss.ours and empty.ours and cpu.ours):
+    keys = ("lifecycle_rss_mib", "lifecycle_rss_empty_mib", "lifecycle_cpu_s_per_hour",
+            "lifecycle_cpu_empty_s_per_hour")  # fmt: skip
+    values = [ours[k].ours if k in ours else () for k in keys]
+    if not (n and all(values)):
         return []
-    memory = tuple(memory_request(linear(max(empty.ours), max(rss.ours), n, k)) for k in SIZES)
-    per_node = max(cpu.ours) / n
-    cores = tuple(f"{millicores(per_node * k):.1f} m" for k in SIZES)
-    basis = f"RSS at 0 and {n} Nodes, CPU-s/h at {n} (linear)"
+    rss, empty, cpu, idle = (max(v) for v in values)
+    memory = tuple(memory_request(linear(empty, rss, n, k)) for k in SIZES)
+    at = (linear(idle, cpu, n, k) for k in SIZES)
+    cores = tuple(f"{millicores(max(0.0, v)):.1f} m" for v in at)
+    basis = f"RSS and CPU at 0 and {n} Nodes (linear)"
     return [SizingRow("node-lifecycle-controller", basis, memory, cores)]
 
 
@@ -251,7 +255,7 @@ def _ipam_rows(ours: Mapping[str, Summary], n: int) -> list[SizingRow]:
 
 
 def sizing_table(rows: Sequence[SizingRow]) -> str:
-    head = " | ".join(f"{k:,} Nodes".replace(",", " ") for k in SIZES)
+    head = " / ".join(f"{k:,}".replace(",", " ") for k in SIZES) + " Nodes"
     lines = [f"| component | derived from | memory request (MiB) at {head} | CPU at {head} |",
              "|---|---|---|---|"]  # fmt: skip
     for row in rows:

@@ -80,10 +80,13 @@ def test_sizing_is_a_line_through_the_two_measured_points_with_headroom() -> Non
     summaries = c.summarize({
         "lifecycle_rss_mib": {"ours": [60.0]}, "lifecycle_rss_empty_mib": {"ours": [40.0]},
         "lifecycle_cpu_s_per_hour": {"ours": [36.0]},
+        "lifecycle_cpu_empty_s_per_hour": {"ours": [18.0]},
     })  # fmt: skip
     (row,) = c.sizing(summaries, {"lifecycle_nodes": 200})
     assert row.memory_mib == (64, 176, 680)
-    assert row.cpu == ("5.0 m", "50.0 m", "250.0 m")
+    assert row.cpu == ("7.5 m", "30.0 m", "130.0 m")
+    table = c.sizing_table([row]).splitlines()
+    assert table[0].count("|") == table[1].count("|") == table[2].count("|") == 5
 
 
 def test_settings_come_from_bench_variables_and_the_hour_switch() -> None:
@@ -121,3 +124,9 @@ def test_the_page_is_rendered_between_its_markers_from_the_results() -> None:
     assert "**missed** (12.0)" in out
     assert "load average (1 min) 6.90–7.20 over 2 samples" in out
     assert "`BENCH_ROUNDS=3`" in out
+
+
+def test_the_unreachable_node_meets_the_go_loop_at_spread_phases() -> None:
+    from tests.bench.compare_lifecycle import deletion_phase  # noqa: PLC0415
+
+    assert [deletion_phase(i, 3) for i in range(3)] == [5.0, 15.0, 25.0]
