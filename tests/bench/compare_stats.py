@@ -289,7 +289,7 @@ def run_facts(component: str, result: Result) -> str:
     ones = [x[0] for x in loads] or [m["loadavg_start"][0]]
     go = (result.get("originals") or {}).get("go") or {}
     return (
-        f"- **{component}**: `compare-{component}` run of {m['when']} (git {m['git']}), wall "
+        f"- **{component}**: `compare-{component}`, finished {m['when']} (git {m['git']}), wall "
         f"{result.get('wall_s', '?')} s; load average (1 min) {min(ones):.2f}–{max(ones):.2f} "
         f"over {len(ones)} samples; Go side {go.get('project', '?')} {go.get('version', '?')} "
         f"(cache key {go.get('key', '?')})."
