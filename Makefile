@@ -40,7 +40,21 @@ lint: ## ruff, ruff format --check, mypy --strict, import contracts
 	$(VENV)/bin/ruff format --check src tests
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(PY) scripts/version.py check
 	$(MAKE) check-manifests
+
+.PHONY: version
+version: ## print the release version (src/local_ccm/__init__.py, the one place it is defined)
+	@$(PY) scripts/version.py
+
+# Rewrites __version__ and its copies (Chart.yaml version/appVersion, the Containerfile's
+# ARG VERSION default, the README transcript), then everything rendered from the chart.
+.PHONY: bump
+bump: ## set the release version everywhere: make bump VERSION=x.y.z
+	@test -n "$(VERSION)" || { echo "usage: make bump VERSION=x.y.z" >&2; exit 2; }
+	$(PY) scripts/version.py bump $(VERSION)
+	$(MAKE) manifests
+	LOCAL_CCM_UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/integration/deploy/test_d01_d03_render.py -k golden
 
 .PHONY: fmt
 fmt: ## apply ruff's fixes and formatting
