@@ -41,6 +41,7 @@ lint: ## ruff, ruff format --check, mypy --strict, import contracts
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(PY) scripts/version.py check
+	$(MAKE) check-chart-docs
 	$(MAKE) check-manifests
 
 .PHONY: version
@@ -98,6 +99,14 @@ dev-cluster: test-bins ## start etcd + kube-apiserver on loopback for a person; 
 .PHONY: manifests
 manifests: ## render deploy/ from charts/local-ccm (spec/deploy.md §4); never edit deploy/ by hand
 	$(PY) -m tests.support.chart manifests deploy --image $(IMAGE)
+
+.PHONY: chart-docs
+chart-docs: ## regenerate the values table of charts/local-ccm/README.md from values.schema.json and values.yaml
+	$(PY) scripts/chart_docs.py
+
+.PHONY: check-chart-docs
+check-chart-docs: chart-docs ## fail if the chart README's values table differs from a fresh one
+	git diff --exit-code -- charts/local-ccm/README.md
 
 .PHONY: check-manifests
 check-manifests: manifests ## fail if a fresh render of deploy/ differs from what git has

@@ -27,6 +27,13 @@
 {{- printf "%s-%s" ($full | trunc (int (sub 62 (len .suffix)))) .suffix | trimPrefix "-" -}}
 {{- end -}}
 
+{{/* "true" when the agent (DaemonSet, its RBAC and admission policy) is rendered. */}}
+{{- define "local-ccm.agent.enabled" -}}
+{{- if (.Values.agent | default dict).enabled | default false -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{- define "local-ccm.agent.name" -}}
 {{- include "local-ccm.fullname" . -}}
 {{- end -}}
@@ -283,8 +290,110 @@ true
 
 {{/* ------------------------------------------------------------ checks */}}
 
+{{/* ------------------------------------------------------------ CIDRs
+     The binaries refuse a CIDR with host bits set (10.0.0.1/8); so does the render, with the
+     value's key. values.schema.json has checked the form already. */}}
+
+{{/* 2^.n as an integer. */}}
+{{- define "local-ccm.pow2" -}}
+{{- $v := 1 -}}
+{{- range until (int .) -}}{{- $v = mul $v 2 -}}{{- end -}}
+{{- $v -}}
+{{- end -}}
+
+{{/* "true" when the CIDR (address/prefix, IPv4 or IPv6 in hex groups) has host bits set. */}}
+{{- define "local-ccm.cidr.hostBits" -}}
+{{- $parts := splitList "/" (trim .) -}}
+{{- $addr := first $parts | lower -}}
+{{- $prefix := int (last $parts) -}}
+{{- if contains ":" $addr -}}
+{{- $halves := splitList "::" $addr -}}
+{{- $groups := splitList ":" $addr -}}
+{{- if eq (len $halves) 2 -}}
+{{- $left := ternary list (splitList ":" (index $halves 0)) (eq (index $halves 0) "") -}}
+{{- $right := ternary list (splitList ":" (index $halves 1)) (eq (index $halves 1) "") -}}
+{{- $groups = $left -}}
+{{- range until (int (sub 8 (add (len $left) (len $right)))) -}}{{- $groups = append $groups "0" -}}{{- end -}}
+{{- $groups = concat $groups $right -}}
+{{- end -}}
+{{- $hex := "" -}}
+{{- range $groups -}}{{- $hex = printf "%s%s%s" $hex (repeat (int (sub 4 (len .))) "0") . -}}{{- end -}}
+{{- $nibble := dict "0" 0 "1" 1 "2" 2 "3" 3 "4" 4 "5" 5 "6" 6 "7" 7 "8" 8 "9" 9 "a" 10 "b" 11 "c" 12 "d" 13 "e" 14 "f" 15 -}}
+{{- $bad := false -}}
+{{- range $i, $c := splitList "" $hex -}}
+{{- $end := mul (add $i 1) 4 -}}
+{{- if gt $end $prefix -}}
+{{- $free := ternary 4 (sub $end $prefix) (le (mul $i 4) $prefix | not) -}}
+{{- if ne (mod (get $nibble $c) (int (include "local-ccm.pow2" (min 4 $free)))) 0 -}}{{- $bad = true -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if $bad -}}true{{- end -}}
+{{- else -}}
+{{- $value := 0 -}}
+{{- range splitList "." $addr -}}{{- $value = add (mul $value 256) (int .) -}}{{- end -}}
+{{- if ne (mod $value (int (include "local-ccm.pow2" (sub 32 $prefix)))) 0 -}}true{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Problems of a list of CIDRs (dict "key" key "cidrs" list); "!" (an exclusion) is allowed. */}}
+{{- define "local-ccm.cidr.problems" -}}
+{{- range .cidrs -}}
+{{- $cidr := trimPrefix "!" (trim .) | trim -}}
+{{- if and $cidr (include "local-ccm.cidr.hostBits" $cidr) }}
+- {{ $.key }}: {{ $cidr }} has host bits set (the binary refuses it); use its network address
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Problems of the IPAM default pool: host bits, one CIDR per family, mask sizes. */}}
+{{- define "local-ccm.ipam.poolProblems" -}}
+{{- $c := .Values.nodeIpamController.controller -}}
+{{- include "local-ccm.cidr.problems" (dict "key" "nodeIpamController.controller.clusterCIDRs" "cidrs" ($c.clusterCIDRs | default list)) -}}
+{{- include "local-ccm.cidr.problems" (dict "key" "nodeIpamController.controller.serviceClusterIPRanges" "cidrs" ($c.serviceClusterIPRanges | default list)) -}}
+{{- range $key := list "clusterCIDRs" "serviceClusterIPRanges" -}}
+{{- $families := list -}}
+{{- range (get $c $key | default list) -}}{{- $families = append $families (ternary "6" "4" (contains ":" .)) -}}{{- end -}}
+{{- if ne (len $families) (len (uniq $families)) }}
+- nodeIpamController.controller.{{ $key }}: at most one IPv4 and one IPv6 CIDR
+{{- end -}}
+{{- end -}}
+{{- range ($c.clusterCIDRs | default list) -}}
+{{- $prefix := int (last (splitList "/" .)) -}}
+{{- if contains ":" . -}}
+{{- $mask := int $c.nodeCIDRMaskSizeIPv6 -}}
+{{- if lt $mask $prefix }}
+- nodeIpamController.controller.nodeCIDRMaskSizeIPv6={{ $mask }} is shorter than the prefix of {{ . }}
+{{- else if gt (sub $mask $prefix) 16 }}
+- nodeIpamController.controller.nodeCIDRMaskSizeIPv6={{ $mask }}: {{ . }} would have more than 65536 blocks (the mask may be at most 16 bits longer than the prefix)
+{{- end -}}
+{{- else -}}
+{{- $mask := int $c.nodeCIDRMaskSizeIPv4 -}}
+{{- if lt $mask $prefix }}
+- nodeIpamController.controller.nodeCIDRMaskSizeIPv4={{ $mask }} is shorter than the prefix of {{ . }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Values the binaries would refuse at start-up, found at render time. */}}
+{{- define "local-ccm.refusedValues" -}}
+{{- if include "local-ccm.agent.enabled" . -}}
+{{- $ip := .Values.ipDetection -}}
+{{- range $key := list "internalIPCIDRs" "externalIPCIDRs" "externalIPSubnet" -}}
+{{- include "local-ccm.cidr.problems" (dict "key" (printf "ipDetection.%s" $key) "cidrs" (splitList "," (get $ip $key | default ""))) -}}
+{{- end -}}
+{{- end -}}
+{{- if .Values.nodeIpamController.enabled -}}
+{{- include "local-ccm.ipam.poolProblems" . -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "local-ccm.validate" -}}
-{{- if and .Values.admissionPolicy.enabled (not (semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version)) -}}
+{{- with include "local-ccm.refusedValues" . }}
+{{- fail (printf "values the binaries would refuse at start-up:%s" .) }}
+{{- end }}
+{{- $agent := include "local-ccm.agent.enabled" . -}}
+{{- if and $agent .Values.admissionPolicy.enabled (not (semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version)) -}}
 {{- fail "admissionPolicy requires Kubernetes >= 1.30; set admissionPolicy.enabled=false" -}}
 {{- end -}}
 {{- $nlc := .Values.nodeLifecycleController -}}
@@ -299,7 +408,7 @@ true
 {{- fail "nodeIpamController.replicaCount > 1 needs nodeIpamController.leaderElection.enabled=true" -}}
 {{- end -}}
 {{- if .Values.metrics.podMonitor.enabled -}}
-{{- if not .Values.metrics.enabled -}}
+{{- if and $agent (not .Values.metrics.enabled) -}}
 {{- fail "metrics.podMonitor.enabled needs metrics.enabled=true: the agent's metrics listen on 127.0.0.1 only" -}}
 {{- end -}}
 {{- if and $nlc.enabled (not $nlc.metrics.enabled) -}}
