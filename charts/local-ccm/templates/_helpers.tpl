@@ -290,6 +290,52 @@ true
 
 {{/* ------------------------------------------------------------ checks */}}
 
+{{/* Problems of one image value (dict "key" "image" "image" $image "ipam" bool): an image of
+     the Go original (cozystack/local-ccm, releases v0.1.0-v0.3.0) or of upstream
+     kubernetes-sigs/node-ipam-controller has none of the flags this chart renders, so its pods
+     would crash-loop. This project's releases start at v0.4.0, so an older tag is always one of
+     the Go original's. */}}
+{{- define "local-ccm.foreignImage" -}}
+{{- $repo := .image.repository | default "" -}}
+{{- $tag := .image.tag | default "" | toString -}}
+{{- if contains "cozystack/local-ccm" $repo }}
+- {{ .key }}.repository={{ $repo }} is the Go original's image (cozystack/local-ccm): remove {{ .key }}.repository and {{ .key }}.tag, the chart then runs its own image
+{{- else if and .ipam (regexMatch "(^|/)node-ipam-controller$" $repo) }}
+- {{ .key }}.repository={{ $repo }} is upstream kubernetes-sigs/node-ipam-controller's image: remove {{ .key }}.repository and {{ .key }}.tag, the chart then runs its own image
+{{- end }}
+{{- if and .ipam (regexMatch "^v?0\\.0\\.[0-9]+$" $tag) }}
+- {{ .key }}.tag={{ $tag }} is an upstream node-ipam-controller release: remove {{ .key }}.tag, the chart then uses its appVersion
+{{- else if regexMatch "^v?0\\.[0-3]\\.[0-9]+$" $tag }}
+- {{ .key }}.tag={{ $tag }} is a release of the Go original (this chart's images start at v0.4.0): remove {{ .key }}.tag, the chart then uses its appVersion
+{{- end }}
+{{- end -}}
+
+{{/* Values copied from the Go original's chart or from upstream node-ipam-controller's chart
+     that this chart cannot honour: listed all at once, and the render fails before Helm
+     changes anything, so the running release stays as it is. */}}
+{{- define "local-ccm.foreignValues" -}}
+{{- $ipam := .Values.nodeIpamController -}}
+{{- if include "local-ccm.agent.enabled" . }}
+{{- include "local-ccm.foreignImage" (dict "key" "image" "image" .Values.image "ipam" false) }}
+{{- end }}
+{{- if .Values.nodeLifecycleController.enabled }}
+{{- include "local-ccm.foreignImage" (dict "key" "nodeLifecycleController.image" "image" .Values.nodeLifecycleController.image "ipam" false) }}
+{{- end }}
+{{- if $ipam.enabled }}
+{{- include "local-ccm.foreignImage" (dict "key" "nodeIpamController.image" "image" $ipam.image "ipam" true) }}
+{{- range $key := list "nameOverride" "fullnameOverride" }}
+{{- if get $ipam $key }}
+- nodeIpamController.{{ $key }} (upstream node-ipam-controller's chart) is not supported: remove it; the top-level {{ $key }} names every object of this chart
+{{- end }}
+{{- end }}
+{{- with $ipam.service }}
+{{- if and (hasKey . "port") (ne (int .port) 8081) }}
+- nodeIpamController.service.port={{ .port }} is not supported: the controller serves /healthz, /readyz and /metrics on 8081; remove nodeIpamController.service
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
 {{/* ------------------------------------------------------------ CIDRs
      The binaries refuse a CIDR with host bits set (10.0.0.1/8); so does the render, with the
      value's key. values.schema.json has checked the form already. */}}
@@ -391,6 +437,9 @@ true
 {{- define "local-ccm.validate" -}}
 {{- with include "local-ccm.refusedValues" . }}
 {{- fail (printf "values the binaries would refuse at start-up:%s" .) }}
+{{- end }}
+{{- with include "local-ccm.foreignValues" . }}
+{{- fail (printf "these values, copied from the Go original's chart or upstream node-ipam-controller's chart, would run pods that cannot start; nothing was changed. Change them and run the command again (the chart README, Migration):%s" .) }}
 {{- end }}
 {{- $agent := include "local-ccm.agent.enabled" . -}}
 {{- if and $agent .Values.admissionPolicy.enabled (not (semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version)) -}}

@@ -100,7 +100,7 @@ def test_d02_original_values_render_a_consistent_root_pod(
     assert sc["runAsUser"] == 0
     assert sc["capabilities"]["add"] == ["NET_ADMIN", "NET_RAW"]
     assert container(agent)["imagePullPolicy"] == "Always"
-    assert container(agent)["image"] == "ghcr.io/cozystack/local-ccm:v0.3.0"
+    assert container(agent)["image"].startswith("ghcr.io/local-ccm/local-ccm:v")
     assert container(agent)["resources"]["limits"] == {"cpu": "100m", "memory": "64Mi"}
     nlc = component(objs, "node-lifecycle-controller")
     assert nlc["spec"]["replicas"] == 1

@@ -1,9 +1,10 @@
 """What the chart refuses at render time and the components it can leave out (D15).
 
-Refused: values the programs would refuse at start-up (CIDRs with host bits, mask sizes,
-durations); each fails `helm template` with a message naming the key. Left out: the agent
-(`agent.enabled=false`), for lifecycle-only and IPAM-only installs; the lifecycle controller of a
-lifecycle-only render runs under that render's own RBAC.
+Refused: values naming another project's image (the Go original, upstream node-ipam-controller),
+upstream IPAM keys it cannot honour, and values the programs would refuse at start-up (CIDRs with
+host bits, mask sizes, durations). Each fails `helm template` with a message naming the key. Left
+out: the agent (`agent.enabled=false`), for lifecycle-only and IPAM-only installs; the lifecycle
+controller of a lifecycle-only render runs under that render's own RBAC.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tests.support.cleanup import NodeFactory, Tracker
 from tests.support.controlplane import ControlPlane
 from tests.support.podrun import PodFields, run_container
 
+UPSTREAM = Path(__file__).resolve().parent / "upstream-charts"
 AGENT_KINDS = ("DaemonSet", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 
 
@@ -32,6 +34,102 @@ def _template(h: Helm, kube_version: str, doc: dict[str, Any], tmp_path: Path) -
 
 def _ipam(controller: dict[str, Any]) -> dict[str, Any]:
     return {"nodeIpamController": {"enabled": True, "controller": controller}}
+
+
+# ------------------------------------------------------------------ other projects' values
+@pytest.mark.parametrize("chart", ["local-ccm-v0.2.1", "local-ccm-v0.3.0"])
+def test_d15_go_chart_values_fail_naming_every_image_key(
+    chart_helm: Helm, kube_version: str, chart: str
+) -> None:
+    values = UPSTREAM / chart / "values.yaml"
+    result = chart_helm.template_result(kube_version=kube_version, values=[values])
+    assert result.code != 0
+    out = result.output
+    assert "nothing was changed" in out, out
+    assert "- image.repository=ghcr.io/cozystack/local-ccm is the Go original's image" in out
+    tag = yaml.safe_load(values.read_text())["image"]["tag"]
+    assert f"- image.tag={tag} is a release of the Go original" in out, out
+    if chart.endswith("v0.3.0"):
+        assert "- nodeLifecycleController.image.repository=ghcr.io/cozystack/local-ccm" in out
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"image": {"tag": "v0.3.0"}}, "- image.tag=v0.3.0 is a release of the Go original"),
+        (
+            {"image": {"repository": "mirror.example/cozystack/local-ccm"}},
+            "- image.repository=mirror.example/cozystack/local-ccm is the Go original's image",
+        ),
+        (
+            {"nodeLifecycleController": {"image": {"tag": "0.2.1"}}},
+            "- nodeLifecycleController.image.tag=0.2.1 is a release of the Go original",
+        ),
+        (
+            {
+                "nodeIpamController": {
+                    "enabled": True,
+                    "image": {"repository": "registry.k8s.io/node-ipam-controller"},
+                }
+            },
+            "- nodeIpamController.image.repository=registry.k8s.io/node-ipam-controller is",
+        ),
+        (
+            {"nodeIpamController": {"enabled": True, "image": {"tag": "0.0.1"}}},
+            "- nodeIpamController.image.tag=0.0.1 is an upstream node-ipam-controller release",
+        ),
+        (
+            {"nodeIpamController": {"enabled": True, "nameOverride": "ipam"}},
+            "- nodeIpamController.nameOverride (upstream node-ipam-controller's chart)",
+        ),
+        (
+            {"nodeIpamController": {"enabled": True, "service": {"port": 9000}}},
+            "- nodeIpamController.service.port=9000 is not supported",
+        ),
+    ],
+)
+def test_d15_foreign_values_fail_with_the_key_to_remove(
+    chart_helm: Helm, kube_version: str, tmp_path: Path, doc: dict[str, Any], message: str
+) -> None:
+    code, out = _template(chart_helm, kube_version, doc, tmp_path)
+    assert code != 0
+    assert message in out, out
+
+
+def test_d15_a_disabled_component_is_not_checked(
+    chart_helm: Helm, kube_version: str, tmp_path: Path
+) -> None:
+    doc = {"nodeIpamController": {"enabled": False, "image": {"tag": "0.0.1"}}}
+    assert _template(chart_helm, kube_version, doc, tmp_path)[0] == 0
+
+
+def test_d15_upstream_ipam_values_nested_fail_only_for_the_image(
+    chart_helm: Helm, kube_version: str, tmp_path: Path
+) -> None:
+    upstream = yaml.safe_load(
+        (UPSTREAM / "node-ipam-controller-aa9996c" / "values.yaml").read_text()
+    )
+    nested = {"nodeIpamController": {**upstream, "enabled": True}}
+    code, out = _template(chart_helm, kube_version, nested, tmp_path)
+    assert code != 0
+    problems = [line for line in out.splitlines() if line.startswith("- ")]
+    assert problems == [
+        "- nodeIpamController.image.repository=registry.k8s.io/node-ipam-controller is upstream "
+        "kubernetes-sigs/node-ipam-controller's image: remove nodeIpamController.image.repository"
+        " and nodeIpamController.image.tag, the chart then runs its own image"
+    ], out
+    del upstream["image"]["repository"]
+    upstream["leaderElection"]["resourceLock"] = "leases"
+    code, out = _template(
+        chart_helm,
+        kube_version,
+        nested | {"nodeIpamController": {**upstream, "enabled": True}},
+        tmp_path,
+    )
+    assert code == 0, out
+    ipam = component(parse(out), "node-ipam-controller")
+    assert flag(ipam, "leader-elect-resource-lock") == "leases"
+    assert ipam["spec"]["replicas"] == 1
 
 
 # ------------------------------------------------------------------ what the programs refuse
@@ -87,6 +185,7 @@ def test_d15_values_the_programs_refuse_fail_the_render(
         {"nodeLifecycleController": {"controller": {"notReadyTimeout": "-5m"}}},
         {"nodeLifecycleController": {"leaderElection": {"leaseDuration": "15"}}},
         {"nodeIpamController": {"leaderElection": {"retryPeriod": "2 s"}}},
+        {"nodeIpamController": {"leaderElection": {"resourceLock": "configmaps"}}},
     ],
 )
 def test_d15_schema_refuses_malformed_cidrs_masks_and_durations(
