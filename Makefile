@@ -3,8 +3,8 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BENCH_NODES ?= 2000
-# The one place the image repository is defined (spec/deploy.md §1.2); `make manifests` copies
-# it into deploy/, and a chart test checks that values.yaml agrees.
+# The one place the image repository is defined; `make manifests` copies it into deploy/, and a
+# chart test checks that charts/local-ccm/values.yaml agrees.
 IMAGE ?= ghcr.io/local-ccm/local-ccm
 
 .DEFAULT_GOAL := help
@@ -97,7 +97,7 @@ dev-cluster: test-bins ## start etcd + kube-apiserver on loopback for a person; 
 	$(PY) -m tests.support.controlplane dev
 
 .PHONY: manifests
-manifests: ## render deploy/ from charts/local-ccm (spec/deploy.md §4); never edit deploy/ by hand
+manifests: ## render deploy/ from charts/local-ccm; never edit deploy/ by hand
 	$(PY) -m tests.support.chart manifests deploy --image $(IMAGE)
 
 .PHONY: chart-docs

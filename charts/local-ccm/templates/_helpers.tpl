@@ -1,4 +1,4 @@
-{{/* ------------------------------------------------------------ names (spec/deploy.md §2.2) */}}
+{{/* ------------------------------------------------------------ names */}}
 
 {{- define "local-ccm.name" -}}
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
@@ -38,7 +38,7 @@ true
 {{- include "local-ccm.fullname" . -}}
 {{- end -}}
 
-{{/* The static manifests keep the original's names (§4). */}}
+{{/* The static manifests (deploy/) keep the Go original's object names. */}}
 {{- define "local-ccm.nlc.name" -}}
 {{- if .Values.staticManifests -}}
 node-lifecycle-controller
@@ -142,7 +142,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- toYaml $labels -}}
 {{- end -}}
 
-{{/* ------------------------------------------------------------ images (§1.2) */}}
+{{/* ------------------------------------------------------------ images */}}
 
 {{- define "local-ccm.imageTag" -}}
 {{- .image.tag | default .root.Values.image.tag | default .root.Chart.AppVersion -}}
@@ -160,7 +160,7 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/* ------------------------------------------------------------ shared pod parts */}}
 
-{{/* §6: a direct API endpoint; declared env wins over the kubelet-injected variables. */}}
+{{/* apiServer.host: a direct API endpoint for bootstrap; declared env wins over the kubelet-injected variables. */}}
 {{- define "local-ccm.apiServerEnv" -}}
 {{- if .Values.apiServer.host }}
 - name: KUBERNETES_SERVICE_HOST
@@ -177,7 +177,8 @@ app.kubernetes.io/component: {{ .component }}
       fieldPath: {{ .path }}
 {{- end -}}
 
-{{/* Health probes of a container; hostNetwork pods probe 127.0.0.1 (§3.1 item 6). */}}
+{{/* Health probes of a container; hostNetwork pods probe 127.0.0.1, where
+     their health servers listen. */}}
 {{- define "local-ccm.probes" -}}
 startupProbe:
   httpGet:
@@ -229,7 +230,7 @@ podAntiAffinity:
             {{- .selector | nindent 12 }}
 {{- end -}}
 
-{{/* ------------------------------------------------------------ §5.5 pod security */}}
+{{/* ------------------------------------------------------------ pod security */}}
 
 {{/* "true" when the NLC needs raw ICMP sockets, hence uid 0 and NET_RAW. */}}
 {{- define "local-ccm.nlc.rawICMP" -}}
