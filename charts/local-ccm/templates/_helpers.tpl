@@ -316,9 +316,8 @@ true
      changes anything, so the running release stays as it is. */}}
 {{- define "local-ccm.foreignValues" -}}
 {{- $ipam := .Values.nodeIpamController -}}
-{{- if include "local-ccm.agent.enabled" . }}
-{{- include "local-ccm.foreignImage" (dict "key" "image" "image" .Values.image "ipam" false) }}
-{{- end }}
+{{- /* Checked even without the agent: the controllers fall back to it. */}}
+{{- include "local-ccm.foreignImage" (dict "key" "image" "image" .Values.image "ipam" true) }}
 {{- if .Values.nodeLifecycleController.enabled }}
 {{- include "local-ccm.foreignImage" (dict "key" "nodeLifecycleController.image" "image" .Values.nodeLifecycleController.image "ipam" false) }}
 {{- end }}

@@ -58,6 +58,10 @@ def test_d15_go_chart_values_fail_naming_every_image_key(
     [
         ({"image": {"tag": "v0.3.0"}}, "- image.tag=v0.3.0 is a release of the Go original"),
         (
+            {"agent": {"enabled": False}, "image": {"repository": "ghcr.io/cozystack/local-ccm"}},
+            "- image.repository=ghcr.io/cozystack/local-ccm is the Go original's image",
+        ),
+        (
             {"image": {"repository": "mirror.example/cozystack/local-ccm"}},
             "- image.repository=mirror.example/cozystack/local-ccm is the Go original's image",
         ),
