@@ -435,11 +435,16 @@ true
 {{- end -}}
 
 {{- define "local-ccm.validate" -}}
-{{- with include "local-ccm.refusedValues" . }}
-{{- fail (printf "values the binaries would refuse at start-up:%s" .) }}
+{{- /* `helm upgrade --reuse-values` from another chart (the Go original's) renders with that
+     chart's defaults instead of these (a known Helm behaviour), so whole sections are missing. */}}
+{{- if not (and (hasKey .Values "agent") (hasKey .Values "nodeIpamController")) }}
+{{- fail "the values lack this chart's defaults (agent, nodeIpamController): `helm upgrade --reuse-values` from another chart reuses that chart's defaults; nothing was changed. Use --reset-then-reuse-values (Helm >= 3.14) or pass your values file with -f" }}
 {{- end }}
 {{- with include "local-ccm.foreignValues" . }}
 {{- fail (printf "these values, copied from the Go original's chart or upstream node-ipam-controller's chart, would run pods that cannot start; nothing was changed. Change them and run the command again (the chart README, Migration):%s" .) }}
+{{- end }}
+{{- with include "local-ccm.refusedValues" . }}
+{{- fail (printf "values the binaries would refuse at start-up:%s" .) }}
 {{- end }}
 {{- $agent := include "local-ccm.agent.enabled" . -}}
 {{- if and $agent .Values.admissionPolicy.enabled (not (semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version)) -}}

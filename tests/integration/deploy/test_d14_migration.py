@@ -173,13 +173,26 @@ def test_d14_upgrade_from_the_go_chart_with_its_own_values(
     values = yaml.safe_load(own_values.read_text())
     if "nodeLifecycleController" in values:
         assert "nodeLifecycleController.image.repository=ghcr.io/cozystack/local-ccm" in out, out
+    # --reuse-values renders with the Go chart's defaults (Helm's behaviour): refused, with the
+    # flag to use instead; --reset-then-reuse-values keeps the stored image values: refused too.
+    code, out = releases.run("upgrade", release, str(CHART), "--reuse-values")
+    assert code != 0, out
+    assert "Use --reset-then-reuse-values" in out, out
+    code, out = releases.run("upgrade", release, str(CHART), "--reset-then-reuse-values")
+    assert code != 0, out
+    assert "image.repository=ghcr.io/cozystack/local-ccm is the Go original's image" in out, out
     _assert_unchanged(releases, release, kube, before)
 
     image_keys = ["image"] + (
         ["nodeLifecycleController.image"] if "nodeLifecycleController" in values else []
     )
-    fixed = _write(tmp_path / "migrated.yaml", _without_images(values, *image_keys))
-    code, out = releases.run("upgrade", release, str(CHART), "-f", str(fixed))
+    if go_chart.endswith("v0.3.0"):  # the documented fix: delete the lines from the file
+        fixed = _write(tmp_path / "migrated.yaml", _without_images(values, *image_keys))
+        code, out = releases.run("upgrade", release, str(CHART), "-f", str(fixed))
+    else:  # or, keeping the stored values, delete them with null
+        nulls = [f"{k}.{part}=null" for k in image_keys for part in ("repository", "tag")]
+        code, out = releases.run("upgrade", release, str(CHART), "--reset-then-reuse-values",
+                                 "--set", ",".join(nulls))  # fmt: skip
     assert code == 0, out
     after = _workloads(kube, test_namespace)
     assert {n for n in after if n.startswith("DaemonSet/")} == {
