@@ -223,6 +223,11 @@ def test_d15_default_pool_values_render_the_controller_flags(
     )
     assert flag(default, "cluster-cidr") is None
     assert flag(default, "node-cidr-mask-size-ipv4") == "24"
+    ipam_on = {"nodeIpamController.enabled": "true"}
+    assert "There is no default pool" in chart_helm.notes(set_values=ipam_on).stdout
+    pool = {**ipam_on, "nodeIpamController.controller.clusterCIDRs": "{10.244.0.0/16}"}
+    notes = chart_helm.notes(set_values=pool)
+    assert "from the default pool 10.244.0.0/16." in notes.stdout, notes.output
 
 
 # ------------------------------------------------------------------ leaving the agent out
