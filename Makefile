@@ -3,8 +3,8 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BENCH_NODES ?= 2000
-# The one place the image repository is defined (spec/deploy.md §1.2); `make manifests` copies
-# it into deploy/, and a chart test checks that values.yaml agrees.
+# The one place the image repository is defined; `make manifests` copies it into deploy/, and a
+# chart test checks that charts/local-ccm/values.yaml agrees.
 IMAGE ?= ghcr.io/local-ccm/local-ccm
 
 .DEFAULT_GOAL := help
@@ -40,7 +40,22 @@ lint: ## ruff, ruff format --check, mypy --strict, import contracts
 	$(VENV)/bin/ruff format --check src tests
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(PY) scripts/version.py check
+	$(MAKE) check-chart-docs
 	$(MAKE) check-manifests
+
+.PHONY: version
+version: ## print the release version (src/local_ccm/__init__.py, the one place it is defined)
+	@$(PY) scripts/version.py
+
+# Rewrites __version__ and its copies (Chart.yaml version/appVersion, the Containerfile's
+# ARG VERSION default, the README transcript), then everything rendered from the chart.
+.PHONY: bump
+bump: ## set the release version everywhere: make bump VERSION=x.y.z
+	@test -n "$(VERSION)" || { echo "usage: make bump VERSION=x.y.z" >&2; exit 2; }
+	$(PY) scripts/version.py bump $(VERSION)
+	$(MAKE) manifests
+	LOCAL_CCM_UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/integration/deploy/test_d01_d03_render.py -k golden
 
 .PHONY: fmt
 fmt: ## apply ruff's fixes and formatting
@@ -82,8 +97,16 @@ dev-cluster: $(VENV)/bin/local-ccm ## start etcd + kube-apiserver on loopback (b
 	$(PY) -m tests.support.controlplane dev
 
 .PHONY: manifests
-manifests: ## render deploy/ from charts/local-ccm (spec/deploy.md §4); never edit deploy/ by hand
+manifests: ## render deploy/ from charts/local-ccm; never edit deploy/ by hand
 	$(PY) -m tests.support.chart manifests deploy --image $(IMAGE)
+
+.PHONY: chart-docs
+chart-docs: ## regenerate the values table of charts/local-ccm/README.md from values.schema.json and values.yaml
+	$(PY) scripts/chart_docs.py
+
+.PHONY: check-chart-docs
+check-chart-docs: chart-docs ## fail if the chart README's values table differs from a fresh one
+	git diff --exit-code -- charts/local-ccm/README.md
 
 .PHONY: check-manifests
 check-manifests: manifests ## fail if a fresh render of deploy/ differs from what git has

@@ -107,7 +107,9 @@ def test_d04_server_side_dry_run_of_every_object(
     rel = render(chart_helm, release=unique_name, namespace=test_namespace, labels={},
                  kube_version=kube_version, files=files,
                  values=_ipam_off_below_1_31(cidr_library))  # fmt: skip
-    assert rel.objects
+    if not rel.objects:  # an IPAM-only set holds nothing else, and IPAM is refused below 1.31
+        assert (name, cidr_library) == ("ipam-only", False), name
+        return
     failures = apply_all(control_plane.http, rel.objects, namespace=test_namespace, dry_run=True)
     assert not failures, describe_failures(failures)
 

@@ -201,7 +201,12 @@ def test_d12_versions_agree() -> None:
     app_version = re.search(r"^appVersion: (\S+)$", chart, re.MULTILINE)
     assert version
     assert app_version
-    assert project()["version"] == __version__ == version.group(1)
+    # pyproject.toml reads the version from the package (setuptools attr), the one definition.
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "version" in project()["dynamic"]  # type: ignore[operator]
+    dynamic = pyproject["tool"]["setuptools"]["dynamic"]
+    assert dynamic["version"] == {"attr": "local_ccm.__version__"}
+    assert __version__ == version.group(1)
     assert app_version.group(1) == f"v{__version__}"
 
 
