@@ -1,5 +1,5 @@
-"""helm lint, helm template and the rendered manifests (spec/deploy.md D01-D03, §2-§6;
-TESTING.md §6 items 1-3 and 6). Needs only the helm binary, no API server."""
+"""helm lint, helm template and the rendered manifests (D01-D03).
+Needs only the helm binary, no API server."""
 
 from __future__ import annotations
 
@@ -169,7 +169,7 @@ def test_d03_schema_rejects_invalid_values(
     assert result.code != 0, result.output
 
 
-# ------------------------------------------------------------------ rendered assertions (§6.6)
+# ------------------------------------------------------------------ rendered assertions
 def test_agent_pod_is_host_network_tolerates_everything_and_is_node_critical(
     chart_helm: Helm, kube_version: str
 ) -> None:
