@@ -34,6 +34,13 @@ $(VENV)/bin/local-ccm: | $(PY)
 demo: $(VENV)/bin/local-ccm ## the main job: the agent initialises a Node for this host on a throw-away control plane
 	$(PY) -m tests.support.demo
 
+# The image without a container registry: Debian packages through apt (mmdebstrap), the wheel
+# and requirements.lock through pip --require-hashes, an OCI archive written reproducibly.
+# Needs root and, on a cold cache, Debian's archive; IMAGE_FLAGS=--fresh ignores the cache.
+.PHONY: image
+image: $(VENV)/bin/local-ccm ## build build/image/local-ccm-<version>.oci.tar (reproducible; prints its digest)
+	$(PY) scripts/image.py $(IMAGE_FLAGS)
+
 .PHONY: lint
 lint: ## ruff, ruff format --check, mypy --strict, import contracts
 	$(VENV)/bin/ruff check src tests
