@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BENCH_NODES ?= 2000
-# The one place the image repository is defined (spec/deploy.md §1.2); `make manifests` copies
+# The one place the image repository is defined; `make manifests` copies
 # it into deploy/, and a chart test checks that values.yaml agrees.
 IMAGE ?= ghcr.io/local-ccm/local-ccm
 
@@ -67,11 +67,13 @@ test-bins: ## build the control-plane binaries from the Go module proxy, or find
 	$(PY) -m tests.support.binaries ensure
 
 .PHONY: test-integration
-test-integration: test-bins ## integration tier against a real kube-apiserver + etcd
+test-integration: test-bins image ## integration tier against a real kube-apiserver + etcd
 	$(PY) -m pytest -m integration
 
 .PHONY: test
-test: test-bins ## the README's test command: every tier but bench, in a network namespace with only lo
+# The image is built before pytest starts: building it needs Debian's archive, the tests have
+# no network.
+test: test-bins image ## the README's test command: every tier but bench, in a network namespace with only lo
 	timeout 45m unshare --net sh -c 'ip link set lo up && exec $(PY) -m pytest -m "not bench"'
 
 # The plots are re-drawn even when a bench failed: the results that were taken still count.
@@ -89,7 +91,7 @@ dev-cluster: test-bins ## start etcd + kube-apiserver on loopback for a person; 
 	$(PY) -m tests.support.controlplane dev
 
 .PHONY: manifests
-manifests: ## render deploy/ from charts/local-ccm (spec/deploy.md §4); never edit deploy/ by hand
+manifests: ## render deploy/ from charts/local-ccm (the chart is the source); never edit deploy/ by hand
 	$(PY) -m tests.support.chart manifests deploy --image $(IMAGE)
 
 .PHONY: check-manifests

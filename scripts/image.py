@@ -537,7 +537,7 @@ def install_python(root: Path, project_wheel: Path) -> None:
         "/tmp/wheels/project.txt",
     )
     shutil.rmtree(root / "tmp/wheels")
-    for path in (root / VENV.lstrip("/") / "bin").glob("activate*"):
+    for path in (root / VENV.lstrip("/") / "bin").glob("[Aa]ctivate*"):
         path.unlink()
     for entry in ENTRY_POINTS:
         link = root / entry
