@@ -41,6 +41,12 @@ demo: $(VENV)/bin/local-ccm ## the main job: the agent initialises a Node for th
 image: $(VENV)/bin/local-ccm ## build build/image/local-ccm-<version>.oci.tar (reproducible; prints its digest)
 	$(PY) scripts/image.py $(IMAGE_FLAGS)
 
+# Everything an operator installs from, with checksums; the helm binary is the tests' own.
+.PHONY: release
+release: image manifests ## write dist/: wheel, sdist, image archive, chart, manifests, SBOM, SHA256SUMS
+	$(PY) scripts/release.py --helm "$$($(PY) -c 'from tests.support.binaries import ensure; \
+		print(ensure(["helm"], report=lambda _: None).path("helm"))')"
+
 .PHONY: lint
 lint: ## ruff, ruff format --check, mypy --strict, import contracts
 	$(VENV)/bin/ruff check src tests

@@ -615,9 +615,11 @@ def oci_archive(blobs: Sequence[Blob], index_doc: bytes, epoch: int) -> bytes:
     return buf.getvalue()
 
 
-def python_wheels(root: Path) -> list[Wheel]:
-    """Every distribution installed in the image's venv, with its wheel's locked hash."""
+def python_wheels(root: Path, project_sha256: str) -> list[Wheel]:
+    """Every distribution installed in the image's venv, with its wheel's locked hash (the
+    project's own: the wheel this build made)."""
     pins = read_lock((REPO / "requirements.lock").read_text())
+    pins["local-ccm"] = ("", frozenset({project_sha256}))
     site = next((root / VENV.lstrip("/")).glob("lib/python3*/site-packages"))
     found = []
     for info in sorted(site.glob("*.dist-info")):
@@ -675,9 +677,10 @@ def build_image(out: Path, fresh: bool) -> tuple[Path, str]:
         unpack(debs, packages, root)
         add_system_files(root)
         prune(root)
-        install_python(root, build_wheel(Path(work), build.epoch))
+        project_wheel = build_wheel(Path(work), build.epoch)
+        install_python(root, project_wheel)
         compile_and_check(root)
-        wheels = python_wheels(root)
+        wheels = python_wheels(root, hashlib.sha256(project_wheel.read_bytes()).hexdigest())
         tar = layer_tar(root, build.epoch)
     layer = blob(gzip_bytes(tar))
     config = blob(canonical_json(image_config(build, f"sha256:{hashlib.sha256(tar).hexdigest()}")))

@@ -101,7 +101,7 @@ def test_build_lock_covers_the_build_system_and_pip() -> None:
     build = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
     names = {canonicalize_name(e.requirement.split("==")[0])
              for e in entries((REPO / "requirements-build.lock").read_text())}  # fmt: skip
-    assert {canonicalize_name(Requirement(r).name) for r in build} | {"pip"} <= names
+    assert {canonicalize_name(Requirement(r).name) for r in build} | {"pip", "build"} <= names
 
 
 @pytest.mark.parametrize("name", LOCKS)
