@@ -49,16 +49,17 @@ release: image manifests ## write dist/: wheel, sdist, image archive, chart, man
 
 .PHONY: lint
 lint: ## ruff, ruff format --check, mypy --strict, import contracts
-	$(VENV)/bin/ruff check src tests
-	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/ruff check src tests scripts
+	$(VENV)/bin/ruff format --check src tests scripts
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy scripts
 	$(VENV)/bin/lint-imports
 	$(MAKE) check-manifests
 
 .PHONY: fmt
 fmt: ## apply ruff's fixes and formatting
-	$(VENV)/bin/ruff check --fix src tests
-	$(VENV)/bin/ruff format src tests
+	$(VENV)/bin/ruff check --fix src tests scripts
+	$(VENV)/bin/ruff format src tests scripts
 
 .PHONY: test-unit
 test-unit: ## unit tier: seconds, no root, no network

@@ -329,7 +329,7 @@ def run(argv: Sequence[str], **kwargs: object) -> str:
 
 def read_build() -> Build:
     init = (REPO / "src" / "local_ccm" / "__init__.py").read_text()
-    found = re.search(r'^__version__ = "([^"]+)"$', init, re.MULTILINE)
+    found = re.search(r"^__version__(?:: *\w+)? *= *[\"']([^\"']+)[\"']", init, re.M)
     if not found:
         raise SystemExit("image: no __version__ in src/local_ccm/__init__.py")
     git = ["git", "-C", str(REPO)]

@@ -101,7 +101,7 @@ def run(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
 
 def read_version() -> str:
     init = (REPO / "src" / "local_ccm" / "__init__.py").read_text()
-    found = re.search(r'^__version__ = "([^"]+)"$', init, re.MULTILINE)
+    found = re.search(r"^__version__(?:: *\w+)? *= *[\"']([^\"']+)[\"']", init, re.M)
     if not found:
         raise ReleaseError("no __version__ in src/local_ccm/__init__.py")
     return found.group(1)
