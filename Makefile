@@ -52,7 +52,7 @@ lint: ## ruff, ruff format --check, mypy --strict, import contracts
 	$(VENV)/bin/ruff check src tests scripts
 	$(VENV)/bin/ruff format --check src tests scripts
 	$(VENV)/bin/mypy
-	$(VENV)/bin/mypy scripts
+	MYPYPATH=scripts $(VENV)/bin/mypy scripts
 	$(VENV)/bin/lint-imports
 	$(MAKE) check-manifests
 

@@ -27,20 +27,19 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import gzip
 import hashlib
-import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from ocilayout import ImageSpec, canonical_json, image_archive, iso, walk
 
 REPO = Path(__file__).resolve().parent.parent
 SUITE = "bookworm"
@@ -52,27 +51,13 @@ MIRRORS = (
 # What apt is asked for; it adds the dependencies (dpkg, debconf, readline, sqlite, ...), of
 # which only KEEP reach the image.
 INCLUDE = ("python3.11-minimal", "libpython3.11-stdlib", "ca-certificates", "base-files", "netbase")
-KEEP = frozenset(
-    {
-        "base-files",
-        "ca-certificates",
-        "gcc-12-base",
-        "libbz2-1.0",
-        "libc6",
-        "libcrypt1",
-        "libexpat1",
-        "libffi8",
-        "libgcc-s1",
-        "liblzma5",
-        "libpython3.11-minimal",
-        "libpython3.11-stdlib",
-        "libssl3",
-        "libuuid1",
-        "netbase",
-        "python3.11-minimal",
-        "zlib1g",
-    }
-)
+# fmt: off
+KEEP = frozenset((
+    "base-files", "ca-certificates", "gcc-12-base", "libbz2-1.0", "libc6", "libcrypt1",
+    "libexpat1", "libffi8", "libgcc-s1", "liblzma5", "libpython3.11-minimal",
+    "libpython3.11-stdlib", "libssl3", "libuuid1", "netbase", "python3.11-minimal", "zlib1g",
+))
+# fmt: on
 PYTHON = "/usr/bin/python3.11"
 VENV = "/opt/local-ccm"
 SCRIPTS = ("local-ccm", "node-lifecycle-controller", "node-ipam-controller")
@@ -82,79 +67,32 @@ UID = 65532
 SOURCE_URL = "https://github.com/local-ccm/local-ccm"
 # The standard library modules whose shared libraries are not in KEEP, and what nothing in the
 # image imports (tests, IDLE, 2to3, ensurepip, pydoc's topics).
+# fmt: off
 PYTHON_DROPS = (
-    "sqlite3/",
-    "curses/",
-    "dbm/",
-    "idlelib/",
-    "lib2to3/",
-    "ensurepip/",
-    "pydoc_data/",
-    "turtledemo/",
-    "tkinter/",
-    "test/",
-    "distutils/",
-    "config-3.11-",
-    "lib-dynload/_sqlite3.",
-    "lib-dynload/_curses",
-    "lib-dynload/readline.",
-    "lib-dynload/nis.",
-    "lib-dynload/_dbm.",
+    "sqlite3/", "curses/", "dbm/", "idlelib/", "lib2to3/", "ensurepip/", "pydoc_data/",
+    "turtledemo/", "tkinter/", "test/", "distutils/", "config-3.11-", "lib-dynload/_sqlite3.",
+    "lib-dynload/_curses", "lib-dynload/readline.", "lib-dynload/nis.", "lib-dynload/_dbm.",
     "lib-dynload/_gdbm.",
 )
+# Prefixes of what stays out: programs, the FHS directories nothing uses, documentation (but
+# copyright files: `is_dropped`), locales, glibc's gconv modules (Python has its own codecs).
 DROPS = (
-    "bin/",
-    "sbin/",
-    "usr/bin/",
-    "usr/sbin/",
-    "usr/libexec/",
-    "usr/games/",
-    "var/",
-    "run/",
-    "boot/",
-    "srv/",
-    "media/",
-    "mnt/",
-    "opt/",
-    "usr/local/",
-    "usr/share/man/",
-    "usr/share/info/",
-    "usr/share/locale/",
-    "usr/share/lintian/",
-    "usr/share/bug/",
-    "usr/share/doc-base/",
-    "usr/share/menu/",
-    "usr/share/binfmts/",
-    "usr/share/pixmaps/",
-    "usr/share/applications/",
-    "usr/share/gcc/",
-    "usr/share/gdb/",
-    "usr/share/python3/",
-    "usr/share/base-files/",
-    "usr/share/ca-certificates/",
-    "usr/share/zoneinfo/",
-    "usr/lib/x86_64-linux-gnu/gconv/",
-    "usr/lib/aarch64-linux-gnu/gconv/",
-    "usr/lib/mime/",
-    "usr/include/",
-    "etc/",
-    *(f"usr/lib/python3.11/{d}" for d in PYTHON_DROPS),
+    "bin/", "sbin/", "usr/bin/", "usr/sbin/", "usr/libexec/", "usr/games/", "var/", "run/",
+    "boot/", "srv/", "media/", "mnt/", "opt/", "usr/local/", "etc/", "usr/include/",
+    "usr/lib/mime/", "usr/share/man/", "usr/share/info/", "usr/share/locale/",
+    "usr/share/lintian/", "usr/share/bug/", "usr/share/doc-base/", "usr/share/menu/",
+    "usr/share/binfmts/", "usr/share/pixmaps/", "usr/share/applications/", "usr/share/gcc/",
+    "usr/share/gdb/", "usr/share/python3/", "usr/share/base-files/",
+    "usr/share/ca-certificates/", "usr/share/zoneinfo/", "usr/lib/x86_64-linux-gnu/gconv/",
+    "usr/lib/aarch64-linux-gnu/gconv/", *(f"usr/lib/python3.11/{d}" for d in PYTHON_DROPS),
 )
 # Kept although under a dropped directory (a directory that leads to one is kept too).
 KEEP_PATHS = (
-    "usr/bin/python3.11",
-    "var/lib/dpkg/status.d/",
-    "etc/python3.11/",
-    "etc/protocols",
-    "etc/services",
-    "etc/ethertypes",
-    "etc/os-release",
-    "etc/debian_version",
-    "etc/passwd",
-    "etc/group",
-    "etc/nsswitch.conf",
-    "etc/ssl/certs/ca-certificates.crt",
+    "usr/bin/python3.11", "var/lib/dpkg/status.d/", "etc/python3.11/", "etc/protocols",
+    "etc/services", "etc/ethertypes", "etc/os-release", "etc/debian_version", "etc/passwd",
+    "etc/group", "etc/nsswitch.conf", "etc/ssl/certs/ca-certificates.crt",
 )
+# fmt: on
 PASSWD = (
     "root:x:0:0:root:/root:/sbin/nologin\n"
     f"nonroot:x:{UID}:{UID}:nonroot:/home/nonroot:/sbin/nologin\n"
@@ -162,7 +100,6 @@ PASSWD = (
 GROUP = f"root:x:0:\nnonroot:x:{UID}:\n"
 NSSWITCH = "passwd: files\ngroup: files\nhosts: files dns\nnetworks: files\nprotocols: files\n"
 CA_BUNDLE = "etc/ssl/certs/ca-certificates.crt"
-LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"
 
 
 @dataclass(frozen=True)
@@ -189,13 +126,6 @@ class Build:
     arch: str
 
 
-@dataclass(frozen=True)
-class Blob:
-    digest: str
-    size: int
-    data: bytes
-
-
 # ---------------------------------------------------------------- pure decisions
 
 
@@ -214,10 +144,6 @@ def is_dropped(path: str) -> bool:
     return any(path.startswith(d) for d in DROPS)
 
 
-def iso(epoch: int) -> str:
-    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def labels(build: Build) -> dict[str, str]:
     return {
         "org.opencontainers.image.created": iso(build.epoch),
@@ -227,55 +153,6 @@ def labels(build: Build) -> dict[str, str]:
         "org.opencontainers.image.title": "local-ccm",
         "org.opencontainers.image.version": f"v{build.version}",
     }
-
-
-def canonical_json(doc: Mapping[str, object]) -> bytes:
-    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-
-
-def blob(data: bytes) -> Blob:
-    return Blob(f"sha256:{hashlib.sha256(data).hexdigest()}", len(data), data)
-
-
-def image_config(build: Build, diff_id: str) -> dict[str, object]:
-    return {
-        "architecture": build.arch,
-        "os": "linux",
-        "created": iso(build.epoch),
-        "config": {
-            "User": f"{UID}:{UID}",
-            "Env": [
-                f"PATH={VENV}/bin:/usr/local/bin:/usr/bin:/bin",
-                "PYTHONDONTWRITEBYTECODE=1",
-                "PYTHONUNBUFFERED=1",
-            ],
-            "Entrypoint": ["/usr/local/bin/local-ccm"],
-            "WorkingDir": "/",
-            "Labels": labels(build),
-        },
-        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
-        "history": [{"created": iso(build.epoch), "created_by": "make image (scripts/image.py)"}],
-    }
-
-
-def descriptor(media_type: str, b: Blob) -> dict[str, object]:
-    return {"mediaType": media_type, "digest": b.digest, "size": b.size}
-
-
-def manifest(config: Blob, layer: Blob, build: Build) -> dict[str, object]:
-    return {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": descriptor("application/vnd.oci.image.config.v1+json", config),
-        "layers": [descriptor(LAYER_TYPE, layer)],
-        "annotations": labels(build),
-    }
-
-
-def index(manifest_blob: Blob, build: Build) -> dict[str, object]:
-    ref = {"org.opencontainers.image.ref.name": f"v{build.version}"}
-    entry = descriptor("application/vnd.oci.image.manifest.v1+json", manifest_blob)
-    return {"schemaVersion": 2, "manifests": [{**entry, "annotations": ref}]}
 
 
 def read_lock(text: str) -> dict[str, tuple[str, frozenset[str]]]:
@@ -384,19 +261,6 @@ def read_packages(debs: Path) -> list[Package]:
     if missing:
         raise SystemExit(f"image: apt did not resolve {sorted(missing)}")
     return sorted(found, key=lambda p: p.name)
-
-
-def walk(root: Path) -> Iterator[tuple[str, Path]]:
-    """``(relative path, path)`` of everything under ``root`` in sorted order, directories
-    with a trailing ``/``."""
-    for top, dirs, files in os.walk(root):
-        dirs.sort()
-        base = Path(top)
-        for name in sorted([*dirs, *files]):
-            path = base / name
-            rel = path.relative_to(root).as_posix()
-            is_dir = path.is_dir() and not path.is_symlink()
-            yield (f"{rel}/" if is_dir else rel), path
 
 
 def unpack(debs: Path, packages: Iterable[Package], root: Path) -> None:
@@ -572,49 +436,6 @@ def compile_and_check(root: Path) -> None:
         chroot(root, f"/{entry}", "--version")
 
 
-def layer_tar(root: Path, epoch: int) -> bytes:
-    """The root as one tar: sorted, every mtime ``epoch``, numeric owners, no names."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for rel, path in walk(root):
-            info = tar.gettarinfo(str(path), arcname=rel.rstrip("/"))
-            info.mtime, info.uname, info.gname = epoch, "", ""
-            info.pax_headers = {}
-            if info.isfile():
-                with path.open("rb") as f:
-                    tar.addfile(info, f)
-            else:
-                tar.addfile(info)
-    return buf.getvalue()
-
-
-def gzip_bytes(data: bytes) -> bytes:
-    buf = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=9) as f:
-        f.write(data)
-    return buf.getvalue()
-
-
-def oci_archive(blobs: Sequence[Blob], index_doc: bytes, epoch: int) -> bytes:
-    """An OCI image layout as one tar (``oci-archive:`` for skopeo), byte-for-byte stable."""
-    files = [
-        ("oci-layout", canonical_json({"imageLayoutVersion": "1.0.0"})),
-        ("index.json", index_doc),
-        *((f"blobs/sha256/{b.digest.removeprefix('sha256:')}", b.data) for b in blobs),
-    ]
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for d in ("blobs", "blobs/sha256"):
-            info = tarfile.TarInfo(d)
-            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, epoch
-            tar.addfile(info)
-        for name, data in sorted(files):
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), 0o644, epoch
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 def python_wheels(root: Path, project_sha256: str) -> list[Wheel]:
     """Every distribution installed in the image's venv, with its wheel's locked hash (the
     project's own: the wheel this build made)."""
@@ -630,40 +451,35 @@ def python_wheels(root: Path, project_sha256: str) -> list[Wheel]:
     return found
 
 
-def write_outputs(
-    out: Path,
-    build: Build,
-    *,
-    archive: bytes,
-    digest: str,
-    packages: Sequence[Package],
-    wheels: Sequence[Wheel],
-) -> Path:
+def packages_listing(build: Build, digest: str, packages: Sequence[Package],
+                     wheels: Sequence[Wheel]) -> dict[str, object]:  # fmt: skip
+    """What the image was built from: `make release` turns it into the SBOM."""
+    image = {"digest": digest, "version": build.version, "revision": build.revision,
+             "created": iso(build.epoch), "architecture": build.arch}  # fmt: skip
+    debian = [{"name": p.name, "version": p.version, "architecture": p.architecture,
+               "source": p.source} for p in packages]  # fmt: skip
+    python = [{"name": w.name, "version": w.version, "sha256": w.sha256} for w in wheels]
+    return {"image": image, "debian": debian, "python": python}
+
+
+def image_spec(build: Build) -> ImageSpec:
+    env = (f"PATH={VENV}/bin:/usr/local/bin:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE=1",
+           "PYTHONUNBUFFERED=1")  # fmt: skip
+    return ImageSpec(
+        arch=build.arch, created=build.epoch, user=f"{UID}:{UID}", env=env,
+        entrypoint=("/usr/local/bin/local-ccm",), labels=labels(build),
+        ref=f"v{build.version}", created_by="make image (scripts/image.py)",
+    )  # fmt: skip
+
+
+def write_outputs(out: Path, build: Build, archive: bytes, digest: str,
+                  listing: dict[str, object]) -> Path:  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"local-ccm-{build.version}.oci.tar"
-    stem.write_bytes(archive)
-    Path(f"{stem}.digest").write_text(digest + "\n")
-    listing = {
-        "image": {
-            "digest": digest,
-            "version": build.version,
-            "revision": build.revision,
-            "created": iso(build.epoch),
-            "architecture": build.arch,
-        },
-        "debian": [
-            {
-                "name": p.name,
-                "version": p.version,
-                "architecture": p.architecture,
-                "source": p.source,
-            }
-            for p in packages
-        ],
-        "python": [{"name": w.name, "version": w.version, "sha256": w.sha256} for w in wheels],
-    }
-    Path(f"{stem}.packages.json").write_text(json.dumps(listing, indent=2, sort_keys=True) + "\n")
-    return stem
+    path = out / f"local-ccm-{build.version}.oci.tar"
+    path.write_bytes(archive)
+    Path(f"{path}.digest").write_text(digest + "\n")
+    Path(f"{path}.packages.json").write_text(json.dumps(listing, indent=2, sort_keys=True) + "\n")
+    return path
 
 
 def build_image(out: Path, fresh: bool) -> tuple[Path, str]:
@@ -681,20 +497,11 @@ def build_image(out: Path, fresh: bool) -> tuple[Path, str]:
         install_python(root, project_wheel)
         compile_and_check(root)
         wheels = python_wheels(root, hashlib.sha256(project_wheel.read_bytes()).hexdigest())
-        tar = layer_tar(root, build.epoch)
-    layer = blob(gzip_bytes(tar))
-    config = blob(canonical_json(image_config(build, f"sha256:{hashlib.sha256(tar).hexdigest()}")))
-    manifest_blob = blob(canonical_json(manifest(config, layer, build)))
-    archive = oci_archive(
-        [config, layer, manifest_blob], canonical_json(index(manifest_blob, build)), build.epoch
-    )
-    print(
-        f"image: layer {layer.size / 2**20:.1f} MiB compressed, {len(tar) / 2**20:.1f} MiB as tar",
-        file=sys.stderr,
-    )
-    return write_outputs(
-        out, build, archive=archive, digest=manifest_blob.digest, packages=packages, wheels=wheels
-    ), (manifest_blob.digest)
+        image = image_archive(root, image_spec(build))
+    print(f"image: layer {image.layer_size / 2**20:.1f} MiB compressed, "
+          f"{image.tar_size / 2**20:.1f} MiB as tar", file=sys.stderr)  # fmt: skip
+    listing = packages_listing(build, image.digest, packages, wheels)
+    return write_outputs(out, build, image.archive, image.digest, listing), image.digest
 
 
 def main(argv: Sequence[str] | None = None) -> int:
