@@ -220,10 +220,10 @@ async def agent_main(
         finally:
             servers.close()
     finally:
-        # Requests still running in worker threads (an Event being sent) finish first: a
-        # connection released into the pool after close() would never be closed.
-        await asyncio.get_running_loop().shutdown_default_executor()
+        # Closing first ends the requests still waiting in worker threads (a start-up check
+        # against an API server that never answers); then those threads can be joined.
         close()
+        await asyncio.get_running_loop().shutdown_default_executor()
 
 
 def run_agent(options: AgentOptions) -> int:

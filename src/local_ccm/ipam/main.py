@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from local_ccm import __version__, flags, names
-from local_ccm.clock import Clock, SystemClock, sleep_unless_stopped
+from local_ccm.clock import Clock, Stopped, SystemClock, sleep_unless_stopped, unless_stopped
 from local_ccm.election import ElectionConfig, new_identity
 from local_ccm.ipam import options as opts
 from local_ccm.ipam.flagdefs import FLAGS, PROG, resolve_resource_lock_env
@@ -205,7 +205,8 @@ async def serve(options: opts.IpamOptions, config: ClusterConfig) -> int:
     stop = asyncio.Event()
     install_signal_handlers(stop)
     try:
-        if not await check_access(api, options, stop, SystemClock(), rng):
+        checked = await unless_stopped(check_access(api, options, stop, SystemClock(), rng), stop)
+        if isinstance(checked, Stopped) or not checked:
             return EXIT_OK  # stopped before the API server answered
         health.started = True
         return await lead(Runtime(options, api, metrics, health, identity, rng, aclient), stop)

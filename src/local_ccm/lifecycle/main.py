@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from local_ccm import __version__, election, flags, names
-from local_ccm.clock import Clock, SystemClock, sleep_unless_stopped
+from local_ccm.clock import Clock, Stopped, SystemClock, sleep_unless_stopped, unless_stopped
 from local_ccm.kube import errors as ke
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.backoff import Backoff
@@ -141,7 +141,9 @@ async def run_lifecycle(
         )
         if wrap_api is not None:
             api = wrap_api(api)
-        problem = await check_access(api, _needed(options), stop, clock)
+        problem = await unless_stopped(check_access(api, _needed(options), stop, clock), stop)
+        if isinstance(problem, Stopped):
+            return EXIT_OK
         if problem is not None:
             log.error("%s", problem)
             return EXIT_PRECONDITION
