@@ -86,3 +86,35 @@ def test_sigterm_while_the_start_up_check_hangs_exits_0_at_once(
     assert code == 0, f"still running {took:.1f}s after SIGTERM (or exit {code}):\n{tail(log)}"
     assert took <= STOP_WITHIN
     assert "Traceback" not in tail(log)
+
+
+# ------------------------------------------------------------------ run-once's deadline
+RUN_ONCE_DEADLINE = 5.0
+SLACK = 2.0
+# The real console entry point with a shorter run-once deadline, so the test does not take the
+# product's full minute; everything else (flags, client, timeouts, retries) is the product's.
+SHORT_DEADLINE_AGENT = (
+    "import sys; from local_ccm.agent import tasks; "
+    f"tasks.RUN_ONCE_DEADLINE = {RUN_ONCE_DEADLINE}; "
+    "from local_ccm.cli import agent_main; sys.exit(agent_main())"
+)
+
+
+@pytest.mark.timeout(60)
+def test_run_once_against_a_hung_api_server_ends_by_its_deadline(test_artifacts: Path) -> None:
+    log = test_artifacts / "local-ccm.log"
+    with HungServer(test_artifacts) as hung:
+        argv = [sys.executable, "-c", SHORT_DEADLINE_AGENT, f"--kubeconfig={hung.kubeconfig}",
+                *AGENT.quiet, "--run-once"]  # fmt: skip
+        child = _start(AGENT, argv, log)
+        try:
+            eventually(lambda: hung.requests > 0, timeout=20, message="the first request")
+            started = time.monotonic()  # later than the process start: a generous bound
+            code = _exit_code(child, RUN_ONCE_DEADLINE + SLACK + 10)
+            took = time.monotonic() - started
+        finally:
+            child.stop(grace=5)
+    assert code == 1, tail(log)
+    assert took <= RUN_ONCE_DEADLINE + SLACK, f"exited {took:.1f}s after its first request"
+    assert f"no final state within {RUN_ONCE_DEADLINE:.0f}s" in tail(log)
+    assert "Traceback" not in tail(log)
