@@ -7,6 +7,7 @@ would start it.
 from __future__ import annotations
 
 import signal
+import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.agent_process import UNPRIVILEGED, copy_kubeconfig, private_dir
+from tests.support.controlplane import ControlPlane
 from tests.support.hung import HungServer
 from tests.support.processes import Child, free_port, spawn, tail
 from tests.support.waiting import eventually
@@ -118,3 +121,85 @@ def test_run_once_against_a_hung_api_server_ends_by_its_deadline(test_artifacts:
     assert took <= RUN_ONCE_DEADLINE + SLACK, f"exited {took:.1f}s after its first request"
     assert f"no final state within {RUN_ONCE_DEADLINE:.0f}s" in tail(log)
     assert "Traceback" not in tail(log)
+
+
+# ------------------------------------------------------------------ listen addresses
+FOREIGN = "192.0.2.55:8080"  # TEST-NET-1: on no interface here, so bind() fails; never sent to
+LISTEN_FLAGS = [
+    (AGENT, "metrics-bind-address", "health-probe-bind-address"),
+    (AGENT, "health-probe-bind-address", "metrics-bind-address"),
+    (LIFECYCLE, "metrics-bind-address", "health-probe-bind-address"),
+    (LIFECYCLE, "health-probe-bind-address", "metrics-bind-address"),
+    (IPAM, "webserver-bind-address", None),
+    (IPAM, "health-probe-address", None),
+    (IPAM, "metrics-bind-address", "webserver-bind-address"),
+]
+
+
+def _listen_argv(
+    binary: Binary, kubeconfig: Path, flag: str, other: str | None, address: str
+) -> list[str]:
+    """The binary with `--flag=address` and every other listen flag on a free port."""
+    argv = binary.argv(kubeconfig)
+    argv = [a for a in argv if not a.startswith((f"--{flag}=", f"--{other}="))]
+    if other is not None:
+        argv.append(f"--{other}=127.0.0.1:{free_port()}")
+    return [*argv, f"--{flag}={address}"]
+
+
+@pytest.mark.parametrize("case", ["busy", "foreign"])
+@pytest.mark.parametrize(
+    ("binary", "flag", "other"), LISTEN_FLAGS, ids=lambda v: getattr(v, "name", v)
+)
+def test_a_listen_address_that_cannot_be_bound_is_one_line_and_exit_2(
+    *,
+    binary: Binary,
+    flag: str,
+    other: str | None,
+    case: str,
+    control_plane: ControlPlane,
+    test_artifacts: Path,
+) -> None:
+    log = test_artifacts / f"{binary.name}.log"
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        address = f"127.0.0.1:{taken.getsockname()[1]}" if case == "busy" else FOREIGN
+        reason = "address already in use" if case == "busy" else "address not available"
+        argv = _listen_argv(binary, control_plane.admin_kubeconfig, flag, other, address)
+        child = _start(binary, argv, log)
+        try:
+            code = eventually(child.exited, timeout=30, message=f"{binary.name} exits")
+        finally:
+            child.stop(grace=5)
+    output = tail(log)
+    assert code == 2, output
+    assert f"--{flag}={address}: {reason}" in output, output
+    assert "Traceback" not in output, output
+
+
+@pytest.mark.parametrize(
+    ("binary", "flag", "other"),
+    [LISTEN_FLAGS[0], LISTEN_FLAGS[2], LISTEN_FLAGS[4]],
+    ids=lambda v: getattr(v, "name", v),
+)
+def test_a_privileged_port_without_the_capability_is_one_line_and_exit_2(
+    *,
+    binary: Binary,
+    flag: str,
+    other: str | None,
+    control_plane: ControlPlane,
+    test_artifacts: Path,
+) -> None:
+    """As the images run: a non-root uid without capabilities."""
+    kubeconfig = copy_kubeconfig(private_dir(test_artifacts), control_plane.admin_kubeconfig)
+    address = "127.0.0.1:80"
+    argv = _listen_argv(binary, kubeconfig, flag, other, address)
+    log = test_artifacts / f"{binary.name}.log"
+    child = _start(binary, [*UNPRIVILEGED, *argv], log)
+    try:
+        code = eventually(child.exited, timeout=30, message=f"{binary.name} exits")
+    finally:
+        child.stop(grace=5)
+    output = tail(log)
+    assert code == 2, output
+    assert f"--{flag}={address}: permission denied" in output, output
+    assert "Traceback" not in output, output

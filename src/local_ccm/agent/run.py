@@ -39,7 +39,7 @@ from local_ccm.agent.triggers import WATCH_GRACE, Health, Triggers
 from local_ccm.clock import Clock
 from local_ccm.logs import kv
 from local_ccm.netlink import Change
-from local_ccm.serve import Checks, Servers, start_servers
+from local_ccm.serve import BindError, Checks, Servers, start_servers
 
 __all__ = [  # the loop's names are re-exported from agent.loop, .tasks, .timing, .triggers
     "API_BACKOFF", "EXIT_FAILED", "EXIT_OK", "EXIT_PRECONDITION", "MAX_CONFLICTS",
@@ -53,6 +53,7 @@ __all__ = [  # the loop's names are re-exported from agent.loop, .tasks, .timing
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE = 5.0
+EXIT_USAGE = 2  # bad input, as for a bad flag
 
 
 # ------------------------------------------------------------------ process wiring
@@ -230,6 +231,9 @@ def run_agent(options: AgentOptions) -> int:
     """The CLI's entry point for loop and run-once modes; returns the exit code (§2.6)."""
     try:
         return asyncio.run(agent_main(options))
-    except OSError as exc:  # e.g. a port that cannot be bound
+    except BindError as exc:  # a listen flag this host cannot serve: bad input
+        print(f"{names.AGENT}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
         print(f"{names.AGENT}: {exc}", file=sys.stderr)
         return EXIT_FAILED

@@ -40,7 +40,7 @@ from local_ccm.lifecycle.probe import (
 from local_ccm.lifecycle.process import Status, health_checks, leader_callback, run_controller
 from local_ccm.lifecycle.run import Controller
 from local_ccm.logs import configure_logging, kv
-from local_ccm.serve import start_servers
+from local_ccm.serve import BindError, start_servers
 
 log = logging.getLogger(__name__)
 
@@ -177,9 +177,9 @@ async def _serve(
             metrics_address=options.metrics_address, health_address=options.health_address,
             registry=metrics.registry, healthz=healthz, readyz=readyz,
         )  # fmt: skip
-    except OSError as exc:
-        log.error("cannot listen for metrics or health probes: %s", exc)
-        return EXIT_FAILED
+    except BindError as exc:  # a listen flag this host cannot serve: bad input
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         config = loop_config(options)
         if watch_selector is not None:
