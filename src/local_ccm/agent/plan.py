@@ -143,9 +143,14 @@ _FAILURE_REASONS = {
     "no_eligible_address": "NoEligibleAddress",
     "netlink_error": "NetlinkError",
 }
+_PROVIDED_REASONS = {
+    "provided_mismatch": "ProvidedNodeIPMismatch",
+    "unparsable_provided": "ProvidedNodeIPUnparsable",
+}
 _REASON_ORDER = (
-    "KubeletOwnsAddresses", "NoInternalIP", "ProvidedNodeIPMismatch", "ProviderIDUnavailable",
-    "NoRoute", "NoEligibleAddress", "NetlinkError",
+    "KubeletOwnsAddresses", "NoInternalIP", "ProvidedNodeIPMismatch",
+    "ProvidedNodeIPUnparsable", "ProviderIDUnavailable", "NoRoute", "NoEligibleAddress",
+    "NetlinkError",
 )  # fmt: skip
 
 
@@ -170,8 +175,8 @@ def desired_condition(
     if "no_internal_ip" in blocked or not has_ip(plan.addresses):
         problems.append(("NoInternalIP", NO_INTERNAL_IP))
     for f in plan.findings:
-        if f.kind == "provided_mismatch":
-            problems.append(("ProvidedNodeIPMismatch", f.message))
+        if f.kind in _PROVIDED_REASONS:
+            problems.append((_PROVIDED_REASONS[f.kind], f.message))
     if "provider_id_unavailable" in blocked:
         problems.append(("ProviderIDUnavailable", "provider ID template has an empty value"))
     kept = {(f.type, f.family): f.address for f in plan.findings if f.kind == "kept_last_good"}

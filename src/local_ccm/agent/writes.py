@@ -87,11 +87,10 @@ class NodeWrites:
     retry_task: asyncio.Task[None] | None
 
     # -------------------------------------------------------------- shared with the pass
-    def emit(self, spec: ev.EventSpec, node: Obj | None = None) -> None:
+    def emit(self, spec: ev.EventSpec, node: Obj | None = None) -> bool:
         """Queue an Event about ``node`` (default: the cached Node); rate limited (§8.1)."""
         node = node or self.node
-        if node is not None:
-            self.events.emit(spec, node)
+        return node is not None and self.events.emit(spec, node)  # True when queued
 
     def retry_later(self, delay: float) -> None:
         if self.retry_task is not None:
@@ -219,7 +218,9 @@ class NodeWrites:
         for family, value in report.mismatch.items():
             self.metrics.mismatch.labels(family).set(value)
         for spec in report.events:
-            self.emit(spec)
+            # Logged when the Event is sent, so as often as the Event (not on every pass).
+            if self.emit(spec) and spec.type == "Warning":
+                log.warning("%s: %s", spec.reason, spec.message, extra=kv(node=self.name))
 
     def _initialized(self, node: Obj) -> None:
         delay = creation_delay(node, self.clock.now())

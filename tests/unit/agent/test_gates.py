@@ -14,6 +14,7 @@ from local_ccm.agent.candidates import (
     Failed,
 )
 from local_ccm.agent.config import AgentConfig, ProvidedPolicy, TypeSettings
+from local_ccm.agent.events import provided_mismatches
 from local_ccm.agent.plan import decide_taint, desired_condition, plan_addresses
 from tests.unit.agent.builders import EXT4, INT4, addrs, detections, found, no_route, node
 
@@ -168,3 +169,18 @@ def test_condition_message_is_capped() -> None:
     condition = desired_condition(_plan("Int 192.0.2.1"), {EXT4: long})
     assert condition.reason == "NetlinkError"
     assert len(condition.message) == 1024
+
+
+@pytest.mark.parametrize("annotation", ["not-an-ip", "10.0.0.1,10.0.0.2,10.0.0.3"])
+def test_an_unparsable_provided_node_ip_is_a_condition_reason_and_an_event(
+    annotation: str,
+) -> None:
+    n = node("Int 192.0.2.10", provided=annotation)
+    detected = detections(int4=found("192.0.2.10"))
+    plan = plan_addresses(n, detected, DEFAULT)
+    condition = desired_condition(plan, detected)
+    assert (condition.status, condition.reason) == ("False", "ProvidedNodeIPUnparsable")
+    assert annotation in condition.message
+    assert [(e.type, e.reason) for e in provided_mismatches(plan.findings)] == [
+        ("Warning", "ProvidedNodeIPUnparsable")
+    ]
