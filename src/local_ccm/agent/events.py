@@ -113,10 +113,14 @@ _REMEDIES: Mapping[BlockReason, str] = {
 }
 
 
-def initialization_blocked(reasons: Iterable[BlockReason]) -> list[EventSpec]:
+def initialization_blocked(
+    reasons: Iterable[BlockReason], *, no_internal_ip: str = NO_INTERNAL_IP
+) -> list[EventSpec]:
     """One Warning per distinct gate, naming it and its remedy (§7.2)."""
+    # `no_internal_ip` is the remedy that fits this Node: plan.no_internal_ip_advice().
     text = f"taint {names.UNINITIALIZED_TAINT} kept: "
-    return [EventSpec("Warning", INITIALIZATION_BLOCKED, text + _REMEDIES[r]) for r in reasons]
+    remedies = {**_REMEDIES, "no_internal_ip": no_internal_ip}
+    return [EventSpec("Warning", INITIALIZATION_BLOCKED, text + remedies[r]) for r in reasons]
 
 
 _PROVIDED_REASONS = {

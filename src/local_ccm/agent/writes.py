@@ -40,6 +40,7 @@ from local_ccm.agent.plan import (
     Patch,
     ProviderIDAction,
     addresses_match,
+    advise_no_internal_ip,
     decide_taint,
     desired_condition,
     desired_provider_id,
@@ -116,7 +117,10 @@ class NodeWrites:
             provider_id_blocks=self._provider(node).kind == "unavailable",
         )
         manager = self.conflict_manager if self.fight.conflict else None
-        return desired_condition(plan, detected, blocked=held.blocked, conflict_manager=manager)
+        advice = advise_no_internal_ip(node, plan, self.config)
+        return desired_condition(
+            plan, detected, blocked=held.blocked, conflict_manager=manager, no_internal_ip=advice
+        )
 
     async def _write_status(self, plan: AddressPlan, detected: Detected) -> str:
         now = self.clock.monotonic()
@@ -197,7 +201,8 @@ class NodeWrites:
             plan=plan,
             provider_id_blocks=provider.kind == "unavailable",
         )
-        self._report_gates(gate_report(node, decision, plan, provider))
+        advice = advise_no_internal_ip(node, plan, self.config)
+        self._report_gates(gate_report(node, decision, plan, provider, no_internal_ip=advice))
         value = provider.value if provider.kind == "set" else None
         patch = plan_taint_patch(node, remove_taint=decision.remove, provider_id=value)
         key = ("main", decision.remove, value)

@@ -15,6 +15,8 @@ from tests.support.agent_scenarios import (
     condition_is,
     condition_of,
     events_with,
+    initialised,
+    pairs,
 )
 from tests.support.cleanup import NodeFactory
 from tests.support.controlplane import ControlPlane
@@ -62,3 +64,35 @@ def test_an_unparsable_provided_node_ip_is_reported_like_a_mismatch(
     assert annotation in str(event[0]["message"]), event
     assert event[0]["type"] == "Warning", event
     assert _warnings(caplog, annotation), [r.getMessage() for r in caplog.records]
+
+
+def test_advice_for_a_provided_ip_not_on_this_host_names_the_flags_that_are_set(
+    *,
+    control_plane: ControlPlane,
+    kube: Client,
+    make_node: NodeFactory,
+    netns: NetnsFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The kubelet says 192.0.2.5 (not on this host); the agent detects 192.0.2.10. The Node
+    is initialised with the ExternalIP only, and the warning must not advise setting flags
+    that are set: it says which are, and what to change."""
+    caplog.set_level(logging.INFO)
+    up = netns.uplink(node_if="eth1", v4=HOST_V4, v6=None, default_routes=False)
+    name = make_node(uninitialized=True, provided_node_ip="192.0.2.5")["metadata"]["name"]
+    argv = [
+        f"--node-name={name}", *INTERNAL_BY_ROUTE, "--external-ip-target=192.0.2.1",
+        *FAST, *QUIET_HTTP,
+    ]  # fmt: skip
+    with InProcessAgent(options(argv, control_plane.admin_kubeconfig), netns=up.node.name):
+        node = eventually(lambda: initialised(kube, name), timeout=15, message="untainted")
+        advice = eventually(
+            lambda: _warnings(caplog, "NoInternalIP"), timeout=15, message="the warning"
+        )
+    assert pairs(node) == [("ExternalIP", "192.0.2.10")], node["status"]
+    text = advice[0]
+    assert "set --internal-ip-target or" not in text, text
+    assert "start the kubelet with --node-ip" not in text, text
+    assert "192.0.2.5" in text, text
+    assert "--internal-ip-target=192.0.2.1" in text, text
+    assert "192.0.2.10" in text, text
