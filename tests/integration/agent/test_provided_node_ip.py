@@ -16,6 +16,7 @@ from tests.support.agent_scenarios import (
     condition_of,
     events_with,
     initialised,
+    kubelet_seed,
     pairs,
 )
 from tests.support.cleanup import NodeFactory
@@ -96,3 +97,26 @@ def test_advice_for_a_provided_ip_not_on_this_host_names_the_flags_that_are_set(
     assert "192.0.2.5" in text, text
     assert "--internal-ip-target=192.0.2.1" in text, text
     assert "192.0.2.10" in text, text
+
+
+def test_without_dedupe_an_external_ip_equal_to_the_provided_ip_is_kept(
+    *, control_plane: ControlPlane, kube: Client, make_node: NodeFactory, netns: NetnsFactory
+) -> None:
+    up = netns.uplink(node_if="eth1", v4=HOST_V4, v6=None, default_routes=False)
+    name = make_node(uninitialized=True, provided_node_ip="192.0.2.10")["metadata"]["name"]
+    kubelet_seed(kube, name, "192.0.2.10")
+    argv = [
+        f"--node-name={name}", *INTERNAL_BY_ROUTE, "--external-ip-target=192.0.2.1",
+        "--dedupe-external-ip=false", *FAST, *QUIET_HTTP,
+    ]  # fmt: skip
+    with InProcessAgent(options(argv, control_plane.admin_kubeconfig), netns=up.node.name):
+        node = eventually(
+            lambda: condition_is(kube, name, "True", "AddressesSynced"),
+            timeout=15,
+            message="addresses synced",
+        )
+    assert pairs(node) == [
+        ("InternalIP", "192.0.2.10"),
+        ("ExternalIP", "192.0.2.10"),
+        ("Hostname", name),
+    ], node["status"]
