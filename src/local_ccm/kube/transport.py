@@ -226,7 +226,7 @@ class HttpTransport:
                 self._busy.add(conn)
                 return
         conn.close()
-        raise ApiError(0, "ClientClosed", "the client was closed")
+        raise _client_closed()
 
     def _end(self, conn: http.client.HTTPConnection) -> None:
         with self._lock:
@@ -302,7 +302,9 @@ class HttpTransport:
             except _STALE as exc:
                 self._end(conn)
                 conn.close()
-                if reused and attempt == 0 and not self._closed:
+                if self._closed:  # ended by close(): not a failure to retry or log
+                    raise _client_closed() from exc
+                if reused and attempt == 0:
                     # The others are likely as stale (an apiserver restart): drop them all.
                     log.debug("keep-alive connection was closed by the server; reconnecting")
                     self._drop_idle()
@@ -311,6 +313,8 @@ class HttpTransport:
             except (OSError, http.client.HTTPException) as exc:
                 self._end(conn)
                 conn.close()
+                if self._closed:
+                    raise _client_closed() from exc
                 raise _transient(exc, sent=True) from exc
             if resp.will_close:
                 self._end(conn)
@@ -354,6 +358,11 @@ def _connect(conn: http.client.HTTPConnection) -> None:
     except (OSError, http.client.HTTPException) as exc:
         conn.close()
         raise _transient(exc, sent=False) from exc
+
+
+def _client_closed() -> ApiError:
+    """Not Transient: a closed client is never retried."""
+    return ApiError(0, "ClientClosed", "the client was closed")
 
 
 def _transient(exc: BaseException, *, sent: bool) -> Transient:
