@@ -47,6 +47,7 @@ class IpamOptions:
     kubeconfig: str = ""
     apiserver: str = ""
     web_bind: BindAddress | None = None
+    web_flag: str = "webserver-bind-address"  # the flag web_bind was given by, for messages
     metrics_bind: BindAddress | None = None  # used only when metrics_mode == "separate"
     metrics_mode: Literal["web", "separate", "off"] = "web"
     leader_election: bool = True
@@ -103,6 +104,7 @@ def options_from(
         kubeconfig=parsed.get_str("kubeconfig"),
         apiserver=parsed.get_str("apiserver"),
         web_bind=web,
+        web_flag=_web_flag(parsed),
         metrics_bind=metrics_bind,
         metrics_mode=metrics_mode,
         leader_election=parsed.get_bool("enable-leader-election"),
@@ -274,18 +276,20 @@ def _web(
     parsed: Parsed, problems: list[Problem]
 ) -> tuple[BindAddress | None, Literal["web", "separate", "off"], BindAddress | None]:
     """The web server's address (`--health-probe-address` wins when set) and the metrics mode."""
-    web_flag = (
-        "health-probe-address"
-        if "health-probe-address" in parsed.explicit
-        else ("webserver-bind-address")
-    )
-    web = _bind(parsed, web_flag, problems)
+    web = _bind(parsed, _web_flag(parsed), problems)
     raw = parsed.get_str("metrics-bind-address")
     if raw == "":
         return web, "web", None
     if raw == "0":
         return web, "off", None
     return web, "separate", _bind(parsed, "metrics-bind-address", problems)
+
+
+def _web_flag(parsed: Parsed) -> str:
+    """The flag the web server's address comes from: `--health-probe-address` when set."""
+    if "health-probe-address" in parsed.explicit:
+        return "health-probe-address"
+    return "webserver-bind-address"
 
 
 def _bind(parsed: Parsed, flag: str, problems: list[Problem]) -> BindAddress | None:

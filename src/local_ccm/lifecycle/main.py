@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from local_ccm import __version__, election, flags, names
-from local_ccm.clock import Clock, SystemClock, sleep_unless_stopped
+from local_ccm.clock import Clock, Stopped, SystemClock, sleep_unless_stopped, unless_stopped
 from local_ccm.kube import errors as ke
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.backoff import Backoff
@@ -40,7 +40,7 @@ from local_ccm.lifecycle.probe import (
 from local_ccm.lifecycle.process import Status, health_checks, leader_callback, run_controller
 from local_ccm.lifecycle.run import Controller
 from local_ccm.logs import configure_logging, kv
-from local_ccm.serve import start_servers
+from local_ccm.serve import BindError, start_servers
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,9 @@ async def run_lifecycle(
         )
         if wrap_api is not None:
             api = wrap_api(api)
-        problem = await check_access(api, _needed(options), stop, clock)
+        problem = await unless_stopped(check_access(api, _needed(options), stop, clock), stop)
+        if isinstance(problem, Stopped):
+            return EXIT_OK
         if problem is not None:
             log.error("%s", problem)
             return EXIT_PRECONDITION
@@ -175,9 +177,9 @@ async def _serve(
             metrics_address=options.metrics_address, health_address=options.health_address,
             registry=metrics.registry, healthz=healthz, readyz=readyz,
         )  # fmt: skip
-    except OSError as exc:
-        log.error("cannot listen for metrics or health probes: %s", exc)
-        return EXIT_FAILED
+    except BindError as exc:  # a listen flag this host cannot serve: bad input
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         config = loop_config(options)
         if watch_selector is not None:
