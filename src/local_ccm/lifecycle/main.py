@@ -151,7 +151,8 @@ async def run_lifecycle(
         timeout=API_TIMEOUT,
     )  # fmt: skip
     try:
-        run = Run(options, status, metrics, clock, prober, servers, stop, on_start)
+        pod_name = env.get("POD_NAME", "")
+        run = Run(options, status, metrics, clock, prober, servers, stop, on_start, pod_name)
         return await _start(run, AsyncClient(client), wrap_api, watch_selector)
     finally:
         watchdog.cancel()
@@ -171,6 +172,7 @@ class Run:
     servers: Servers
     stop: asyncio.Event
     on_start: Callable[[Started], None] | None
+    pod_name: str  # the default identity's prefix (else the hostname)
 
 
 async def _start(
@@ -206,7 +208,9 @@ async def _start(
 
 async def _serve(run: Run, aio: AsyncClient, api: NodeApi, watch_selector: str | None) -> int:
     options, status, metrics = run.options, run.status, run.metrics
-    identity = election.new_identity(socket.gethostname(), random.SystemRandom())
+    identity = election.choose_identity(
+        options.election.identity, run.pod_name, socket.gethostname(), random.SystemRandom()
+    )
     config = loop_config(options)
     if watch_selector is not None:
         config = replace(config, selector=watch_selector)
