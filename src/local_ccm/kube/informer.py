@@ -165,9 +165,14 @@ class Informer(Generic[T]):
         self._items.pop(key, None)
         self._known.pop(key, None)
 
-    def prime(self, items: Iterable[Obj], resource_version: str) -> None:
-        """Start from a list the caller made itself: ``run()`` then watches at once."""
-        self._replace(items, resource_version)
+    def prime(self, objs: Iterable[Obj], resource_version: str) -> None:
+        """Start from a LIST the caller made and has already acted on: no handler is told,
+        and ``run()`` watches from ``resource_version`` at once."""
+        items = list(objs)
+        self._items = {object_key(obj): self._project(obj) for obj in items}
+        self._known = {object_key(obj): identity(obj) for obj in items}
+        self.resource_version, self._listed = resource_version, True
+        self._synced.set()
 
     # ------------------------------------------------------------------ running
     def stop(self) -> None:
@@ -267,12 +272,6 @@ class Informer(Generic[T]):
         self.relists += 1 if self._listed else 0
         self._listed = True
         self._diff(fresh, changed, page.resource_version)
-
-    def _replace(self, objs: Iterable[Obj], resource_version: str) -> None:
-        items, self._listed = list(objs), True
-        fresh = {object_key(obj): identity(obj) for obj in items}
-        changed = {object_key(obj): self._project(obj) for obj in items}
-        self._diff(fresh, changed, resource_version)
 
     def _diff(self, fresh: dict[str, tuple[str, str]], changed: dict[str, T], rv: str) -> None:
         gone = [key for key in self._items if key not in fresh]
