@@ -34,7 +34,7 @@ from local_ccm.agent.tasks import (
     RUN_ONCE_TRANSIENT_RETRIES,
     PreconditionError,
 )
-from local_ccm.agent.timing import API_BACKOFF, MAX_CONFLICTS, MONITOR_BACKOFF, WATCH_BACKOFF
+from local_ccm.agent.timing import API_BACKOFF, MAX_CONFLICTS, MONITOR_BACKOFF
 from local_ccm.agent.triggers import WATCH_GRACE, Health, Triggers
 from local_ccm.clock import Clock
 from local_ccm.logs import kv
@@ -44,7 +44,7 @@ from local_ccm.serve import BindError, Checks, Servers, start_servers
 __all__ = [  # the loop's names are re-exported from agent.loop, .tasks, .timing, .triggers
     "API_BACKOFF", "EXIT_FAILED", "EXIT_OK", "EXIT_PRECONDITION", "MAX_CONFLICTS",
     "MONITOR_BACKOFF", "REQUIRED_ACCESS", "RUN_ONCE_DEADLINE", "RUN_ONCE_TRANSIENT_RETRIES",
-    "SHUTDOWN_GRACE", "WATCH_BACKOFF", "WATCH_GRACE", "Agent", "ChangeSource", "DetectFn",
+    "SHUTDOWN_GRACE", "WATCH_GRACE", "Agent", "ChangeSource", "DetectFn",
     "Detected", "Health", "LoopSettings", "PreconditionError", "Triggers", "agent_main",
     "build_agent", "detector_keys", "install_signal_handlers", "is_settle_needed",
     "kernel_changes", "kernel_detector", "kube_api", "run_agent", "serve_until",

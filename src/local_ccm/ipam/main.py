@@ -204,7 +204,6 @@ async def serve(options: opts.IpamOptions, config: ClusterConfig) -> int:
         aclient,
         count=lambda verb, res, code: metrics.api_requests.labels(verb, res, code).inc(),
         limiter=TokenBucket(options.qps, options.burst),
-        on_relist=lambda res: metrics.watch_restarts.labels(res, "gone").inc(),
     )
     health = Health()
     servers = start_http(options, metrics, health)
