@@ -3,8 +3,8 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BENCH_NODES ?= 2000
-# The one place the image repository is defined (spec/deploy.md §1.2); `make manifests` copies
-# it into deploy/, and a chart test checks that values.yaml agrees.
+# The one place the image repository is defined; `make manifests` copies it into deploy/, and a
+# chart test checks that charts/local-ccm/values.yaml agrees.
 IMAGE ?= ghcr.io/local-ccm/local-ccm
 
 .DEFAULT_GOAL := help
@@ -34,18 +34,48 @@ $(VENV)/bin/local-ccm: | $(PY)
 demo: $(VENV)/bin/local-ccm ## the main job: the agent initialises a Node for this host on a throw-away control plane
 	$(PY) -m tests.support.demo
 
+# The image without a container registry: Debian packages through apt (mmdebstrap), the wheel
+# and requirements.lock through pip --require-hashes, an OCI archive written reproducibly.
+# Needs root and, on a cold cache, Debian's archive; IMAGE_FLAGS=--fresh ignores the cache.
+.PHONY: image
+image: $(VENV)/bin/local-ccm ## build build/image/local-ccm-<version>.oci.tar (reproducible; prints its digest)
+	$(PY) scripts/image.py $(IMAGE_FLAGS)
+
+# Everything an operator installs from, with checksums; the helm binary is the tests' own.
+.PHONY: release
+release: image manifests ## write dist/: wheel, sdist, image archive, chart, manifests, SBOM, SHA256SUMS
+	$(PY) scripts/release.py --helm "$$($(PY) -c 'from tests.support.binaries import ensure; \
+		print(ensure(["helm"], report=lambda _: None).path("helm"))')"
+
 .PHONY: lint
 lint: ## ruff, ruff format --check, mypy --strict, import contracts
-	$(VENV)/bin/ruff check src tests
-	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/ruff check src tests scripts
+	$(VENV)/bin/ruff format --check src tests scripts
 	$(VENV)/bin/mypy
+	MYPYPATH=scripts $(VENV)/bin/mypy scripts
 	$(VENV)/bin/lint-imports
+	$(PY) scripts/version.py check
+	$(PY) tests/unit/test_repository_stands_alone.py
+	$(MAKE) check-chart-docs
 	$(MAKE) check-manifests
+
+.PHONY: version
+version: ## print the release version (src/local_ccm/__init__.py, the one place it is defined)
+	@$(PY) scripts/version.py
+
+# Rewrites __version__ and its copies (Chart.yaml version/appVersion, the Containerfile's
+# ARG VERSION default, the README transcript), then everything rendered from the chart.
+.PHONY: bump
+bump: ## set the release version everywhere: make bump VERSION=x.y.z
+	@test -n "$(VERSION)" || { echo "usage: make bump VERSION=x.y.z" >&2; exit 2; }
+	$(PY) scripts/version.py bump $(VERSION)
+	$(MAKE) manifests
+	LOCAL_CCM_UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/integration/deploy/test_d01_d03_render.py -k golden
 
 .PHONY: fmt
 fmt: ## apply ruff's fixes and formatting
-	$(VENV)/bin/ruff check --fix src tests
-	$(VENV)/bin/ruff format src tests
+	$(VENV)/bin/ruff check --fix src tests scripts
+	$(VENV)/bin/ruff format src tests scripts
 
 .PHONY: test-unit
 test-unit: ## unit tier: seconds, no root, no network
@@ -60,11 +90,13 @@ test-bins: ## build the control-plane binaries from the Go module proxy, or find
 	$(PY) -m tests.support.binaries ensure
 
 .PHONY: test-integration
-test-integration: test-bins ## integration tier against a real kube-apiserver + etcd
+test-integration: test-bins image ## integration tier against a real kube-apiserver + etcd
 	$(PY) -m pytest -m integration
 
 .PHONY: test
-test: test-bins ## the README's test command: every tier but bench, in a network namespace with only lo
+# The image is built before pytest starts: building it needs Debian's archive, the tests have
+# no network.
+test: test-bins image ## the README's test command: every tier but bench, in a network namespace with only lo
 	timeout 45m unshare --net sh -c 'ip link set lo up && exec $(PY) -m pytest -m "not bench"'
 
 # The plots are re-drawn even when a bench failed: the results that were taken still count.
@@ -96,8 +128,16 @@ dev-cluster: $(VENV)/bin/local-ccm ## start etcd + kube-apiserver on loopback (b
 	$(PY) -m tests.support.controlplane dev
 
 .PHONY: manifests
-manifests: ## render deploy/ from charts/local-ccm (spec/deploy.md §4); never edit deploy/ by hand
+manifests: ## render deploy/ from charts/local-ccm; never edit deploy/ by hand
 	$(PY) -m tests.support.chart manifests deploy --image $(IMAGE)
+
+.PHONY: chart-docs
+chart-docs: ## regenerate the values table of charts/local-ccm/README.md from values.schema.json and values.yaml
+	$(PY) scripts/chart_docs.py
+
+.PHONY: check-chart-docs
+check-chart-docs: chart-docs ## fail if the chart README's values table differs from a fresh one
+	git diff --exit-code -- charts/local-ccm/README.md
 
 .PHONY: check-manifests
 check-manifests: manifests ## fail if a fresh render of deploy/ differs from what git has

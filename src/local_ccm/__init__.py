@@ -5,4 +5,4 @@ node-lifecycle controller (`local_ccm.lifecycle`) and the node IPAM controller
 (`local_ccm.ipam`). Wiring lives in `local_ccm.cli`.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.4.0"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import sys
 import time
 from ipaddress import ip_address
@@ -73,23 +74,30 @@ class Probe:
         close = self.serve_metrics() if self.args.metrics else (lambda: None)
         route_get(ip_address("127.0.0.1"))
         dump_addresses()
-        from local_ccm.kube.watch import WatchOptions
+        from local_ccm.clock import SystemClock
+        from local_ccm.kube.aio import KubeListWatch
+        from local_ccm.kube.informer import Informer
 
-        # The resumable watcher, as the agent uses: the apiserver closes a watch that falls
-        # behind, and the watcher resumes from the last resourceVersion.
-        options = WatchOptions(field_selector=f"metadata.name={self.args.node}")
-        watch = self.client.watcher(NODES, options)
+        # The informer, as the agent uses it: the apiserver closes a watch that falls behind,
+        # and the informer resumes from the last resourceVersion.
+        source = KubeListWatch(self.client, NODES, field_selector=f"metadata.name={self.args.node}")
+        informer = Informer(source, dict, clock=SystemClock(), rng=random.Random(), name="nodes")
+        changes: asyncio.Queue[None] = asyncio.Queue()
+        informer.add_handler(lambda _change: changes.put_nowait(None))
         for _ in range(2):
             node = await self.patch(node)
         report("work")
         events = 0
-        async with watch:
-            async for _event in watch:
-                events += 1
-                if self.writes < self.args.patches + 2:
-                    node = await self.patch(node)
-                if events >= self.args.events and self.writes >= self.args.patches + 2:
-                    break
+        task = asyncio.ensure_future(informer.run())
+        while True:
+            await changes.get()
+            events += 1
+            if self.writes < self.args.patches + 2:
+                node = await self.patch(node)
+            if events >= self.args.events and self.writes >= self.args.patches + 2:
+                break
+        informer.stop()
+        await task
         route_get(ip_address("127.0.0.1"))
         report("steady", events=events, writes=self.writes)
         close()

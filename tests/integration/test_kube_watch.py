@@ -15,19 +15,20 @@ import queue
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable
 
 import pytest
 
-from local_ccm.kube.aio import AsyncClient, ThreadedIterator
-from local_ccm.kube.backoff import Backoff
-from local_ccm.kube.client import Client, Obj, WatchStream
+from local_ccm.kube.aio import AsyncClient, KubeListWatch, ThreadedIterator
+from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import Gone
+from local_ccm.kube.informer import Page
 from local_ccm.kube.request import WatchEvent
 from local_ccm.kube.resources import CUSTOM_RESOURCE_DEFINITIONS, NODES, Resource
-from local_ccm.kube.watch import SYNCED, Watcher, WatchOptions
+from tests.support.informers import Running
 from tests.support.waiting import eventually
+
+SYNCED = "SYNCED"
 
 Track = Callable[..., None]
 WAIT = 30.0
@@ -80,12 +81,12 @@ def make_probe(kube: Client, res: Resource, name: str, labels: dict[str, str]) -
 class Collector:
     """Runs an event iterator in a thread; the test waits on a queue, never sleeps."""
 
-    def __init__(self, events: Iterator[WatchEvent] | Watcher) -> None:
+    def __init__(self, events: Iterable[WatchEvent]) -> None:
         self.queue: queue.Queue[WatchEvent | BaseException] = queue.Queue()
         self.thread = threading.Thread(target=self._run, args=(events,), daemon=True)
         self.thread.start()
 
-    def _run(self, events: Iterator[WatchEvent] | Watcher) -> None:
+    def _run(self, events: Iterable[WatchEvent]) -> None:
         try:
             for event in events:
                 self.queue.put(event)
@@ -173,34 +174,35 @@ def test_watch_from_a_too_old_version_raises_gone(
 
 
 class StaleOnce:
-    """The real client, except that the next watch after ``arm()`` starts from RV 1."""
+    """An Informer's ListWatch on the real client, except that the next watch after
+    ``arm()`` starts from RV 1."""
 
-    def __init__(self, kube: Client) -> None:
-        self.kube = kube
+    def __init__(self, kube: Client, res: Resource) -> None:
+        self.inner = KubeListWatch(AsyncClient(kube), res)
         self.armed = threading.Event()
 
     def arm(self) -> None:
         self.armed.set()
 
-    def list(self, res: Resource, **kw: Any) -> Obj:
-        return self.kube.list(res, **kw)
+    async def list_page(self, continue_token: str | None) -> Page:
+        return await self.inner.list_page(continue_token)
 
-    def watch(self, res: Resource, **kw: Any) -> WatchStream:
+    def watch(self, resource_version: str, timeout_seconds: int) -> AsyncIterator[WatchEvent]:
         if self.armed.is_set():
             self.armed.clear()
-            kw["resource_version"] = "1"
-        return self.kube.watch(res, **kw)
+            resource_version = "1"
+        return self.inner.watch(resource_version, timeout_seconds)
 
 
 def test_watcher_relists_after_410_and_keeps_delivering(
     kube: Client, probes: Resource, test_labels: dict[str, str]
 ) -> None:
     make_probe(kube, probes, "a", test_labels)
-    api = StaleOnce(kube)
+    api = StaleOnce(kube, probes)
     # Short server timeouts end each stream within ~2 s, so the armed watch comes soon.
-    options = WatchOptions(min_timeout=2, max_timeout=2)
-    watcher = Watcher(api, probes, options, backoff=Backoff(initial=0.1, cap=1.0))
-    collector = Collector(watcher)
+    running = Running(api, timeouts=(2, 2))
+    watcher = running.informer
+    collector = Collector(running)
     try:
         collector.wait_for(lambda e: e.type == SYNCED)
         api.arm()
@@ -213,7 +215,7 @@ def test_watcher_relists_after_410_and_keeps_delivering(
         touch(kube, probes, "b", "2")
         collector.wait_for(named("MODIFIED", "b"))
     finally:
-        watcher.stop()
+        running.stop()
         collector.thread.join(timeout=WAIT)
     assert not collector.thread.is_alive()
     assert watcher.relists == 1
@@ -247,16 +249,14 @@ def test_async_client_watcher_delivers_a_snapshot(
     kube: Client, track: Track, unique_name: str, test_labels: dict[str, str]
 ) -> None:
     make_node(kube, track, unique_name, test_labels)
-    client = AsyncClient(kube)
-
-    async def main() -> list[str]:
-        options = WatchOptions(label_selector=selector(test_labels))
-        names: list[str] = []
-        async with client.watcher(NODES, options) as events:
-            async for event in events:
-                if event.type == SYNCED:
-                    return names
-                names.append(event.object["metadata"]["name"])
-        return names
-
-    assert asyncio.run(main()) == [unique_name]
+    source = KubeListWatch(AsyncClient(kube), NODES, label_selector=selector(test_labels))
+    running = Running(source)
+    names: list[str] = []
+    try:
+        for event in running:
+            if event.type == SYNCED:
+                break
+            names.append(event.object["metadata"]["name"])
+    finally:
+        running.stop()
+    assert names == [unique_name]

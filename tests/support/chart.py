@@ -1,4 +1,4 @@
-"""The Helm chart under test (TESTING.md §6): render it with the built helm binary, parse the
+"""The Helm chart under test: render it with the built helm binary, parse the
 output, and send rendered objects to the test apiserver as server-side apply.
 
 Helm runs with its own HELM_CACHE_HOME / HELM_CONFIG_HOME / HELM_DATA_HOME in a temporary
@@ -38,12 +38,12 @@ CI_DIR = CHART / "ci"
 DEPLOY = REPO / "deploy"
 PINS = REPO / "tests" / "control-plane.toml"
 #: The oldest Kubernetes the chart claims (Chart.yaml kubeVersion) and the oldest with the
-#: admission policy (spec/deploy.md §5.4).
+#: admission policy (ValidatingAdmissionPolicy is GA from 1.30).
 OLDEST_KUBE_VERSION = "1.28.0"
 OLDEST_POLICY_KUBE_VERSION = "1.30.0"
 #: The oldest Kubernetes the chart renders node-ipam-controller for (its CRD's CEL rules).
 IPAM_MINIMUM_KUBE_VERSION = "1.31.0"
-#: What `make manifests` renders with (spec/deploy.md §4); the IPAM files are rendered for
+#: What `make manifests` renders with; the IPAM files are rendered for
 #: IPAM_MINIMUM_KUBE_VERSION (the chart refuses IPAM below it).
 STATIC_KUBE_VERSION = "1.30.0"
 FIELD_MANAGER = "local-ccm-chart-test"
@@ -407,7 +407,7 @@ def bound_to_user(objs: Iterable[Obj], user: str) -> list[Obj]:
     ]
 
 
-# ------------------------------------------------------------------ static manifests (§4)
+# ------------------------------------------------------------------ static manifests
 STATIC_NAMESPACE = "kube-system"
 STATIC_VALUES = (DEPLOY / "values" / "static.yaml",)
 TALOS_VALUES = (*STATIC_VALUES, DEPLOY / "values" / "talos.yaml")

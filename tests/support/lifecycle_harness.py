@@ -253,9 +253,10 @@ class NamedNodes:
     def _mine(self, node: Obj) -> bool:
         return (node.get("metadata") or {}).get("name") in self.names
 
-    async def list_nodes(self, selector: str | None) -> NodeList:
-        listed = await self.inner.list_nodes(selector)
-        return NodeList(tuple(n for n in listed.items if self._mine(n)), listed.resource_version)
+    async def list_nodes(self, selector: str | None, continue_token: str | None = None) -> NodeList:
+        listed = await self.inner.list_nodes(selector, continue_token)
+        mine = tuple(n for n in listed.items if self._mine(n))
+        return NodeList(mine, listed.resource_version, listed.continue_token)
 
     async def watch_nodes(
         self, selector: str | None, resource_version: str

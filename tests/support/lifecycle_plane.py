@@ -154,8 +154,8 @@ class HeldWatch:
         assert self.inner is not None, "wrap() was not called"
         return self.inner
 
-    async def list_nodes(self, selector: str | None) -> NodeList:
-        return await self._api().list_nodes(selector)
+    async def list_nodes(self, selector: str | None, continue_token: str | None = None) -> NodeList:
+        return await self._api().list_nodes(selector, continue_token)
 
     async def watch_nodes(
         self, selector: str | None, resource_version: str

@@ -1,4 +1,4 @@
-{{/* ------------------------------------------------------------ names (spec/deploy.md §2.2) */}}
+{{/* ------------------------------------------------------------ names */}}
 
 {{- define "local-ccm.name" -}}
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
@@ -27,11 +27,18 @@
 {{- printf "%s-%s" ($full | trunc (int (sub 62 (len .suffix)))) .suffix | trimPrefix "-" -}}
 {{- end -}}
 
+{{/* "true" when the agent (DaemonSet, its RBAC and admission policy) is rendered. */}}
+{{- define "local-ccm.agent.enabled" -}}
+{{- if (.Values.agent | default dict).enabled | default false -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{- define "local-ccm.agent.name" -}}
 {{- include "local-ccm.fullname" . -}}
 {{- end -}}
 
-{{/* The static manifests keep the original's names (§4). */}}
+{{/* The static manifests (deploy/) keep the Go original's object names. */}}
 {{- define "local-ccm.nlc.name" -}}
 {{- if .Values.staticManifests -}}
 node-lifecycle-controller
@@ -135,7 +142,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- toYaml $labels -}}
 {{- end -}}
 
-{{/* ------------------------------------------------------------ images (§1.2) */}}
+{{/* ------------------------------------------------------------ images */}}
 
 {{- define "local-ccm.imageTag" -}}
 {{- .image.tag | default .root.Values.image.tag | default .root.Chart.AppVersion -}}
@@ -153,7 +160,7 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/* ------------------------------------------------------------ shared pod parts */}}
 
-{{/* §6: a direct API endpoint; declared env wins over the kubelet-injected variables. */}}
+{{/* apiServer.host: a direct API endpoint for bootstrap; declared env wins over the kubelet-injected variables. */}}
 {{- define "local-ccm.apiServerEnv" -}}
 {{- if .Values.apiServer.host }}
 - name: KUBERNETES_SERVICE_HOST
@@ -170,7 +177,8 @@ app.kubernetes.io/component: {{ .component }}
       fieldPath: {{ .path }}
 {{- end -}}
 
-{{/* Health probes of a container; hostNetwork pods probe 127.0.0.1 (§3.1 item 6). */}}
+{{/* Health probes of a container; hostNetwork pods probe 127.0.0.1, where
+     their health servers listen. */}}
 {{- define "local-ccm.probes" -}}
 startupProbe:
   httpGet:
@@ -222,7 +230,7 @@ podAntiAffinity:
             {{- .selector | nindent 12 }}
 {{- end -}}
 
-{{/* ------------------------------------------------------------ §5.5 pod security */}}
+{{/* ------------------------------------------------------------ pod security */}}
 
 {{/* "true" when the NLC needs raw ICMP sockets, hence uid 0 and NET_RAW. */}}
 {{- define "local-ccm.nlc.rawICMP" -}}
@@ -283,8 +291,163 @@ true
 
 {{/* ------------------------------------------------------------ checks */}}
 
+{{/* Problems of one image value (dict "key" "image" "image" $image "ipam" bool): an image of
+     the Go original (cozystack/local-ccm, releases v0.1.0-v0.3.0) or of upstream
+     kubernetes-sigs/node-ipam-controller has none of the flags this chart renders, so its pods
+     would crash-loop. This project's releases start at v0.4.0, so an older tag is always one of
+     the Go original's. */}}
+{{- define "local-ccm.foreignImage" -}}
+{{- $repo := .image.repository | default "" -}}
+{{- $tag := .image.tag | default "" | toString -}}
+{{- if contains "cozystack/local-ccm" $repo }}
+- {{ .key }}.repository={{ $repo }} is the Go original's image (cozystack/local-ccm): remove {{ .key }}.repository and {{ .key }}.tag, the chart then runs its own image
+{{- else if and .ipam (regexMatch "(^|/)node-ipam-controller$" $repo) }}
+- {{ .key }}.repository={{ $repo }} is upstream kubernetes-sigs/node-ipam-controller's image: remove {{ .key }}.repository and {{ .key }}.tag, the chart then runs its own image
+{{- end }}
+{{- if and .ipam (regexMatch "^v?0\\.0\\.[0-9]+$" $tag) }}
+- {{ .key }}.tag={{ $tag }} is an upstream node-ipam-controller release: remove {{ .key }}.tag, the chart then uses its appVersion
+{{- else if regexMatch "^v?0\\.[0-3]\\.[0-9]+$" $tag }}
+- {{ .key }}.tag={{ $tag }} is a release of the Go original (this chart's images start at v0.4.0): remove {{ .key }}.tag, the chart then uses its appVersion
+{{- end }}
+{{- end -}}
+
+{{/* Values copied from the Go original's chart or from upstream node-ipam-controller's chart
+     that this chart cannot honour: listed all at once, and the render fails before Helm
+     changes anything, so the running release stays as it is. */}}
+{{- define "local-ccm.foreignValues" -}}
+{{- $ipam := .Values.nodeIpamController -}}
+{{- /* Checked even without the agent: the controllers fall back to it. */}}
+{{- include "local-ccm.foreignImage" (dict "key" "image" "image" .Values.image "ipam" true) }}
+{{- if .Values.nodeLifecycleController.enabled }}
+{{- include "local-ccm.foreignImage" (dict "key" "nodeLifecycleController.image" "image" .Values.nodeLifecycleController.image "ipam" false) }}
+{{- end }}
+{{- if $ipam.enabled }}
+{{- include "local-ccm.foreignImage" (dict "key" "nodeIpamController.image" "image" $ipam.image "ipam" true) }}
+{{- range $key := list "nameOverride" "fullnameOverride" }}
+{{- if get $ipam $key }}
+- nodeIpamController.{{ $key }} (upstream node-ipam-controller's chart) is not supported: remove it; the top-level {{ $key }} names every object of this chart
+{{- end }}
+{{- end }}
+{{- with $ipam.service }}
+{{- if and (hasKey . "port") (ne (int .port) 8081) }}
+- nodeIpamController.service.port={{ .port }} is not supported: the controller serves /healthz, /readyz and /metrics on 8081; remove nodeIpamController.service
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* ------------------------------------------------------------ CIDRs
+     The binaries refuse a CIDR with host bits set (10.0.0.1/8); so does the render, with the
+     value's key. values.schema.json has checked the form already. */}}
+
+{{/* 2^.n as an integer. */}}
+{{- define "local-ccm.pow2" -}}
+{{- $v := 1 -}}
+{{- range until (int .) -}}{{- $v = mul $v 2 -}}{{- end -}}
+{{- $v -}}
+{{- end -}}
+
+{{/* "true" when the CIDR (address/prefix, IPv4 or IPv6 in hex groups) has host bits set. */}}
+{{- define "local-ccm.cidr.hostBits" -}}
+{{- $parts := splitList "/" (trim .) -}}
+{{- $addr := first $parts | lower -}}
+{{- $prefix := int (last $parts) -}}
+{{- if contains ":" $addr -}}
+{{- $halves := splitList "::" $addr -}}
+{{- $groups := splitList ":" $addr -}}
+{{- if eq (len $halves) 2 -}}
+{{- $left := ternary list (splitList ":" (index $halves 0)) (eq (index $halves 0) "") -}}
+{{- $right := ternary list (splitList ":" (index $halves 1)) (eq (index $halves 1) "") -}}
+{{- $groups = $left -}}
+{{- range until (int (sub 8 (add (len $left) (len $right)))) -}}{{- $groups = append $groups "0" -}}{{- end -}}
+{{- $groups = concat $groups $right -}}
+{{- end -}}
+{{- $hex := "" -}}
+{{- range $groups -}}{{- $hex = printf "%s%s%s" $hex (repeat (int (sub 4 (len .))) "0") . -}}{{- end -}}
+{{- $nibble := dict "0" 0 "1" 1 "2" 2 "3" 3 "4" 4 "5" 5 "6" 6 "7" 7 "8" 8 "9" 9 "a" 10 "b" 11 "c" 12 "d" 13 "e" 14 "f" 15 -}}
+{{- $bad := false -}}
+{{- range $i, $c := splitList "" $hex -}}
+{{- $end := mul (add $i 1) 4 -}}
+{{- if gt $end $prefix -}}
+{{- $free := ternary 4 (sub $end $prefix) (le (mul $i 4) $prefix | not) -}}
+{{- if ne (mod (get $nibble $c) (int (include "local-ccm.pow2" (min 4 $free)))) 0 -}}{{- $bad = true -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if $bad -}}true{{- end -}}
+{{- else -}}
+{{- $value := 0 -}}
+{{- range splitList "." $addr -}}{{- $value = add (mul $value 256) (int .) -}}{{- end -}}
+{{- if ne (mod $value (int (include "local-ccm.pow2" (sub 32 $prefix)))) 0 -}}true{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Problems of a list of CIDRs (dict "key" key "cidrs" list); "!" (an exclusion) is allowed. */}}
+{{- define "local-ccm.cidr.problems" -}}
+{{- range .cidrs -}}
+{{- $cidr := trimPrefix "!" (trim .) | trim -}}
+{{- if and $cidr (include "local-ccm.cidr.hostBits" $cidr) }}
+- {{ $.key }}: {{ $cidr }} has host bits set (the binary refuses it); use its network address
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Problems of the IPAM default pool: host bits, one CIDR per family, mask sizes. */}}
+{{- define "local-ccm.ipam.poolProblems" -}}
+{{- $c := .Values.nodeIpamController.controller -}}
+{{- include "local-ccm.cidr.problems" (dict "key" "nodeIpamController.controller.clusterCIDRs" "cidrs" ($c.clusterCIDRs | default list)) -}}
+{{- include "local-ccm.cidr.problems" (dict "key" "nodeIpamController.controller.serviceClusterIPRanges" "cidrs" ($c.serviceClusterIPRanges | default list)) -}}
+{{- range $key := list "clusterCIDRs" "serviceClusterIPRanges" -}}
+{{- $families := list -}}
+{{- range (get $c $key | default list) -}}{{- $families = append $families (ternary "6" "4" (contains ":" .)) -}}{{- end -}}
+{{- if ne (len $families) (len (uniq $families)) }}
+- nodeIpamController.controller.{{ $key }}: at most one IPv4 and one IPv6 CIDR
+{{- end -}}
+{{- end -}}
+{{- range ($c.clusterCIDRs | default list) -}}
+{{- $prefix := int (last (splitList "/" .)) -}}
+{{- if contains ":" . -}}
+{{- $mask := int $c.nodeCIDRMaskSizeIPv6 -}}
+{{- if lt $mask $prefix }}
+- nodeIpamController.controller.nodeCIDRMaskSizeIPv6={{ $mask }} is shorter than the prefix of {{ . }}
+{{- else if gt (sub $mask $prefix) 16 }}
+- nodeIpamController.controller.nodeCIDRMaskSizeIPv6={{ $mask }}: {{ . }} would have more than 65536 blocks (the mask may be at most 16 bits longer than the prefix)
+{{- end -}}
+{{- else -}}
+{{- $mask := int $c.nodeCIDRMaskSizeIPv4 -}}
+{{- if lt $mask $prefix }}
+- nodeIpamController.controller.nodeCIDRMaskSizeIPv4={{ $mask }} is shorter than the prefix of {{ . }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Values the binaries would refuse at start-up, found at render time. */}}
+{{- define "local-ccm.refusedValues" -}}
+{{- if include "local-ccm.agent.enabled" . -}}
+{{- $ip := .Values.ipDetection -}}
+{{- range $key := list "internalIPCIDRs" "externalIPCIDRs" "externalIPSubnet" -}}
+{{- include "local-ccm.cidr.problems" (dict "key" (printf "ipDetection.%s" $key) "cidrs" (splitList "," (get $ip $key | default ""))) -}}
+{{- end -}}
+{{- end -}}
+{{- if .Values.nodeIpamController.enabled -}}
+{{- include "local-ccm.ipam.poolProblems" . -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "local-ccm.validate" -}}
-{{- if and .Values.admissionPolicy.enabled (not (semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version)) -}}
+{{- /* `helm upgrade --reuse-values` from another chart (the Go original's) renders with that
+     chart's defaults instead of these (a known Helm behaviour), so whole sections are missing. */}}
+{{- if not (and (hasKey .Values "agent") (hasKey .Values "nodeIpamController")) }}
+{{- fail "the values lack this chart's defaults (agent, nodeIpamController): `helm upgrade --reuse-values` from another chart reuses that chart's defaults; nothing was changed. Use --reset-then-reuse-values (Helm >= 3.14) or pass your values file with -f" }}
+{{- end }}
+{{- with include "local-ccm.foreignValues" . }}
+{{- fail (printf "these values, copied from the Go original's chart or upstream node-ipam-controller's chart, would run pods that cannot start; nothing was changed. Change them and run the command again (the chart README, Migration):%s" .) }}
+{{- end }}
+{{- with include "local-ccm.refusedValues" . }}
+{{- fail (printf "values the binaries would refuse at start-up:%s" .) }}
+{{- end }}
+{{- $agent := include "local-ccm.agent.enabled" . -}}
+{{- if and $agent .Values.admissionPolicy.enabled (not (semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version)) -}}
 {{- fail "admissionPolicy requires Kubernetes >= 1.30; set admissionPolicy.enabled=false" -}}
 {{- end -}}
 {{- $nlc := .Values.nodeLifecycleController -}}
@@ -299,7 +462,7 @@ true
 {{- fail "nodeIpamController.replicaCount > 1 needs nodeIpamController.leaderElection.enabled=true" -}}
 {{- end -}}
 {{- if .Values.metrics.podMonitor.enabled -}}
-{{- if not .Values.metrics.enabled -}}
+{{- if and $agent (not .Values.metrics.enabled) -}}
 {{- fail "metrics.podMonitor.enabled needs metrics.enabled=true: the agent's metrics listen on 127.0.0.1 only" -}}
 {{- end -}}
 {{- if and $nlc.enabled (not $nlc.metrics.enabled) -}}

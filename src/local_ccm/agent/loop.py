@@ -5,7 +5,7 @@ Node -> status PATCH if needed -> taint / provider-ID PATCH -> Events and metric
 Steady state costs no API request per tick: the Node is cached from one watch.
 Time comes from an injected :class:`Clock`, the API from a :class:`NodeApi`, detection from
 an async callable, so unit tests drive the whole loop with fakes. The long-running jobs
-(watch, netlink, timers) and the two modes are in ``agent.tasks``.
+(netlink, timers) and the two modes are in ``agent.tasks``; the Node's watch is an Informer.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ from local_ccm.agent.candidates import Detection, DetectorKey
 from local_ccm.agent.config import INTERNAL, AgentConfig, family_name
 from local_ccm.agent.metrics import BLOCK_REASONS, AgentMetrics
 from local_ccm.agent.nodeapi import (
+    INFORMER_ERRORS,
     ConflictError,
     ForbiddenError,
     InvalidError,
     NodeApi,
     NodeApiError,
-    NodeEvent,
     NotFoundError,
+    OwnNode,
 )
 from local_ccm.agent.outbox import EventOutbox
 from local_ccm.agent.passes import (
@@ -40,9 +41,9 @@ from local_ccm.agent.passes import (
     node_uid,
 )
 from local_ccm.agent.plan import (
-    NO_INTERNAL_IP,
     FightState,
     addresses_match,
+    advise_no_internal_ip,
     fight_observe,
     fight_tick,
     is_tainted,
@@ -59,7 +60,8 @@ from local_ccm.agent.timing import (
 from local_ccm.agent.triggers import Health, Triggers
 from local_ccm.agent.writes import NodeWrites
 from local_ccm.clock import Clock, SystemClock
-from local_ccm.logs import V2, V3, kv
+from local_ccm.kube import informer as inf
+from local_ccm.logs import V1, V2, V3, kv
 from local_ccm.netlink import Change
 
 log = logging.getLogger(__name__)
@@ -112,7 +114,7 @@ class Agent(NodeWrites):
         self.events = EventOutbox(api, self.clock, namespace=namespace, node_name=self.name)
         self.node = None
         self.present: bool | None = None  # None until the first read
-        self.watch_rv = ""
+        self.listed_rv = ""
         self.detected: Detected | None = None
         self.fetched_provider_id = None
         self.failures = 0  # consecutive transient failures (backoff attempt)
@@ -124,6 +126,11 @@ class Agent(NodeWrites):
         self.in_pass = False
         self.retry_task = None
         self.watch_task: asyncio.Task[None] | None = None
+        self.informer: inf.Informer[Obj] = inf.Informer(
+            OwnNode(api, self.name), dict, clock=self.clock, rng=self.rng, name="Node",
+            errors=INFORMER_ERRORS, on_end=self._watch_ended,
+        )  # fmt: skip
+        self.informer.add_handler(self._on_change)
         self._reset_node_state()
 
     def _reset_node_state(self) -> None:
@@ -150,7 +157,7 @@ class Agent(NodeWrites):
     async def relist(self) -> None:
         """LIST by field selector (a consistent read) and adopt the result."""
         listed = await self.api.list_node(self.name)
-        self.watch_rv = listed.resource_version
+        self.listed_rv = listed.resource_version
         if listed.node is None:
             self._node_gone()
         else:
@@ -177,25 +184,35 @@ class Agent(NodeWrites):
         self.metrics.node_present.set(0)
         self._reset_node_state()
 
-    def on_watch_event(self, event: NodeEvent) -> None:
-        rv = node_rv(event.node)
-        if rv:
-            self.watch_rv = rv
+    def start_watch(self) -> None:
+        """The informer, from the start-up LIST's version: it watches at once."""
+        self.informer.prime([] if self.node is None else [self.node], self.listed_rv)
+        self.watch_task = asyncio.get_running_loop().create_task(self.informer.run())
+
+    def _on_change(self, change: inf.Change[Obj]) -> None:
         self.health.watch_down_since = None
-        if event.type == "BOOKMARK":
-            return
-        log.log(V2 - 3, "watch event %s rv=%s", event.type, rv, extra=kv(node=self.name))
-        if event.type == "DELETED":
-            if self.node is None or node_uid(event.node) in ("", node_uid(self.node)):
+        node = change.new if change.new is not None else change.old
+        if node is None:
+            return  # BOOKMARK, SYNCED
+        log.log(
+            V2 - 3, "watch event %s rv=%s", change.type, node_rv(node), extra=kv(node=self.name)
+        )
+        if change.type == "DELETED":
+            if self.node is None or node_uid(node) in ("", node_uid(self.node)):
                 self._node_gone()
         else:
-            self._adopt(event.node, watch=True)
+            self._adopt(node, watch=True)
         self.triggers.fire("watch")
 
-    def restart_watch(self) -> None:
-        if self.watch_task is not None:
-            self.watch_task.cancel()
-        self.watch_task = asyncio.get_running_loop().create_task(tasks.watch(self))
+    def _watch_ended(self, end: inf.StreamEnd) -> None:
+        if end.reason == "stopped":
+            return
+        self.metrics.watch_restarts.labels(end.reason).inc()
+        if end.reason == "error":
+            if self.health.watch_down_since is None:
+                self.health.watch_down_since = self.clock.monotonic()
+            log.log(V1, "watch failed (%s); reconnecting in %.1fs", end.error, end.delay,
+                    extra=kv(node=self.name))  # fmt: skip
 
     # -------------------------------------------------------------- address fights
     def _observe_fight(self, node: Obj) -> None:
@@ -251,7 +268,6 @@ class Agent(NodeWrites):
         try:
             if "resync" in triggers:
                 await self.relist()
-                self.restart_watch()
             if self.node is None:
                 return "noop"
             if self.clock.monotonic() < self.backoff_until and "retry" not in triggers:
@@ -340,6 +356,6 @@ class Agent(NodeWrites):
             self.no_ip_warned_at = now  # initialised without an InternalIP: warned about
             log.warning(
                 "the Node is initialised without an InternalIP (NoInternalIP): %s",
-                NO_INTERNAL_IP,
+                advise_no_internal_ip(node, plan, self.config),
                 extra=kv(node=self.name),
             )

@@ -19,13 +19,12 @@ from local_ccm.agent.plan import Patch
 from local_ccm.kube import errors as ke
 from local_ccm.kube import resources as r
 from local_ccm.kube.aio import AsyncClient
-from local_ccm.kube.request import access_review, review_allowed
+from local_ccm.kube.informer import WATCH_TIMEOUT, ErrorKinds, Page
+from local_ccm.kube.request import WatchEvent, access_review, review_allowed
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 T = TypeVar("T")
-
-WATCH_TIMEOUT = (300, 600)  # timeoutSeconds random in this range spreads renewals
 
 
 # ------------------------------------------------------------------ error kinds
@@ -129,6 +128,25 @@ class NodeApi(Protocol):
     ) -> bool:
         """SelfSubjectAccessReview for the agent's own identity."""
         ...
+
+
+#: The informer's policy in the agent's kinds: 410 relists, every other failure is retried.
+INFORMER_ERRORS = ErrorKinds(gone=(ExpiredError,), retried=(NodeApiError,))
+
+
+class OwnNode:
+    """The Informer's ``ListWatch`` of the agent's own Node (field selector) over a NodeApi."""
+
+    def __init__(self, api: NodeApi, name: str) -> None:
+        self._api, self._name = api, name
+
+    async def list_page(self, continue_token: str | None) -> Page:
+        listed = await self._api.list_node(self._name)
+        return Page([] if listed.node is None else [listed.node], listed.resource_version)
+
+    async def watch(self, resource_version: str, timeout_seconds: int) -> AsyncIterator[WatchEvent]:
+        async for event in self._api.watch_node(self._name, resource_version):
+            yield WatchEvent(event.type, event.node)
 
 
 # ------------------------------------------------------------------ the adapter

@@ -1,5 +1,5 @@
 """The agent's long-running jobs and its two modes:
-start-up checks, the worker, the watch, the netlink monitor, the timers, loop and run-once.
+start-up checks, the worker, the netlink monitor, the timers, loop and run-once.
 
 Each job is a coroutine over an :class:`~local_ccm.agent.loop.Agent`; the pass itself is the
 agent's. Time comes from the agent's clock, so unit tests drive every job with a fake one.
@@ -16,9 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from local_ccm import names
 from local_ccm.agent.nodeapi import (
-    WATCH_TIMEOUT,
     ConflictError,
-    ExpiredError,
     ForbiddenError,
     NodeApiError,
     TransientError,
@@ -27,10 +25,10 @@ from local_ccm.agent.nodeapi import (
 from local_ccm.agent.passes import unmet_run_once
 from local_ccm.agent.plan import plan_addresses
 from local_ccm.agent.providerid import fetch_provider_id
-from local_ccm.agent.timing import API_BACKOFF, MONITOR_BACKOFF, WATCH_BACKOFF, watch_end_reason
+from local_ccm.agent.timing import API_BACKOFF, MONITOR_BACKOFF
 from local_ccm.agent.triggers import Triggers
 from local_ccm.clock import Clock
-from local_ccm.logs import V1, kv
+from local_ccm.logs import kv
 
 if TYPE_CHECKING:
     from local_ccm.agent.loop import Agent
@@ -89,44 +87,6 @@ async def work(agent: Agent) -> None:
 
 async def send_events(agent: Agent) -> None:
     await agent.events.send_forever()
-
-
-# ------------------------------------------------------------------ watch
-async def watch(agent: Agent) -> None:
-    """One watch after another from the last seen resourceVersion; a 410 ends this job and
-    fires a resync, whose pass relists and starts a new one."""
-    failures = 0
-    while True:
-        delay, reason = 0.0, "error"
-        started, events = agent.clock.monotonic(), 0
-        try:
-            async for event in agent.api.watch_node(agent.name, agent.watch_rv):
-                failures, events = 0, events + 1
-                agent.on_watch_event(event)
-            ended = watch_end_reason(agent.clock.monotonic() - started, WATCH_TIMEOUT[0])
-            reason = ended
-            if ended == "closed" and not events:  # a server or proxy that hangs up at once
-                delay = WATCH_BACKOFF.next_delay(failures, None, agent.rng)
-                failures += 1
-        except ExpiredError:
-            log.log(V1, "watch expired; relisting", extra=kv(node=agent.name))
-            agent.triggers.fire("resync")
-            agent.metrics.watch_restarts.labels("gone").inc()
-            return
-        except NodeApiError as exc:
-            delay = WATCH_BACKOFF.next_delay(failures, exc.retry_after, agent.rng)
-            failures += 1
-            if agent.health.watch_down_since is None:
-                agent.health.watch_down_since = agent.clock.monotonic()
-            log.log(
-                V1,
-                "watch failed (%s); reconnecting in %.1fs",
-                exc,
-                delay,
-                extra=kv(node=agent.name),
-            )
-        agent.metrics.watch_restarts.labels(reason).inc()
-        await agent.clock.sleep(delay)
 
 
 # ------------------------------------------------------------------ netlink
@@ -216,7 +176,7 @@ async def run_loop(agent: Agent, *, check_access: bool = True) -> int:
         await fetch_instance_provider_id(agent)
         await agent.run_pass(["startup"])
         agent.health.first_pass = True
-        agent.restart_watch()
+        agent.start_watch()
         for job in (send_events, tick, resync, watchdog):
             jobs.append(loop.create_task(job(agent)))
         await work(agent)

@@ -1,5 +1,5 @@
 """When the agent's loop acts: debounce,
-settle, backoff policies, watch-restart reasons, provider-ID retries and warning cadence.
+settle, backoff policies, provider-ID retries and warning cadence.
 
 Pure, no I/O, no clock: times are monotonic seconds passed in by the loop.
 """
@@ -7,20 +7,17 @@ Pure, no I/O, no clock: times are monotonic seconds passed in by the loop.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
 
 from local_ccm.agent.addresses import NodeAddress
 from local_ccm.kube.backoff import Backoff
 
 # Transient API errors; full jitter keeps a fleet of agents from retrying in step.
 API_BACKOFF = Backoff(initial=1.0, factor=2.0, cap=300.0, full_jitter=True)
-WATCH_BACKOFF = Backoff(initial=0.5, factor=2.0, cap=30.0, jitter=0.2)
 MONITOR_BACKOFF = Backoff(initial=1.0, factor=2.0, cap=60.0, jitter=0.2)
 PROVIDER_ID_BACKOFF = Backoff(initial=1.0, factor=2.0, cap=10.0, jitter=0.2)
 MAX_CONFLICTS = 5  # consecutive conflict re-reads before backing off
 MAX_PROVIDER_ID_FAILURES = 3  # Azure IMDS attempts; a transport error means "not Azure"
 NO_INTERNAL_IP_WARNING_EVERY = 600.0  # initialised without an InternalIP: warn per 10 min
-WatchEnd = Literal["timeout", "closed"]
 
 
 # ------------------------------------------------------------------ debounce
@@ -54,17 +51,6 @@ def settle_step(
     if elapsed >= settle_time:
         return None, 0.0
     return settle, settle_time - elapsed
-
-
-# ------------------------------------------------------------------ watch restarts
-def watch_end_reason(elapsed: float, shortest_timeout: float) -> WatchEnd:
-    """Why a watch stream ended without an error.
-
-    The agent asks for ``timeoutSeconds`` of at least ``shortest_timeout``, so a
-    stream that ends sooner was closed by the server (or a proxy) before its timeout:
-    ``closed``. A later end is indistinguishable from the requested timeout: ``timeout``.
-    """
-    return "closed" if elapsed < shortest_timeout else "timeout"
 
 
 # ------------------------------------------------------------------ warning cadence

@@ -18,8 +18,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from local_ccm import __version__, flags, names
-from local_ccm.clock import Clock, SystemClock, sleep_unless_stopped
-from local_ccm.election import ElectionConfig, new_identity
+from local_ccm.clock import Clock, Stopped, SystemClock, sleep_unless_stopped, unless_stopped
+from local_ccm.election import ElectionConfig, choose_identity
 from local_ccm.ipam import options as opts
 from local_ccm.ipam.flagdefs import FLAGS, PROG, resolve_resource_lock_env
 from local_ccm.ipam.metrics import IpamMetrics
@@ -33,7 +33,7 @@ from local_ccm.kube.config import ClusterConfig, ConfigError, resolve_config
 from local_ccm.kube.errors import ApiError, Unauthorized
 from local_ccm.leader import KubeLeaseApi, LeaderContext, LeaderElector, LeadershipLost
 from local_ccm.logs import configure_logging, kv
-from local_ccm.serve import Checks, Servers, start_servers
+from local_ccm.serve import BindError, Checks, Servers, start_servers
 
 log = logging.getLogger(__name__)
 
@@ -135,12 +135,20 @@ def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
     log.info("starting %s %s", names.IPAM, __version__, extra=kv(**opts.startup_fields(loaded)))
     try:
         return run(loaded, env)
-    except PreconditionFailed as exc:
-        log.error("start-up precondition failed: %s", exc)
-        return EXIT_PRECONDITION
+    except (PreconditionFailed, BindError) as exc:
+        return _refused(exc)
     except Exception as exc:  # the last line of defence: one line, exit 1
         log.error("internal error: %s: %s", type(exc).__name__, exc, exc_info=True)
         return EXIT_FAILED
+
+
+def _refused(exc: PreconditionFailed | BindError) -> int:
+    """A listen flag this host cannot serve is bad input (exit 2); the rest is exit 4."""
+    if isinstance(exc, BindError):
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    log.error("start-up precondition failed: %s", exc)
+    return EXIT_PRECONDITION
 
 
 def run(options: opts.IpamOptions, env: Mapping[str, str]) -> int:
@@ -170,9 +178,7 @@ def settings_from(options: opts.IpamOptions, identity: str) -> Settings:
 
 def identity_of(options: opts.IpamOptions, rng: random.Random) -> str:
     """Verbatim, else lower-cased POD_NAME or hostname plus `_` and 16 hex digits."""
-    if options.identity:
-        return options.identity
-    return new_identity((options.pod_name or socket.gethostname()).lower(), rng)
+    return choose_identity(options.identity, options.pod_name, socket.gethostname(), rng)
 
 
 @dataclass(frozen=True)
@@ -198,14 +204,14 @@ async def serve(options: opts.IpamOptions, config: ClusterConfig) -> int:
         aclient,
         count=lambda verb, res, code: metrics.api_requests.labels(verb, res, code).inc(),
         limiter=TokenBucket(options.qps, options.burst),
-        on_relist=lambda res: metrics.watch_restarts.labels(res, "gone").inc(),
     )
     health = Health()
     servers = start_http(options, metrics, health)
     stop = asyncio.Event()
     install_signal_handlers(stop)
     try:
-        if not await check_access(api, options, stop, SystemClock(), rng):
+        checked = await unless_stopped(check_access(api, options, stop, SystemClock(), rng), stop)
+        if isinstance(checked, Stopped) or not checked:
             return EXIT_OK  # stopped before the API server answered
         health.started = True
         return await lead(Runtime(options, api, metrics, health, identity, rng, aclient), stop)
@@ -242,9 +248,11 @@ def start_http(options: opts.IpamOptions, metrics: IpamMetrics, health: Health) 
     readyz.add("controller", health.readyz)
     web = str(options.web_bind) if options.web_bind else "0"
     metrics_at = {"web": web, "off": "0"}.get(options.metrics_mode, str(options.metrics_bind))
+    separate = options.metrics_mode == "separate"
     return start_servers(
         metrics_address=metrics_at, health_address=web, registry=metrics.registry,
-        healthz=healthz, readyz=readyz,
+        healthz=healthz, readyz=readyz, health_flag=options.web_flag,
+        metrics_flag="metrics-bind-address" if separate else options.web_flag,
     )  # fmt: skip
 
 

@@ -3,21 +3,21 @@
 Errors stay `local_ccm.kube.errors` kinds (NotFound, Conflict, Invalid, Forbidden, Transient…);
 the loop has one policy per kind. The adapter counts every request in
 `api_requests_total{verb,resource,code}` and applies the client-side rate limit
-(`--kube-api-qps`, `--kube-api-burst`) to writes and reads alike; watches are not limited.
+(`--kube-api-qps`, `--kube-api-burst`) to writes and reads alike; the lists and watches of the
+Informers (`list_watch`) are neither counted nor limited.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, Protocol, TypeVar
 
-from local_ccm.ipam.readiness import WatchStatus
-from local_ccm.kube.aio import AsyncClient, ThreadedIterator
-from local_ccm.kube.client import Client, WatchStream
+from local_ccm.kube.aio import AsyncClient, KubeListWatch
 from local_ccm.kube.errors import ApiError, NotFound
-from local_ccm.kube.request import WatchEvent, access_review, review_allowed
+from local_ccm.kube.informer import ListWatch
+from local_ccm.kube.request import access_review, review_allowed
 from local_ccm.kube.resources import (
     CLUSTER_CIDRS,
     EVENTS,
@@ -25,7 +25,6 @@ from local_ccm.kube.resources import (
     SELF_SUBJECT_ACCESS_REVIEWS,
     Resource,
 )
-from local_ccm.kube.watch import RETRIED, Watcher, WatchOptions
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -40,12 +39,8 @@ class IpamApi(Protocol):
         """Discovery: is `networking.x-k8s.io/v1 clustercidrs` served?"""
         ...
 
-    def watch(self, what: Watched) -> AsyncIterator[WatchEvent]:
-        """Resumable list+watch: ADDED…, SYNCED, then events (relists re-send SYNCED)."""
-        ...
-
-    def watch_status(self, what: Watched) -> WatchStatus:
-        """Is the watch's stream open, being re-established, or failing? (readyz)"""
+    def list_watch(self, what: Watched) -> ListWatch:
+        """The paged LIST and the WATCH of Nodes or ClusterCIDRs, for an Informer."""
         ...
 
     async def get_node(self, name: str) -> Obj:
@@ -112,13 +107,10 @@ class KubeIpamApi:
         *,
         count: RequestCounter | None = None,
         limiter: TokenBucket | None = None,
-        on_relist: Callable[[str], None] | None = None,
     ) -> None:
         self._client = client
-        self._streams: dict[str, _StreamTracker] = {}
         self._count = count or (lambda verb, resource, code: None)
         self._limiter = limiter
-        self._on_relist = on_relist
 
     async def _call(self, verb: str, res: Resource, call: Callable[[], Awaitable[T]], ok: str) -> T:
         if self._limiter is not None:
@@ -140,30 +132,8 @@ class KubeIpamApi:
         resources = listing.get("resources") if isinstance(listing, dict) else None
         return any(r.get("name") == CLUSTER_CIDRS.plural for r in resources or ())
 
-    def watch(self, what: Watched) -> AsyncIterator[WatchEvent]:
-        res = NODES if what == "nodes" else CLUSTER_CIDRS
-        tracker = self._streams[what] = _StreamTracker(self._client.client)
-        watcher = Watcher(tracker, res, WatchOptions())
-        stream = ThreadedIterator(watcher, watcher.stop, f"watcher-{res.plural}")
-        return self._counted(stream, res.plural)
-
-    def watch_status(self, what: Watched) -> WatchStatus:
-        tracker = self._streams.get(what)
-        return tracker.status() if tracker is not None else "reconnecting"
-
-    async def _counted(
-        self, stream: ThreadedIterator[WatchEvent], plural: str
-    ) -> AsyncIterator[WatchEvent]:
-        syncs = 0
-        try:
-            async for event in stream:
-                if event.type == "SYNCED":
-                    syncs += 1
-                    if syncs > 1 and self._on_relist is not None:
-                        self._on_relist(plural)
-                yield event
-        finally:
-            await stream.aclose()
+    def list_watch(self, what: Watched) -> ListWatch:
+        return KubeListWatch(self._client, NODES if what == "nodes" else CLUSTER_CIDRS)
 
     async def get_node(self, name: str) -> Obj:
         return await self._call("get", NODES, lambda: self._client.get(NODES, name), "200")
@@ -202,54 +172,3 @@ class KubeIpamApi:
         res = SELF_SUBJECT_ACCESS_REVIEWS
         review = await self._call("create", res, lambda: self._client.create(res, body), "201")
         return review_allowed(review)
-
-
-class _StreamTracker:
-    """The client as a Watcher's `ListWatchApi`, remembering the stream it opened last and
-    whether the last list or stream failed, so `/readyz` can tell a connected watch from one
-    being re-established (a stream renewal, a relist) and from one failing."""
-
-    def __init__(self, client: Client) -> None:
-        self._client = client
-        self._stream: WatchStream | None = None
-        self._failed = False  # written by the watcher thread, read by the loop
-
-    def list(self, res: Resource, **kw: Any) -> Obj:
-        try:
-            page = self._client.list(res, **kw)
-        except RETRIED:
-            self._failed = True
-            raise
-        self._failed = False
-        return page
-
-    def watch(self, res: Resource, **kw: Any) -> _TrackedStream:
-        self._stream = stream = self._client.watch(res, **kw)
-        return _TrackedStream(stream, self)
-
-    def failed(self) -> None:
-        self._failed = True
-
-    def status(self) -> WatchStatus:
-        stream = self._stream
-        if stream is not None and stream.is_open:
-            self._failed = False
-            return "connected"
-        return "failing" if self._failed else "reconnecting"
-
-
-class _TrackedStream:
-    """A watch stream that reports a failure the Watcher retries (`RETRIED`) to its tracker."""
-
-    def __init__(self, stream: WatchStream, tracker: _StreamTracker) -> None:
-        self._stream, self._tracker = stream, tracker
-
-    def __iter__(self) -> Iterator[WatchEvent]:
-        try:
-            yield from self._stream
-        except RETRIED:
-            self._tracker.failed()
-            raise
-
-    def close(self) -> None:
-        self._stream.close()

@@ -26,7 +26,6 @@ from local_ccm.ipam.plan import Allocation, Allocator, Recorded, Waiting, alloca
 from local_ccm.ipam.status import foreign_managers
 from local_ccm.ipam.upkeep import PoolKeeper
 from local_ccm.kube.errors import ApiError
-from local_ccm.kube.request import WatchEvent
 from local_ccm.logs import kv
 
 log = logging.getLogger(__name__)
@@ -128,13 +127,11 @@ class NodeWork:
 
     # ------------------------------------------------------------ watch events
 
-    def on_node_event(self, event: WatchEvent) -> None:
-        meta = event.object.get("metadata") or {}
-        uid = str(meta.get("uid", ""))
-        if event.type == "DELETED":
+    def on_node_event(self, kind: str, view: NodeView) -> None:
+        uid = view.uid
+        if kind == "DELETED":
             self._node_gone(uid)
             return
-        view = project_node(event.object)
         old = self.nodes.get(uid)
         self.remember(view)
         if view.invalid_pod_cidrs:

@@ -47,6 +47,7 @@ class IpamOptions:
     kubeconfig: str = ""
     apiserver: str = ""
     web_bind: BindAddress | None = None
+    web_flag: str = "webserver-bind-address"  # the flag web_bind was given by, for messages
     metrics_bind: BindAddress | None = None  # used only when metrics_mode == "separate"
     metrics_mode: Literal["web", "separate", "off"] = "web"
     leader_election: bool = True
@@ -103,16 +104,17 @@ def options_from(
         kubeconfig=parsed.get_str("kubeconfig"),
         apiserver=parsed.get_str("apiserver"),
         web_bind=web,
+        web_flag=_web_flag(parsed),
         metrics_bind=metrics_bind,
         metrics_mode=metrics_mode,
-        leader_election=parsed.get_bool("enable-leader-election"),
+        leader_election=parsed.get_bool("leader-elect"),
         lease_duration=durations[0],
         renew_deadline=durations[1],
         retry_period=durations[2],
         resource_lock=lock,
         lease_name=_name(parsed, "leader-elect-resource-name", dns1123_subdomain, found),
         lease_namespace=_lease_namespace(parsed, env, found),
-        identity=parsed.get_str("leader-elect-id"),
+        identity=parsed.get_str("leader-elect-identity"),
         pod_name=env.get("POD_NAME", ""),
         verbosity=_verbosity(parsed, found),
         log_format=_log_format(parsed, found),
@@ -169,21 +171,23 @@ def _election(parsed: Parsed, problems: list[Problem]) -> tuple[float, float, fl
 
 def _lease_namespace(parsed: Parsed, env: Mapping[str, str], problems: list[Problem]) -> str:
     """Flag, else POD_NAMESPACE; still empty with leader election on: exit 2."""
-    value = parsed.get_str("leader-elect-namespace") or env.get("POD_NAMESPACE", "")
+    flag = "leader-elect-resource-namespace"
+    value = parsed.get_str(flag) or env.get("POD_NAMESPACE", "")
     if not value:
-        if parsed.get_bool("enable-leader-election"):
+        if parsed.get_bool("leader-elect"):
             problems.append(
                 invalid(
-                    "leader-elect-namespace",
-                    "empty and POD_NAMESPACE is not set; required with leader election "
-                    "(a default could put two replicas in different namespaces)",
+                    parsed.given_as(flag),
+                    "empty (also as its alias --leader-elect-namespace) and POD_NAMESPACE is "
+                    "not set; required with leader election (a default could put two replicas "
+                    "in different namespaces)",
                 )
             )
         return ""
     try:
         return dns1123_label(value)
     except ValidationError as err:
-        problems.append(_problem(parsed, "leader-elect-namespace", str(err)))
+        problems.append(_problem(parsed, flag, str(err)))
         return value
 
 
@@ -274,18 +278,20 @@ def _web(
     parsed: Parsed, problems: list[Problem]
 ) -> tuple[BindAddress | None, Literal["web", "separate", "off"], BindAddress | None]:
     """The web server's address (`--health-probe-address` wins when set) and the metrics mode."""
-    web_flag = (
-        "health-probe-address"
-        if "health-probe-address" in parsed.explicit
-        else ("webserver-bind-address")
-    )
-    web = _bind(parsed, web_flag, problems)
+    web = _bind(parsed, _web_flag(parsed), problems)
     raw = parsed.get_str("metrics-bind-address")
     if raw == "":
         return web, "web", None
     if raw == "0":
         return web, "off", None
     return web, "separate", _bind(parsed, "metrics-bind-address", problems)
+
+
+def _web_flag(parsed: Parsed) -> str:
+    """The flag the web server's address comes from: `--health-probe-address` when set."""
+    if "health-probe-address" in parsed.explicit:
+        return "health-probe-address"
+    return "webserver-bind-address"
 
 
 def _bind(parsed: Parsed, flag: str, problems: list[Problem]) -> BindAddress | None:
@@ -366,7 +372,7 @@ def _problem(parsed: Parsed, flag: str, reason: str) -> Problem:
     source = parsed.sources.get(flag, "")
     if source.startswith("env:"):
         return invalid_env(source.removeprefix("env:"), reason, flag)
-    return invalid(flag, reason)
+    return invalid(parsed.given_as(flag), reason)
 
 
 # ---------------------------------------------------------------- start-up line

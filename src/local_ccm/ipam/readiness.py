@@ -12,12 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+
+from local_ccm.kube.informer import WatchStatus
 
 WATCH_GRACE = 60.0
-
-
-WatchStatus = Literal["connected", "reconnecting", "failing"]
 
 
 @dataclass(frozen=True)

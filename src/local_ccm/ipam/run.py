@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine
+import random
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,15 +27,15 @@ from local_ccm.ipam.model import (
     project_cluster_cidr,
     project_node,
 )
-from local_ccm.ipam.nodeapi import IpamApi, Watched
+from local_ccm.ipam.nodeapi import IpamApi, Obj, Watched
 from local_ccm.ipam.nodes import NodeWork
 from local_ccm.ipam.outbox import EventOutbox
 from local_ccm.ipam.plan import Allocator, pool_readiness
 from local_ccm.ipam.readiness import WatchState, observe_watch, readiness, watch_problems
 from local_ccm.ipam.upkeep import PoolKeeper
 from local_ccm.kube.errors import ApiError
+from local_ccm.kube.informer import Change, Informer, StreamEnd
 from local_ccm.kube.request import WatchEvent
-from local_ccm.kube.watch import SYNCED
 from local_ccm.logs import kv
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ class Controller:
         clock: Clock,
         *,
         may_write: Callable[[], bool] = lambda: True,
+        rng: random.Random | None = None,
     ) -> None:
         self.api, self.settings, self.metrics, self.clock = api, settings, metrics, clock
         self.may_write = may_write
@@ -96,6 +98,8 @@ class Controller:
             fatal=lambda: self._fatal,
         )  # fmt: skip
         self.watches: dict[Watched, WatchState] = {}
+        self.informers: dict[Watched, Informer[Any]] = {}
+        self.rng = rng or random.Random()
         self.tasks: set[asyncio.Task[Any]] = set()
         self.recovered = False
         self.crd_served = False
@@ -114,30 +118,50 @@ class Controller:
     def observe_watches(self) -> None:
         now = self.clock.monotonic()
         for what, state in list(self.watches.items()):
-            self.watches[what] = observe_watch(state, self.api.watch_status(what), now)
+            self.watches[what] = observe_watch(state, self.informers[what].status(), now)
 
-    def _watch(self, what: Watched) -> AsyncIterator[WatchEvent]:
+    def _informer(self, what: Watched) -> Informer[Any]:
+        """Started as a task named after `what` (a fatal one); its changes go to the handlers."""
+
+        def ended(end: StreamEnd) -> None:
+            if end.reason != "stopped":
+                self.metrics.watch_restarts.labels(what, end.reason).inc()
+
+        project: Callable[[Obj], Any] = project_node if what == "nodes" else dict
+        informer: Informer[Any] = Informer(
+            self.api.list_watch(what), project, clock=self.clock, rng=self.rng, name=what,
+            on_end=ended,
+        )  # fmt: skip
+        informer.add_handler(self._on_node_change if what == "nodes" else self._on_pool_change)
+        self.informers[what] = informer
         self.watches.setdefault(what, WatchState())
-        return self.api.watch(what)
+        self._spawn(informer.run(), what)
+        return informer
+
+    def _on_node_change(self, change: Change[NodeView]) -> None:
+        if change.type == "SYNCED" and not self.recovered:
+            self._recover(list(self.informers["nodes"].cache.values()))
+        elif self.recovered and change.type in ("ADDED", "MODIFIED", "DELETED"):
+            view = change.new if change.new is not None else change.old
+            if view is not None:
+                self.work.on_node_event(change.type, view)
+
+    def _on_pool_change(self, change: Change[Obj]) -> None:
+        obj = change.new if change.new is not None else change.old
+        if obj is not None and change.type in ("ADDED", "MODIFIED", "DELETED"):
+            self.on_pool_event(WatchEvent(change.type, obj))
 
     # ------------------------------------------------------------ run
 
     async def run(self) -> None:
         """Discovery, pools, Nodes, recovery; then watch and allocate until cancelled."""
         self.crd_served = await self._retry(self.api.cluster_cidrs_served, "discovery")
-        pool_stream = self._watch("clustercidrs") if self.crd_served else None
-        if pool_stream is not None:
-            await self._until_synced(pool_stream, self.on_pool_event)
-        if self.settings.default_pool is None and not self.crd_served:
+        if self.crd_served:
+            await self._until_synced(self._informer("clustercidrs"))
+        elif self.settings.default_pool is None:
             log.warning("no ClusterCIDR API and no --cluster-cidr: nothing can be allocated")
-        node_stream = self._watch("nodes")
-        batch: list[NodeView] = []
-        await self._until_synced(node_stream, lambda e: batch.append(project_node(e.object)))
-        self._recover(batch)
-        self._spawn(self._pump(node_stream, self.work.on_node_event), "nodes")
-        if pool_stream is not None:
-            self._spawn(self._pump(pool_stream, self.on_pool_event), "clustercidrs")
-        else:
+        await self._until_synced(self._informer("nodes"))  # recovers on the first SYNCED
+        if not self.crd_served:
             self._spawn(self._discover(), "discovery")
         self._spawn(self.keeper.status_loop(self._tick), "status")
         self._spawn(self.outbox.run(), "events")
@@ -171,20 +195,16 @@ class Controller:
                 await self.clock.sleep(delay)
                 delay = min(delay * 2, self.settings.backoff[1])
 
-    async def _until_synced(
-        self, stream: AsyncIterator[WatchEvent], handle: Callable[[WatchEvent], None]
-    ) -> None:
-        async for event in stream:
-            if event.type == SYNCED:
-                return
-            handle(event)
-
-    async def _pump(
-        self, stream: AsyncIterator[WatchEvent], handle: Callable[[WatchEvent], None]
-    ) -> None:
-        async for event in stream:
-            if event.type != SYNCED:
-                handle(event)
+    async def _until_synced(self, informer: Informer[Any]) -> None:
+        """Wait for its first snapshot; an informer that failed before raises its error."""
+        synced = asyncio.ensure_future(informer.wait_synced())
+        task = next(t for t in self.tasks if t.get_name() == informer.name)
+        try:
+            await asyncio.wait({synced, task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            synced.cancel()
+        if not informer.has_synced():
+            task.result()
 
     def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         task: asyncio.Task[Any] = asyncio.ensure_future(coro)
@@ -298,4 +318,4 @@ class Controller:
             except ApiError as exc:
                 log.warning("discovery failed: %s", exc)
         log.info("the ClusterCIDR API is served now; watching ClusterCIDRs")
-        await self._pump(self._watch("clustercidrs"), self.on_pool_event)
+        await self._until_synced(self._informer("clustercidrs"))

@@ -48,7 +48,7 @@ class Response:
 
 @dataclass(frozen=True)
 class WatchEvent:
-    type: str  # ADDED, MODIFIED, DELETED, BOOKMARK, ERROR (Watcher adds SYNCED)
+    type: str  # ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
     object: Obj
 
 

@@ -23,7 +23,7 @@ VERDICTS: Final = ("reachable", "unreachable", "unknown")
 RESULTS: Final = ("deleted", "gone", "failed", "aborted", "precondition_failed", "dry_run")
 SKIPS: Final = ("breaker_open", "self_check_failed", "rate_limited", "reachable", "unknown")
 SELF_CHECK: Final = ("passed", "failed", "skipped")
-WATCH_RESTARTS: Final = ("gone", "error", "closed")
+WATCH_RESTARTS: Final = ("gone", "error", "closed", "timeout")
 
 
 class LifecycleMetrics:

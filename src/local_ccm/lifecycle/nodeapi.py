@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 from local_ccm.kube import errors as ke
 from local_ccm.kube import resources as r
 from local_ccm.kube.aio import AsyncClient
+from local_ccm.kube.informer import WATCH_TIMEOUT
 from local_ccm.kube.request import access_review, review_allowed
 from local_ccm.lifecycle.model import slim_node
 
@@ -27,14 +28,16 @@ T = TypeVar("T")
 VOLUME_ATTACHMENTS = r.Resource(
     "storage.k8s.io", "v1", "volumeattachments", "VolumeAttachment", namespaced=False
 )
-WATCH_TIMEOUT = (300, 600)  # timeoutSeconds random in this range spreads re-watches
 PAGE_SIZE = 500
 
 
 @dataclass(frozen=True)
 class NodeList:
+    """One page of a LIST; `continue_token` asks for the next one."""
+
     items: tuple[Obj, ...]
     resource_version: str
+    continue_token: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,13 +67,13 @@ class Access:
 
 
 class NodeApi(Protocol):
-    async def list_nodes(self, selector: str | None) -> NodeList:
-        """Every Node matching the label selector (paged; `resourceVersion=0` is allowed)."""
+    async def list_nodes(self, selector: str | None, continue_token: str | None = None) -> NodeList:
+        """One page of the Nodes matching the label selector, slimmed."""
         ...
 
     def watch_nodes(self, selector: str | None, resource_version: str) -> AsyncIterator[NodeEvent]:
-        """One watch stream from `resource_version`, with bookmarks; ends when the server
-        ends it; raises Gone when the version was compacted."""
+        """One watch stream from `resource_version`, with bookmarks and a `timeoutSeconds` in
+        `WATCH_TIMEOUT`; ends when the server ends it; raises Gone when the version is too old."""
         ...
 
     async def get_node(self, name: str) -> Obj:
@@ -128,18 +131,15 @@ class KubeNodeApi:
         self._observe(verb, resource, "200")
         return result
 
-    async def list_nodes(self, selector: str | None) -> NodeList:
-        items: list[Obj] = []
-        token: str | None = None
-        while True:
-            page = await self._call("LIST", "nodes", lambda t=token: self._client.list(  # type: ignore[misc]
-                r.NODES, label_selector=selector or None, limit=PAGE_SIZE, continue_token=t,
-            ))  # fmt: skip
-            items.extend(slim_node(item) for item in page.get("items") or ())
-            meta = page.get("metadata") or {}
-            token = meta.get("continue") or None
-            if token is None:
-                return NodeList(tuple(items), str(meta.get("resourceVersion", "")))
+    async def list_nodes(self, selector: str | None, continue_token: str | None = None) -> NodeList:
+        page = await self._call("LIST", "nodes", lambda: self._client.list(
+            r.NODES, label_selector=selector or None, limit=PAGE_SIZE,
+            continue_token=continue_token,
+        ))  # fmt: skip
+        items = tuple(slim_node(item) for item in page.get("items") or ())
+        meta = page.get("metadata") or {}
+        token = meta.get("continue") or None
+        return NodeList(items, str(meta.get("resourceVersion", "")), token)
 
     async def watch_nodes(
         self, selector: str | None, resource_version: str

@@ -1,11 +1,12 @@
 """The node-lifecycle-controller's loop.
 
-While leading, a :class:`Controller` LISTs the Nodes once, then WATCHes them into a cache of
-`NodeView` projections (no periodic LIST). Every watch change, finished probe or attempt,
-and every `--reconcile-interval`, it evaluates the cache with the pure core
-(`health.assess` → `plan.plan_deletions`) and performs the plan: Events, probes (independent
-tasks, so probing never blocks evaluation), the self-check, and deletion attempts (fresh GET,
-re-check, optional out-of-service taint, DELETE with uid + resourceVersion preconditions).
+While leading, a :class:`Controller` keeps the Nodes in an `Informer` (one LIST, then WATCH;
+``local_ccm.kube.informer``) whose cache holds `NodeView` projections. Every watch change,
+finished probe or attempt, and every `--reconcile-interval`, it evaluates the cache with the
+pure core (`health.assess` → `plan.plan_deletions`) and performs the plan: Events, probes
+(independent tasks, so probing never blocks evaluation), the self-check, and deletion attempts
+(fresh GET, re-check, optional out-of-service taint, DELETE with uid + resourceVersion
+preconditions).
 Results flow back through `record_probe`, `record_self_check` and `record_attempt`; one
 deletion attempt is `local_ccm.lifecycle.attempt`, leadership and health checks
 `local_ccm.lifecycle.process`.
@@ -22,13 +23,14 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from local_ccm.clock import Clock
 from local_ccm.kube import errors as ke
-from local_ccm.kube.backoff import Backoff
+from local_ccm.kube.informer import Change, Informer, Page, StreamEnd
+from local_ccm.kube.request import WatchEvent
 from local_ccm.lifecycle import events as ev
 from local_ccm.lifecycle import pipeline as pl
 from local_ccm.lifecycle.attempt import run_attempt
@@ -43,7 +45,7 @@ from local_ccm.lifecycle.model import (
     project_node,
     summarize,
 )
-from local_ccm.lifecycle.nodeapi import NodeApi, NodeEvent, Obj
+from local_ccm.lifecycle.nodeapi import NodeApi, Obj
 from local_ccm.lifecycle.plan import plan_deletions
 from local_ccm.lifecycle.probe import Prober
 from local_ccm.lifecycle.process import Status
@@ -51,7 +53,6 @@ from local_ccm.logs import kv
 
 log = logging.getLogger(__name__)
 
-WATCH_BACKOFF = Backoff(initial=0.5, factor=2.0, cap=30.0, jitter=0.2)  # watch reconnects
 MIN_WAKE = 0.05
 
 
@@ -61,6 +62,21 @@ def _always() -> bool:
 
 def _node_kv(name: str, uid: str, **more: object) -> dict[str, Any]:
     return kv(node=name, uid=uid, **more)
+
+
+class _NodeSource:
+    """The Informer's `ListWatch` over the controller's `NodeApi` (pages come slimmed)."""
+
+    def __init__(self, api: NodeApi, selector: str | None) -> None:
+        self._api, self._selector = api, selector
+
+    async def list_page(self, continue_token: str | None) -> Page:
+        listed = await self._api.list_nodes(self._selector, continue_token)
+        return Page(listed.items, listed.resource_version, listed.continue_token)
+
+    async def watch(self, resource_version: str, timeout_seconds: int) -> AsyncIterator[WatchEvent]:
+        async for event in self._api.watch_nodes(self._selector, resource_version):
+            yield WatchEvent(event.type, event.node)
 
 
 class Controller:
@@ -84,14 +100,17 @@ class Controller:
         self.metrics, self.status, self.identity = metrics, status, identity
         self.rng = rng or random.Random()
         self.may_write, self.write_timeout = may_write, write_timeout
-        self.cache: dict[str, NodeView] = {}
+        self.informer = Informer(
+            _NodeSource(api, config.selector), self.project, clock=clock, rng=self.rng,
+            name="Nodes", on_end=self._stream_ended, on_watch=self._watching,
+        )  # fmt: skip
+        self.informer.add_handler(self._changed)
         self.episodes: dict[str, Episode] = {}
         self.state = pl.PipelineState()
         self._breaker_was_open = False  # for logging its transitions
         self.next_wake = config.interval
         self._annotation_keys = {p.key for p in config.scope.protected}
         self._wake = asyncio.Event()
-        self._synced = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[None]] = {}  # "probe/<uid>/<n>", "delete/...", ...
         self._task_ids = itertools.count()
         self._events: set[asyncio.Task[None]] = set()
@@ -99,9 +118,9 @@ class Controller:
 
     # ------------------------------------------------------------------ the loop
     async def run(self) -> None:
-        watch = asyncio.create_task(self.watch(), name="node-watch")
+        watch = asyncio.create_task(self.informer.run(), name="node-watch")
         try:
-            synced = asyncio.create_task(self._synced.wait())
+            synced = asyncio.create_task(self.informer.wait_synced())
             await asyncio.wait({watch, synced}, return_when=asyncio.FIRST_COMPLETED)
             synced.cancel()
             if watch.done():
@@ -136,63 +155,35 @@ class Controller:
         self.status.synced = False
 
     # ------------------------------------------------------------------ cache
-    async def watch(self) -> None:
-        """LIST, then WATCH from its resourceVersion; re-watch from the last seen one after a
-        disconnect, re-LIST (replacing the cache atomically) after 410 Gone."""
-        failures, version, need_list = 0, "", True
-        while True:
-            reason, retry_after, delivered = "closed", None, False
-            try:
-                if need_list:
-                    listed = await self.api.list_nodes(self.config.selector)
-                    self.replace(listed.items)
-                    version, need_list = listed.resource_version, False
-                self.status.connected, self.status.disconnected_at = True, None
-                async for event in self.api.watch_nodes(self.config.selector, version):
-                    delivered, failures = True, 0
-                    version = event.resource_version or version
-                    self.apply(event)
-            except ke.Gone:
-                reason, need_list = "gone", True
-                log.info("Node watch expired; relisting")
-            except ke.ApiError as exc:
-                reason, retry_after = "error", exc.retry_after
-                log.warning("Node watch failed: %s", exc)
-            self._disconnected(reason)
-            if reason == "error" or (reason == "closed" and not delivered):
-                await self.clock.sleep(WATCH_BACKOFF.next_delay(failures, retry_after, self.rng))
-                failures += 1
-
-    def _disconnected(self, reason: str) -> None:
-        self.status.connected = False
-        if self.status.disconnected_at is None:
-            self.status.disconnected_at = self.clock.monotonic()
-        self.metrics.watch_restarts.labels(reason).inc()
+    @property
+    def cache(self) -> Mapping[str, NodeView]:
+        return self.informer.cache
 
     def project(self, obj: Obj) -> NodeView:
         return project_node(obj, self._annotation_keys)
 
-    def replace(self, items: Iterable[Obj]) -> None:
-        views = (self.project(obj) for obj in items)
-        self.cache = {view.name: view for view in views}
-        self._synced.set()
-        self.status.synced = True
-        self._wake.set()
+    def _watching(self) -> None:
+        self.status.connected, self.status.disconnected_at = True, None
 
-    def apply(self, event: NodeEvent) -> None:
-        if event.type not in ("ADDED", "MODIFIED", "DELETED"):
-            return  # BOOKMARK only moves the resourceVersion
-        view = self.project(event.node)
-        old = self.cache.get(view.name)
-        if event.type == "DELETED":
-            if old is not None and old.uid == view.uid:
-                del self.cache[view.name]
-                self._wake.set()
+    def _stream_ended(self, end: StreamEnd) -> None:
+        if end.reason == "stopped":
             return
-        self.cache[view.name] = view
-        # A heartbeat changes only the resourceVersion: nothing to re-evaluate.
-        if old is None or replace(old, resource_version="") != replace(view, resource_version=""):
+        self.status.connected = False
+        if self.status.disconnected_at is None:
+            self.status.disconnected_at = self.clock.monotonic()
+        self.metrics.watch_restarts.labels(end.reason).inc()
+
+    def _changed(self, change: Change[NodeView]) -> None:
+        if change.type == "SYNCED":
+            self.status.synced = True
             self._wake.set()
+        elif change.type in ("ADDED", "DELETED"):
+            self._wake.set()
+        elif change.type == "MODIFIED" and change.old is not None and change.new is not None:
+            # A heartbeat changes only the resourceVersion: nothing to re-evaluate.
+            old, new = change.old, change.new
+            if replace(old, resource_version="") != replace(new, resource_version=""):
+                self._wake.set()
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> pl.Plan:
@@ -365,7 +356,7 @@ class Controller:
         self.metrics.deletions.labels(result).inc()
         cached = self.cache.get(action.name)
         if result in ("deleted", "gone") and cached is not None and cached.uid == action.uid:
-            del self.cache[action.name]  # the watch's DELETED event may come later
+            self.informer.forget(action.name)  # the watch's DELETED event may come later
 
     # The rest of `attempt.AttemptHost`.
     @property

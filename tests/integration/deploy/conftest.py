@@ -1,6 +1,7 @@
-"""Fixtures of the chart checks (spec/deploy.md §9, TESTING.md §6 and §3.9).
+"""Fixtures of the chart checks.
 
-§9 asks for the checks "at the minimum policy version 1.30 and at the newest supported minor":
+The chart's checks run at the oldest Kubernetes its admission policy supports (1.30) and at the
+newest supported minor:
 `policy_minimum_plane` is a second etcd + kube-apiserver at the pin `kubernetes_policy_minimum`,
 shared by the session. A module that runs its checks at both versions overrides `control_plane`
 and `kube_version` with `control_plane, kube_version = at_both_versions()`; the per-test

@@ -1,5 +1,5 @@
-"""One test's rendering of the chart and its identity objects applied for real (TESTING.md
-§3.9): a unique release name, the test's namespace, and the run/test labels on every object
+"""One test's rendering of the chart and its identity objects applied for real: a unique
+release name, the test's namespace, and the run/test labels on every object
 (through the chart's ``labels`` value), so ``track()`` and the final sweep may delete them."""
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def bound_pod(
     labels: Mapping[str, str],
 ) -> str:  # fmt: skip
     """A Pod on ``node`` for ``service_account`` that nothing runs: its TokenRequest token
-    carries the node-name claim (§3.9)."""
+    carries the node-name claim, as a kubelet-started Pod's token does."""
     body = {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -1,5 +1,5 @@
-"""helm lint, helm template and the rendered manifests (spec/deploy.md D01-D03, §2-§6;
-TESTING.md §6 items 1-3 and 6). Needs only the helm binary, no API server."""
+"""helm lint, helm template and the rendered manifests (D01-D03).
+Needs only the helm binary, no API server."""
 
 from __future__ import annotations
 
@@ -36,8 +36,12 @@ RENDER_SETS: dict[str, list[Path]] = {
 }
 EXPECTED_SETS = {
     "default", "original-v0.3.0", "all-features", "minimal", "nlc-unprivileged", "talos",
-    "static",
+    "static", "ipam-only", "lifecycle-only",
 }  # fmt: skip
+
+
+#: The sets with agent.enabled=false.
+AGENTLESS_SETS = {"ipam-only", "lifecycle-only"}
 
 
 def render(chart_helm: Helm, kube_version: str, name: str = "default", **kw: object) -> list[Obj]:
@@ -82,7 +86,7 @@ def test_d02_template_at_the_oldest_claimed_versions(chart_helm: Helm, name: str
                               set_values=no_policy)  # fmt: skip
     kinds = {o["kind"] for o in parse(old)}
     assert "ValidatingAdmissionPolicy" not in kinds
-    assert "DaemonSet" in kinds
+    assert ("DaemonSet" in kinds) == (name not in AGENTLESS_SETS)
 
 
 def test_d02_original_values_render_a_consistent_root_pod(
@@ -96,7 +100,7 @@ def test_d02_original_values_render_a_consistent_root_pod(
     assert sc["runAsUser"] == 0
     assert sc["capabilities"]["add"] == ["NET_ADMIN", "NET_RAW"]
     assert container(agent)["imagePullPolicy"] == "Always"
-    assert container(agent)["image"] == "ghcr.io/cozystack/local-ccm:v0.3.0"
+    assert container(agent)["image"].startswith("ghcr.io/local-ccm/local-ccm:v")
     assert container(agent)["resources"]["limits"] == {"cpu": "100m", "memory": "64Mi"}
     nlc = component(objs, "node-lifecycle-controller")
     assert nlc["spec"]["replicas"] == 1
@@ -165,7 +169,7 @@ def test_d03_schema_rejects_invalid_values(
     assert result.code != 0, result.output
 
 
-# ------------------------------------------------------------------ rendered assertions (§6.6)
+# ------------------------------------------------------------------ rendered assertions
 def test_agent_pod_is_host_network_tolerates_everything_and_is_node_critical(
     chart_helm: Helm, kube_version: str
 ) -> None:

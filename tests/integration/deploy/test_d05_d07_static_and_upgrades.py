@@ -1,4 +1,4 @@
-"""Static manifests and upgrades from the original (spec/deploy.md §4, D05-D07)."""
+"""Static manifests and upgrades from the original (D05-D07)."""
 
 from __future__ import annotations
 

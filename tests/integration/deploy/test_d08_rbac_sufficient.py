@@ -1,5 +1,5 @@
 """Each component does its core work with a TokenRequest token of its shipped ServiceAccount
-and exactly the chart's RBAC (spec/deploy.md D08; TESTING.md §3.9). Any 403 fails."""
+and exactly the chart's RBAC (D08). Any 403 fails."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""The chart's RBAC and admission policy applied for real (spec/deploy.md §5, D09, D10;
-TESTING.md §3.9): SubjectAccessReview for the permission matrix, and the agent's pod-bound
+"""The chart's RBAC and admission policy applied for real (D09, D10):
+SubjectAccessReview for the permission matrix, and the agent's pod-bound
 token against the ValidatingAdmissionPolicy.
 
-Every test runs at the newest pinned Kubernetes and at the admission policy's oldest (§9; test
+Every test runs at the newest pinned Kubernetes and at the admission policy's oldest (test
 ids carry the version): the chart is rendered for, and applied to, each plane."""
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def test_d09_rbac_is_minimal_and_sufficient_per_component(
     cc = "networking.x-k8s.io/clustercidrs"
     lease = "coordination.k8s.io/leases"
     expected: list[tuple[tuple[str, list[str]], Check, bool]] = [
-        # agent: §5.1
+        # agent
         (agent, ("list", "nodes", None, None, None), True),
         (agent, ("watch", "nodes", None, None, None), True),
         (agent, ("patch", "nodes", None, None, "n"), True),
@@ -121,7 +121,7 @@ def test_d09_rbac_is_minimal_and_sufficient_per_component(
         (agent, ("get", lease, None, ns, "x"), False),
         (agent, ("create", lease, None, ns, None), False),
         (agent, ("update", lease, None, ns, "x"), False),
-        # NLC: §5.2 / lifecycle.md §10
+        # node-lifecycle-controller
         (nlc, ("delete", "nodes", None, None, "n"), True),
         (nlc, ("watch", "nodes", None, None, None), True),
         (nlc, ("create", lease, None, ns, None), True),
@@ -136,7 +136,7 @@ def test_d09_rbac_is_minimal_and_sufficient_per_component(
         (nlc, ("create", lease, None, "default", None), False),
         (nlc, ("update", lease, None, "default", "node-lifecycle-controller"), False),
         (nlc, ("update", lease, None, ns, "another-lease"), False),
-        # IPAM: §5.3 / ipam.md §17
+        # node-ipam-controller
         (ipam, ("patch", "nodes", None, None, "n"), True),
         (ipam, ("watch", cc, None, None, None), True),
         (ipam, ("patch", cc, None, None, "c"), True),

@@ -1,5 +1,5 @@
-"""Pods built from the rendered pod templates against Pod Security admission (spec/deploy.md
-§5.5, D11): server-side dry-run creates in `restricted` and `privileged` namespaces."""
+"""Pods built from the rendered pod templates against Pod Security admission (D11):
+server-side dry-run creates in `restricted` and `privileged` namespaces."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from tests.integration.deploy.test_d01_d03_render import RENDER_SETS
 from tests.support.chart import Helm, component, parse
 
 ENFORCE = "pod-security.kubernetes.io/enforce"
-# All three follow from host networking (spec/deploy.md §3.1 items 5-6): hostNetwork pods declare
-# their ports, so the apiserver defaults hostPort = containerPort, and their probes name
-# host 127.0.0.1 (the Pod IP is the Node's address, which may not exist yet).
+# All three follow from host networking (the agent must reach the API server before the Node
+# has addresses, and the lifecycle controller pings Nodes): hostNetwork pods declare their ports,
+# so the apiserver defaults hostPort = containerPort, and their probes name host 127.0.0.1 (the
+# Pod IP is the Node's address, which may not exist yet).
 HOST = {"host namespaces", "hostPort", "probe or lifecycle host"}
 RAW_ICMP = {"unrestricted capabilities", "runAsNonRoot != true", "runAsUser=0"}
 CASES = [

@@ -1,4 +1,4 @@
-"""D13 — footprint (spec/deploy.md §9): the real agent under the original chart's CPU limit.
+"""D13 — footprint: the real agent under the original chart's CPU limit.
 
 The unprivileged ``local-ccm`` binary (pattern 1, as in tests/integration/agent/
 test_a28_unprivileged.py) runs for a real Node of the session's control plane, with metrics

@@ -12,8 +12,8 @@ from local_ccm.agent.timing import (
     provider_id_failed,
     provider_id_succeeded,
     settle_step,
-    watch_end_reason,
 )
+from local_ccm.kube.informer import watch_end_reason
 from tests.unit.agent.builders import addrs
 
 OLD = addrs("Ext 198.51.100.10")

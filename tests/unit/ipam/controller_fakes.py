@@ -11,16 +11,16 @@ import asyncio
 import copy
 import heapq
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from local_ccm.ipam.metrics import IpamMetrics
 from local_ccm.ipam.model import FINALIZER
 from local_ccm.ipam.nodeapi import Obj, Watched
-from local_ccm.ipam.readiness import WatchStatus
 from local_ccm.ipam.run import Controller, Settings
-from local_ccm.kube.errors import ApiError, Conflict, Invalid, NotFound
+from local_ccm.kube.errors import ApiError, Conflict, Invalid, NotFound, Transient
+from local_ccm.kube.informer import Page, WatchStatus
 from local_ccm.kube.request import WatchEvent
 
 _uids = itertools.count(1)
@@ -117,7 +117,7 @@ class FakeApi:
         self.nodes = {n["metadata"]["name"]: copy.deepcopy(n) for n in nodes}
         self.pools = {p["metadata"]["name"]: copy.deepcopy(p) for p in pools}
         self.served = served
-        self.queues: dict[str, asyncio.Queue[WatchEvent]] = {}
+        self.queues: dict[str, asyncio.Queue[WatchEvent | Exception]] = {}
         self.node_patches: list[tuple[str, list[Obj]]] = []
         self.pool_patches: list[tuple[str, list[Obj]]] = []
         self.statuses: list[tuple[str, Obj]] = []
@@ -125,27 +125,14 @@ class FakeApi:
         self.fail_patch: list[ApiError] = []  # raised by the next node patches, in order
         self.fail_get: list[ApiError] = []
         self.land_before_failing = False  # the failing patch landed anyway (timeout case)
-        self.watch_statuses: dict[str, WatchStatus] = {}  # absent = connected
+        self.watch_statuses: dict[str, WatchStatus] = _Statuses(self)  # absent = connected
 
     async def cluster_cidrs_served(self) -> bool:
         return self.served
 
-    def watch(self, what: Watched) -> AsyncIterator[WatchEvent]:
-        queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
-        self.queues[what] = queue
-        items = self.nodes if what == "nodes" else self.pools
-        for obj in items.values():
-            queue.put_nowait(WatchEvent("ADDED", copy.deepcopy(obj)))
-        queue.put_nowait(WatchEvent("SYNCED", {"metadata": {"resourceVersion": "9"}}))
-
-        async def stream() -> AsyncIterator[WatchEvent]:
-            while True:
-                yield await queue.get()
-
-        return stream()
-
-    def watch_status(self, what: Watched) -> WatchStatus:
-        return self.watch_statuses.get(what, "connected")
+    def list_watch(self, what: Watched) -> _FakeListWatch:
+        self.queues[what] = asyncio.Queue()
+        return _FakeListWatch(self, what)
 
     def send(self, what: Watched, kind: str, obj: Obj) -> None:
         self.queues[what].put_nowait(WatchEvent(kind, copy.deepcopy(obj)))
@@ -203,6 +190,52 @@ class FakeApi:
 
     def reasons(self, name: str) -> list[str]:
         return [e["reason"] for e in self.events if e["involvedObject"]["name"] == name]
+
+
+class _Statuses(dict[str, WatchStatus]):
+    """Setting a watch `failing` fails its open stream once; while not `connected` its next
+    streams stay without a connection (`is_open` False)."""
+
+    def __init__(self, api: FakeApi) -> None:
+        super().__init__()
+        self._api = api
+
+    def __setitem__(self, what: str, status: WatchStatus) -> None:
+        super().__setitem__(what, status)
+        if status == "failing" and what in self._api.queues:
+            self._api.queues[what].put_nowait(Transient(0, "ConnectionReset", "reset"))
+
+
+class _FakeListWatch:
+    """One page of everything the fake holds, then the watch fed by `FakeApi.send`."""
+
+    def __init__(self, api: FakeApi, what: Watched) -> None:
+        self._api, self._what = api, what
+
+    async def list_page(self, continue_token: str | None) -> Page:
+        items = self._api.nodes if self._what == "nodes" else self._api.pools
+        return Page([copy.deepcopy(obj) for obj in items.values()], "9")
+
+    def watch(self, resource_version: str, timeout_seconds: int) -> _FakeStream:
+        return _FakeStream(self._api, self._what)
+
+
+class _FakeStream:
+    def __init__(self, api: FakeApi, what: Watched) -> None:
+        self._api, self._what = api, what
+
+    @property
+    def is_open(self) -> bool:
+        return self._api.watch_statuses.get(self._what, "connected") == "connected"
+
+    def __aiter__(self) -> _FakeStream:
+        return self
+
+    async def __anext__(self) -> WatchEvent:
+        item = await self._api.queues[self._what].get()
+        if isinstance(item, Exception):
+            raise item
+        return item
 
 
 async def settle(rounds: int = 200) -> None:

@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from local_ccm.kube.errors import ApiError
-from local_ccm.kube.request import Obj, Request, Response, WatchEvent
-from local_ccm.kube.resources import Resource
+from local_ccm.kube.request import Obj, Request, Response
 
 
 def json_response(status: int, body: Any, **headers: str) -> Response:
@@ -76,49 +75,6 @@ def node(name: str, rv: str, uid: str | None = None, **labels: str) -> Obj:
     if labels:
         meta["labels"] = labels
     return {"kind": "Node", "metadata": meta}
-
-
-class FakeWatchStream:
-    def __init__(self, events: list[WatchEvent | ApiError]) -> None:
-        self._events = events
-        self.closed = False
-
-    def __iter__(self) -> Iterator[WatchEvent]:
-        for item in self._events:
-            if isinstance(item, ApiError):
-                raise item
-            yield item
-
-    def close(self) -> None:
-        self.closed = True
-
-
-@dataclass
-class FakeListWatch:
-    """A ListWatchApi: ``lists`` are pages (or errors) in order; ``watches`` streams."""
-
-    lists: list[Obj | ApiError] = field(default_factory=list)
-    watches: list[list[WatchEvent | ApiError] | ApiError] = field(default_factory=list)
-    list_calls: list[dict[str, Any]] = field(default_factory=list)
-    watch_calls: list[dict[str, Any]] = field(default_factory=list)
-    on_exhausted: Any = None  # called when the script runs out (e.g. a Watcher's stop)
-
-    def list(self, res: Resource, **kw: Any) -> Obj:
-        self.list_calls.append(kw)
-        item = self.lists.pop(0)
-        if isinstance(item, ApiError):
-            raise item
-        return item
-
-    def watch(self, res: Resource, **kw: Any) -> FakeWatchStream:
-        self.watch_calls.append(kw)
-        if not self.watches:
-            self.on_exhausted()
-            return FakeWatchStream([])
-        item = self.watches.pop(0)
-        if isinstance(item, ApiError):
-            raise item
-        return FakeWatchStream(item)
 
 
 def page(items: list[Obj], rv: str, cont: str | None = None) -> Obj:

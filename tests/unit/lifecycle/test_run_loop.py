@@ -55,7 +55,7 @@ class FakeNodeApi:
         """A write by someone else: stored, and seen by the watch."""
         self.push("MODIFIED", self.store(node))
 
-    async def list_nodes(self, selector: str | None) -> NodeList:
+    async def list_nodes(self, selector: str | None, continue_token: str | None = None) -> NodeList:
         self.lists += 1
         items = tuple(copy.deepcopy(n) for n in self.nodes.values())
         return NodeList(items, str(next(self.versions)))

@@ -1,0 +1,104 @@
+"""The release version: defined once, in ``src/local_ccm/__init__.py`` ``__version__``.
+
+pyproject.toml reads it (``dynamic = ["version"]``); the places that cannot read it (the chart's
+``version``/``appVersion``, the Containerfile's ``ARG VERSION`` default, the sample transcript in
+README.md) are copies this script checks and rewrites:
+
+    python scripts/version.py            print the version
+    python scripts/version.py check      exit 1 and list every copy that differs (make lint)
+    python scripts/version.py bump X.Y.Z rewrite the definition and every copy (make bump)
+
+The chart version equals the package version, and appVersion is ``v<version>``, the image tag.
+Releases start at 0.4.0, above cozystack/local-ccm's last release (v0.3.0), so `helm history`,
+Renovate and support threads can tell this project's releases from the Go original's.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
+_V = r"(\d+\.\d+\.\d+)"
+
+
+@dataclass(frozen=True)
+class Copy:
+    """One place that holds the version: a file, a regex whose group 1 is the version, and how
+    the version is written there."""
+
+    path: str
+    pattern: str
+    form: Callable[[str], str] = str
+
+    def read(self) -> str | None:
+        match = re.search(self.pattern, (REPO / self.path).read_text(), re.MULTILINE)
+        return match.group(1) if match else None
+
+    def write(self, version: str) -> None:
+        file = REPO / self.path
+        text = file.read_text()
+        new, count = re.subn(
+            self.pattern,
+            lambda m: m.group(0).replace(m.group(1), self.form(version)),
+            text,
+            flags=re.MULTILINE,
+        )
+        if count == 0:
+            raise SystemExit(f"{self.path}: no match for {self.pattern!r}")
+        file.write_text(new)
+
+
+DEFINITION = Copy("src/local_ccm/__init__.py", rf'^__version__ = "{_V}"$')
+COPIES = (
+    Copy("charts/local-ccm/Chart.yaml", rf"^version: {_V}$"),
+    Copy("charts/local-ccm/Chart.yaml", r"^appVersion: (v\d+\.\d+\.\d+)$", lambda v: f"v{v}"),
+    Copy("Containerfile", rf"^ARG VERSION={_V}$"),
+    Copy("README.md", rf"starting local-ccm {_V} "),
+)
+
+
+def current() -> str:
+    version = DEFINITION.read()
+    if version is None:
+        raise SystemExit(f'{DEFINITION.path}: no __version__ = "X.Y.Z" line')
+    return version
+
+
+def problems(version: str) -> list[str]:
+    """Every copy that does not hold ``version`` (in its form)."""
+    found = []
+    for copy in COPIES:
+        value = copy.read()
+        if value != copy.form(version):
+            found.append(f"{copy.path}: {value!r}, expected {copy.form(version)!r}")
+    return found
+
+
+def main(argv: Sequence[str]) -> int:
+    if not argv:
+        print(current())
+        return 0
+    if argv[0] == "check" and len(argv) == 1:
+        wrong = problems(current())
+        for line in wrong:
+            print(f"version mismatch: {line} (run `make bump VERSION={current()}`)")
+        return 1 if wrong else 0
+    if argv[0] == "bump" and len(argv) == 2:
+        version = argv[1].removeprefix("v")
+        if not SEMVER.match(version):
+            print(f"not a version X.Y.Z: {argv[1]!r}", file=sys.stderr)
+            return 2
+        for copy in (DEFINITION, *COPIES):
+            copy.write(version)
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
