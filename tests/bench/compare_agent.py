@@ -162,5 +162,5 @@ def metric_values(run: dict[str, Any]) -> dict[str, float | None]:
         "agent_start_to_addresses_s": run["start_to_addresses_s"],
         "agent_idle_cpu_s_per_node_hour": run["idle_cpu_s_per_hour"],
         "agent_startup_requests": run["startup_requests"],
-        "agent_address_change_s": statistics.median(changes) if changes else None,
+        "agent_address_change_s": round(statistics.median(changes), 3) if changes else None,
     }
