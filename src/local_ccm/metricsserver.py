@@ -1,0 +1,202 @@
+"""Secure `/metrics` of the two controllers: HTTPS, TokenReview and SubjectAccessReview.
+
+The adapters around `local_ccm.metricsauth` (the decision): the reviewer that asks the API
+server, the server's TLS context (`--metrics-cert-dir`, else a self-signed certificate made at
+start-up, as controller-runtime does), and the start of the two servers: health probes plain
+HTTP on their own address (kubelet probes them without a token), metrics HTTPS on theirs.
+Certificates are read once; a rotated certificate takes effect at the next restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import ipaddress
+import logging
+import os
+import socket
+import ssl
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from local_ccm.kube import resources as r
+from local_ccm.kube.client import Client
+from local_ccm.kube.errors import ApiError, Forbidden
+from local_ccm.metricsauth import (
+    MetricsAuth,
+    ReviewUnavailable,
+    User,
+    VerdictCache,
+    review_allowed,
+    reviewed_user,
+    subject_access_review,
+    token_review,
+)
+from local_ccm.serve import Checks, HttpServer, Routes, Servers
+from local_ccm.validate import parse_bind_address
+
+log = logging.getLogger(__name__)
+
+CERT_FILE, KEY_FILE = "tls.crt", "tls.key"
+TlsContext = ssl.SSLContext  # for the composition roots, which do not speak TLS themselves
+REVIEW_TIMEOUT = 10.0
+SELF_SIGNED_DAYS = 365
+
+
+class CertError(Exception):
+    """The serving certificate cannot be loaded or made (one line, exit 2)."""
+
+
+# ---------------------------------------------------------------- reviews
+
+
+class KubeReviewer:
+    """TokenReview and SubjectAccessReview with the controller's own credentials."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def authenticate(self, token: str) -> User | None:
+        return reviewed_user(self._create(r.TOKEN_REVIEWS, token_review(token)))
+
+    def may_get(self, user: User, path: str) -> bool:
+        return review_allowed(
+            self._create(r.SUBJECT_ACCESS_REVIEWS, subject_access_review(user, path))
+        )
+
+    def _create(self, resource: r.Resource, body: dict[str, object]) -> dict[str, object]:
+        try:
+            return dict(self._client.create(resource, body, timeout=REVIEW_TIMEOUT))
+        except Forbidden as exc:
+            log.warning("cannot review a /metrics request: %s; the controller's ClusterRole needs "
+                        "create on %s.%s", exc, resource.plural, resource.group)  # fmt: skip
+            raise ReviewUnavailable(str(exc)) from exc
+        except (ApiError, OSError) as exc:
+            log.warning("cannot review a /metrics request: %s", exc)
+            raise ReviewUnavailable(str(exc)) from exc
+
+
+def metrics_auth(client: Client) -> MetricsAuth:
+    return MetricsAuth(KubeReviewer(client), VerdictCache(time.monotonic))
+
+
+# ---------------------------------------------------------------- TLS
+
+
+def server_tls(cert_dir: str, name: str) -> ssl.SSLContext:
+    """The serving context: `cert_dir`/tls.crt + tls.key, else a self-signed certificate for
+    `name`. Raises CertError."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cert_dir:
+        cert, key = Path(cert_dir, CERT_FILE), Path(cert_dir, KEY_FILE)
+        try:
+            context.load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            raise CertError(f"--metrics-cert-dir={cert_dir}: cannot load {CERT_FILE} and "
+                            f"{KEY_FILE}: {exc.strerror or exc}") from exc  # fmt: skip
+        return context
+    try:
+        cert_pem, key_pem = self_signed(name)
+    except ImportError as exc:
+        raise CertError(f"--metrics-secure without --metrics-cert-dir needs the cryptography "
+                        f"package to make a certificate: {exc}") from exc  # fmt: skip
+    with _pem_files(cert_pem, key_pem) as (cert_path, key_path):
+        context.load_cert_chain(cert_path, key_path)
+    log.info("serving /metrics with a self-signed certificate (no --metrics-cert-dir)")
+    return context
+
+
+def self_signed(name: str) -> tuple[bytes, bytes]:
+    """(certificate, key) PEM: ECDSA P-256, valid a year, for `name`, localhost and loopback.
+    `cryptography` is imported here only: nothing else in the process needs it."""
+    from cryptography import x509  # noqa: PLC0415
+    from cryptography.hazmat.primitives import hashes, serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
+    from cryptography.x509.oid import NameOID  # noqa: PLC0415
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    names: list[x509.GeneralName] = [x509.DNSName(name), x509.DNSName("localhost")]
+    names += [x509.IPAddress(ipaddress.ip_address(a)) for a in ("127.0.0.1", "::1")]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=SELF_SIGNED_DAYS))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+@contextlib.contextmanager
+def _pem_files(cert: bytes, key: bytes) -> Iterator[tuple[str, str]]:
+    """`ssl` loads certificates from paths only: memory-backed files (the controllers' root
+    filesystem is read-only), else a private temporary directory, gone after loading."""
+    if hasattr(os, "memfd_create"):
+        fds = [os.memfd_create(label) for label in ("tls.crt", "tls.key")]
+        try:
+            for fd, data in zip(fds, (cert, key), strict=True):
+                os.write(fd, data)
+            yield f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[1]}"
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return
+    with tempfile.TemporaryDirectory() as tmp:  # pragma: no cover (no memfd: not Linux)
+        Path(tmp, CERT_FILE).write_bytes(cert)
+        Path(tmp, KEY_FILE).write_bytes(key)
+        yield str(Path(tmp, CERT_FILE)), str(Path(tmp, KEY_FILE))
+
+
+def certificate_name() -> str:
+    return socket.gethostname() or "localhost"
+
+
+# ---------------------------------------------------------------- servers
+
+
+def start_secure_servers(
+    *,
+    metrics_address: str,
+    health_address: str,
+    registry: CollectorRegistry,
+    healthz: Checks,
+    readyz: Checks,
+    tls: ssl.SSLContext,
+    auth: MetricsAuth,
+) -> Servers:
+    """Health plain HTTP on its address, metrics HTTPS behind `auth` on its own (never shared:
+    the options refuse equal addresses). `0` disables either. Raises OSError when a port
+    cannot be bound."""
+    metrics_at = parse_bind_address(metrics_address)
+    health_at = parse_bind_address(health_address)
+    started: list[HttpServer] = []
+    try:
+        metrics = health = None
+        if metrics_at is not None:
+            metrics = HttpServer(metrics_at, Routes(registry=registry, guard=auth.check), tls)
+            started.append(metrics)
+        if health_at is not None:
+            health = HttpServer(health_at, Routes(healthz=healthz, readyz=readyz))
+            started.append(health)
+    except BaseException:
+        for server in started:
+            server.close()
+        raise
+    return Servers(started, metrics, health)
