@@ -54,9 +54,15 @@ FLAGS = FlagSet(
         Flag("leader-elect-namespace", "string", "", "Lease namespace; empty: POD_NAMESPACE.",
              env=("IPAM_LEADER_ELECT_NAMESPACE",), metavar="namespace"),
         # New flags [beyond]
-        Flag("metrics-bind-address", "string", "", "Empty: /metrics on the web server; an "
-             "address: a separate server; 0: off.", env=("IPAM_METRICS_BIND_ADDR",),
-             metavar="host:port"),
+        Flag("metrics-bind-address", "string", "", "Empty: with --metrics-secure :8094, else "
+             "/metrics on the web server; an address: a separate server; 0: off.",
+             env=("IPAM_METRICS_BIND_ADDR",), metavar="host:port"),
+        Flag("metrics-secure", "bool", True, "Serve /metrics over HTTPS on its own address, only "
+             "to bearer tokens allowed to get /metrics (TokenReview, SubjectAccessReview); "
+             "false: plain HTTP, no authentication.", env=("IPAM_METRICS_SECURE",)),
+        Flag("metrics-cert-dir", "string", "", "Directory holding tls.crt and tls.key for "
+             "/metrics; empty: a self-signed certificate made at start-up.",
+             env=("IPAM_METRICS_CERT_DIR",), metavar="dir"),
         Flag("v", "int", 0, "Log verbosity: 0-1 INFO, 2-3 more INFO, >= 4 DEBUG.",
              env=("IPAM_LOG_VERBOSITY",)),
         Flag("log-format", "string", "text", "text or json.", env=("IPAM_LOG_FORMAT",),

@@ -35,6 +35,9 @@ from local_ccm.validate import (
 )
 
 LogFormat = Literal["text", "json"]
+# With --metrics-secure, /metrics leaves the plain-HTTP web server (health probes) for its own
+# HTTPS port; next to the other controllers' ports (lifecycle 8090/8091, agent 8092/8093).
+SECURE_METRICS_ADDRESS = ":8094"
 EVENT_NAMESPACE = "default"  # the only namespace of Events about cluster-scoped objects
 _REMOVED_LOCKS = ("endpoints", "configmaps")
 _MIGRATION_LOCKS = ("endpointsleases", "configmapsleases")
@@ -49,6 +52,8 @@ class IpamOptions:
     web_bind: BindAddress | None = None
     metrics_bind: BindAddress | None = None  # used only when metrics_mode == "separate"
     metrics_mode: Literal["web", "separate", "off"] = "web"
+    metrics_secure: bool = False  # HTTPS + TokenReview/SubjectAccessReview (mode "separate")
+    metrics_cert_dir: str = ""  # empty: self-signed at start-up
     leader_election: bool = True
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
@@ -105,6 +110,8 @@ def options_from(
         web_bind=web,
         metrics_bind=metrics_bind,
         metrics_mode=metrics_mode,
+        metrics_secure=parsed.get_bool("metrics-secure") and metrics_mode == "separate",
+        metrics_cert_dir=parsed.get_str("metrics-cert-dir"),
         leader_election=parsed.get_bool("enable-leader-election"),
         lease_duration=durations[0],
         renew_deadline=durations[1],
@@ -281,11 +288,19 @@ def _web(
     )
     web = _bind(parsed, web_flag, problems)
     raw = parsed.get_str("metrics-bind-address")
-    if raw == "":
-        return web, "web", None
+    secure = parsed.get_bool("metrics-secure")
     if raw == "0":
         return web, "off", None
-    return web, "separate", _bind(parsed, "metrics-bind-address", problems)
+    if raw == "" and not secure:
+        return web, "web", None  # upstream's layout: one plain server for everything
+    if raw == "":
+        return web, "separate", parse_bind_address(SECURE_METRICS_ADDRESS)
+    metrics = _bind(parsed, "metrics-bind-address", problems)
+    if secure and metrics is not None and metrics == web:
+        reason = (f"must differ from --{web_flag} with --metrics-secure=true (the health probes "
+                  "stay plain HTTP)")  # fmt: skip
+        problems.append(_problem(parsed, "metrics-bind-address", reason))
+    return web, "separate", metrics
 
 
 def _bind(parsed: Parsed, flag: str, problems: list[Problem]) -> BindAddress | None:
@@ -394,4 +409,5 @@ def startup_fields(options: IpamOptions) -> dict[str, str]:
         "metrics": {"web": "web server", "off": "off"}.get(
             options.metrics_mode, str(options.metrics_bind)
         ),
+        "metrics_secure": str(options.metrics_secure).lower(),
     }

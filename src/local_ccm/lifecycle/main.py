@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from prometheus_client import CollectorRegistry
+
 from local_ccm import __version__, election, flags, names
 from local_ccm.clock import Clock, SystemClock, sleep_unless_stopped
 from local_ccm.kube import errors as ke
@@ -40,7 +42,15 @@ from local_ccm.lifecycle.probe import (
 from local_ccm.lifecycle.process import Status, health_checks, leader_callback, run_controller
 from local_ccm.lifecycle.run import Controller
 from local_ccm.logs import configure_logging, kv
-from local_ccm.serve import start_servers
+from local_ccm.metricsserver import (
+    CertError,
+    TlsContext,
+    certificate_name,
+    metrics_auth,
+    server_tls,
+    start_secure_servers,
+)
+from local_ccm.serve import Checks, Servers, start_servers
 
 log = logging.getLogger(__name__)
 
@@ -64,18 +74,30 @@ def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
         return EXIT_USAGE
     start_logging(loaded)
     try:
-        return asyncio.run(_main(loaded, env))
+        tls = metrics_tls_of(loaded)
+    except CertError as exc:
+        log.error("%s", exc)
+        return EXIT_USAGE
+    try:
+        return asyncio.run(_main(loaded, env, tls))
     except Exception as exc:  # the last line of defence: one line, exit 1
         log.error("internal error: %s: %s", type(exc).__name__, exc, exc_info=True)
         return EXIT_FAILED
 
 
-async def _main(options: LifecycleOptions, env: Mapping[str, str]) -> int:
+async def _main(options: LifecycleOptions, env: Mapping[str, str], tls: TlsContext | None) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    return await run_lifecycle(options, env, stop=stop)
+    return await run_lifecycle(options, env, stop=stop, metrics_tls=tls)
+
+
+def metrics_tls_of(options: LifecycleOptions) -> TlsContext | None:
+    """The /metrics server's TLS context when it serves HTTPS; raises CertError."""
+    if not options.metrics_secure or options.metrics_bind is None:
+        return None
+    return server_tls(options.metrics_cert_dir, certificate_name())
 
 
 def start_logging(options: LifecycleOptions) -> None:
@@ -109,11 +131,13 @@ async def run_lifecycle(
     on_start: Callable[[Started], None] | None = None,
     watch_selector: str | None = None,
     wrap_api: Callable[[NodeApi], NodeApi] | None = None,
+    metrics_tls: TlsContext | None = None,
 ) -> int:
     """Everything after flag parsing; tests call it in a thread with their own loop and may
     inject the prober (then no capability check runs) and the clock. `watch_selector`
     narrows what the watch sees (a test's own Nodes) without changing the scope rules;
-    `wrap_api` wraps the real Node API adapter (e.g. to see Nodes by name)."""
+    `wrap_api` wraps the real Node API adapter (e.g. to see Nodes by name); `metrics_tls` is
+    made here from the options when not given."""
     clock = clock or SystemClock()
     metrics = LifecycleMetrics()
     try:
@@ -147,8 +171,13 @@ async def run_lifecycle(
             return EXIT_PRECONDITION
         if stop.is_set():
             return EXIT_OK
+        try:
+            tls = metrics_tls or metrics_tls_of(options)
+        except CertError as exc:
+            log.error("%s", exc)
+            return EXIT_USAGE
         return await _serve(
-            options, aio=aio, api=api, prober=prober, clock=clock, metrics=metrics,
+            options, aio=aio, tls=tls, api=api, prober=prober, clock=clock, metrics=metrics,
             identity=identity, stop=stop, on_start=on_start, watch_selector=watch_selector,
         )  # fmt: skip
     finally:
@@ -159,6 +188,7 @@ async def _serve(
     options: LifecycleOptions,
     *,
     aio: AsyncClient,
+    tls: TlsContext | None,
     api: NodeApi,
     prober: Prober,
     clock: Clock,
@@ -171,10 +201,9 @@ async def _serve(
     status = Status()
     healthz, readyz = health_checks(status, clock, options.interval)
     try:
-        servers = start_servers(
-            metrics_address=options.metrics_address, health_address=options.health_address,
-            registry=metrics.registry, healthz=healthz, readyz=readyz,
-        )  # fmt: skip
+        servers = _start_servers(
+            options, aio=aio, tls=tls, registry=metrics.registry, healthz=healthz, readyz=readyz
+        )
     except OSError as exc:
         log.error("cannot listen for metrics or health probes: %s", exc)
         return EXIT_FAILED
@@ -203,6 +232,27 @@ async def _serve(
         return await run_controller(make, clock, status, elector=elector, stop=stop)
     finally:
         servers.close()
+
+
+def _start_servers(
+    options: LifecycleOptions,
+    *,
+    aio: AsyncClient,
+    tls: TlsContext | None,
+    registry: CollectorRegistry,
+    healthz: Checks,
+    readyz: Checks,
+) -> Servers:
+    """Metrics HTTPS behind TokenReview/SubjectAccessReview when `tls` is set, else plain."""
+    if tls is None:
+        return start_servers(
+            metrics_address=options.metrics_address, health_address=options.health_address,
+            registry=registry, healthz=healthz, readyz=readyz,
+        )  # fmt: skip
+    return start_secure_servers(
+        metrics_address=options.metrics_address, health_address=options.health_address,
+        registry=registry, healthz=healthz, readyz=readyz, tls=tls, auth=metrics_auth(aio.client),
+    )  # fmt: skip
 
 
 def loop_config(options: LifecycleOptions) -> LoopConfig:
