@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import http.client
 import ssl
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
+from local_ccm import metricscert
 from local_ccm.metricsauth import MetricsAuth, ReviewUnavailable, User, Verdict, VerdictCache
 from local_ccm.metricsserver import CertError, self_signed, server_tls, start_secure_servers
 from local_ccm.serve import Checks, Servers
@@ -142,3 +145,20 @@ def test_a_cert_dir_is_loaded_and_a_broken_one_is_one_line(tmp_path: Path) -> No
     with pytest.raises(CertError) as err:
         server_tls(str(tmp_path), "x")
     assert "\n" not in str(err.value)
+
+
+def test_the_certificate_is_made_in_a_child_process() -> None:
+    cert, key = self_signed("node-1")
+    assert cert.startswith(b"-----BEGIN CERTIFICATE-----")
+    assert key.startswith(b"-----BEGIN PRIVATE KEY-----")
+    assert metricscert.main([]) == 2
+
+
+def test_no_binary_imports_cryptography() -> None:
+    """Its import would stay resident (about 12.6 MiB); only the certificate child loads it."""
+    code = (
+        "import sys, local_ccm.cli, local_ccm.agent.run, local_ccm.lifecycle.main, "
+        "local_ccm.ipam.main; print(sorted(m for m in sys.modules if 'cryptography' in m))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
