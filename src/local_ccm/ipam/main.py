@@ -40,6 +40,7 @@ from local_ccm.metricsserver import (
     metrics_auth,
     server_tls,
     start_secure_servers,
+    warn_without_review_access,
 )
 from local_ccm.serve import Checks, Servers, start_servers
 
@@ -232,6 +233,8 @@ async def serve(
     try:
         if not await check_access(api, options, stop, SystemClock(), rng):
             return EXIT_OK  # stopped before the API server answered
+        if tls is not None:
+            await asyncio.to_thread(warn_without_review_access, client)
         health.started = True
         return await lead(Runtime(options, api, metrics, health, identity, rng, aclient), stop)
     finally:

@@ -49,6 +49,7 @@ from local_ccm.metricsserver import (
     metrics_auth,
     server_tls,
     start_secure_servers,
+    warn_without_review_access,
 )
 from local_ccm.serve import Checks, Servers, start_servers
 
@@ -176,6 +177,8 @@ async def run_lifecycle(
         except CertError as exc:
             log.error("%s", exc)
             return EXIT_USAGE
+        if tls is not None:
+            await asyncio.to_thread(warn_without_review_access, client)
         return await _serve(
             options, aio=aio, tls=tls, api=api, prober=prober, clock=clock, metrics=metrics,
             identity=identity, stop=stop, on_start=on_start, watch_selector=watch_selector,

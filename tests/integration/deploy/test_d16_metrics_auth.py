@@ -233,3 +233,42 @@ def test_d16_without_metrics_flags_nothing_is_served_unauthenticated_off_loopbac
     finally:
         for running in runs:
             running.child.stop()
+
+
+def test_d16_rbac_without_the_review_rules_still_starts_and_scrapes_answer_503(
+    *,
+    control_plane: ControlPlane, kube: Client, chart_helm: Helm, track: Tracker,
+    unique_name: str, test_namespace: str, test_labels: dict[str, str], kube_version: str,
+    test_artifacts: Path,
+) -> None:  # fmt: skip
+    """RBAC written before secure metrics (here: the chart's with metrics.secure=false) and a
+    binary with the secure default, as an older manifest runs it: it starts, warns once, and
+    a scrape with a valid token answers 503 without a traceback."""
+    values = {"nodeLifecycleController": {"leaderElection": {"resourceName": unique_name},
+                                          "metrics": {"secure": False}}}  # fmt: skip
+    rel = render(chart_helm, release=unique_name, namespace=test_namespace, labels=test_labels,
+                 kube_version=kube_version, values=values)  # fmt: skip
+    apply_identity(control_plane, track, rel)
+    workload = component(rel.objects, LIFECYCLE)
+    sa = workload["spec"]["template"]["spec"]["serviceAccountName"]
+    program = local_program(pod_container(workload)["command"][0])
+    argv = [
+        str(program),
+        f"--kubeconfig={control_plane.token_kubeconfig(sa, test_namespace)}",
+        "--ping-count=0",
+        f"--namespace={test_namespace}",
+        f"--leader-elect-id={unique_name}",
+    ]
+    child = spawn("nlc-old-rbac", argv, test_artifacts / "nlc-old-rbac.log",
+                  env={"PATH": "/usr/bin:/bin"})  # fmt: skip
+    running = Running(child, 8090, 8091, "")
+    try:
+        wait_healthy(running)
+        token = sa_token(kube, test_namespace, sa)
+        status, body = get(running.metrics_port, "/metrics", token=token)
+        assert status == 503, (status, body)
+        log = running.log()
+        assert "lacks create tokenreviews.authentication.k8s.io and create " in log, log
+        assert "Traceback" not in log, log
+    finally:
+        child.stop()
