@@ -235,6 +235,16 @@ def test_d16_without_metrics_flags_nothing_is_served_unauthenticated_off_loopbac
             running.child.stop()
 
 
+def test_d16_notes_warn_when_podmonitors_would_scrape_without_a_token(chart_helm: Helm) -> None:
+    monitored = {"metrics.enabled": "true", "metrics.podMonitor.enabled": "true"}
+    warning = "every scrape answers 401"
+    assert warning in chart_helm.notes(set_values=monitored).stdout
+    with_token = {**monitored, "metrics.podMonitor.bearerTokenSecret.name": "prometheus-token"}
+    assert warning not in chart_helm.notes(set_values=with_token).stdout
+    plain = {**monitored, "nodeLifecycleController.metrics.secure": "false"}
+    assert warning not in chart_helm.notes(set_values=plain).stdout
+
+
 def test_d16_rbac_without_the_review_rules_still_starts_and_scrapes_answer_503(
     *,
     control_plane: ControlPlane, kube: Client, chart_helm: Helm, track: Tracker,
