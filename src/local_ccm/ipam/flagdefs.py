@@ -32,8 +32,9 @@ FLAGS = FlagSet(
         Flag("kubeconfig", "string", "", "Kubeconfig path; empty: in-cluster config.",
              env=("IPAM_KUBECONFIG",), metavar="path"),
         Flag("health-probe-address", "string", ":8081", "Listen address of the web server "
-             "(health, readiness, metrics); deprecated alias of --webserver-bind-address, "
-             "wins when set.", env=("IPAM_HEALTH_PROBE_ADDR",), metavar="host:port"),
+             "(health, readiness; metrics with --metrics-secure=false); deprecated alias of "
+             "--webserver-bind-address, wins when set.", env=("IPAM_HEALTH_PROBE_ADDR",),
+             metavar="host:port"),
         Flag("webserver-bind-address", "string", ":8081", "Listen address of the web server.",
              env=("IPAM_WEBSERVER_BIND_ADDR",), metavar="host:port"),
         Flag("enable-leader-election", "bool", True, "Lease-based leader election.",
