@@ -34,13 +34,28 @@ $(VENV)/bin/local-ccm: | $(PY)
 demo: $(VENV)/bin/local-ccm ## the main job: the agent initialises a Node for this host on a throw-away control plane
 	$(PY) -m tests.support.demo
 
+# The image without a container registry: Debian packages through apt (mmdebstrap), the wheel
+# and requirements.lock through pip --require-hashes, an OCI archive written reproducibly.
+# Needs root and, on a cold cache, Debian's archive; IMAGE_FLAGS=--fresh ignores the cache.
+.PHONY: image
+image: $(VENV)/bin/local-ccm ## build build/image/local-ccm-<version>.oci.tar (reproducible; prints its digest)
+	$(PY) scripts/image.py $(IMAGE_FLAGS)
+
+# Everything an operator installs from, with checksums; the helm binary is the tests' own.
+.PHONY: release
+release: image manifests ## write dist/: wheel, sdist, image archive, chart, manifests, SBOM, SHA256SUMS
+	$(PY) scripts/release.py --helm "$$($(PY) -c 'from tests.support.binaries import ensure; \
+		print(ensure(["helm"], report=lambda _: None).path("helm"))')"
+
 .PHONY: lint
 lint: ## ruff, ruff format --check, mypy --strict, import contracts
-	$(VENV)/bin/ruff check src tests
-	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/ruff check src tests scripts
+	$(VENV)/bin/ruff format --check src tests scripts
 	$(VENV)/bin/mypy
+	MYPYPATH=scripts $(VENV)/bin/mypy scripts
 	$(VENV)/bin/lint-imports
 	$(PY) scripts/version.py check
+	$(PY) tests/unit/test_repository_stands_alone.py
 	$(MAKE) check-chart-docs
 	$(MAKE) check-manifests
 
@@ -59,8 +74,8 @@ bump: ## set the release version everywhere: make bump VERSION=x.y.z
 
 .PHONY: fmt
 fmt: ## apply ruff's fixes and formatting
-	$(VENV)/bin/ruff check --fix src tests
-	$(VENV)/bin/ruff format src tests
+	$(VENV)/bin/ruff check --fix src tests scripts
+	$(VENV)/bin/ruff format src tests scripts
 
 .PHONY: test-unit
 test-unit: ## unit tier: seconds, no root, no network
@@ -75,11 +90,13 @@ test-bins: ## build the control-plane binaries from the Go module proxy, or find
 	$(PY) -m tests.support.binaries ensure
 
 .PHONY: test-integration
-test-integration: test-bins ## integration tier against a real kube-apiserver + etcd
+test-integration: test-bins image ## integration tier against a real kube-apiserver + etcd
 	$(PY) -m pytest -m integration
 
 .PHONY: test
-test: test-bins ## the README's test command: every tier but bench, in a network namespace with only lo
+# The image is built before pytest starts: building it needs Debian's archive, the tests have
+# no network.
+test: test-bins image ## the README's test command: every tier but bench, in a network namespace with only lo
 	timeout 45m unshare --net sh -c 'ip link set lo up && exec $(PY) -m pytest -m "not bench"'
 
 # The plots are re-drawn even when a bench failed: the results that were taken still count.

@@ -3,7 +3,10 @@
 set -euo pipefail
 PY=${1:-.venv/bin/python}
 need=()
-for cmd in ip:iproute2 unshare:util-linux setpriv:util-linux sysctl:procps; do
+# The last five build and run the image (`make image`, `make test`): a root file system from
+# Debian's archive, an OCI runtime, and tools that read OCI images.
+for cmd in ip:iproute2 unshare:util-linux setpriv:util-linux sysctl:procps mmdebstrap:mmdebstrap \
+    runc:runc umoci:umoci skopeo:skopeo dpkg-deb:dpkg; do
   command -v "${cmd%%:*}" >/dev/null 2>&1 || need+=("${cmd##*:}")
 done
 if ((${#need[@]})); then
@@ -15,13 +18,17 @@ if ((${#need[@]})); then
 fi
 "$PY" -m pip install -q --upgrade pip
 "$PY" -m pip install -q -e '.[test]'
-# The image test (tests/integration/deploy/test_d12_image_contents.py) installs requirements.lock
-# the way the Containerfile does, but offline: it needs this host's wheels of the lock in a
-# wheelhouse. An offline pass finds them when they are there already (no network, about a
-# second); only a missing or stale wheel goes to PyPI.
+# The project's wheel is built with exactly these (hash-pinned) setuptools and wheel.
+"$PY" -m pip install -q --require-hashes -r requirements-build.lock
+# `make image` installs requirements.lock into the image with the pip of requirements-build.lock,
+# offline: it needs the wheels of both locks in a wheelhouse. An offline pass finds them when
+# they are there already (no network, about a second); only a missing or stale wheel goes to
+# PyPI.
 cache=${LOCAL_CCM_TEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/local-ccm-test}
-wheels=(--require-hashes --only-binary=:all: -r requirements.lock -d "$cache/wheels")
-if ! "$PY" -m pip download -q --no-index --find-links "$cache/wheels" "${wheels[@]}" \
-    >/dev/null 2>&1; then
-  "$PY" -m pip download -q "${wheels[@]}"
-fi
+for lock in requirements.lock requirements-build.lock; do
+  wheels=(--require-hashes --only-binary=:all: --no-deps -r "$lock" -d "$cache/wheels")
+  if ! "$PY" -m pip download -q --no-index --find-links "$cache/wheels" "${wheels[@]}" \
+      >/dev/null 2>&1; then
+    "$PY" -m pip download -q "${wheels[@]}"
+  fi
+done

@@ -65,7 +65,7 @@ COPIES = (
 def current() -> str:
     version = DEFINITION.read()
     if version is None:
-        raise SystemExit(f"{DEFINITION.path}: no __version__ = \"X.Y.Z\" line")
+        raise SystemExit(f'{DEFINITION.path}: no __version__ = "X.Y.Z" line')
     return version
 
 

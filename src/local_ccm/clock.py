@@ -2,15 +2,19 @@
 
 Monotonic time measures intervals (lease expiry, deadlines, backoff); wall time
 is only ever written into API objects (`renewTime`, Event timestamps) and never
-compared with another machine's clock.
+compared with another machine's clock. The waits at the end return early once a
+stop (SIGTERM) is requested.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Final, Protocol, TypeVar
+
+T = TypeVar("T")
 
 
 class Clock(Protocol):
@@ -49,3 +53,32 @@ async def sleep_unless_stopped(clock: Clock, seconds: float, stop: asyncio.Event
     finally:
         sleeper.cancel()
         stopper.cancel()
+
+
+class Stopped:
+    """What :func:`unless_stopped` returns when `stop` was set before the work ended."""
+
+
+STOPPED: Final = Stopped()
+
+
+async def unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | Stopped:
+    """Await `work`, or cancel it once `stop` is set and return :data:`STOPPED`.
+
+    For start-up steps that wait on the API server (the permission check): a signal must end
+    the wait at once, not after the request's own timeout. A request already sent keeps its
+    worker thread until the client is closed, which ends it (see ``HttpTransport.close``).
+    """
+    task = asyncio.ensure_future(work)
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+        if not task.done():
+            task.cancel()
+    if not task.done():
+        await asyncio.gather(task, return_exceptions=True)
+    if task.cancelled():
+        return STOPPED
+    return task.result()

@@ -38,8 +38,8 @@ from local_ccm.metricsauth import (
     subject_access_review,
     token_review,
 )
-from local_ccm.serve import Checks, HttpServer, Routes, Servers
-from local_ccm.validate import parse_bind_address
+from local_ccm.serve import Checks, HttpServer, Routes, Servers, bind_error
+from local_ccm.validate import BindAddress, parse_bind_address
 
 log = logging.getLogger(__name__)
 
@@ -194,23 +194,36 @@ def start_secure_servers(
     readyz: Checks,
     tls: ssl.SSLContext,
     auth: MetricsAuth,
+    metrics_flag: str = "metrics-bind-address",
+    health_flag: str = "health-probe-bind-address",
 ) -> Servers:
     """Health plain HTTP on its address, metrics HTTPS behind `auth` on its own (never shared:
-    the options refuse equal addresses). `0` disables either. Raises OSError when a port
-    cannot be bound."""
+    the options refuse equal addresses). `0` disables either. Raises BindError, naming the
+    flag, when a port cannot be bound."""
     metrics_at = parse_bind_address(metrics_address)
     health_at = parse_bind_address(health_address)
     started: list[HttpServer] = []
     try:
         metrics = health = None
         if metrics_at is not None:
-            metrics = HttpServer(metrics_at, Routes(registry=registry, guard=auth.check), tls)
+            routes = Routes(registry=registry, guard=auth.check)
+            metrics = _listen(metrics_at, routes, tls, metrics_flag, metrics_address)
             started.append(metrics)
         if health_at is not None:
-            health = HttpServer(health_at, Routes(healthz=healthz, readyz=readyz))
+            routes = Routes(healthz=healthz, readyz=readyz)
+            health = _listen(health_at, routes, None, health_flag, health_address)
             started.append(health)
     except BaseException:
         for server in started:
             server.close()
         raise
     return Servers(started, metrics, health)
+
+
+def _listen(
+    address: BindAddress, routes: Routes, tls: ssl.SSLContext | None, flag: str, given: str
+) -> HttpServer:
+    try:
+        return HttpServer(address, routes, tls)
+    except OSError as exc:
+        raise bind_error((flag,), given, exc) from exc

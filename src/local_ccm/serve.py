@@ -232,6 +232,34 @@ class Servers:
             server.close()
 
 
+class BindError(Exception):
+    """A listen address that cannot be bound. Bad input, like a bad flag (exit 2): the message
+    names the flag, the address and why, e.g.
+    ``--health-probe-bind-address=127.0.0.1:8081: address already in use``."""
+
+
+# Why a bind fails, in words that say what to change; other errors keep the system's text.
+_BIND_REASONS = {
+    errno.EADDRINUSE: "address already in use",
+    errno.EADDRNOTAVAIL: "address not available: no interface of this host has it",
+    errno.EACCES: "permission denied: ports below 1024 need CAP_NET_BIND_SERVICE",
+}
+
+
+def bind_error(flags: Iterable[str], address: str, exc: OSError) -> BindError:
+    """The one-line error for `address` (given by each of `flags`) that failed with `exc`."""
+    reason = _BIND_REASONS.get(exc.errno or 0) or exc.strerror or str(exc)
+    given = ", ".join(f"--{flag}={address}" for flag in dict.fromkeys(flags))
+    return BindError(f"{given}: {reason}")
+
+
+def _listen(address: BindAddress, routes: Routes, flags: Iterable[str], given: str) -> HttpServer:
+    try:
+        return HttpServer(address, routes)
+    except OSError as exc:
+        raise bind_error(flags, given, exc) from exc
+
+
 def start_servers(
     *,
     metrics_address: str,
@@ -239,25 +267,32 @@ def start_servers(
     registry: CollectorRegistry,
     healthz: Checks,
     readyz: Checks,
+    metrics_flag: str = "metrics-bind-address",
+    health_flag: str = "health-probe-bind-address",
 ) -> Servers:
     """Start the servers; equal addresses share one server serving every path.
 
     Addresses use `parse_bind_address` syntax (`0` disables one). Raises ValueError on a
-    bad address and OSError when a port cannot be bound.
+    bad address and BindError, naming the flag (`metrics_flag`, `health_flag`), when a port
+    cannot be bound.
     """
     metrics_at = parse_bind_address(metrics_address)
     health_at = parse_bind_address(health_address)
     if metrics_at is not None and metrics_at == health_at:
-        both = HttpServer(metrics_at, Routes(registry, healthz, readyz))
+        routes = Routes(registry, healthz, readyz)
+        both = _listen(metrics_at, routes, (metrics_flag, health_flag), metrics_address)
         return Servers([both], both, both)
     started: list[HttpServer] = []
     try:
         metrics = health = None
         if metrics_at is not None:
-            metrics = HttpServer(metrics_at, Routes(registry=registry))
+            metrics = _listen(
+                metrics_at, Routes(registry=registry), (metrics_flag,), metrics_address
+            )
             started.append(metrics)
         if health_at is not None:
-            health = HttpServer(health_at, Routes(healthz=healthz, readyz=readyz))
+            routes = Routes(healthz=healthz, readyz=readyz)
+            health = _listen(health_at, routes, (health_flag,), health_address)
             started.append(health)
     except BaseException:
         for server in started:

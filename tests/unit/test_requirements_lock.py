@@ -78,30 +78,46 @@ def test_every_runtime_dependency_is_pinned_within_its_specifier(dependency: Req
     assert dependency.specifier.contains(version, prereleases=True), (dependency, version)
 
 
-def test_nothing_in_the_lock_is_unpinned() -> None:
+LOCKS = ("requirements.lock", "requirements-build.lock")
+
+
+@pytest.mark.parametrize("name", LOCKS)
+def test_nothing_in_the_lock_is_unpinned(name: str) -> None:
     exact = re.compile(r"[^=<>!~@\s]+==[^=*\s]+")
-    unpinned = [e.requirement for e in lock_entries() if not exact.fullmatch(e.requirement)]
+    found = entries((REPO / name).read_text())
+    unpinned = [e.requirement for e in found if not exact.fullmatch(e.requirement)]
     assert unpinned == []
-    assert len(pins()) == len(lock_entries())
+    assert found
 
 
-def test_every_pin_has_sha256_hashes_and_no_other_option() -> None:
-    for entry in lock_entries():
+@pytest.mark.parametrize("name", LOCKS)
+def test_every_pin_has_sha256_hashes_and_no_other_option(name: str) -> None:
+    for entry in entries((REPO / name).read_text()):
         assert entry.options, f"{entry.requirement} has no --hash"
         assert [o for o in entry.options if not HASH.fullmatch(o)] == [], entry
 
 
-def test_lock_is_in_the_form_make_lock_writes() -> None:
+def test_build_lock_covers_the_build_system_and_pip() -> None:
+    build = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
+    names = {canonicalize_name(e.requirement.split("==")[0])
+             for e in entries((REPO / "requirements-build.lock").read_text())}  # fmt: skip
+    assert {canonicalize_name(Requirement(r).name) for r in build} | {"pip", "build"} <= names
+
+
+@pytest.mark.parametrize("name", LOCKS)
+def test_lock_is_in_the_form_make_lock_writes(name: str) -> None:
     # A hand edit (reordered, re-wrapped, a changed header) shows up as a diff at the next
     # `make lock`; keep the file exactly as the script renders it.
     script = lock_script()
-    text = (REPO / "requirements.lock").read_text()
+    text = (REPO / name).read_text()
+    runtime = script.HEADER.format(python=script.PYTHON, arches=" and ".join(script.ARCHES))
+    header = runtime if name == "requirements.lock" else script.BUILD_HEADER
     parsed = [
         script.Pin(canonicalize_name(e.requirement.split("==")[0]), e.requirement.split("==")[1],
                    frozenset(o.removeprefix("--hash=sha256:") for o in e.options))
         for e in entries(text)
     ]  # fmt: skip
-    assert script.render(parsed) == text
+    assert script.render(parsed, header) == text
 
 
 def test_lock_targets_every_manylinux_tag_of_bookworm() -> None:

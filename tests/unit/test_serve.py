@@ -5,7 +5,9 @@ These tests bind loopback ports (the only I/O in the unit tier, allowed for this
 
 from __future__ import annotations
 
+import errno
 import http.client
+import os
 import socket
 from collections.abc import Iterator
 from ipaddress import ip_address
@@ -14,10 +16,12 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from local_ccm.serve import (
+    BindError,
     Checks,
     HttpServer,
     Routes,
     Servers,
+    bind_error,
     render_checks,
     start_servers,
 )
@@ -233,3 +237,41 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def test_a_busy_port_is_a_bind_error_naming_the_flag_and_address(
+    registry: CollectorRegistry, checks: tuple[Checks, Checks]
+) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        busy = f"127.0.0.1:{taken.getsockname()[1]}"
+        with pytest.raises(BindError) as raised:
+            start_servers(
+                metrics_address="127.0.0.1:0",
+                health_address=busy,
+                registry=registry,
+                healthz=checks[0],
+                readyz=checks[1],
+                health_flag="webserver-bind-address",
+            )
+    assert str(raised.value) == f"--webserver-bind-address={busy}: address already in use"
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        (errno.EADDRNOTAVAIL, "address not available: no interface of this host has it"),
+        (errno.EACCES, "permission denied: ports below 1024 need CAP_NET_BIND_SERVICE"),
+        (errno.EMFILE, "Too many open files"),
+    ],
+)
+def test_bind_errors_say_why_in_words(code: int, reason: str) -> None:
+    error = bind_error(["metrics-bind-address"], ":80", OSError(code, os.strerror(code)))
+    assert str(error) == f"--metrics-bind-address=:80: {reason}"
+
+
+def test_a_shared_server_names_each_flag_once() -> None:
+    flags = ["metrics-bind-address", "health-probe-bind-address", "metrics-bind-address"]
+    error = bind_error(flags, ":8090", OSError(errno.EADDRINUSE, "in use"))
+    assert str(error) == (
+        "--metrics-bind-address=:8090, --health-probe-bind-address=:8090: address already in use"
+    )

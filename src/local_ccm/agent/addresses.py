@@ -212,7 +212,9 @@ def _classify(
             continue
         seen.add(addr.key)
         ip = addr.ip
-        if ip is not None and ip in provided_ips:
+        # The kubelet's --node-ip gives InternalIP entries: an ExternalIP with the same address
+        # is an entry like any other (upstream's node address helpers keep both).
+        if ip is not None and addr.type == INTERNAL and ip in provided_ips:
             cls = PROVIDED
         elif owned_keys is not None:
             cls = MANAGED if addr.key in owned_keys else FOREIGN
@@ -271,9 +273,9 @@ class _Rules:
             message = f"ExternalIP {family_name(family)}: {a} is also an InternalIP, not written"
             self.findings.append(Finding("dedupe_applied", message, kind, family, str(a)))
             return True
-        # Written as ours, an entry equal to a provided IP would be classified provided on the
-        # next pass: the kubelet's entry satisfies the detector instead.
-        return a in self.provided_ips
+        # The kubelet's InternalIP entry satisfies an InternalIP detector that finds the same
+        # address; an ExternalIP of that address is a different entry and is written.
+        return kind == INTERNAL and a in self.provided_ips
 
 
 def _enabled(detected: Mapping[DetectorKey, Detection], kind: str, family: int) -> bool:

@@ -27,6 +27,7 @@ DETECTION_FAILED = "AddressDetectionFailed"
 DETECTION_RECOVERED = "AddressDetectionRecovered"
 INITIALIZATION_BLOCKED = "InitializationBlocked"
 PROVIDED_NODE_IP_MISMATCH = "ProvidedNodeIPMismatch"
+PROVIDED_NODE_IP_UNPARSABLE = "ProvidedNodeIPUnparsable"
 KUBELET_ADDRESS_CONFLICT = "KubeletAddressConflict"
 ADDRESS_CONFLICT_RESOLVED = "AddressConflictResolved"
 PROVIDER_ID_MISMATCH = "ProviderIDMismatch"
@@ -112,17 +113,29 @@ _REMEDIES: Mapping[BlockReason, str] = {
 }
 
 
-def initialization_blocked(reasons: Iterable[BlockReason]) -> list[EventSpec]:
+def initialization_blocked(
+    reasons: Iterable[BlockReason], *, no_internal_ip: str = NO_INTERNAL_IP
+) -> list[EventSpec]:
     """One Warning per distinct gate, naming it and its remedy."""
+    # `no_internal_ip` is the remedy that fits this Node: plan.no_internal_ip_advice().
     text = f"taint {names.UNINITIALIZED_TAINT} kept: "
-    return [EventSpec("Warning", INITIALIZATION_BLOCKED, text + _REMEDIES[r]) for r in reasons]
+    remedies = {**_REMEDIES, "no_internal_ip": no_internal_ip}
+    return [EventSpec("Warning", INITIALIZATION_BLOCKED, text + remedies[r]) for r in reasons]
+
+
+_PROVIDED_REASONS = {
+    "provided_mismatch": PROVIDED_NODE_IP_MISMATCH,
+    "unparsable_provided": PROVIDED_NODE_IP_UNPARSABLE,
+}
 
 
 def provided_mismatches(findings: Iterable[Finding]) -> list[EventSpec]:
+    """A provided node IP the agent cannot honour: it differs from the detected InternalIP,
+    or the annotation does not parse (then it is ignored, which an operator must learn)."""
     return [
-        EventSpec("Warning", PROVIDED_NODE_IP_MISMATCH, f.message)
+        EventSpec("Warning", _PROVIDED_REASONS[f.kind], f.message)
         for f in findings
-        if f.kind == "provided_mismatch"
+        if f.kind in _PROVIDED_REASONS
     ]
 
 

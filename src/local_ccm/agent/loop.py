@@ -40,9 +40,9 @@ from local_ccm.agent.passes import (
     node_uid,
 )
 from local_ccm.agent.plan import (
-    NO_INTERNAL_IP,
     FightState,
     addresses_match,
+    advise_no_internal_ip,
     fight_observe,
     fight_tick,
     is_tainted,
@@ -340,6 +340,6 @@ class Agent(NodeWrites):
             self.no_ip_warned_at = now  # initialised without an InternalIP: warned about
             log.warning(
                 "the Node is initialised without an InternalIP (NoInternalIP): %s",
-                NO_INTERNAL_IP,
+                advise_no_internal_ip(node, plan, self.config),
                 extra=kv(node=self.name),
             )

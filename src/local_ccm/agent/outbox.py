@@ -29,12 +29,13 @@ class EventOutbox:
         self.budget = ev.EventBudget()
         self.queue: asyncio.Queue[Obj] = asyncio.Queue()
 
-    def emit(self, spec: ev.EventSpec, node: Mapping[str, Any]) -> None:
+    def emit(self, spec: ev.EventSpec, node: Mapping[str, Any]) -> bool:
         """Queue an Event about ``node`` unless the budget says no."""
         self.budget, ok = ev.admit(self.budget, spec, self._clock.monotonic())
         if ok:
             now = ev.rfc3339(self._clock.now())
             self.queue.put_nowait(ev.event_body(spec, node, namespace=self.namespace, now=now))
+        return ok  # queued
 
     async def send_forever(self) -> None:
         while True:

@@ -18,6 +18,7 @@ from local_ccm.agent.addresses import AddressPlan, NodeAddress, node_addresses, 
 from local_ccm.agent.candidates import Detection, DetectorKey, Disabled, Found
 from local_ccm.agent.config import FAMILIES, AgentConfig, family_name
 from local_ccm.agent.plan import (
+    NO_INTERNAL_IP,
     BlockReason,
     Patch,
     ProviderIDAction,
@@ -104,13 +105,19 @@ class GateReport:
 
 
 def gate_report(
-    node: Obj, decision: TaintDecision, plan: AddressPlan, provider: ProviderIDAction
+    node: Obj,
+    decision: TaintDecision,
+    plan: AddressPlan,
+    provider: ProviderIDAction,
+    *,
+    no_internal_ip: str = NO_INTERNAL_IP,
 ) -> GateReport:
-    """Never block silently: every held gate, mismatch and provider-ID conflict is reported."""
+    """Never block silently: every held gate, mismatch and provider-ID conflict is reported.
+    `no_internal_ip` is the remedy that fits this Node (``plan.no_internal_ip_advice``)."""
     held = set(decision.blocked) if is_tainted(node) else set()
     mismatched = {f.family for f in plan.findings if f.kind == "provided_mismatch"}
     events = [
-        *ev.initialization_blocked(decision.blocked if held else ()),
+        *ev.initialization_blocked(decision.blocked if held else (), no_internal_ip=no_internal_ip),
         *ev.provided_mismatches(plan.findings),
     ]
     if provider.kind == "mismatch" and provider.existing:

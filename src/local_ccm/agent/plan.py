@@ -50,11 +50,11 @@ __all__ = [  # the address-fight names are re-exported from agent.fight
     "FIRST_PAUSE", "MAX_MESSAGE", "MAX_PAUSE", "NO_INTERNAL_IP", "RESOLVE_AFTER",
     "REVERTS_FOR_CONFLICT", "REVERT_WINDOW", "BlockReason", "Condition", "FightEvent",
     "FightState", "NodeInputs", "Obj", "Operation", "Patch", "ProviderIDAction", "TaintDecision",
-    "addresses_match", "decide_taint", "desired_condition", "desired_provider_id",
-    "fight_may_write", "fight_observe", "fight_record_write", "fight_tick", "has_ip",
-    "is_tainted", "last_address_writer", "node_inputs", "owned_annotation", "plan_addresses",
-    "plan_annotation_patch", "plan_status_patch", "plan_taint_patch", "pointer",
-    "provider_id_action", "render_provider_id",
+    "addresses_match", "advise_no_internal_ip", "decide_taint", "desired_condition",
+    "desired_provider_id", "fight_may_write", "fight_observe", "fight_record_write", "fight_tick",
+    "has_ip", "is_tainted", "last_address_writer", "no_internal_ip_advice", "node_inputs",
+    "owned_annotation", "plan_addresses", "plan_annotation_patch", "plan_status_patch",
+    "plan_taint_patch", "pointer", "provider_id_action", "render_provider_id",
 ]  # fmt: skip
 
 Obj = Mapping[str, Any]
@@ -118,6 +118,55 @@ def plan_addresses(
     return replace(plan, findings=(*inputs.findings, *plan.findings))
 
 
+def no_internal_ip_advice(
+    config: AgentConfig, provided: Sequence[IPAddress], findings: Sequence[Finding]
+) -> str:
+    """What to change when the Node has no InternalIP. Advice to set a flag that is already set
+    sends the operator in circles, so the flags in use are named and the fix fits the case."""
+    detecting = _internal_detection(config)
+    node_ip = ",".join(str(ip) for ip in provided)
+    mismatch = next((f for f in findings if f.kind == "provided_mismatch"), None)
+    if mismatch is not None:
+        wanted, found = mismatch.expected, mismatch.address
+        return (
+            f"no InternalIP: the kubelet's --node-ip is {wanted}, but {detecting or 'detection'} "
+            f"selects {found} on this host; if {wanted} is not an address of this host, correct "
+            f"the kubelet's --node-ip; if it is, change {detecting or 'the detection'} to "
+            f"select it; or set --provided-node-ip-policy=ignore to use {found}"
+        )
+    if detecting and provided:
+        return (
+            f"no InternalIP: {detecting} finds no address and the kubelet's --node-ip {node_ip} "
+            f"is not among the Node's addresses; change {detecting}"
+        )
+    if detecting:
+        fix = "change it, or start the kubelet with --node-ip"
+        return f"no InternalIP: {detecting} finds no address; {fix}"
+    if provided:
+        return (
+            f"no InternalIP: the kubelet's --node-ip is {node_ip} but the Node has no InternalIP "
+            "entry; set --internal-ip-target or --internal-ip-cidrs to select it"
+        )
+    return NO_INTERNAL_IP
+
+
+def _internal_detection(config: AgentConfig) -> str:
+    """The InternalIP detection flags as set, e.g. ``--internal-ip-target=192.0.2.1``."""
+    internal = config.internal
+    flags = []
+    if internal.targets:
+        flags.append("--internal-ip-target=" + ",".join(str(t) for t in internal.targets))
+    if internal.include:
+        cidrs = [*(str(n) for n in internal.include), *(f"!{n}" for n in internal.exclude)]
+        flags.append("--internal-ip-cidrs=" + ",".join(cidrs))
+    return " ".join(flags)
+
+
+def advise_no_internal_ip(node: Obj, plan: AddressPlan, config: AgentConfig) -> str:
+    """:func:`no_internal_ip_advice` for this Node and its plan."""
+    return no_internal_ip_advice(config, node_inputs(node).provided, plan.findings)
+
+
 def owned_annotation(node: Obj) -> str | None:
     annotations = node.get("metadata", {}).get("annotations") or {}
     value = annotations.get(names.OWNED_ADDRESSES_ANNOTATION)
@@ -143,9 +192,14 @@ _FAILURE_REASONS = {
     "no_eligible_address": "NoEligibleAddress",
     "netlink_error": "NetlinkError",
 }
+_PROVIDED_REASONS = {
+    "provided_mismatch": "ProvidedNodeIPMismatch",
+    "unparsable_provided": "ProvidedNodeIPUnparsable",
+}
 _REASON_ORDER = (
-    "KubeletOwnsAddresses", "NoInternalIP", "ProvidedNodeIPMismatch", "ProviderIDUnavailable",
-    "NoRoute", "NoEligibleAddress", "NetlinkError",
+    "KubeletOwnsAddresses", "NoInternalIP", "ProvidedNodeIPMismatch",
+    "ProvidedNodeIPUnparsable", "ProviderIDUnavailable", "NoRoute", "NoEligibleAddress",
+    "NetlinkError",
 )  # fmt: skip
 
 
@@ -155,6 +209,7 @@ def desired_condition(
     *,
     blocked: Sequence[BlockReason] = (),
     conflict_manager: str | None = None,
+    no_internal_ip: str = NO_INTERNAL_IP,
 ) -> Condition:
     """Highest-priority reason; the message lists every problem in that order (deterministic).
 
@@ -168,10 +223,10 @@ def desired_condition(
         fix = "start the kubelet with --cloud-provider=external"
         problems.append(("KubeletOwnsAddresses", f"{why}; {fix}"))
     if "no_internal_ip" in blocked or not has_ip(plan.addresses):
-        problems.append(("NoInternalIP", NO_INTERNAL_IP))
+        problems.append(("NoInternalIP", no_internal_ip))
     for f in plan.findings:
-        if f.kind == "provided_mismatch":
-            problems.append(("ProvidedNodeIPMismatch", f.message))
+        if f.kind in _PROVIDED_REASONS:
+            problems.append((_PROVIDED_REASONS[f.kind], f.message))
     if "provider_id_unavailable" in blocked:
         problems.append(("ProviderIDUnavailable", "provider ID template has an empty value"))
     kept = {(f.type, f.family): f.address for f in plan.findings if f.kind == "kept_last_good"}

@@ -39,7 +39,7 @@ from local_ccm.agent.triggers import WATCH_GRACE, Health, Triggers
 from local_ccm.clock import Clock
 from local_ccm.logs import kv
 from local_ccm.netlink import Change
-from local_ccm.serve import Checks, Servers, start_servers
+from local_ccm.serve import BindError, Checks, Servers, start_servers
 
 __all__ = [  # the loop's names are re-exported from agent.loop, .tasks, .timing, .triggers
     "API_BACKOFF", "EXIT_FAILED", "EXIT_OK", "EXIT_PRECONDITION", "MAX_CONFLICTS",
@@ -53,6 +53,7 @@ __all__ = [  # the loop's names are re-exported from agent.loop, .tasks, .timing
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE = 5.0
+EXIT_USAGE = 2  # bad input, as for a bad flag
 
 
 # ------------------------------------------------------------------ process wiring
@@ -220,16 +221,19 @@ async def agent_main(
         finally:
             servers.close()
     finally:
-        # Requests still running in worker threads (an Event being sent) finish first: a
-        # connection released into the pool after close() would never be closed.
-        await asyncio.get_running_loop().shutdown_default_executor()
+        # Closing first ends the requests still waiting in worker threads (a start-up check
+        # against an API server that never answers); then those threads can be joined.
         close()
+        await asyncio.get_running_loop().shutdown_default_executor()
 
 
 def run_agent(options: AgentOptions) -> int:
     """The CLI's entry point for loop and run-once modes; returns the exit code."""
     try:
         return asyncio.run(agent_main(options))
-    except OSError as exc:  # e.g. a port that cannot be bound
+    except BindError as exc:  # a listen flag this host cannot serve: bad input
+        print(f"{names.AGENT}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
         print(f"{names.AGENT}: {exc}", file=sys.stderr)
         return EXIT_FAILED

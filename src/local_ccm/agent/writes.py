@@ -40,6 +40,7 @@ from local_ccm.agent.plan import (
     Patch,
     ProviderIDAction,
     addresses_match,
+    advise_no_internal_ip,
     decide_taint,
     desired_condition,
     desired_provider_id,
@@ -87,11 +88,10 @@ class NodeWrites:
     retry_task: asyncio.Task[None] | None
 
     # -------------------------------------------------------------- shared with the pass
-    def emit(self, spec: ev.EventSpec, node: Obj | None = None) -> None:
+    def emit(self, spec: ev.EventSpec, node: Obj | None = None) -> bool:
         """Queue an Event about ``node`` (default: the cached Node); rate limited."""
         node = node or self.node
-        if node is not None:
-            self.events.emit(spec, node)
+        return node is not None and self.events.emit(spec, node)  # True when queued
 
     def retry_later(self, delay: float) -> None:
         if self.retry_task is not None:
@@ -117,7 +117,10 @@ class NodeWrites:
             provider_id_blocks=self._provider(node).kind == "unavailable",
         )
         manager = self.conflict_manager if self.fight.conflict else None
-        return desired_condition(plan, detected, blocked=held.blocked, conflict_manager=manager)
+        advice = advise_no_internal_ip(node, plan, self.config)
+        return desired_condition(
+            plan, detected, blocked=held.blocked, conflict_manager=manager, no_internal_ip=advice
+        )
 
     async def _write_status(self, plan: AddressPlan, detected: Detected) -> str:
         now = self.clock.monotonic()
@@ -199,7 +202,8 @@ class NodeWrites:
             plan=plan,
             provider_id_blocks=provider.kind == "unavailable",
         )
-        self._report_gates(gate_report(node, decision, plan, provider))
+        advice = advise_no_internal_ip(node, plan, self.config)
+        self._report_gates(gate_report(node, decision, plan, provider, no_internal_ip=advice))
         value = provider.value if provider.kind == "set" else None
         patch = plan_taint_patch(node, remove_taint=decision.remove, provider_id=value)
         key = ("main", decision.remove, value)
@@ -220,7 +224,9 @@ class NodeWrites:
         for family, value in report.mismatch.items():
             self.metrics.mismatch.labels(family).set(value)
         for spec in report.events:
-            self.emit(spec)
+            # Logged when the Event is sent, so as often as the Event (not on every pass).
+            if self.emit(spec) and spec.type == "Warning":
+                log.warning("%s: %s", spec.reason, spec.message, extra=kv(node=self.name))
 
     def _initialized(self, node: Obj) -> None:
         delay = creation_delay(node, self.clock.now())

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from local_ccm import __version__, flags, names
-from local_ccm.clock import Clock, SystemClock, sleep_unless_stopped
+from local_ccm.clock import Clock, Stopped, SystemClock, sleep_unless_stopped, unless_stopped
 from local_ccm.election import ElectionConfig, new_identity
 from local_ccm.ipam import options as opts
 from local_ccm.ipam.flagdefs import FLAGS, PROG, resolve_resource_lock_env
@@ -42,7 +42,7 @@ from local_ccm.metricsserver import (
     start_secure_servers,
     warn_without_review_access,
 )
-from local_ccm.serve import Checks, Servers, start_servers
+from local_ccm.serve import BindError, Checks, Servers, start_servers
 
 log = logging.getLogger(__name__)
 
@@ -152,12 +152,20 @@ def _run_or_explain(options: opts.IpamOptions, env: Mapping[str, str]) -> int:
     except CertError as exc:
         log.error("%s", exc)
         return EXIT_USAGE
-    except PreconditionFailed as exc:
-        log.error("start-up precondition failed: %s", exc)
-        return EXIT_PRECONDITION
+    except (PreconditionFailed, BindError) as exc:
+        return _refused(exc)
     except Exception as exc:  # the last line of defence: one line, exit 1
         log.error("internal error: %s: %s", type(exc).__name__, exc, exc_info=True)
         return EXIT_FAILED
+
+
+def _refused(exc: PreconditionFailed | BindError) -> int:
+    """A listen flag this host cannot serve is bad input (exit 2); the rest is exit 4."""
+    if isinstance(exc, BindError):
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    log.error("start-up precondition failed: %s", exc)
+    return EXIT_PRECONDITION
 
 
 def metrics_tls_of(options: opts.IpamOptions) -> TlsContext | None:
@@ -231,7 +239,8 @@ async def serve(
     stop = asyncio.Event()
     install_signal_handlers(stop)
     try:
-        if not await check_access(api, options, stop, SystemClock(), rng):
+        checked = await unless_stopped(check_access(api, options, stop, SystemClock(), rng), stop)
+        if isinstance(checked, Stopped) or not checked:
             return EXIT_OK  # stopped before the API server answered
         if tls is not None:
             await asyncio.to_thread(warn_without_review_access, client)
@@ -278,14 +287,17 @@ def start_http(
     readyz.add("controller", health.readyz)
     web = str(options.web_bind) if options.web_bind else "0"
     metrics_at = {"web": web, "off": "0"}.get(options.metrics_mode, str(options.metrics_bind))
-    if tls is not None and client is not None and options.metrics_mode == "separate":
+    separate = options.metrics_mode == "separate"
+    if tls is not None and client is not None and separate:
         return start_secure_servers(
             metrics_address=metrics_at, health_address=web, registry=metrics.registry,
             healthz=healthz, readyz=readyz, tls=tls, auth=metrics_auth(client),
+            health_flag=options.web_flag,
         )  # fmt: skip
     return start_servers(
         metrics_address=metrics_at, health_address=web, registry=metrics.registry,
-        healthz=healthz, readyz=readyz,
+        healthz=healthz, readyz=readyz, health_flag=options.web_flag,
+        metrics_flag="metrics-bind-address" if separate else options.web_flag,
     )  # fmt: skip
 
 

@@ -50,6 +50,7 @@ class IpamOptions:
     kubeconfig: str = ""
     apiserver: str = ""
     web_bind: BindAddress | None = None
+    web_flag: str = "webserver-bind-address"  # the flag web_bind was given by, for messages
     metrics_bind: BindAddress | None = None  # used only when metrics_mode == "separate"
     metrics_mode: Literal["web", "separate", "off"] = "web"
     metrics_secure: bool = False  # HTTPS + TokenReview/SubjectAccessReview (mode "separate")
@@ -108,6 +109,7 @@ def options_from(
         kubeconfig=parsed.get_str("kubeconfig"),
         apiserver=parsed.get_str("apiserver"),
         web_bind=web,
+        web_flag=_web_flag(parsed),
         metrics_bind=metrics_bind,
         metrics_mode=metrics_mode,
         metrics_secure=parsed.get_bool("metrics-secure") and metrics_mode == "separate",
@@ -281,12 +283,7 @@ def _web(
     parsed: Parsed, problems: list[Problem]
 ) -> tuple[BindAddress | None, Literal["web", "separate", "off"], BindAddress | None]:
     """The web server's address (`--health-probe-address` wins when set) and the metrics mode."""
-    web_flag = (
-        "health-probe-address"
-        if "health-probe-address" in parsed.explicit
-        else ("webserver-bind-address")
-    )
-    web = _bind(parsed, web_flag, problems)
+    web = _bind(parsed, _web_flag(parsed), problems)
     raw = parsed.get_str("metrics-bind-address")
     secure = parsed.get_bool("metrics-secure")
     if raw == "0":
@@ -297,10 +294,17 @@ def _web(
         return web, "separate", parse_bind_address(SECURE_METRICS_ADDRESS)
     metrics = _bind(parsed, "metrics-bind-address", problems)
     if secure and metrics is not None and metrics == web:
-        reason = (f"must differ from --{web_flag} with --metrics-secure=true (the health probes "
-                  "stay plain HTTP)")  # fmt: skip
+        reason = (f"must differ from --{_web_flag(parsed)} with --metrics-secure=true (the "
+                  "health probes stay plain HTTP)")  # fmt: skip
         problems.append(_problem(parsed, "metrics-bind-address", reason))
     return web, "separate", metrics
+
+
+def _web_flag(parsed: Parsed) -> str:
+    """The flag the web server's address comes from: `--health-probe-address` when set."""
+    if "health-probe-address" in parsed.explicit:
+        return "health-probe-address"
+    return "webserver-bind-address"
 
 
 def _bind(parsed: Parsed, flag: str, problems: list[Problem]) -> BindAddress | None:

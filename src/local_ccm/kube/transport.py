@@ -2,6 +2,8 @@
 
 A small pool of keep-alive connections serves ordinary requests; each watch gets its
 own connection, whose socket ``close()`` shuts down so a blocked reader wakes at once.
+``HttpTransport.close()`` does the same to every request still waiting for its answer: a
+process that is stopping must not wait for an API server that does not answer.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from local_ccm.kube.config import Authenticator, ClusterConfig, ConfigError, Credential
-from local_ccm.kube.errors import Transient, Unauthorized, error_from_response
+from local_ccm.kube.errors import ApiError, Transient, Unauthorized, error_from_response
 from local_ccm.kube.request import Request, Response
 
 log = logging.getLogger(__name__)
@@ -166,6 +168,7 @@ class HttpTransport:
         self._max_idle = max_idle
         self._lock = threading.Lock()
         self._idle: list[http.client.HTTPConnection] = []
+        self._busy: set[http.client.HTTPConnection] = set()  # requests waiting for answers
         self._closed = False
         self._ssl: tuple[Credential, ssl.SSLContext] | None = None
         if self._https and config.exec is None:
@@ -203,15 +206,37 @@ class HttpTransport:
             conn.timeout = timeout
             if conn.sock is not None:
                 conn.sock.settimeout(timeout)
+            self._begin(conn)
             return conn, True
         conn = self._new_connection(credential, timeout)
-        _connect(conn)
+        self._begin(conn)  # before connecting: a TLS handshake can hang too
+        try:
+            _connect(conn)
+        except BaseException:
+            self._end(conn)
+            raise
+        self._end(conn)  # close() may have come while there was no socket to shut down yet
+        self._begin(conn)
         return conn, False
+
+    def _begin(self, conn: http.client.HTTPConnection) -> None:
+        """Mark `conn` as waiting for an answer, so close() can wake it; refused once closed."""
+        with self._lock:
+            if not self._closed:
+                self._busy.add(conn)
+                return
+        conn.close()
+        raise _client_closed()
+
+    def _end(self, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            self._busy.discard(conn)
 
     def _release(self, conn: http.client.HTTPConnection) -> None:
         # A request still running when close() was called must not park its connection in a
         # pool nobody will drain again (it would leak the socket).
         with self._lock:
+            self._busy.discard(conn)
             if not self._closed and len(self._idle) < self._max_idle:
                 self._idle.append(conn)
                 return
@@ -228,9 +253,17 @@ class HttpTransport:
         self._idle.clear()
 
     def close(self) -> None:
+        """Close the pool and end the requests in flight: their sockets are shut down, which
+        wakes the threads blocked on them (those threads close the connections); any later
+        request fails at once."""
         with self._lock:
             self._closed = True
             self._drop_idle_locked()
+            busy, self._busy = list(self._busy), set()
+        for conn in busy:
+            if conn.sock is not None:
+                with contextlib.suppress(OSError):
+                    conn.sock.shutdown(socket.SHUT_RDWR)
 
     # -------------------------------------------------------------- requests
 
@@ -267,7 +300,10 @@ class HttpTransport:
                 resp = conn.getresponse()
                 body = resp.read()
             except _STALE as exc:
+                self._end(conn)
                 conn.close()
+                if self._closed:  # ended by close(): not a failure to retry or log
+                    raise _client_closed() from exc
                 if reused and attempt == 0:
                     # The others are likely as stale (an apiserver restart): drop them all.
                     log.debug("keep-alive connection was closed by the server; reconnecting")
@@ -275,9 +311,13 @@ class HttpTransport:
                     continue
                 raise _transient(exc, sent=True) from exc
             except (OSError, http.client.HTTPException) as exc:
+                self._end(conn)
                 conn.close()
+                if self._closed:
+                    raise _client_closed() from exc
                 raise _transient(exc, sent=True) from exc
             if resp.will_close:
+                self._end(conn)
                 conn.close()
             else:
                 self._release(conn)
@@ -290,8 +330,7 @@ class HttpTransport:
         """Open a streaming GET; a non-200 answer raises the translated error."""
         for attempt in range(2):
             credential = self._credential()
-            conn = self._new_connection(credential, timeout)
-            _connect(conn)
+            conn, _ = self._acquire(credential, timeout, fresh=True)
             try:
                 headers = self._headers(req, credential)
                 conn.request(req.method, self._base + req.path, None, headers)
@@ -299,6 +338,8 @@ class HttpTransport:
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
                 raise _transient(exc, sent=True) from exc
+            finally:
+                self._end(conn)  # from here on the stream's own close() wakes its reader
             if resp.status == 200:
                 return HttpStream(conn, resp)
             body = resp.read()
@@ -317,6 +358,11 @@ def _connect(conn: http.client.HTTPConnection) -> None:
     except (OSError, http.client.HTTPException) as exc:
         conn.close()
         raise _transient(exc, sent=False) from exc
+
+
+def _client_closed() -> ApiError:
+    """Not Transient: a closed client is never retried."""
+    return ApiError(0, "ClientClosed", "the client was closed")
 
 
 def _transient(exc: BaseException, *, sent: bool) -> Transient:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from prometheus_client import CollectorRegistry
 
 from local_ccm import __version__, election, flags, names
-from local_ccm.clock import Clock, SystemClock, sleep_unless_stopped
+from local_ccm.clock import Clock, Stopped, SystemClock, sleep_unless_stopped, unless_stopped
 from local_ccm.kube import errors as ke
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.backoff import Backoff
@@ -51,7 +51,7 @@ from local_ccm.metricsserver import (
     start_secure_servers,
     warn_without_review_access,
 )
-from local_ccm.serve import Checks, Servers, start_servers
+from local_ccm.serve import BindError, Checks, Servers, start_servers
 
 log = logging.getLogger(__name__)
 
@@ -166,17 +166,16 @@ async def run_lifecycle(
         )
         if wrap_api is not None:
             api = wrap_api(api)
-        problem = await check_access(api, _needed(options), stop, clock)
+        problem = await unless_stopped(check_access(api, _needed(options), stop, clock), stop)
+        if isinstance(problem, Stopped):
+            return EXIT_OK
         if problem is not None:
             log.error("%s", problem)
             return EXIT_PRECONDITION
         if stop.is_set():
             return EXIT_OK
-        try:
-            tls = metrics_tls or metrics_tls_of(options)
-        except CertError as exc:
-            log.error("%s", exc)
-            return EXIT_USAGE
+        # main() has made it (a CertError there is exit 2); in-process callers get one here.
+        tls = metrics_tls or metrics_tls_of(options)
         if tls is not None:
             await asyncio.to_thread(warn_without_review_access, client)
         return await _serve(
@@ -207,9 +206,9 @@ async def _serve(
         servers = _start_servers(
             options, aio=aio, tls=tls, registry=metrics.registry, healthz=healthz, readyz=readyz
         )
-    except OSError as exc:
-        log.error("cannot listen for metrics or health probes: %s", exc)
-        return EXIT_FAILED
+    except BindError as exc:  # a listen flag this host cannot serve: bad input
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         config = loop_config(options)
         if watch_selector is not None:

@@ -268,16 +268,28 @@ def test_rule7_dedupe_disabled_writes_external_equal_to_internal_a04() -> None:
     assert out == addrs("Int 192.0.2.10, Ext 192.0.2.10")
 
 
-def test_external_equal_to_a_provided_ip_is_left_to_the_kubelet_without_dedupe() -> None:
-    # Written as ours it would be classified "provided" on the next pass and the
-    # annotation would flip back and forth; the kubelet's entry satisfies the detector.
-    out, owned, _ = _run(
-        "Int 192.0.2.1",
+def test_without_dedupe_an_external_equal_to_the_provided_ip_is_written_beside_it() -> None:
+    # Classified by type and address: the kubelet's --node-ip is its InternalIP entry only,
+    # and upstream's node address helpers keep InternalIP x and ExternalIP x both.
+    no_dedupe = AddressPolicy(dedupe_external=False)
+    detected = detections(ext4=found("192.0.2.1"))
+    both = "Int 192.0.2.1, Ext 192.0.2.1"
+    first = _run("Int 192.0.2.1", detected, provided="192.0.2.1", policy=no_dedupe)
+    assert first == (addrs(both), addrs("Ext 192.0.2.1"), [])
+    # The next pass reads what was written: stable, the ExternalIP stays ours.
+    again = _run(both, detected, owned="Ext 192.0.2.1", provided="192.0.2.1", policy=no_dedupe)
+    assert again == first
+
+
+def test_an_external_entry_with_the_provided_address_is_not_the_kubelets() -> None:
+    # Written by the agent earlier, with dedupe on now: its own entry, removed like any other.
+    planned = _run(
+        "Int 192.0.2.1, Ext 192.0.2.1",
         detections(ext4=found("192.0.2.1")),
+        owned="Ext 192.0.2.1",
         provided="192.0.2.1",
-        policy=AddressPolicy(dedupe_external=False),
     )
-    assert (out, owned) == (addrs("Int 192.0.2.1"), ())
+    assert planned == (addrs("Int 192.0.2.1"), (), ["dedupe_applied"])
 
 
 def test_rule8_disabled_detector_drops_adopted_entries_only_of_enabled_families() -> None:

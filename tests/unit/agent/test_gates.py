@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from ipaddress import ip_address, ip_network
 
 import pytest
 
@@ -14,7 +15,13 @@ from local_ccm.agent.candidates import (
     Failed,
 )
 from local_ccm.agent.config import AgentConfig, ProvidedPolicy, TypeSettings
-from local_ccm.agent.plan import decide_taint, desired_condition, plan_addresses
+from local_ccm.agent.events import provided_mismatches
+from local_ccm.agent.plan import (
+    decide_taint,
+    desired_condition,
+    no_internal_ip_advice,
+    plan_addresses,
+)
 from tests.unit.agent.builders import EXT4, INT4, addrs, detections, found, no_route, node
 
 DEFAULT = AgentConfig()
@@ -168,3 +175,72 @@ def test_condition_message_is_capped() -> None:
     condition = desired_condition(_plan("Int 192.0.2.1"), {EXT4: long})
     assert condition.reason == "NetlinkError"
     assert len(condition.message) == 1024
+
+
+@pytest.mark.parametrize("annotation", ["not-an-ip", "10.0.0.1,10.0.0.2,10.0.0.3"])
+def test_an_unparsable_provided_node_ip_is_a_condition_reason_and_an_event(
+    annotation: str,
+) -> None:
+    n = node("Int 192.0.2.10", provided=annotation)
+    detected = detections(int4=found("192.0.2.10"))
+    plan = plan_addresses(n, detected, DEFAULT)
+    condition = desired_condition(plan, detected)
+    assert (condition.status, condition.reason) == ("False", "ProvidedNodeIPUnparsable")
+    assert annotation in condition.message
+    assert [(e.type, e.reason) for e in provided_mismatches(plan.findings)] == [
+        ("Warning", "ProvidedNodeIPUnparsable")
+    ]
+
+
+# ------------------------------------------------------------------ advice for no InternalIP
+BY_ROUTE = replace(DEFAULT, internal=TypeSettings(targets=(ip_address("192.0.2.1"),)))
+
+
+def test_no_internal_ip_advice_for_a_provided_ip_not_detected_names_both_sides() -> None:
+    mismatch = Finding(
+        "provided_mismatch", "...", "InternalIP", 4, "192.0.2.10", expected="192.0.2.5"
+    )
+    text = no_internal_ip_advice(BY_ROUTE, [ip_address("192.0.2.5")], [mismatch])
+    assert text == (
+        "no InternalIP: the kubelet's --node-ip is 192.0.2.5, but --internal-ip-target=192.0.2.1 "
+        "selects 192.0.2.10 on this host; if 192.0.2.5 is not an address of this host, correct "
+        "the kubelet's --node-ip; if it is, change --internal-ip-target=192.0.2.1 to select it; "
+        "or set --provided-node-ip-policy=ignore to use 192.0.2.10"
+    )
+
+
+@pytest.mark.parametrize(
+    ("config", "provided", "expected"),
+    [
+        (DEFAULT, "", NO_INTERNAL_IP),
+        (
+            BY_ROUTE,
+            "",
+            "no InternalIP: --internal-ip-target=192.0.2.1 finds no address; change it, or "
+            "start the kubelet with --node-ip",
+        ),
+        (
+            DEFAULT,
+            "192.0.2.5",
+            "no InternalIP: the kubelet's --node-ip is 192.0.2.5 but the Node has no InternalIP "
+            "entry; set --internal-ip-target or --internal-ip-cidrs to select it",
+        ),
+        (
+            replace(
+                DEFAULT,
+                internal=TypeSettings(
+                    include=(ip_network("10.0.0.0/8"),), exclude=(ip_network("10.9.0.0/16"),)
+                ),
+            ),
+            "192.0.2.5",
+            "no InternalIP: --internal-ip-cidrs=10.0.0.0/8,!10.9.0.0/16 finds no address and "
+            "the kubelet's --node-ip 192.0.2.5 is not among the Node's addresses; change "
+            "--internal-ip-cidrs=10.0.0.0/8,!10.9.0.0/16",
+        ),
+    ],
+)
+def test_no_internal_ip_advice_never_asks_for_what_is_set(
+    config: AgentConfig, provided: str, expected: str
+) -> None:
+    ips = [ip_address(p) for p in provided.split(",") if p]
+    assert no_internal_ip_advice(config, ips, []) == expected

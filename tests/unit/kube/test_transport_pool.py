@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import http.client
 import http.server
+import socket
 import threading
 
+import pytest
+
 from local_ccm.kube.config import ClusterConfig
+from local_ccm.kube.errors import ApiError
 from local_ccm.kube.request import Request
 from local_ccm.kube.transport import HttpTransport
+from tests.support.waiting import eventually
 
 
 class Recording(http.client.HTTPConnection):
@@ -73,3 +78,31 @@ def test_a_connection_closed_by_the_server_is_replaced_and_pooling_goes_on() -> 
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_close_ends_a_request_waiting_for_a_server_that_never_answers() -> None:
+    """Loopback only. A stopping process closes its client; a start-up request blocked on a
+    hung API server must end then, not after its own timeout."""
+    listener = socket.create_server(("127.0.0.1", 0))  # accepted by the kernel, never answered
+    try:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        transport = HttpTransport(ClusterConfig(server=url), user_agent="t")
+        failures: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                transport.send(Request("GET", "/version"), timeout=60)
+            except ApiError as exc:
+                failures.append(exc)
+
+        thread = threading.Thread(target=send, daemon=True)
+        thread.start()
+        eventually(lambda: transport._busy, timeout=10, message="the request is on its way")
+        transport.close()
+        thread.join(10)
+        assert not thread.is_alive()
+        assert len(failures) == 1, failures
+        with pytest.raises(ApiError, match="closed"):
+            transport.send(Request("GET", "/version"), timeout=60)
+    finally:
+        listener.close()

@@ -1,0 +1,200 @@
+"""Write dist/: everything an operator needs to install a release (`make release`).
+
+- the project's wheel and sdist (built offline with the tools of requirements-build.lock);
+- the OCI image archive `make image` built, and its manifest digest;
+- the packaged Helm chart;
+- the rendered manifests (`make manifests`) under deploy/, the Talos file in deploy/talos/;
+- an SBOM of the image (CycloneDX 1.5 JSON): its Debian packages with versions, the Python
+  distributions with the sha256 of the locked wheels, and the project itself;
+- SHA256SUMS over all of it, in the format ``sha256sum -c`` reads.
+
+Needs no network once `make image` has run. Bad input exits 2 with a message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class ReleaseError(Exception):
+    """A missing input or a failed step, reported without a traceback."""
+
+
+# ---------------------------------------------------------------- pure
+
+
+def deb_purl(p: Mapping[str, str]) -> str:
+    version = quote(p["version"], safe="")
+    return f"pkg:deb/debian/{p['name']}@{version}?arch={p['architecture']}&distro=debian-12"
+
+
+def sbom(listing: Mapping[str, Any], image_name: str) -> dict[str, Any]:
+    """CycloneDX 1.5 of the image from `make image`'s package listing; the serial number is
+    derived from the image digest, so one image always has one SBOM."""
+    image = listing["image"]
+    components: list[dict[str, Any]] = [
+        {"type": "library", "bom-ref": deb_purl(p), "name": p["name"], "version": p["version"],
+         "purl": deb_purl(p), "properties": [{"name": "debian:source", "value": p["source"]}]}
+        for p in listing["debian"]
+    ]  # fmt: skip
+    for w in listing["python"]:
+        purl = f"pkg:pypi/{w['name']}@{w['version']}"
+        entry: dict[str, Any] = {"type": "library", "bom-ref": purl, "name": w["name"],
+                                 "version": w["version"], "purl": purl}  # fmt: skip
+        if w["sha256"]:
+            entry["hashes"] = [{"alg": "SHA-256", "content": h} for h in w["sha256"].split(",")]
+        components.append(entry)
+    return {
+        "bomFormat": "CycloneDX",
+        "specVersion": "1.5",
+        "serialNumber": f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, image['digest'])}",
+        "version": 1,
+        "metadata": {
+            "timestamp": image["created"],
+            "component": {
+                "type": "container",
+                "bom-ref": image_name,
+                "name": image_name,
+                "version": f"v{image['version']}",
+                "hashes": [{"alg": "SHA-256", "content": image["digest"].removeprefix("sha256:")}],
+                "properties": [
+                    {"name": "org.opencontainers.image.revision", "value": image["revision"]}
+                ],
+            },
+        },
+        "components": components,
+    }
+
+
+def sums(files: Sequence[Path], root: Path) -> str:
+    lines = []
+    for f in sorted(files):
+        digest = hashlib.sha256(f.read_bytes()).hexdigest()
+        lines.append(f"{digest}  {f.relative_to(root).as_posix()}\n")
+    return "".join(lines)
+
+
+# ---------------------------------------------------------------- steps
+
+
+def run(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
+    if done.returncode != 0:
+        raise ReleaseError(f"{' '.join(argv)}: exit {done.returncode}\n{done.stdout}{done.stderr}")
+    return done.stdout
+
+
+def read_version() -> str:
+    init = (REPO / "src" / "local_ccm" / "__init__.py").read_text()
+    found = re.search(r"^__version__(?:: *\w+)? *= *[\"']([^\"']+)[\"']", init, re.M)
+    if not found:
+        raise ReleaseError("no __version__ in src/local_ccm/__init__.py")
+    return found.group(1)
+
+
+def python_dists(out: Path) -> list[Path]:
+    """Wheel and sdist, offline, with .venv's locked setuptools (no build isolation)."""
+    epoch = run(["git", "-C", str(REPO), "log", "-1", "--format=%ct"]).strip()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env |= {"SOURCE_DATE_EPOCH": epoch, "PIP_CONFIG_FILE": os.devnull}
+    with tempfile.TemporaryDirectory(prefix="local-ccm-release-") as work:
+        # A copy, so the build's egg-info and build/ stay out of the worktree.
+        for name in ("pyproject.toml", "README.md", "src"):
+            src, dest = REPO / name, Path(work) / name
+            if src.is_dir():
+                shutil.copytree(
+                    src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+                )
+            else:
+                shutil.copy2(src, dest)
+        run([sys.executable, "-m", "build", "--no-isolation", "--sdist", "--wheel",
+             "--outdir", str(out), work], env=env)  # fmt: skip
+    return sorted([*out.glob("local_ccm-*.whl"), *out.glob("local_ccm-*.tar.gz")])
+
+
+def chart(out: Path, helm: Path) -> Path:
+    with tempfile.TemporaryDirectory(prefix="local-ccm-helm-") as home:
+        env = {"PATH": "/usr/bin:/bin", "HOME": home}
+        env |= {v: f"{home}/{v}" for v in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME")}
+        run([str(helm), "package", str(REPO / "charts" / "local-ccm"), "-d", str(out)], env=env)
+    (packaged,) = out.glob("local-ccm-*.tgz")
+    return packaged
+
+
+def image(out: Path, version: str) -> tuple[list[Path], dict[str, Any]]:
+    built = REPO / "build" / "image" / f"local-ccm-{version}.oci.tar"
+    listing_path = Path(f"{built}.packages.json")
+    if not built.exists() or not listing_path.exists():
+        raise ReleaseError(f"no {built.relative_to(REPO)}: run `make image` first")
+    copies = []
+    for src in (built, Path(f"{built}.digest")):
+        shutil.copy2(src, out / src.name)
+        copies.append(out / src.name)
+    return copies, json.loads(listing_path.read_text())
+
+
+def manifests(out: Path) -> list[Path]:
+    """deploy/ as `make manifests` rendered it (the Talos patch in deploy/talos/)."""
+    found = sorted((REPO / "deploy").rglob("*.yaml"))
+    if not (REPO / "deploy" / "talos" / "local-ccm.yaml").exists():
+        raise ReleaseError("no deploy/talos/local-ccm.yaml: run `make manifests`")
+    copies = []
+    for src in found:
+        dest = out / src.relative_to(REPO)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dest)
+        copies.append(dest)
+    return copies
+
+
+def release(out: Path, helm: Path) -> list[Path]:
+    version = read_version()
+    if not helm.is_file():
+        raise ReleaseError(f"no helm binary at {helm}")
+    if out.exists():
+        if any(out.iterdir()) and not (out / "SHA256SUMS").exists():
+            raise ReleaseError(f"{out} is not empty and not an earlier release: not replacing it")
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    files = [*python_dists(out), chart(out, helm), *manifests(out)]
+    image_files, listing = image(out, version)
+    files += image_files
+    bom = out / f"local-ccm-{version}.oci.tar.cdx.json"
+    bom.write_text(json.dumps(sbom(listing, "local-ccm"), indent=2, sort_keys=True) + "\n")
+    files.append(bom)
+    (out / "SHA256SUMS").write_text(sums(files, out))
+    return [*files, out / "SHA256SUMS"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO / "dist", help="default: dist/")
+    parser.add_argument("--helm", type=Path, required=True, help="the helm binary")
+    args = parser.parse_args(argv)
+    try:
+        files = release(args.out, args.helm)
+    except ReleaseError as exc:
+        print(f"release: {exc}", file=sys.stderr)
+        return 2
+    for f in files:
+        print(f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

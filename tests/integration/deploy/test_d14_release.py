@@ -1,0 +1,80 @@
+"""`make release`'s script writes every artefact an operator installs from, and SHA256SUMS
+verifies them with ``sha256sum -c`` (offline, from the image `make test` built first)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from local_ccm import __version__
+from tests.support.chart import REPO
+from tests.support.oci import image_archive
+
+# Wheel and sdist builds, helm package, copying the image: about 15 s on a busy 2-core machine.
+pytestmark = pytest.mark.timeout(180)
+SCRIPT = REPO / "scripts" / "release.py"
+
+
+def release(out: Path, helm: Path) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, str(SCRIPT), "--out", str(out), "--helm", str(helm)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=150, check=False)
+
+
+@pytest.fixture(scope="module")
+def dist(helm_binary: Path) -> Iterator[Path]:
+    if not image_archive().exists():
+        pytest.fail("no image archive: run `make image` (`make test` does)", pytrace=False)
+    with tempfile.TemporaryDirectory(prefix="local-ccm-dist-") as work:
+        out = Path(work) / "dist"
+        done = release(out, helm_binary)
+        assert done.returncode == 0, done.stdout + done.stderr
+        yield out
+
+
+def test_d14_release_has_every_artefact(dist: Path) -> None:
+    v = __version__
+    expected = {
+        f"local_ccm-{v}-py3-none-any.whl", f"local_ccm-{v}.tar.gz", f"local-ccm-{v}.tgz",
+        f"local-ccm-{v}.oci.tar", f"local-ccm-{v}.oci.tar.digest",
+        f"local-ccm-{v}.oci.tar.cdx.json", "deploy/local-ccm.yaml",
+        "deploy/talos/local-ccm.yaml", "SHA256SUMS",
+    }  # fmt: skip
+    present = {p.relative_to(dist).as_posix() for p in dist.rglob("*") if p.is_file()}
+    assert expected <= present, expected - present
+    rendered = {p.relative_to(REPO).as_posix() for p in (REPO / "deploy").rglob("*.yaml")}
+    assert rendered <= present
+
+
+def test_d14_sha256sums_covers_everything_and_verifies(dist: Path) -> None:
+    done = subprocess.run(["sha256sum", "--strict", "-c", "SHA256SUMS"], cwd=dist,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    listed = {line.split("  ", 1)[1] for line in (dist / "SHA256SUMS").read_text().splitlines()}
+    files = {p.relative_to(dist).as_posix() for p in dist.rglob("*") if p.is_file()}
+    assert listed == files - {"SHA256SUMS"}
+
+
+def test_d14_sbom_names_the_image_its_debian_packages_and_locked_wheels(dist: Path) -> None:
+    bom = json.loads((dist / f"local-ccm-{__version__}.oci.tar.cdx.json").read_text())
+    assert bom["bomFormat"] == "CycloneDX"
+    digest = (dist / f"local-ccm-{__version__}.oci.tar.digest").read_text().strip()
+    assert bom["metadata"]["component"]["hashes"][0]["content"] == digest.removeprefix("sha256:")
+    purls = {c["purl"].split("@")[0]: c for c in bom["components"]}
+    for deb in ("libc6", "libssl3", "python3.11-minimal", "libpython3.11-stdlib"):
+        assert f"pkg:deb/debian/{deb}" in purls, deb
+    for wheel in ("pyyaml", "prometheus-client", "icmplib"):
+        assert purls[f"pkg:pypi/{wheel}"]["hashes"], wheel
+    assert "pkg:pypi/local-ccm" in purls
+
+
+def test_d14_release_without_helm_is_a_clear_error(tmp_path: Path) -> None:
+    done = release(tmp_path / "dist", tmp_path / "no-helm")
+    assert done.returncode == 2
+    assert "no helm binary" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -1,0 +1,173 @@
+"""The image `make image` built, unpacked and run by a real OCI runtime (runc).
+
+The archive is read by skopeo (``oci-archive:`` to an OCI layout) and unpacked by umoci into a
+root file system shared by every container of a test module; each container gets its own
+bundle whose ``config.json`` starts from the one umoci derived from the image's config (user
+65532:65532, entry point, environment) and is then tightened to what the chart asks of a pod:
+read-only root, no capability in any set, no new privileges. A container either joins a
+network namespace the test made (by path, as a hostNetwork pod shares the Node's) or, without
+one, shares the namespace pytest runs in (in `make test`, one with only ``lo``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import re
+import secrets
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from local_ccm import __version__
+from tests.support.agent_process import AgentProcess
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGE_DIR = REPO / "build" / "image"
+KUBECONFIG_IN_CONTAINER = "/etc/local-ccm/kubeconfig"
+
+
+def image_archive(version: str = __version__) -> Path:
+    return IMAGE_DIR / f"local-ccm-{version}.oci.tar"
+
+
+def image_ref(version: str = __version__) -> str:
+    return f"v{version}"
+
+
+@dataclass(frozen=True)
+class Unpacked:
+    """An image unpacked by umoci: its root file system and umoci's runtime config."""
+
+    rootfs: Path
+    config: Mapping[str, Any]
+    layout: Path
+
+
+def run_tool(argv: Sequence[str], timeout: float = 120) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise AssertionError(f"$ {' '.join(argv)}: exit {done.returncode}\n{done.stderr}")
+    return done.stdout
+
+
+def unpack(archive: Path, workdir: Path) -> Unpacked:
+    layout = workdir / "layout"
+    ref = image_ref()
+    run_tool(["skopeo", "copy", "--quiet", f"oci-archive:{archive}", f"oci:{layout}:{ref}"])
+    bundle = workdir / "bundle"
+    run_tool(["umoci", "unpack", "--image", f"{layout}:{ref}", str(bundle)])
+    config = json.loads((bundle / "config.json").read_text())
+    return Unpacked(bundle / "rootfs", config, layout)
+
+
+def container_config(
+    base: Mapping[str, Any],
+    *,
+    rootfs: Path,
+    args: Sequence[str],
+    env: Mapping[str, str] = {},
+    netns_path: str | None = None,
+    read_only_files: Mapping[str, Path] = {},
+) -> dict[str, Any]:
+    """umoci's config for the image, tightened: read-only root, no capabilities, no new
+    privileges, no terminal; ``args`` run with the image's user and environment plus ``env``;
+    the network namespace at ``netns_path`` or the caller's; files bind-mounted read-only."""
+    config = copy.deepcopy(dict(base))
+    process = config["process"]
+    process["args"] = list(args)
+    process["terminal"] = False
+    process["noNewPrivileges"] = True
+    process["capabilities"] = {s: [] for s in ("bounding", "effective", "inheritable",
+                                               "permitted", "ambient")}  # fmt: skip
+    process["env"] = [*process["env"], *(f"{k}={v}" for k, v in env.items())]
+    config["root"] = {"path": str(rootfs), "readonly": True}
+    others = [n for n in config["linux"]["namespaces"] if n["type"] != "network"]
+    network = [{"type": "network", "path": netns_path}] if netns_path else []
+    config["linux"]["namespaces"] = [*others, *network]
+    config["mounts"] = [
+        *config["mounts"],
+        *({"destination": dest, "type": "bind", "source": str(src),
+           "options": ["bind", "ro", "nosuid", "nodev", "noexec"]}
+          for dest, src in read_only_files.items()),
+    ]  # fmt: skip
+    return config
+
+
+class Runc:
+    """runc with its own state directory (nothing shared with another runtime user)."""
+
+    def __init__(self, state: Path) -> None:
+        self.state = state
+        state.mkdir(parents=True, exist_ok=True)
+
+    def bundle(self, parent: Path, config: Mapping[str, Any]) -> tuple[Path, str]:
+        cid = f"lccm-{secrets.token_hex(4)}"
+        bundle = parent / cid
+        bundle.mkdir(parents=True)
+        (bundle / "config.json").write_text(json.dumps(config))
+        return bundle, cid
+
+    def command(self, bundle: Path, cid: str) -> list[str]:
+        return ["runc", "--root", str(self.state), "run", "--bundle", str(bundle), cid]
+
+    def run(self, parent: Path, config: Mapping[str, Any]) -> subprocess.CompletedProcess[str]:
+        bundle, cid = self.bundle(parent, config)
+        try:
+            return subprocess.run(self.command(bundle, cid), capture_output=True, text=True,
+                                  stdin=subprocess.DEVNULL, timeout=60, check=False)  # fmt: skip
+        finally:
+            self.delete(cid)
+
+    def init_pid(self, cid: str) -> int:
+        state = json.loads(run_tool(["runc", "--root", str(self.state), "state", cid]))
+        return int(state["pid"])
+
+    def delete(self, cid: str) -> None:
+        with contextlib.suppress(subprocess.SubprocessError):
+            subprocess.run(["runc", "--root", str(self.state), "delete", "--force", cid],
+                           capture_output=True, timeout=30, check=False)  # fmt: skip
+
+
+class ContainerAgent(AgentProcess):
+    """:class:`AgentProcess`, but the agent is the image's ``local-ccm`` in a runc container
+    that joins the test's network namespace; the kubeconfig is bind-mounted read-only.
+    ``pid`` stays runc's (it forwards SIGTERM); :meth:`proc_status` reads the agent's."""
+
+    def __init__(self, runc: Runc, image: Unpacked, agent: AgentProcess) -> None:
+        super().__init__(agent.netns, agent.argv, log_path=agent.log_path,
+                         kubeconfig=agent.kubeconfig, api_url=agent.api_url)  # fmt: skip
+        self.runc, self.image = runc, image
+        files = {KUBECONFIG_IN_CONTAINER: self.kubeconfig} if self.kubeconfig else {}
+        env = {"KUBECONFIG": KUBECONFIG_IN_CONTAINER} if self.kubeconfig else {}
+        config = container_config(image.config, rootfs=image.rootfs,
+                                  args=["/usr/local/bin/local-ccm", *self.argv], env=env,
+                                  netns_path=f"/run/netns/{self.netns}",
+                                  read_only_files=files)  # fmt: skip
+        self.bundle, self.cid = runc.bundle(self.log_path.parent, config)
+
+    def command(self) -> list[str]:
+        return self.runc.command(self.bundle, self.cid)
+
+    def environment(self) -> dict[str, str]:
+        return {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+
+    def proc_status(self) -> dict[str, str]:
+        lines = Path(f"/proc/{self.runc.init_pid(self.cid)}/status").read_text().splitlines()
+        return dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+
+    def root_mount_options(self) -> list[str]:
+        """The options of ``/`` as the agent sees it (its mountinfo line for ``/``)."""
+        text = Path(f"/proc/{self.runc.init_pid(self.cid)}/mountinfo").read_text()
+        found = re.search(r"^\S+ \S+ \S+ \S+ / (\S+)", text, re.MULTILINE)
+        assert found, text
+        return found.group(1).split(",")
+
+    def stop(self, grace: float = 10.0) -> int | None:
+        try:
+            return super().stop(grace)
+        finally:
+            self.runc.delete(self.cid)
