@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter
 from local_ccm import metricscert
 from local_ccm.metricsauth import MetricsAuth, ReviewUnavailable, User, Verdict, VerdictCache
 from local_ccm.metricsserver import CertError, self_signed, server_tls, start_secure_servers
-from local_ccm.serve import Checks, Servers
+from local_ccm.serve import BindError, Checks, Servers
 
 pytestmark = pytest.mark.unit
 
@@ -162,3 +162,19 @@ def test_no_binary_imports_cryptography() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_taken_port_is_a_bind_error_naming_the_flag(
+    servers: Servers, tls: ssl.SSLContext
+) -> None:
+    metrics, health = ports(servers)
+    for taken, flag in ((f"127.0.0.1:{metrics}", "--metrics-bind-address"),
+                        (f"127.0.0.1:{health}", "--webserver-bind-address")):  # fmt: skip
+        with pytest.raises(BindError, match=f"^{flag}={taken}: address already in use$"):
+            start_secure_servers(
+                metrics_address=taken if "metrics" in flag else "127.0.0.1:0",
+                health_address=taken if "metrics" not in flag else "127.0.0.1:0",
+                registry=CollectorRegistry(), healthz=Checks(), readyz=Checks(), tls=tls,
+                auth=MetricsAuth(Reviewer(), VerdictCache(time.monotonic)),
+                health_flag="webserver-bind-address",
+            )  # fmt: skip
