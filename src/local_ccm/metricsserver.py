@@ -48,6 +48,7 @@ TlsContext = ssl.SSLContext  # for the composition roots, which do not speak TLS
 REVIEW_TIMEOUT = 10.0
 CERT_CHILD_TIMEOUT = 60.0
 KEY_MARKER = b"-----BEGIN PRIVATE KEY-----"
+SELF_EXE = "/proc/self/exe"
 
 
 class CertError(Exception):
@@ -144,10 +145,14 @@ def self_signed(name: str) -> tuple[bytes, bytes]:
     """(certificate, key) PEM for `name`, made by `local_ccm.metricscert` in a short-lived child
     process: importing `cryptography` would stay in this process's memory for its whole life
     (about 12.6 MiB of RSS, measured) for one certificate. Raises CertError."""
+    # This very interpreter, with this process's import path: sys.executable may be a path the
+    # process's user cannot exec (a venv link into a private directory) although it runs.
+    python = SELF_EXE if os.path.exists(SELF_EXE) else sys.executable
+    env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "local_ccm.metricscert", name],
-            capture_output=True, timeout=CERT_CHILD_TIMEOUT, check=False,
+            [python, "-P", "-m", "local_ccm.metricscert", name],
+            capture_output=True, timeout=CERT_CHILD_TIMEOUT, check=False, env=env,
         )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise CertError(f"cannot make a self-signed certificate for /metrics: {exc}") from exc
