@@ -212,6 +212,14 @@ def new_identity(hostname: str, rng: Rng) -> str:
     return f"{hostname}_{rng.getrandbits(64):016x}"
 
 
+def choose_identity(given: str, pod_name: str, hostname: str, rng: Rng) -> str:
+    """`--leader-elect-identity` verbatim; else the lower-cased POD_NAME or hostname plus a
+    random suffix (`new_identity`)."""
+    if given:
+        return given
+    return new_identity((pod_name or hostname).lower(), rng)
+
+
 def candidate_delay(config: ElectionConfig, rng: Rng) -> float:
     """A candidate's wait before its next attempt: retry period plus up to 1.2× jitter."""
     return config.retry_period * (1.0 + JITTER_FACTOR * rng.random())

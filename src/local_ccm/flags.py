@@ -209,6 +209,13 @@ class Parsed:
     ignored_klog: tuple[str, ...] = ()
     help_requested: bool = False
     version_requested: bool = False
+    # The spelling (canonical name or alias) a flag was last given as on the command line.
+    spellings: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def given_as(self, name: str) -> str:
+        """How the user spelled flag `name` (an alias, say), for problems about its value;
+        the canonical name when it was not on the command line."""
+        return self.spellings.get(name, name)
 
     def get_str(self, name: str) -> str:
         return _typed(self.values[name], str, name)
@@ -242,6 +249,9 @@ class _Acc:
     pos: int = 0
     values: dict[str, object] = field(default_factory=dict)
     attempted: set[str] = field(default_factory=set)
+    # canonical name -> spelling -> (raw, value): what each spelling of a flag last said
+    spelled: dict[str, dict[str, tuple[str, object]]] = field(default_factory=dict)
+    last_spelling: dict[str, str] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     klog: list[str] = field(default_factory=list)
     help: bool = False
@@ -254,12 +264,16 @@ class _Acc:
         self.pos += 1
         return self.args[self.pos - 1]
 
-    def set(self, flag: Flag, raw: str) -> None:
+    def set(self, flag: Flag, raw: str, spelling: str) -> None:
         self.attempted.add(flag.name)
+        self.last_spelling[flag.name] = spelling
         try:
-            self.values[flag.name] = _CONVERTERS[flag.kind](raw)
+            value = _CONVERTERS[flag.kind](raw)
         except GoSyntaxError as err:
-            self.problems.append(invalid(flag.name, str(err)))
+            self.problems.append(invalid(spelling, str(err)))
+            return
+        self.values[flag.name] = value
+        self.spelled.setdefault(flag.name, {})[spelling] = (raw, value)
 
     def ignore_klog(self, name: str) -> None:
         if name not in self.klog:
@@ -273,6 +287,7 @@ def parse(flagset: FlagSet, argv: Sequence[str], env: Mapping[str, str]) -> Pars
     subcommand = acc.args[0] if acc.args and acc.args[0] in flagset.subcommands else None
     acc.pos = 1 if subcommand else 0
     _scan(flagset, acc)
+    acc.problems.extend(_alias_conflicts(acc))
     values, sources = _resolve(flagset, env, acc)
     explicit = frozenset(name for name, src in sources.items() if src != "default")
     return Parsed(
@@ -284,7 +299,23 @@ def parse(flagset: FlagSet, argv: Sequence[str], env: Mapping[str, str]) -> Pars
         ignored_klog=tuple(acc.klog),
         help_requested=acc.help,
         version_requested=acc.version,
+        spellings=MappingProxyType(dict(acc.last_spelling)),
     )
+
+
+def _alias_conflicts(acc: _Acc) -> list[Problem]:
+    """A flag given under two spellings (its name and an alias, or two aliases) must say the
+    same thing: which one "wins" would otherwise depend on argument order, silently. One
+    problem per flag, naming every spelling and what it said."""
+    problems = []
+    for name, spelled in acc.spelled.items():
+        if len({repr(value) for _, value in spelled.values()}) < 2:
+            continue
+        given = ", ".join(f"--{spelling}={go_quote(raw)}" for spelling, (raw, _) in spelled.items())
+        problems.append(
+            invalid(name, f"given with different values: {given} (aliases of one flag; give one)")
+        )
+    return problems
 
 
 def _scan(flagset: FlagSet, acc: _Acc) -> None:
@@ -319,14 +350,14 @@ def _one_flag(flagset: FlagSet, arg: str, acc: _Acc) -> str | None:
     if flag is None:
         return _undeclared(flagset, name, value if eq else None, acc)
     if flag.kind == "bool":
-        acc.set(flag, value if eq else "true")
+        acc.set(flag, value if eq else "true", name)
         return None if eq else name
     given = value if eq else acc.take()
     if given is None:
         acc.attempted.add(flag.name)
-        acc.problems.append(invalid(flag.name, "needs an argument"))
+        acc.problems.append(invalid(name, "needs an argument"))
     else:
-        acc.set(flag, given)
+        acc.set(flag, given, name)
     return None
 
 

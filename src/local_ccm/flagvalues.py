@@ -42,5 +42,5 @@ def checked(parsed: Parsed, flag: str, check: Callable[[str], str], problems: li
     try:
         return check(value)
     except ValidationError as err:
-        problems.append(invalid(flag, str(err)))
+        problems.append(invalid(parsed.given_as(flag), str(err)))
         return value

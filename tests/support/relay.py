@@ -78,7 +78,7 @@ class LoopbackRelay:
             upstream.settimeout(None)
             if not self._track(client, upstream):
                 return
-            _Pair(client, upstream, self._untrack).start()
+            Pair(client, upstream, self._untrack).start()
 
     def _track(self, *socks: socket.socket) -> bool:
         with self._lock:
@@ -96,7 +96,7 @@ class LoopbackRelay:
             sock.close()
 
 
-class _Pair:
+class Pair:
     """Two pumps, one per direction; a half-close (EOF) is passed on with shutdown(SHUT_WR)."""
 
     def __init__(

@@ -12,6 +12,7 @@ from local_ccm import __version__
 from local_ccm.kube import errors as ke
 from local_ccm.lifecycle.main import check_access, main
 from local_ccm.lifecycle.nodeapi import Access, required_access
+from local_ccm.lifecycle.process import Status, health_checks
 from tests.fakes import FakeClock
 
 
@@ -94,3 +95,43 @@ def test_out_of_service_needs_patch_and_volume_attachments() -> None:
                                                lease_name=None, out_of_service=True)}  # fmt: skip
     assert {"patch nodes", "list volumeattachments.storage.k8s.io"} <= needed
     assert not any("leases" in a for a in needed)
+
+
+class FlakyApi:
+    """Answers `can_i` only after `failures` transient errors (the API server coming up)."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+
+    async def can_i(self, access: Access) -> bool:
+        if self.failures:
+            self.failures -= 1
+            raise ke.Transient(0, "StreamBroken", "connection refused")
+        return True
+
+
+def test_transient_errors_are_retried_and_reported_until_the_api_answers() -> None:
+    clock, seen = FakeClock(), list[str]()
+
+    async def scenario() -> str | None:
+        check = asyncio.ensure_future(check_access(
+            FlakyApi(5), NEEDED, asyncio.Event(), clock, on_error=seen.append  # type: ignore[arg-type]
+        ))  # fmt: skip
+        await clock.advance(600)  # far beyond a minute: no give-up
+        return await check
+
+    assert asyncio.run(scenario()) is None
+    assert len(seen) == 5
+    assert "connection refused" in seen[-1]
+
+
+def test_readiness_names_the_wait_for_the_api_server_and_liveness_passes() -> None:
+    clock = FakeClock()
+    status = Status(waiting="waiting for the API server: connection refused",
+                    last_tick=clock.monotonic())  # fmt: skip
+    healthz, readyz = health_checks(status, clock, 1.0)
+    assert all(ok for _, ok, _ in healthz.run())
+    failing = [(name, detail) for name, ok, detail in readyz.run() if not ok]
+    assert failing == [("start-up", "waiting for the API server: connection refused")]
+    status.waiting = None
+    assert all(ok for _, ok, _ in readyz.run())

@@ -37,8 +37,11 @@ FLAGS = FlagSet(
              metavar="host:port"),
         Flag("webserver-bind-address", "string", ":8081", "Listen address of the web server.",
              env=("IPAM_WEBSERVER_BIND_ADDR",), metavar="host:port"),
-        Flag("enable-leader-election", "bool", True, "Lease-based leader election.",
-             env=("IPAM_ENABLE_LEADER_ELECTION",)),
+        # Upstream's --enable-leader-election, --leader-elect-namespace and --leader-elect-id
+        # (the holder identity) are aliases of kube-controller-manager's names, which every
+        # binary of this image accepts.
+        Flag("leader-elect", "bool", True, "Lease-based leader election.",
+             env=("IPAM_ENABLE_LEADER_ELECTION",), aliases=("enable-leader-election",)),
         Flag("leader-elect-lease-duration", "duration", 15, "Lease duration.",
              env=("IPAM_LEASE_DURATION",)),
         Flag("leader-elect-renew-deadline", "duration", 10, "Renew deadline.",
@@ -50,10 +53,12 @@ FLAGS = FlagSet(
              env=("IPAM_RESOURCE_LOCK_NAME",), metavar="type"),
         Flag("leader-elect-resource-name", "string", "node-ipam-controller", "Lease name.",
              env=("IPAM_RESOURCE_NAME",), metavar="name"),
-        Flag("leader-elect-id", "string", "", "Holder identity; empty: POD_NAME or hostname "
-             "plus a random suffix.", env=("IPAM_LEADER_ELECT_ID",), metavar="id"),
-        Flag("leader-elect-namespace", "string", "", "Lease namespace; empty: POD_NAMESPACE.",
-             env=("IPAM_LEADER_ELECT_NAMESPACE",), metavar="namespace"),
+        Flag("leader-elect-identity", "string", "", "Holder identity; empty: POD_NAME or "
+             "hostname plus a random suffix.", env=("IPAM_LEADER_ELECT_ID",),
+             aliases=("leader-elect-id",), metavar="id"),
+        Flag("leader-elect-resource-namespace", "string", "", "Lease namespace; empty: "
+             "POD_NAMESPACE.", env=("IPAM_LEADER_ELECT_NAMESPACE",),
+             aliases=("leader-elect-namespace",), metavar="namespace"),
         # New flags [beyond]
         Flag("metrics-bind-address", "string", "", "Empty: with --metrics-secure :8094, else "
              "/metrics on the web server; an address: a separate server; 0: off.",

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from local_ccm import __version__, flags, names
 from local_ccm.clock import Clock, Stopped, SystemClock, sleep_unless_stopped, unless_stopped
-from local_ccm.election import ElectionConfig, new_identity
+from local_ccm.election import ElectionConfig, choose_identity
 from local_ccm.ipam import options as opts
 from local_ccm.ipam.flagdefs import FLAGS, PROG, resolve_resource_lock_env
 from local_ccm.ipam.metrics import IpamMetrics
@@ -202,9 +202,7 @@ def settings_from(options: opts.IpamOptions, identity: str) -> Settings:
 
 def identity_of(options: opts.IpamOptions, rng: random.Random) -> str:
     """Verbatim, else lower-cased POD_NAME or hostname plus `_` and 16 hex digits."""
-    if options.identity:
-        return options.identity
-    return new_identity((options.pod_name or socket.gethostname()).lower(), rng)
+    return choose_identity(options.identity, options.pod_name, socket.gethostname(), rng)
 
 
 @dataclass(frozen=True)

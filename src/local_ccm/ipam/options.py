@@ -114,14 +114,14 @@ def options_from(
         metrics_mode=metrics_mode,
         metrics_secure=parsed.get_bool("metrics-secure") and metrics_mode == "separate",
         metrics_cert_dir=parsed.get_str("metrics-cert-dir"),
-        leader_election=parsed.get_bool("enable-leader-election"),
+        leader_election=parsed.get_bool("leader-elect"),
         lease_duration=durations[0],
         renew_deadline=durations[1],
         retry_period=durations[2],
         resource_lock=lock,
         lease_name=_name(parsed, "leader-elect-resource-name", dns1123_subdomain, found),
         lease_namespace=_lease_namespace(parsed, env, found),
-        identity=parsed.get_str("leader-elect-id"),
+        identity=parsed.get_str("leader-elect-identity"),
         pod_name=env.get("POD_NAME", ""),
         verbosity=_verbosity(parsed, found),
         log_format=_log_format(parsed, found),
@@ -178,21 +178,23 @@ def _election(parsed: Parsed, problems: list[Problem]) -> tuple[float, float, fl
 
 def _lease_namespace(parsed: Parsed, env: Mapping[str, str], problems: list[Problem]) -> str:
     """Flag, else POD_NAMESPACE; still empty with leader election on: exit 2."""
-    value = parsed.get_str("leader-elect-namespace") or env.get("POD_NAMESPACE", "")
+    flag = "leader-elect-resource-namespace"
+    value = parsed.get_str(flag) or env.get("POD_NAMESPACE", "")
     if not value:
-        if parsed.get_bool("enable-leader-election"):
+        if parsed.get_bool("leader-elect"):
             problems.append(
                 invalid(
-                    "leader-elect-namespace",
-                    "empty and POD_NAMESPACE is not set; required with leader election "
-                    "(a default could put two replicas in different namespaces)",
+                    parsed.given_as(flag),
+                    "empty (also as its alias --leader-elect-namespace) and POD_NAMESPACE is "
+                    "not set; required with leader election (a default could put two replicas "
+                    "in different namespaces)",
                 )
             )
         return ""
     try:
         return dns1123_label(value)
     except ValidationError as err:
-        problems.append(_problem(parsed, "leader-elect-namespace", str(err)))
+        problems.append(_problem(parsed, flag, str(err)))
         return value
 
 
@@ -385,7 +387,7 @@ def _problem(parsed: Parsed, flag: str, reason: str) -> Problem:
     source = parsed.sources.get(flag, "")
     if source.startswith("env:"):
         return invalid_env(source.removeprefix("env:"), reason, flag)
-    return invalid(flag, reason)
+    return invalid(parsed.given_as(flag), reason)
 
 
 # ---------------------------------------------------------------- start-up line

@@ -35,9 +35,12 @@ FLAGS = FlagSet(
         Flag("reconcile-interval", "duration", 30.0, "Re-evaluation period, probe gap and "
              "rate-limit window."),
         Flag("leader-elect", "bool", True, "Lease-based leader election."),
-        Flag("leader-elect-id", "string", names.LIFECYCLE, "Lease name.", metavar="name"),
-        Flag("namespace", "string", "kube-system", "Lease namespace.", env=("POD_NAMESPACE",),
-             metavar="namespace"),
+        # The original's --leader-elect-id (Lease name) and --namespace (Lease namespace) are
+        # aliases of kube-controller-manager's names, which every binary of this image accepts.
+        Flag("leader-elect-resource-name", "string", names.LIFECYCLE, "Lease name.",
+             aliases=("leader-elect-id",), metavar="name"),
+        Flag("leader-elect-resource-namespace", "string", "kube-system", "Lease namespace.",
+             env=("POD_NAMESPACE",), aliases=("namespace",), metavar="namespace"),
         Flag("dry-run", "bool", False, "Decide and log, never delete Nodes."),
         Flag("v", "int", 0, "Log verbosity 0-5."),
         # New flags [beyond]
@@ -45,6 +48,10 @@ FLAGS = FlagSet(
         Flag("leader-elect-renew-deadline", "duration", 10.0, "Stop acting when the lease "
              "could not be renewed for this long."),
         Flag("leader-elect-retry-period", "duration", 2.0, "Interval between lease attempts."),
+        Flag("leader-elect-resource-lock", "string", "leases", "Lock type; only leases.",
+             metavar="type"),
+        Flag("leader-elect-identity", "string", "", "Holder identity; empty: POD_NAME or "
+             "hostname plus a random suffix.", metavar="id"),
         Flag("max-unhealthy", "string", str(DEFAULT_MAX_UNHEALTHY), "Circuit breaker: N or P% "
              "unhealthy Nodes above which nothing is deleted.", metavar="N|P%"),
         Flag("max-deletions-per-interval", "int", 1, "Deletions allowed per "

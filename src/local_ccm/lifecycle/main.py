@@ -39,7 +39,13 @@ from local_ccm.lifecycle.probe import (
     detect_capabilities,
     require_usable,
 )
-from local_ccm.lifecycle.process import Status, health_checks, leader_callback, run_controller
+from local_ccm.lifecycle.process import (
+    Status,
+    health_checks,
+    leader_callback,
+    run_controller,
+    run_watchdog,
+)
 from local_ccm.lifecycle.run import Controller
 from local_ccm.logs import configure_logging, kv
 from local_ccm.metricsserver import (
@@ -58,6 +64,7 @@ log = logging.getLogger(__name__)
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PRECONDITION = 0, 1, 2, 4
 API_TIMEOUT = 15.0  # reads; writes use the election's write timeout
 ACCESS_BACKOFF = Backoff(initial=1.0, factor=2.0, cap=30.0, jitter=0.2)
+WAITING = "waiting for the API server"
 
 
 def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
@@ -153,93 +160,39 @@ async def run_lifecycle(
             return EXIT_PRECONDITION
         prober = built
     metrics.unprobed.set(1 if options.unprobed else 0)
-    identity = election.new_identity(socket.gethostname(), random.SystemRandom())
+    status = Status(waiting=WAITING)
+    healthz, readyz = health_checks(status, clock, options.interval)
+    # main() has made it (a CertError there is exit 2); in-process callers get one here.
+    tls = metrics_tls or metrics_tls_of(options)
     client = Client(
         cluster, field_manager=names.LIFECYCLE, user_agent=f"{PROG}/{__version__}",
         timeout=API_TIMEOUT,
     )  # fmt: skip
-    try:
-        write_timeout = _write_timeout(options)
-        aio = AsyncClient(client)
-        api: NodeApi = KubeNodeApi(
-            aio, write_timeout=write_timeout, observe=metrics.observe_request
-        )
-        if wrap_api is not None:
-            api = wrap_api(api)
-        problem = await unless_stopped(check_access(api, _needed(options), stop, clock), stop)
-        if isinstance(problem, Stopped):
-            return EXIT_OK
-        if problem is not None:
-            log.error("%s", problem)
-            return EXIT_PRECONDITION
-        if stop.is_set():
-            return EXIT_OK
-        # main() has made it (a CertError there is exit 2); in-process callers get one here.
-        tls = metrics_tls or metrics_tls_of(options)
-        if tls is not None:
-            await asyncio.to_thread(warn_without_review_access, client)
-        return await _serve(
-            options, aio=aio, tls=tls, api=api, prober=prober, clock=clock, metrics=metrics,
-            identity=identity, stop=stop, on_start=on_start, watch_selector=watch_selector,
-        )  # fmt: skip
-    finally:
-        client.close()
-
-
-async def _serve(
-    options: LifecycleOptions,
-    *,
-    aio: AsyncClient,
-    tls: TlsContext | None,
-    api: NodeApi,
-    prober: Prober,
-    clock: Clock,
-    metrics: LifecycleMetrics,
-    identity: str,
-    stop: asyncio.Event,
-    on_start: Callable[[Started], None] | None,
-    watch_selector: str | None,
-) -> int:
-    status = Status()
-    healthz, readyz = health_checks(status, clock, options.interval)
-    try:
+    try:  # listening before the first request: an API outage at start is "not ready", not dead
         servers = _start_servers(
-            options, aio=aio, tls=tls, registry=metrics.registry, healthz=healthz, readyz=readyz
-        )
+            options, client=client, tls=tls, registry=metrics.registry, healthz=healthz,
+            readyz=readyz,
+        )  # fmt: skip
     except BindError as exc:  # a listen flag this host cannot serve: bad input
+        client.close()
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    watchdog = asyncio.create_task(run_watchdog(status, clock), name="watchdog")
     try:
-        config = loop_config(options)
-        if watch_selector is not None:
-            config = replace(config, selector=watch_selector)
-
-        def make(context: LeaderContext | None) -> Controller:
-            return Controller(
-                config, api, prober, clock, metrics=metrics, status=status,
-                identity=identity, rng=random.Random(),
-                may_write=context.may_write if context else lambda: True,
-                write_timeout=context.write_timeout if context else API_TIMEOUT,
-            )  # fmt: skip
-
-        changed = leader_callback(status, metrics)
-        elector = _elector(options, aio, clock, identity, changed)
-        if elector is None:
-            changed(True)
-        if on_start is not None:
-            ports = (servers.health.port if servers.health else None,
-                     servers.metrics.port if servers.metrics else None)  # fmt: skip
-            on_start(Started(identity, metrics, status, *ports))
-        log.info("running", extra=kv(identity=identity))
-        return await run_controller(make, clock, status, elector=elector, stop=stop)
+        pod_name = env.get("POD_NAME", "")
+        run = Run(options, status, metrics, clock, prober, servers, stop, on_start, pod_name,
+                  secure_metrics=tls is not None)  # fmt: skip
+        return await _start(run, AsyncClient(client), wrap_api, watch_selector)
     finally:
+        watchdog.cancel()
+        client.close()
         servers.close()
 
 
 def _start_servers(
     options: LifecycleOptions,
     *,
-    aio: AsyncClient,
+    client: Client,
     tls: TlsContext | None,
     registry: CollectorRegistry,
     healthz: Checks,
@@ -253,8 +206,86 @@ def _start_servers(
         )  # fmt: skip
     return start_secure_servers(
         metrics_address=options.metrics_address, health_address=options.health_address,
-        registry=registry, healthz=healthz, readyz=readyz, tls=tls, auth=metrics_auth(aio.client),
+        registry=registry, healthz=healthz, readyz=readyz, tls=tls, auth=metrics_auth(client),
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Run:
+    """What the steps after the health server are built from."""
+
+    options: LifecycleOptions
+    status: Status
+    metrics: LifecycleMetrics
+    clock: Clock
+    prober: Prober
+    servers: Servers
+    stop: asyncio.Event
+    on_start: Callable[[Started], None] | None
+    pod_name: str  # the default identity's prefix (else the hostname)
+    secure_metrics: bool = False  # /metrics behind TokenReview/SubjectAccessReview
+
+
+async def _start(
+    run: Run,
+    aio: AsyncClient,
+    wrap_api: Callable[[NodeApi], NodeApi] | None,
+    watch_selector: str | None,
+) -> int:
+    """The permission check (retried while the API server does not answer), then the
+    controller under leader election."""
+    options, status = run.options, run.status
+    api: NodeApi = KubeNodeApi(
+        aio, write_timeout=_write_timeout(options), observe=run.metrics.observe_request
+    )
+    if wrap_api is not None:
+        api = wrap_api(api)
+
+    def waiting(error: str) -> None:
+        status.waiting = f"{WAITING}: {error}"
+
+    needed = _needed(options)
+    problem = await unless_stopped(
+        check_access(api, needed, run.stop, run.clock, on_error=waiting), run.stop
+    )
+    if isinstance(problem, Stopped) or run.stop.is_set():
+        return EXIT_OK
+    if problem is not None:
+        log.error("%s", problem)
+        return EXIT_PRECONDITION
+    status.waiting = None
+    if run.secure_metrics:
+        await asyncio.to_thread(warn_without_review_access, aio.client)
+    return await _serve(run, aio, api, watch_selector)
+
+
+async def _serve(run: Run, aio: AsyncClient, api: NodeApi, watch_selector: str | None) -> int:
+    options, status, metrics = run.options, run.status, run.metrics
+    identity = election.choose_identity(
+        options.election.identity, run.pod_name, socket.gethostname(), random.SystemRandom()
+    )
+    config = loop_config(options)
+    if watch_selector is not None:
+        config = replace(config, selector=watch_selector)
+
+    def make(context: LeaderContext | None) -> Controller:
+        return Controller(
+            config, api, run.prober, run.clock, metrics=metrics, status=status,
+            identity=identity, rng=random.Random(),
+            may_write=context.may_write if context else lambda: True,
+            write_timeout=context.write_timeout if context else API_TIMEOUT,
+        )  # fmt: skip
+
+    changed = leader_callback(status, metrics)
+    elector = _elector(options, aio, run.clock, identity, changed)
+    if elector is None:
+        changed(True)
+    if run.on_start is not None:
+        health, scrape = run.servers.health, run.servers.metrics
+        run.on_start(Started(identity, metrics, status, health.port if health else None,
+                             scrape.port if scrape else None))  # fmt: skip
+    log.info("running", extra=kv(identity=identity))
+    return await run_controller(make, run.clock, status, elector=elector, stop=run.stop)
 
 
 def loop_config(options: LifecycleOptions) -> LoopConfig:
@@ -326,11 +357,17 @@ def _needed(options: LifecycleOptions) -> tuple[Access, ...]:
 
 
 async def check_access(
-    api: NodeApi, needed: Sequence[Access], stop: asyncio.Event, clock: Clock
+    api: NodeApi,
+    needed: Sequence[Access],
+    stop: asyncio.Event,
+    clock: Clock,
+    *,
+    on_error: Callable[[str], None] | None = None,
 ) -> str | None:
     """SelfSubjectAccessReview of every permission; the problem text (exit 4) when the
-    credentials are rejected or a permission is missing. Transient errors are retried until
-    they pass or `stop` is set."""
+    credentials are rejected or a permission is missing. Transient errors (the API server
+    unreachable, hung or answering errors) are retried with backoff, indefinitely, until they
+    pass or `stop` is set; each is handed to `on_error` (the /readyz reason)."""
     failures = 0
     while not stop.is_set():
         try:
@@ -340,6 +377,8 @@ async def check_access(
         except ke.ApiError as exc:
             delay = ACCESS_BACKOFF.next_delay(failures, exc.retry_after)
             log.warning("checking permissions failed (%s); retry in %.1fs", exc, delay)
+            if on_error is not None:
+                on_error(str(exc))
             failures += 1
             await sleep_unless_stopped(clock, delay, stop)
             continue

@@ -64,6 +64,7 @@ class Election:
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
+    identity: str = ""  # "" = POD_NAME or the hostname plus a random suffix, at start-up
 
 
 @dataclass(frozen=True)
@@ -230,13 +231,17 @@ def _election(parsed: Parsed, durations: Mapping[str, float], problems: list[Pro
             problems.append(invalid("leader-elect-renew-deadline", (
                 f"must be greater than {JITTER_FACTOR} × --leader-elect-retry-period "
                 f"({format_go_duration(retry)}), got {format_go_duration(renew)}")))  # fmt: skip
+    lock = parsed.get_str("leader-elect-resource-lock")
+    if lock != "leases":  # the only lock client-go still has that this controller writes
+        problems.append(invalid("leader-elect-resource-lock", f"{go_quote(lock)}: only leases"))
     return Election(
         enabled=parsed.get_bool("leader-elect"),
-        lease_name=checked(parsed, "leader-elect-id", dns1123_subdomain, problems),
-        namespace=checked(parsed, "namespace", dns1123_label, problems),
+        lease_name=checked(parsed, "leader-elect-resource-name", dns1123_subdomain, problems),
+        namespace=checked(parsed, "leader-elect-resource-namespace", dns1123_label, problems),
         lease_duration=lease,
         renew_deadline=renew,
         retry_period=retry,
+        identity=parsed.get_str("leader-elect-identity"),
     )
 
 

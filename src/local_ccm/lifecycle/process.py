@@ -33,6 +33,10 @@ class Runnable(Protocol):
 class Status:
     """Plain values the health checks read from the HTTP server's thread."""
 
+    # Why the process is not ready yet during start-up (None once the permission check passed):
+    # /readyz reports it while /healthz already answers, so an API server outage at start is
+    # "not ready", never a liveness failure.
+    waiting: str | None = None
     leading: bool = False
     synced: bool = False
     connected: bool = False
@@ -68,9 +72,14 @@ def health_checks(status: Status, clock: Clock, interval: float) -> tuple[Checks
             return True, ""
         return False, "the Node watch is disconnected"
 
+    def started() -> tuple[bool, str]:
+        waiting = status.waiting
+        return waiting is None, waiting or ""
+
     healthz.add("loop", loop_alive)
     healthz.add("evaluation", evaluating)
     readyz.add("config", lambda: (True, ""))
+    readyz.add("start-up", started)
     readyz.add("node-cache", node_cache)
     return healthz, readyz
 
@@ -100,25 +109,22 @@ async def run_controller(
     stop: asyncio.Event,
 ) -> int:
     """Run until `stop` (exit 0, lease released) or leadership is lost (exit 3). Without an
-    elector the controller acts at once (--leader-elect=false)."""
-    watchdog = asyncio.create_task(_watchdog(status, clock), name="watchdog")
-    try:
-        if elector is None:
-            await _until_stopped(asyncio.ensure_future(make(None).run()), stop)
-            return EXIT_OK
-
-        async def lead(context: LeaderContext) -> None:
-            await make(context).run()
-
-        campaign = asyncio.ensure_future(elector.run(lead))
-        try:
-            await _until_stopped(campaign, stop, on_stop=elector.stop)
-        except LeadershipLost as exc:
-            log.error("leadership lost: %s; exiting", exc)
-            return EXIT_LEADERSHIP
+    elector the controller acts at once (--leader-elect=false). The watchdog runs around it
+    (see `run_watchdog`), started before the permission check."""
+    if elector is None:
+        await _until_stopped(asyncio.ensure_future(make(None).run()), stop)
         return EXIT_OK
-    finally:
-        watchdog.cancel()
+
+    async def lead(context: LeaderContext) -> None:
+        await make(context).run()
+
+    campaign = asyncio.ensure_future(elector.run(lead))
+    try:
+        await _until_stopped(campaign, stop, on_stop=elector.stop)
+    except LeadershipLost as exc:
+        log.error("leadership lost: %s; exiting", exc)
+        return EXIT_LEADERSHIP
+    return EXIT_OK
 
 
 async def _until_stopped(
@@ -144,7 +150,9 @@ async def _until_stopped(
             raise
 
 
-async def _watchdog(status: Status, clock: Clock) -> None:
+async def run_watchdog(status: Status, clock: Clock) -> None:
+    """Tick `status.last_tick` for /healthz's loop check, from the moment the health server
+    listens until the process ends (a task the caller cancels)."""
     while True:
         status.last_tick = clock.monotonic()
         await clock.sleep(WATCHDOG_TICK)
