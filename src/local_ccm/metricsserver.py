@@ -17,17 +17,20 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
 from local_ccm.kube import resources as r
-from local_ccm.kube.client import Client
+from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import ApiError, Forbidden
 from local_ccm.kube.request import access_review
 from local_ccm.kube.request import review_allowed as self_review_allowed
+from local_ccm.logs import V4
 from local_ccm.metricsauth import (
     MetricsAuth,
     ReviewUnavailable,
@@ -46,6 +49,7 @@ log = logging.getLogger(__name__)
 CERT_FILE, KEY_FILE = "tls.crt", "tls.key"
 TlsContext = ssl.SSLContext  # for the composition roots, which do not speak TLS themselves
 REVIEW_TIMEOUT = 10.0
+WARN_EVERY = 60.0
 CERT_CHILD_TIMEOUT = 60.0
 KEY_MARKER = b"-----BEGIN PRIVATE KEY-----"
 SELF_EXE = "/proc/self/exe"
@@ -58,11 +62,22 @@ class CertError(Exception):
 # ---------------------------------------------------------------- reviews
 
 
-class KubeReviewer:
-    """TokenReview and SubjectAccessReview with the controller's own credentials."""
+class Creator(Protocol):
+    """The one API verb the reviews need (`local_ccm.kube.client.Client` is one)."""
 
-    def __init__(self, client: Client) -> None:
+    def create(self, res: r.Resource, body: Obj, *, timeout: float | None = None) -> Obj: ...
+
+
+class KubeReviewer:
+    """TokenReview and SubjectAccessReview with the controller's own credentials. A failed
+    review is a WARNING at most once a minute (a scrape every 15 s would repeat it 4 times a
+    minute), DEBUG in between."""
+
+    def __init__(self, client: Creator, now: Callable[[], float] = time.monotonic) -> None:
         self._client = client
+        self._now = now
+        self._lock = threading.Lock()
+        self._warned_at: float | None = None
 
     def authenticate(self, token: str) -> User | None:
         return reviewed_user(self._create(r.TOKEN_REVIEWS, token_review(token)))
@@ -72,16 +87,24 @@ class KubeReviewer:
             self._create(r.SUBJECT_ACCESS_REVIEWS, subject_access_review(user, path))
         )
 
-    def _create(self, resource: r.Resource, body: dict[str, object]) -> dict[str, object]:
+    def _create(self, resource: r.Resource, body: Obj) -> Obj:
         try:
-            return dict(self._client.create(resource, body, timeout=REVIEW_TIMEOUT))
+            return self._client.create(resource, body, timeout=REVIEW_TIMEOUT)
         except Forbidden as exc:
-            log.warning("cannot review a /metrics request: %s; the controller's ClusterRole needs "
-                        "create on %s.%s", exc, resource.plural, resource.group)  # fmt: skip
+            self._warn("cannot review a /metrics request: %s; the controller's ClusterRole "
+                       "needs create on %s.%s", exc, resource.plural, resource.group)  # fmt: skip
             raise ReviewUnavailable(str(exc)) from exc
         except (ApiError, OSError) as exc:
-            log.warning("cannot review a /metrics request: %s", exc)
+            self._warn("cannot review a /metrics request: %s", exc)
             raise ReviewUnavailable(str(exc)) from exc
+
+    def _warn(self, message: str, *args: object) -> None:
+        with self._lock:
+            now = self._now()
+            quiet = self._warned_at is not None and now - self._warned_at < WARN_EVERY
+            if not quiet:
+                self._warned_at = now
+        log.log(V4 if quiet else logging.WARNING, message, *args)
 
 
 def metrics_auth(client: Client) -> MetricsAuth:

@@ -8,6 +8,7 @@ in-memory fake of the `Reviewer` protocol (the real ones: tests/integration/test
 from __future__ import annotations
 
 import http.client
+import logging
 import ssl
 import subprocess
 import sys
@@ -19,8 +20,17 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from local_ccm import metricscert
+from local_ccm.kube import resources as r
+from local_ccm.kube.errors import Forbidden
+from local_ccm.kube.request import Obj
 from local_ccm.metricsauth import MetricsAuth, ReviewUnavailable, User, Verdict, VerdictCache
-from local_ccm.metricsserver import CertError, self_signed, server_tls, start_secure_servers
+from local_ccm.metricsserver import (
+    CertError,
+    KubeReviewer,
+    self_signed,
+    server_tls,
+    start_secure_servers,
+)
 from local_ccm.serve import BindError, Checks, Servers
 
 pytestmark = pytest.mark.unit
@@ -178,3 +188,37 @@ def test_a_taken_port_is_a_bind_error_naming_the_flag(
                 auth=MetricsAuth(Reviewer(), VerdictCache(time.monotonic)),
                 health_flag="webserver-bind-address",
             )  # fmt: skip
+
+
+class FailingApi:
+    """A `Creator` whose every create fails with `error`."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def create(self, res: r.Resource, body: Obj, *, timeout: float | None = None) -> Obj:
+        raise self.error
+
+
+def test_a_failed_review_is_unavailable_and_warned_once_a_minute(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = [0.0]
+    reviewer = KubeReviewer(FailingApi(Forbidden(403, "Forbidden", "no")), now=lambda: clock[0])
+    caplog.set_level(logging.DEBUG, logger="local_ccm.metricsserver")
+    for _ in range(4):  # a minute of scrapes every 15 s
+        with pytest.raises(ReviewUnavailable):
+            reviewer.authenticate("t")
+        clock[0] += 15
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "create on tokenreviews.authentication.k8s.io" in warnings[0].getMessage()
+    with pytest.raises(ReviewUnavailable):
+        reviewer.may_get(User("u"), "/metrics")
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 2
+
+
+def test_a_connection_error_is_unavailable_too() -> None:
+    reviewer = KubeReviewer(FailingApi(ConnectionRefusedError(111, "refused")))
+    with pytest.raises(ReviewUnavailable, match="refused"):
+        reviewer.authenticate("t")
