@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -27,11 +28,15 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from local_ccm.logs import V4
+from local_ccm.metricsauth import Verdict
 from local_ccm.validate import BindAddress, parse_bind_address
 
 log = logging.getLogger(__name__)
 
 Check = Callable[[], tuple[bool, str]]
+# Decides a /metrics request from its Authorization header (`local_ccm.metricsauth.MetricsAuth`).
+Guard = Callable[[str | None], Verdict]
+TLS_HANDSHAKE_TIMEOUT = 10.0
 HEALTH_PATHS = ("/healthz", "/readyz")
 METRICS_PATH = "/metrics"
 
@@ -79,11 +84,13 @@ def render_checks(path: str, results: Iterable[tuple[str, bool, str]], verbose: 
 
 @dataclass(frozen=True)
 class Routes:
-    """What one server answers: metrics when `registry` is set, health when checks are."""
+    """What one server answers: metrics when `registry` is set, health when checks are;
+    `guard`, when set, must allow a request before metrics are served."""
 
     registry: CollectorRegistry | None = None
     healthz: Checks | None = None
     readyz: Checks | None = None
+    guard: Guard | None = None
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -107,8 +114,24 @@ class _Handler(BaseHTTPRequestHandler):
         self._reply(status, "text/plain; charset=utf-8", body)
 
     def _metrics(self, registry: CollectorRegistry) -> None:
+        if not self._guarded(self.server.routes.guard):
+            return
         encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
         self._reply(200, content_type, encoder(registry))
+
+    def _guarded(self, guard: Guard | None) -> bool:
+        """True when the request may go on; otherwise the refusal has been sent."""
+        if guard is None:
+            return True
+        try:
+            verdict = guard(self.headers.get("Authorization"))
+        except Exception as exc:  # a broken guard refuses, it never serves or crashes
+            log.error("metrics authorization failed: %s: %s", type(exc).__name__, exc)
+            verdict = Verdict(500, "metrics authorization failed")
+        if verdict.allowed:
+            return True
+        self._reply(verdict.status, "text/plain; charset=utf-8", f"{verdict.message}\n".encode())
+        return False
 
     def _reply(self, status: int, content_type: str, body: bytes) -> None:
         self.send_response(status)
@@ -135,6 +158,21 @@ class _Server(ThreadingHTTPServer):
             self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         super().server_bind()
 
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        # TLS: the handshake runs here, in the request's own thread, not in accept().
+        if isinstance(request, ssl.SSLSocket):
+            request.settimeout(TLS_HANDSHAKE_TIMEOUT)
+            try:
+                request.do_handshake()
+            except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+                log.log(V4, "https %s handshake failed: %s", client_address[0], exc)
+                return
+        super().finish_request(request, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # One line instead of socketserver's traceback on stderr (a client hung up, …).
+        log.log(V4, "http %s request failed", client_address[0], exc_info=True)
+
 
 def _bind(address: BindAddress, routes: Routes) -> _Server:
     if address.host is None:
@@ -150,10 +188,16 @@ def _bind(address: BindAddress, routes: Routes) -> _Server:
 
 
 class HttpServer:
-    """One listening server in a daemon thread; `close()` stops it."""
+    """One listening server in a daemon thread, HTTPS when `tls` is given; `close()` stops it."""
 
-    def __init__(self, address: BindAddress, routes: Routes) -> None:
+    def __init__(
+        self, address: BindAddress, routes: Routes, tls: ssl.SSLContext | None = None
+    ) -> None:
         self._server = _bind(address, routes)
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(
+                self._server.socket, server_side=True, do_handshake_on_connect=False
+            )
         self._thread = threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": 0.2},

@@ -414,8 +414,11 @@ TALOS_VALUES = (*STATIC_VALUES, DEPLOY / "values" / "talos.yaml")
 IPAM_ON = {"nodeIpamController.enabled": "true"}
 _AGENT_RBAC = ("agent-serviceaccount", "agent-clusterrole", "agent-clusterrolebinding",
                "agent-events-role")  # fmt: skip
-_NLC_RBAC = ("nlc-serviceaccount", "nlc-clusterrole", "nlc-lease-role", "nlc-events-role")
-_IPAM_RBAC = ("ipam-serviceaccount", "ipam-clusterrole", "ipam-lease-role", "ipam-events-role")
+# Both controllers' files carry the metrics-reader ClusterRole: either may be applied alone.
+_NLC_RBAC = ("nlc-serviceaccount", "nlc-clusterrole", "nlc-lease-role", "nlc-events-role",
+             "metrics-reader-clusterrole")  # fmt: skip
+_IPAM_RBAC = ("ipam-serviceaccount", "ipam-clusterrole", "ipam-lease-role", "ipam-events-role",
+              "metrics-reader-clusterrole")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -127,7 +127,7 @@ class Controller:
     def start(cls, kubeconfig: Path, argv: Sequence[str], log: Path) -> Controller:
         metrics, health = free_port(), free_port()
         cmd = [str(BINARY), f"--kubeconfig={kubeconfig}", *argv,
-               f"--metrics-bind-address=127.0.0.1:{metrics}",
+               f"--metrics-bind-address=127.0.0.1:{metrics}", "--metrics-secure=false",
                f"--health-probe-bind-address=127.0.0.1:{health}"]  # fmt: skip
         spawned = time.monotonic()
         child = spawn("node-lifecycle-controller", cmd, log, env={"PATH": "/usr/bin:/bin"})

@@ -83,3 +83,11 @@ def test_no_credentials_exit_4(
 ) -> None:
     assert ipam_main([], no_credentials) == 4
     assert "no usable credentials" in capsys.readouterr().err
+
+
+def test_an_unusable_metrics_cert_dir_exits_2_in_one_line(
+    capsys: pytest.CaptureFixture[str], no_credentials: dict[str, str], tmp_path: Path
+) -> None:
+    assert ipam_main([f"--metrics-cert-dir={tmp_path / 'none'}"], no_credentials) == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "ERROR" in x]
+    assert "cannot load tls.crt and tls.key" in line

@@ -46,6 +46,14 @@ def test_missing_credentials_exit_4(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "credentials" in capsys.readouterr().err
 
 
+def test_an_unusable_metrics_cert_dir_exits_2_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([f"--metrics-cert-dir={tmp_path / 'none'}"], {"HOME": str(tmp_path)}) == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "ERROR" in x]
+    assert f"--metrics-cert-dir={tmp_path / 'none'}: cannot load tls.crt and tls.key" in line
+
+
 class AccessApi:
     def __init__(self, denied: set[str], error: ke.ApiError | None = None) -> None:
         self.denied, self.error = denied, error

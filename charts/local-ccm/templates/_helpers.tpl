@@ -330,7 +330,7 @@ true
 {{- end }}
 {{- with $ipam.service }}
 {{- if and (hasKey . "port") (ne (int .port) 8081) }}
-- nodeIpamController.service.port={{ .port }} is not supported: the controller serves /healthz, /readyz and /metrics on 8081; remove nodeIpamController.service
+- nodeIpamController.service.port={{ .port }} is not supported: the controller serves /healthz and /readyz on 8081 (and /metrics with metrics.secure=false); remove nodeIpamController.service
 {{- end }}
 {{- end }}
 {{- end }}
@@ -480,4 +480,60 @@ true
 {{- if .Values.staticManifests -}}
 namespace: {{ .Release.Namespace }}
 {{- end -}}
+{{- end -}}
+
+{{/* ------------------------------------------------------------ secure metrics */}}
+
+{{- define "local-ccm.metricsCertDir" -}}
+/etc/local-ccm/metrics-certs
+{{- end -}}
+
+{{/* The volumeMounts of a controller's metrics.certSecret (nothing without one). */}}
+{{- define "local-ccm.metricsCertMount" -}}
+{{- if and .secure .certSecret }}
+volumeMounts:
+  - name: metrics-certs
+    mountPath: {{ include "local-ccm.metricsCertDir" . }}
+    readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "local-ccm.metricsCertVolume" -}}
+{{- if and .secure .certSecret }}
+volumes:
+  - name: metrics-certs
+    secret:
+      secretName: {{ .certSecret }}
+{{- end }}
+{{- end -}}
+
+{{/* One podMetricsEndpoint: plain, or HTTPS with the operator's bearer token Secret.
+     Arguments: root (the chart), metrics (the component's metrics values), port. */}}
+{{- define "local-ccm.podMetricsEndpoint" -}}
+{{- $pm := .root.Values.metrics.podMonitor -}}
+- port: {{ .port }}
+  path: /metrics
+  {{- if .metrics.secure }}
+  scheme: https
+  tlsConfig:
+    {{- if .metrics.certSecret }}
+    ca:
+      secret:
+        name: {{ .metrics.certSecret }}
+        key: ca.crt
+    {{- with $pm.tlsServerName }}
+    serverName: {{ . }}
+    {{- end }}
+    {{- else }}
+    # The controller's certificate is self-signed, made at start-up.
+    insecureSkipVerify: true
+    {{- end }}
+  {{- with $pm.bearerTokenSecret.name }}
+  authorization:
+    type: Bearer
+    credentials:
+      name: {{ . }}
+      key: {{ $pm.bearerTokenSecret.key }}
+  {{- end }}
+  {{- end }}
 {{- end -}}

@@ -32,8 +32,9 @@ FLAGS = FlagSet(
         Flag("kubeconfig", "string", "", "Kubeconfig path; empty: in-cluster config.",
              env=("IPAM_KUBECONFIG",), metavar="path"),
         Flag("health-probe-address", "string", ":8081", "Listen address of the web server "
-             "(health, readiness, metrics); deprecated alias of --webserver-bind-address, "
-             "wins when set.", env=("IPAM_HEALTH_PROBE_ADDR",), metavar="host:port"),
+             "(health, readiness; metrics with --metrics-secure=false); deprecated alias of "
+             "--webserver-bind-address, wins when set.", env=("IPAM_HEALTH_PROBE_ADDR",),
+             metavar="host:port"),
         Flag("webserver-bind-address", "string", ":8081", "Listen address of the web server.",
              env=("IPAM_WEBSERVER_BIND_ADDR",), metavar="host:port"),
         # Upstream's --enable-leader-election, --leader-elect-namespace and --leader-elect-id
@@ -59,9 +60,15 @@ FLAGS = FlagSet(
              "POD_NAMESPACE.", env=("IPAM_LEADER_ELECT_NAMESPACE",),
              aliases=("leader-elect-namespace",), metavar="namespace"),
         # New flags [beyond]
-        Flag("metrics-bind-address", "string", "", "Empty: /metrics on the web server; an "
-             "address: a separate server; 0: off.", env=("IPAM_METRICS_BIND_ADDR",),
-             metavar="host:port"),
+        Flag("metrics-bind-address", "string", "", "Empty: with --metrics-secure :8094, else "
+             "/metrics on the web server; an address: a separate server; 0: off.",
+             env=("IPAM_METRICS_BIND_ADDR",), metavar="host:port"),
+        Flag("metrics-secure", "bool", True, "Serve /metrics over HTTPS on its own address, only "
+             "to bearer tokens allowed to get /metrics (TokenReview, SubjectAccessReview); "
+             "false: plain HTTP, no authentication.", env=("IPAM_METRICS_SECURE",)),
+        Flag("metrics-cert-dir", "string", "", "Directory holding tls.crt and tls.key for "
+             "/metrics; empty: a self-signed certificate made at start-up.",
+             env=("IPAM_METRICS_CERT_DIR",), metavar="dir"),
         Flag("v", "int", 0, "Log verbosity: 0-1 INFO, 2-3 more INFO, >= 4 DEBUG.",
              env=("IPAM_LOG_VERBOSITY",)),
         Flag("log-format", "string", "text", "text or json.", env=("IPAM_LOG_FORMAT",),

@@ -33,6 +33,15 @@ from local_ccm.kube.config import ClusterConfig, ConfigError, resolve_config
 from local_ccm.kube.errors import ApiError, Unauthorized
 from local_ccm.leader import KubeLeaseApi, LeaderContext, LeaderElector, LeadershipLost
 from local_ccm.logs import configure_logging, kv
+from local_ccm.metricsserver import (
+    CertError,
+    TlsContext,
+    certificate_name,
+    metrics_auth,
+    server_tls,
+    start_secure_servers,
+    warn_without_review_access,
+)
 from local_ccm.serve import BindError, Checks, Servers, start_servers
 
 log = logging.getLogger(__name__)
@@ -133,8 +142,16 @@ def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
     for note in loaded.warnings:
         log.warning("%s", note)
     log.info("starting %s %s", names.IPAM, __version__, extra=kv(**opts.startup_fields(loaded)))
+    return _run_or_explain(loaded, env)
+
+
+def _run_or_explain(options: opts.IpamOptions, env: Mapping[str, str]) -> int:
+    """`run`, with every failure as one line and its exit status."""
     try:
-        return run(loaded, env)
+        return run(options, env, metrics_tls_of(options))
+    except CertError as exc:
+        log.error("%s", exc)
+        return EXIT_USAGE
     except (PreconditionFailed, BindError) as exc:
         return _refused(exc)
     except Exception as exc:  # the last line of defence: one line, exit 1
@@ -151,13 +168,20 @@ def _refused(exc: PreconditionFailed | BindError) -> int:
     return EXIT_PRECONDITION
 
 
-def run(options: opts.IpamOptions, env: Mapping[str, str]) -> int:
+def metrics_tls_of(options: opts.IpamOptions) -> TlsContext | None:
+    """The /metrics server's TLS context when it serves HTTPS; raises CertError."""
+    if not options.metrics_secure:
+        return None
+    return server_tls(options.metrics_cert_dir, certificate_name())
+
+
+def run(options: opts.IpamOptions, env: Mapping[str, str], tls: TlsContext | None = None) -> int:
     """Build the adapters and run until a signal (0), leadership loss (3) or failure."""
     try:
         config = resolve_config(options.kubeconfig, options.apiserver, env)
     except (ConfigError, OSError, ValueError) as exc:
         raise PreconditionFailed(f"no usable credentials: {exc}") from exc
-    return asyncio.run(serve(options, config))
+    return asyncio.run(serve(options, config, tls))
 
 
 def settings_from(options: opts.IpamOptions, identity: str) -> Settings:
@@ -194,7 +218,9 @@ class Runtime:
     client: AsyncClient
 
 
-async def serve(options: opts.IpamOptions, config: ClusterConfig) -> int:
+async def serve(
+    options: opts.IpamOptions, config: ClusterConfig, tls: TlsContext | None = None
+) -> int:
     rng = random.Random()
     identity = identity_of(options, rng)
     metrics = IpamMetrics()
@@ -206,13 +232,15 @@ async def serve(options: opts.IpamOptions, config: ClusterConfig) -> int:
         limiter=TokenBucket(options.qps, options.burst),
     )
     health = Health()
-    servers = start_http(options, metrics, health)
+    servers = start_http(options, metrics, health, tls=tls, client=client)
     stop = asyncio.Event()
     install_signal_handlers(stop)
     try:
         checked = await unless_stopped(check_access(api, options, stop, SystemClock(), rng), stop)
         if isinstance(checked, Stopped) or not checked:
             return EXIT_OK  # stopped before the API server answered
+        if tls is not None:
+            await asyncio.to_thread(warn_without_review_access, client)
         health.started = True
         return await lead(Runtime(options, api, metrics, health, identity, rng, aclient), stop)
     finally:
@@ -241,14 +269,28 @@ class Health:
         return controller.ready()
 
 
-def start_http(options: opts.IpamOptions, metrics: IpamMetrics, health: Health) -> Servers:
-    """One web server (health, readiness, metrics) unless metrics go elsewhere."""
+def start_http(
+    options: opts.IpamOptions,
+    metrics: IpamMetrics,
+    health: Health,
+    *,
+    tls: TlsContext | None = None,
+    client: Client | None = None,
+) -> Servers:
+    """One web server (health, readiness, metrics) unless metrics go elsewhere; with `tls` and
+    `client`, metrics are HTTPS behind TokenReview/SubjectAccessReview."""
     healthz, readyz = Checks(), Checks()
     healthz.add("loop", health.healthz)
     readyz.add("controller", health.readyz)
     web = str(options.web_bind) if options.web_bind else "0"
     metrics_at = {"web": web, "off": "0"}.get(options.metrics_mode, str(options.metrics_bind))
     separate = options.metrics_mode == "separate"
+    if tls is not None and client is not None and separate:
+        return start_secure_servers(
+            metrics_address=metrics_at, health_address=web, registry=metrics.registry,
+            healthz=healthz, readyz=readyz, tls=tls, auth=metrics_auth(client),
+            health_flag=options.web_flag,
+        )  # fmt: skip
     return start_servers(
         metrics_address=metrics_at, health_address=web, registry=metrics.registry,
         healthz=healthz, readyz=readyz, health_flag=options.web_flag,

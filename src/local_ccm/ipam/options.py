@@ -35,6 +35,9 @@ from local_ccm.validate import (
 )
 
 LogFormat = Literal["text", "json"]
+# With --metrics-secure, /metrics leaves the plain-HTTP web server (health probes) for its own
+# HTTPS port; next to the other controllers' ports (lifecycle 8090/8091, agent 8092/8093).
+SECURE_METRICS_ADDRESS = ":8094"
 EVENT_NAMESPACE = "default"  # the only namespace of Events about cluster-scoped objects
 _REMOVED_LOCKS = ("endpoints", "configmaps")
 _MIGRATION_LOCKS = ("endpointsleases", "configmapsleases")
@@ -50,6 +53,8 @@ class IpamOptions:
     web_flag: str = "webserver-bind-address"  # the flag web_bind was given by, for messages
     metrics_bind: BindAddress | None = None  # used only when metrics_mode == "separate"
     metrics_mode: Literal["web", "separate", "off"] = "web"
+    metrics_secure: bool = False  # HTTPS + TokenReview/SubjectAccessReview (mode "separate")
+    metrics_cert_dir: str = ""  # empty: self-signed at start-up
     leader_election: bool = True
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
@@ -107,6 +112,8 @@ def options_from(
         web_flag=_web_flag(parsed),
         metrics_bind=metrics_bind,
         metrics_mode=metrics_mode,
+        metrics_secure=parsed.get_bool("metrics-secure") and metrics_mode == "separate",
+        metrics_cert_dir=parsed.get_str("metrics-cert-dir"),
         leader_election=parsed.get_bool("leader-elect"),
         lease_duration=durations[0],
         renew_deadline=durations[1],
@@ -280,11 +287,19 @@ def _web(
     """The web server's address (`--health-probe-address` wins when set) and the metrics mode."""
     web = _bind(parsed, _web_flag(parsed), problems)
     raw = parsed.get_str("metrics-bind-address")
-    if raw == "":
-        return web, "web", None
+    secure = parsed.get_bool("metrics-secure")
     if raw == "0":
         return web, "off", None
-    return web, "separate", _bind(parsed, "metrics-bind-address", problems)
+    if raw == "" and not secure:
+        return web, "web", None  # upstream's layout: one plain server for everything
+    if raw == "":
+        return web, "separate", parse_bind_address(SECURE_METRICS_ADDRESS)
+    metrics = _bind(parsed, "metrics-bind-address", problems)
+    if secure and metrics is not None and metrics == web:
+        reason = (f"must differ from --{_web_flag(parsed)} with --metrics-secure=true (the "
+                  "health probes stay plain HTTP)")  # fmt: skip
+        problems.append(_problem(parsed, "metrics-bind-address", reason))
+    return web, "separate", metrics
 
 
 def _web_flag(parsed: Parsed) -> str:
@@ -400,4 +415,5 @@ def startup_fields(options: IpamOptions) -> dict[str, str]:
         "metrics": {"web": "web server", "off": "off"}.get(
             options.metrics_mode, str(options.metrics_bind)
         ),
+        "metrics_secure": str(options.metrics_secure).lower(),
     }

@@ -97,3 +97,6 @@ SELF_SUBJECT_ACCESS_REVIEWS = Resource(
 SUBJECT_ACCESS_REVIEWS = Resource(
     _AUTHZ, "v1", "subjectaccessreviews", "SubjectAccessReview", namespaced=False
 )
+TOKEN_REVIEWS = Resource(
+    "authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False
+)

@@ -76,6 +76,11 @@ FLAGS = FlagSet(
              "VolumeAttachments after tainting."),
         Flag("metrics-bind-address", "string", ":8090", "Address of /metrics; 0 disables.",
              metavar="host:port"),
+        Flag("metrics-secure", "bool", True, "Serve /metrics over HTTPS, only to bearer tokens "
+             "allowed to get /metrics (TokenReview, SubjectAccessReview); false: plain HTTP, "
+             "no authentication."),
+        Flag("metrics-cert-dir", "string", "", "Directory holding tls.crt and tls.key for "
+             "/metrics; empty: a self-signed certificate made at start-up.", metavar="dir"),
         Flag("health-probe-bind-address", "string", ":8091", "Address of /healthz and "
              "/readyz; 0 disables.", metavar="host:port"),
         Flag("log-format", "string", "text", "text or json.", metavar="format"),

@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from prometheus_client import CollectorRegistry
+
 from local_ccm import __version__, election, flags, names
 from local_ccm.clock import Clock, Stopped, SystemClock, sleep_unless_stopped, unless_stopped
 from local_ccm.kube import errors as ke
@@ -46,7 +48,16 @@ from local_ccm.lifecycle.process import (
 )
 from local_ccm.lifecycle.run import Controller
 from local_ccm.logs import configure_logging, kv
-from local_ccm.serve import BindError, Servers, start_servers
+from local_ccm.metricsserver import (
+    CertError,
+    TlsContext,
+    certificate_name,
+    metrics_auth,
+    server_tls,
+    start_secure_servers,
+    warn_without_review_access,
+)
+from local_ccm.serve import BindError, Checks, Servers, start_servers
 
 log = logging.getLogger(__name__)
 
@@ -71,18 +82,30 @@ def main(argv: Sequence[str], env: Mapping[str, str]) -> int:
         return EXIT_USAGE
     start_logging(loaded)
     try:
-        return asyncio.run(_main(loaded, env))
+        tls = metrics_tls_of(loaded)
+    except CertError as exc:
+        log.error("%s", exc)
+        return EXIT_USAGE
+    try:
+        return asyncio.run(_main(loaded, env, tls))
     except Exception as exc:  # the last line of defence: one line, exit 1
         log.error("internal error: %s: %s", type(exc).__name__, exc, exc_info=True)
         return EXIT_FAILED
 
 
-async def _main(options: LifecycleOptions, env: Mapping[str, str]) -> int:
+async def _main(options: LifecycleOptions, env: Mapping[str, str], tls: TlsContext | None) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    return await run_lifecycle(options, env, stop=stop)
+    return await run_lifecycle(options, env, stop=stop, metrics_tls=tls)
+
+
+def metrics_tls_of(options: LifecycleOptions) -> TlsContext | None:
+    """The /metrics server's TLS context when it serves HTTPS; raises CertError."""
+    if not options.metrics_secure or options.metrics_bind is None:
+        return None
+    return server_tls(options.metrics_cert_dir, certificate_name())
 
 
 def start_logging(options: LifecycleOptions) -> None:
@@ -116,11 +139,13 @@ async def run_lifecycle(
     on_start: Callable[[Started], None] | None = None,
     watch_selector: str | None = None,
     wrap_api: Callable[[NodeApi], NodeApi] | None = None,
+    metrics_tls: TlsContext | None = None,
 ) -> int:
     """Everything after flag parsing; tests call it in a thread with their own loop and may
     inject the prober (then no capability check runs) and the clock. `watch_selector`
     narrows what the watch sees (a test's own Nodes) without changing the scope rules;
-    `wrap_api` wraps the real Node API adapter (e.g. to see Nodes by name)."""
+    `wrap_api` wraps the real Node API adapter (e.g. to see Nodes by name); `metrics_tls` is
+    made here from the options when not given."""
     clock = clock or SystemClock()
     metrics = LifecycleMetrics()
     try:
@@ -137,27 +162,52 @@ async def run_lifecycle(
     metrics.unprobed.set(1 if options.unprobed else 0)
     status = Status(waiting=WAITING)
     healthz, readyz = health_checks(status, clock, options.interval)
-    try:  # listening before the first request: an API outage at start is "not ready", not dead
-        servers = start_servers(
-            metrics_address=options.metrics_address, health_address=options.health_address,
-            registry=metrics.registry, healthz=healthz, readyz=readyz,
-        )  # fmt: skip
-    except BindError as exc:  # a listen flag this host cannot serve: bad input
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    watchdog = asyncio.create_task(run_watchdog(status, clock), name="watchdog")
+    # main() has made it (a CertError there is exit 2); in-process callers get one here.
+    tls = metrics_tls or metrics_tls_of(options)
     client = Client(
         cluster, field_manager=names.LIFECYCLE, user_agent=f"{PROG}/{__version__}",
         timeout=API_TIMEOUT,
     )  # fmt: skip
+    try:  # listening before the first request: an API outage at start is "not ready", not dead
+        servers = _start_servers(
+            options, client=client, tls=tls, registry=metrics.registry, healthz=healthz,
+            readyz=readyz,
+        )  # fmt: skip
+    except BindError as exc:  # a listen flag this host cannot serve: bad input
+        client.close()
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    watchdog = asyncio.create_task(run_watchdog(status, clock), name="watchdog")
     try:
         pod_name = env.get("POD_NAME", "")
-        run = Run(options, status, metrics, clock, prober, servers, stop, on_start, pod_name)
+        run = Run(options, status, metrics, clock, prober, servers, stop, on_start, pod_name,
+                  secure_metrics=tls is not None)  # fmt: skip
         return await _start(run, AsyncClient(client), wrap_api, watch_selector)
     finally:
         watchdog.cancel()
         client.close()
         servers.close()
+
+
+def _start_servers(
+    options: LifecycleOptions,
+    *,
+    client: Client,
+    tls: TlsContext | None,
+    registry: CollectorRegistry,
+    healthz: Checks,
+    readyz: Checks,
+) -> Servers:
+    """Metrics HTTPS behind TokenReview/SubjectAccessReview when `tls` is set, else plain."""
+    if tls is None:
+        return start_servers(
+            metrics_address=options.metrics_address, health_address=options.health_address,
+            registry=registry, healthz=healthz, readyz=readyz,
+        )  # fmt: skip
+    return start_secure_servers(
+        metrics_address=options.metrics_address, health_address=options.health_address,
+        registry=registry, healthz=healthz, readyz=readyz, tls=tls, auth=metrics_auth(client),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -173,6 +223,7 @@ class Run:
     stop: asyncio.Event
     on_start: Callable[[Started], None] | None
     pod_name: str  # the default identity's prefix (else the hostname)
+    secure_metrics: bool = False  # /metrics behind TokenReview/SubjectAccessReview
 
 
 async def _start(
@@ -203,6 +254,8 @@ async def _start(
         log.error("%s", problem)
         return EXIT_PRECONDITION
     status.waiting = None
+    if run.secure_metrics:
+        await asyncio.to_thread(warn_without_review_access, aio.client)
     return await _serve(run, aio, api, watch_selector)
 
 

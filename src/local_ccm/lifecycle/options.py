@@ -84,6 +84,8 @@ class LifecycleOptions:
     health_bind: BindAddress | None = None
     metrics_address: str = ":8090"  # as given, for serve.start_servers
     health_address: str = ":8091"
+    metrics_secure: bool = True  # HTTPS + TokenReview/SubjectAccessReview
+    metrics_cert_dir: str = ""  # empty: self-signed at start-up
     log_format: LogFormat = "text"
     verbosity: int = 0
     event_namespace: str = "default"
@@ -153,6 +155,8 @@ def options_from(parsed: Parsed) -> LifecycleOptions | list[Problem]:
         health_bind=bind_address(parsed, "health-probe-bind-address", problems),
         metrics_address=parsed.get_str("metrics-bind-address"),
         health_address=parsed.get_str("health-probe-bind-address"),
+        metrics_secure=_metrics_secure(parsed, problems),
+        metrics_cert_dir=parsed.get_str("metrics-cert-dir"),
         log_format=choice(parsed, "log-format", _FORMATS, problems) or "text",
         verbosity=_verbosity(parsed, problems),
         event_namespace=checked(parsed, "event-namespace", dns1123_label, problems),
@@ -160,6 +164,20 @@ def options_from(parsed: Parsed) -> LifecycleOptions | list[Problem]:
         warnings=_warnings(probe, kinds),
     )
     return problems or options
+
+
+# ---------------------------------------------------------------- metrics
+
+
+def _metrics_secure(parsed: Parsed, problems: list[Problem]) -> bool:
+    """HTTPS metrics cannot share the port of the plain-HTTP health probes."""
+    secure = parsed.get_bool("metrics-secure")
+    metrics = parsed.get_str("metrics-bind-address")
+    if secure and metrics != "0" and metrics == parsed.get_str("health-probe-bind-address"):
+        problems.append(invalid("metrics-bind-address", "must differ from "
+                                "--health-probe-bind-address with --metrics-secure=true (the "
+                                "probes stay plain HTTP)"))  # fmt: skip
+    return secure
 
 
 # ---------------------------------------------------------------- numbers and durations
@@ -345,5 +363,6 @@ def startup_fields(options: LifecycleOptions) -> dict[str, str]:
         "node_name": scope.own_node or "-",
         "event_namespace": options.event_namespace,
         "metrics": str(options.metrics_bind or "off"),
+        "metrics_secure": str(options.metrics_secure).lower(),
         "health": str(options.health_bind or "off"),
     }

@@ -317,7 +317,9 @@ def test_static_set_uses_the_original_names(chart_helm: Helm, kube_version: str)
     assert nlc["metadata"]["name"] == "node-lifecycle-controller"
     assert nlc["spec"]["selector"]["matchLabels"] == {"app": "node-lifecycle-controller"}
     names = {o["metadata"]["name"] for o in select(objs, "ClusterRole")}
-    assert names == {"system:local-ccm", "system:node-lifecycle-controller"}
+    # The metrics-reader role is new (the original had none), named like the chart's.
+    assert names == {"system:local-ccm", "system:node-lifecycle-controller",
+                     "local-ccm-metrics-reader"}  # fmt: skip
     for obj in objs:
         labels = obj["metadata"].get("labels") or {}
         assert "helm.sh/chart" not in labels, obj["metadata"]["name"]

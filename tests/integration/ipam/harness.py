@@ -30,8 +30,10 @@ KINDS = {
     "Role": r.ROLES,
     "RoleBinding": r.ROLE_BINDINGS,
 }
-# And a per-test event namespace so Events stay with the test.
-BASE_FLAGS = ("--status-update-interval=1s",)
+# And a per-test event namespace so Events stay with the test. Plain metrics on the web server
+# (upstream's layout), which `metric()` reads; tests/integration/test_metrics_auth.py covers the
+# secure default.
+BASE_FLAGS = ("--status-update-interval=1s", "--metrics-secure=false")
 
 
 def apply_rbac(

@@ -37,7 +37,8 @@ class Replica:
     def __init__(self, name: str, setup: Setup, artifacts: Path) -> None:
         self.port = free_port()
         argv = setup.argv(f"--node-selector={setup.selector}",
-                          f"--metrics-bind-address=127.0.0.1:{self.port}")  # fmt: skip
+                          f"--metrics-bind-address=127.0.0.1:{self.port}",
+                          "--metrics-secure=false")  # fmt: skip
         self.child: Child = spawn_controller(name, argv, setup.kubeconfig, artifacts)
 
     def leader(self) -> float | None:

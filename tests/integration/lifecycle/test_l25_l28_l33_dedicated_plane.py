@@ -124,7 +124,7 @@ def test_l28_a_leader_exits_3_when_the_apiserver_stops_and_deletes_nothing(
     name = node["metadata"]["name"]
     port = free_port()
     argv = world.argv("--ping-timeout=3s", f"--metrics-bind-address=127.0.0.1:{port}",
-                      f"--node-selector={world.selector}")  # fmt: skip
+                      "--metrics-secure=false", f"--node-selector={world.selector}")  # fmt: skip
     child = spawn_controller("l28-leader", argv, world.kubeconfig, test_artifacts)
     children.append(child)
     eventually(lambda: metric(port, "leader") == 1 and metric(port, "probes_in_flight") > 0,
@@ -152,7 +152,7 @@ def test_l28_without_leader_election_it_stays_up_and_deletes_after_a_fresh_get(
     metrics_port, health_port = free_port(), free_port()
     argv = world.argv(
         "--leader-elect=false", "--not-ready-timeout=15s", "--ping-timeout=3s",
-        f"--metrics-bind-address=127.0.0.1:{metrics_port}",
+        f"--metrics-bind-address=127.0.0.1:{metrics_port}", "--metrics-secure=false",
         f"--health-probe-bind-address=127.0.0.1:{health_port}", f"--node-selector={world.selector}",
     )  # fmt: skip
     child = spawn_controller("l28-no-election", argv, world.kubeconfig, test_artifacts)

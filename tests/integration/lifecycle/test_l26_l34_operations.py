@@ -73,7 +73,7 @@ def test_l26_a_probe_permission_error_at_run_time_is_unknown_not_a_crash(
            "--inh-caps=-net_raw", "--", str(BINARY), *FAST, f"--kubeconfig={setup.kubeconfig}",
            *setup.argv("--icmp-mode=datagram", "--probe-families=ipv4",
                        f"--node-selector={setup.selector}",
-                       f"--metrics-bind-address=127.0.0.1:{metrics}",
+                       f"--metrics-bind-address=127.0.0.1:{metrics}", "--metrics-secure=false",
                        f"--health-probe-bind-address=127.0.0.1:{health}")]  # fmt: skip
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
     with LoopbackRelay(ns.name, ("127.0.0.1", api_port)):

@@ -33,7 +33,9 @@ def test_defaults_are_upstreams() -> None:
     )  # fmt: skip
     assert o.leader_election is True
     assert o.web_bind == BindAddress(None, 8081)
-    assert o.metrics_mode == "web"
+    # Not upstream's: /metrics leaves the plain web server for HTTPS with authentication.
+    assert (o.metrics_mode, str(o.metrics_bind), o.metrics_secure) == ("separate", ":8094", True)
+    assert o.metrics_cert_dir == ""
     assert (o.mask_v4, o.mask_v6, o.cluster_cidrs, o.reserved) == (24, 64, (), ())
     assert (o.concurrent_node_syncs, o.status_interval, o.reuse_delay) == (20, 5.0, 0.0)
     assert (o.qps, o.burst, o.event_namespace, o.log_format, o.verbosity) == (
@@ -171,6 +173,25 @@ def test_metrics_on_the_web_server_separately_or_off() -> None:
     separate = ok("--metrics-bind-address=127.0.0.1:9090")
     assert separate.metrics_mode == "separate"
     assert separate.metrics_bind is not None
+
+
+def test_plain_metrics_keep_upstreams_single_web_server() -> None:
+    plain = ok("--metrics-secure=false")
+    assert (plain.metrics_mode, plain.metrics_bind, plain.metrics_secure) == ("web", None, False)
+    assert ok(env={"IPAM_METRICS_SECURE": "false"}).metrics_mode == "web"
+    explicit = ok("--metrics-secure=false", "--metrics-bind-address=:8090")
+    assert (explicit.metrics_mode, str(explicit.metrics_bind)) == ("separate", ":8090")
+    assert not explicit.metrics_secure
+
+
+def test_secure_metrics_cannot_share_the_health_probes_port() -> None:
+    (line,) = problems("--metrics-bind-address=:8081")
+    assert "--metrics-bind-address" in line
+    assert "must differ from --webserver-bind-address" in line
+    (line,) = problems("--health-probe-address=:9000", "--metrics-bind-address=:9000")
+    assert "must differ from --health-probe-address" in line
+    assert ok("--metrics-bind-address=0").metrics_secure is False  # nothing to secure
+    assert ok("--metrics-cert-dir=/certs").metrics_cert_dir == "/certs"
 
 
 def test_problems_name_the_environment_variable_when_it_was_the_source() -> None:

@@ -56,6 +56,8 @@ def test_defaults_match_the_original_and_the_spec() -> None:
     assert o.out_of_service_timeout == 300
     assert str(o.metrics_bind) == ":8090"
     assert str(o.health_bind) == ":8091"
+    assert o.metrics_secure
+    assert o.metrics_cert_dir == ""
     assert o.log_format == "text"
     assert o.event_namespace == "default"
 
@@ -162,3 +164,14 @@ def test_startup_line_names_the_effective_configuration() -> None:
     assert fields["probe"].startswith("none")
     assert fields["node_selector"] == "a=b"
     assert fields["lease"] == "kube-system/node-lifecycle-controller"
+
+
+def test_secure_metrics_cannot_share_the_health_probes_port() -> None:
+    (line,) = problems("--metrics-bind-address=:9000", "--health-probe-bind-address=:9000")
+    assert "--metrics-bind-address" in line
+    assert "must differ from --health-probe-bind-address" in line
+    shared = ok("--metrics-secure=false", "--metrics-bind-address=:9000",
+                "--health-probe-bind-address=:9000")  # fmt: skip
+    assert not shared.metrics_secure
+    assert ok("--metrics-bind-address=0", "--health-probe-bind-address=0").metrics_secure
+    assert ok("--metrics-cert-dir=/certs").metrics_cert_dir == "/certs"

@@ -1,0 +1,257 @@
+"""Secure `/metrics` of the two controllers: HTTPS, TokenReview and SubjectAccessReview.
+
+The adapters around `local_ccm.metricsauth` (the decision): the reviewer that asks the API
+server, the server's TLS context (`--metrics-cert-dir`, else a self-signed certificate made at
+start-up, as controller-runtime does), and the start of the two servers: health probes plain
+HTTP on their own address (kubelet probes them without a token), metrics HTTPS on theirs.
+Certificates are read once; a rotated certificate takes effect at the next restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry
+
+from local_ccm.kube import resources as r
+from local_ccm.kube.client import Client, Obj
+from local_ccm.kube.errors import ApiError, Forbidden
+from local_ccm.kube.request import access_review
+from local_ccm.kube.request import review_allowed as self_review_allowed
+from local_ccm.logs import V4
+from local_ccm.metricsauth import (
+    MetricsAuth,
+    ReviewUnavailable,
+    User,
+    VerdictCache,
+    review_allowed,
+    reviewed_user,
+    subject_access_review,
+    token_review,
+)
+from local_ccm.serve import Checks, HttpServer, Routes, Servers, bind_error
+from local_ccm.validate import BindAddress, parse_bind_address
+
+log = logging.getLogger(__name__)
+
+CERT_FILE, KEY_FILE = "tls.crt", "tls.key"
+TlsContext = ssl.SSLContext  # for the composition roots, which do not speak TLS themselves
+REVIEW_TIMEOUT = 10.0
+WARN_EVERY = 60.0
+CERT_CHILD_TIMEOUT = 60.0
+KEY_MARKER = b"-----BEGIN PRIVATE KEY-----"
+SELF_EXE = "/proc/self/exe"
+
+
+class CertError(Exception):
+    """The serving certificate cannot be loaded or made (one line, exit 2)."""
+
+
+# ---------------------------------------------------------------- reviews
+
+
+class Creator(Protocol):
+    """The one API verb the reviews need (`local_ccm.kube.client.Client` is one)."""
+
+    def create(self, res: r.Resource, body: Obj, *, timeout: float | None = None) -> Obj: ...
+
+
+class KubeReviewer:
+    """TokenReview and SubjectAccessReview with the controller's own credentials. A failed
+    review is a WARNING at most once a minute (a scrape every 15 s would repeat it 4 times a
+    minute), DEBUG in between."""
+
+    def __init__(self, client: Creator, now: Callable[[], float] = time.monotonic) -> None:
+        self._client = client
+        self._now = now
+        self._lock = threading.Lock()
+        self._warned_at: float | None = None
+
+    def authenticate(self, token: str) -> User | None:
+        return reviewed_user(self._create(r.TOKEN_REVIEWS, token_review(token)))
+
+    def may_get(self, user: User, path: str) -> bool:
+        return review_allowed(
+            self._create(r.SUBJECT_ACCESS_REVIEWS, subject_access_review(user, path))
+        )
+
+    def _create(self, resource: r.Resource, body: Obj) -> Obj:
+        try:
+            return self._client.create(resource, body, timeout=REVIEW_TIMEOUT)
+        except Forbidden as exc:
+            self._warn("cannot review a /metrics request: %s; the controller's ClusterRole "
+                       "needs create on %s.%s", exc, resource.plural, resource.group)  # fmt: skip
+            raise ReviewUnavailable(str(exc)) from exc
+        except (ApiError, OSError) as exc:
+            self._warn("cannot review a /metrics request: %s", exc)
+            raise ReviewUnavailable(str(exc)) from exc
+
+    def _warn(self, message: str, *args: object) -> None:
+        with self._lock:
+            now = self._now()
+            quiet = self._warned_at is not None and now - self._warned_at < WARN_EVERY
+            if not quiet:
+                self._warned_at = now
+        log.log(V4 if quiet else logging.WARNING, message, *args)
+
+
+def metrics_auth(client: Client) -> MetricsAuth:
+    return MetricsAuth(KubeReviewer(client), VerdictCache(time.monotonic))
+
+
+REVIEWS = (
+    ("authentication.k8s.io", "tokenreviews"),
+    ("authorization.k8s.io", "subjectaccessreviews"),
+)
+
+
+def read_missing_review_access(client: Client) -> list[str]:
+    """The review permissions secure /metrics needs and these credentials lack (empty when the
+    API server does not answer: the start-up check has just passed, a hiccup is no news)."""
+    missing = []
+    for group, resource in REVIEWS:
+        body = access_review("create", resource, group=group)
+        try:
+            review = client.create(r.SELF_SUBJECT_ACCESS_REVIEWS, body, timeout=REVIEW_TIMEOUT)
+        except (ApiError, OSError):
+            return []
+        if not self_review_allowed(review):
+            missing.append(f"create {resource}.{group}")
+    return missing
+
+
+def warn_without_review_access(client: Client) -> None:
+    """A WARNING, not an exit: manifests written before secure metrics lack these permissions
+    and must keep starting; their scrapes answer 503 until the permissions are granted."""
+    missing = read_missing_review_access(client)
+    if missing:
+        log.warning("/metrics answers 503 to every scrape: the controller's ClusterRole lacks %s "
+                    "(or run with --metrics-secure=false)", " and ".join(missing))  # fmt: skip
+
+
+# ---------------------------------------------------------------- TLS
+
+
+def server_tls(cert_dir: str, name: str) -> ssl.SSLContext:
+    """The serving context: `cert_dir`/tls.crt + tls.key, else a self-signed certificate for
+    `name`. Raises CertError."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cert_dir:
+        cert, key = Path(cert_dir, CERT_FILE), Path(cert_dir, KEY_FILE)
+        try:
+            context.load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            raise CertError(f"--metrics-cert-dir={cert_dir}: cannot load {CERT_FILE} and "
+                            f"{KEY_FILE}: {exc.strerror or exc}") from exc  # fmt: skip
+        return context
+    cert_pem, key_pem = self_signed(name)
+    with _pem_files(cert_pem, key_pem) as (cert_path, key_path):
+        context.load_cert_chain(cert_path, key_path)
+    log.info("serving /metrics with a self-signed certificate (no --metrics-cert-dir)")
+    return context
+
+
+def self_signed(name: str) -> tuple[bytes, bytes]:
+    """(certificate, key) PEM for `name`, made by `local_ccm.metricscert` in a short-lived child
+    process: importing `cryptography` would stay in this process's memory for its whole life
+    (about 12.6 MiB of RSS, measured) for one certificate. Raises CertError."""
+    # This very interpreter, with this process's import path: sys.executable may be a path the
+    # process's user cannot exec (a venv link into a private directory) although it runs.
+    python = SELF_EXE if os.path.exists(SELF_EXE) else sys.executable
+    env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    try:
+        done = subprocess.run(
+            [python, "-P", "-m", "local_ccm.metricscert", name],
+            capture_output=True, timeout=CERT_CHILD_TIMEOUT, check=False, env=env,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise CertError(f"cannot make a self-signed certificate for /metrics: {exc}") from exc
+    cert, marker, key = done.stdout.partition(KEY_MARKER)
+    if done.returncode != 0 or not marker:
+        lines = done.stderr.decode(errors="replace").strip().splitlines() or ["no output"]
+        raise CertError(f"cannot make a self-signed certificate for /metrics: {lines[-1]}")
+    return cert, marker + key
+
+
+@contextlib.contextmanager
+def _pem_files(cert: bytes, key: bytes) -> Iterator[tuple[str, str]]:
+    """`ssl` loads certificates from paths only: memory-backed files (the controllers' root
+    filesystem is read-only), else a private temporary directory, gone after loading."""
+    if hasattr(os, "memfd_create"):
+        fds = [os.memfd_create(label) for label in ("tls.crt", "tls.key")]
+        try:
+            for fd, data in zip(fds, (cert, key), strict=True):
+                os.write(fd, data)
+            yield f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[1]}"
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return
+    with tempfile.TemporaryDirectory() as tmp:  # pragma: no cover (no memfd: not Linux)
+        Path(tmp, CERT_FILE).write_bytes(cert)
+        Path(tmp, KEY_FILE).write_bytes(key)
+        yield str(Path(tmp, CERT_FILE)), str(Path(tmp, KEY_FILE))
+
+
+def certificate_name() -> str:
+    return socket.gethostname() or "localhost"
+
+
+# ---------------------------------------------------------------- servers
+
+
+def start_secure_servers(
+    *,
+    metrics_address: str,
+    health_address: str,
+    registry: CollectorRegistry,
+    healthz: Checks,
+    readyz: Checks,
+    tls: ssl.SSLContext,
+    auth: MetricsAuth,
+    metrics_flag: str = "metrics-bind-address",
+    health_flag: str = "health-probe-bind-address",
+) -> Servers:
+    """Health plain HTTP on its address, metrics HTTPS behind `auth` on its own (never shared:
+    the options refuse equal addresses). `0` disables either. Raises BindError, naming the
+    flag, when a port cannot be bound."""
+    metrics_at = parse_bind_address(metrics_address)
+    health_at = parse_bind_address(health_address)
+    started: list[HttpServer] = []
+    try:
+        metrics = health = None
+        if metrics_at is not None:
+            routes = Routes(registry=registry, guard=auth.check)
+            metrics = _listen(metrics_at, routes, tls, metrics_flag, metrics_address)
+            started.append(metrics)
+        if health_at is not None:
+            routes = Routes(healthz=healthz, readyz=readyz)
+            health = _listen(health_at, routes, None, health_flag, health_address)
+            started.append(health)
+    except BaseException:
+        for server in started:
+            server.close()
+        raise
+    return Servers(started, metrics, health)
+
+
+def _listen(
+    address: BindAddress, routes: Routes, tls: ssl.SSLContext | None, flag: str, given: str
+) -> HttpServer:
+    try:
+        return HttpServer(address, routes, tls)
+    except OSError as exc:
+        raise bind_error((flag,), given, exc) from exc
