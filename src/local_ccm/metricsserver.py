@@ -41,8 +41,7 @@ from local_ccm.metricsauth import (
     subject_access_review,
     token_review,
 )
-from local_ccm.serve import Checks, HttpServer, Routes, Servers, bind_error
-from local_ccm.validate import BindAddress, parse_bind_address
+from local_ccm.serve import Checks, Servers, start_servers
 
 log = logging.getLogger(__name__)
 
@@ -225,33 +224,10 @@ def start_secure_servers(
     metrics_flag: str = "metrics-bind-address",
     health_flag: str = "health-probe-bind-address",
 ) -> Servers:
-    """Health plain HTTP on its address, metrics HTTPS behind `auth` on its own (never shared:
-    the options refuse equal addresses). `0` disables either. Raises BindError, naming the
-    flag, when a port cannot be bound."""
-    metrics_at = parse_bind_address(metrics_address)
-    health_at = parse_bind_address(health_address)
-    started: list[HttpServer] = []
-    try:
-        metrics = health = None
-        if metrics_at is not None:
-            routes = Routes(registry=registry, guard=auth.check)
-            metrics = _listen(metrics_at, routes, tls, metrics_flag, metrics_address)
-            started.append(metrics)
-        if health_at is not None:
-            routes = Routes(healthz=healthz, readyz=readyz)
-            health = _listen(health_at, routes, None, health_flag, health_address)
-            started.append(health)
-    except BaseException:
-        for server in started:
-            server.close()
-        raise
-    return Servers(started, metrics, health)
-
-
-def _listen(
-    address: BindAddress, routes: Routes, tls: ssl.SSLContext | None, flag: str, given: str
-) -> HttpServer:
-    try:
-        return HttpServer(address, routes, tls)
-    except OSError as exc:
-        raise bind_error((flag,), given, exc) from exc
+    """Health plain HTTP on its address, metrics HTTPS behind `auth` on its own. `0` disables
+    either. Raises BindError, naming the flag, when a port cannot be bound."""
+    return start_servers(
+        metrics_address=metrics_address, health_address=health_address, registry=registry,
+        healthz=healthz, readyz=readyz, metrics_flag=metrics_flag, health_flag=health_flag,
+        metrics_tls=tls, metrics_guard=auth.check,
+    )  # fmt: skip

@@ -253,9 +253,15 @@ def bind_error(flags: Iterable[str], address: str, exc: OSError) -> BindError:
     return BindError(f"{given}: {reason}")
 
 
-def _listen(address: BindAddress, routes: Routes, flags: Iterable[str], given: str) -> HttpServer:
+def _listen(
+    address: BindAddress,
+    routes: Routes,
+    flags: Iterable[str],
+    given: str,
+    tls: ssl.SSLContext | None = None,
+) -> HttpServer:
     try:
-        return HttpServer(address, routes)
+        return HttpServer(address, routes, tls)
     except OSError as exc:
         raise bind_error(flags, given, exc) from exc
 
@@ -269,26 +275,29 @@ def start_servers(
     readyz: Checks,
     metrics_flag: str = "metrics-bind-address",
     health_flag: str = "health-probe-bind-address",
+    metrics_tls: ssl.SSLContext | None = None,
+    metrics_guard: Guard | None = None,
 ) -> Servers:
-    """Start the servers; equal addresses share one server serving every path.
+    """Start the servers; equal plain addresses share one server serving every path.
 
-    Addresses use `parse_bind_address` syntax (`0` disables one). Raises ValueError on a
-    bad address and BindError, naming the flag (`metrics_flag`, `health_flag`), when a port
-    cannot be bound.
+    Addresses use `parse_bind_address` syntax (`0` disables one). With `metrics_tls`, metrics
+    are HTTPS and `metrics_guard` must allow each scrape; health stays plain HTTP for the
+    kubelet, so the two never share a server (the options refuse equal addresses then).
+    Raises ValueError on a bad address and BindError, naming the flag (`metrics_flag`,
+    `health_flag`), when a port cannot be bound.
     """
     metrics_at = parse_bind_address(metrics_address)
     health_at = parse_bind_address(health_address)
-    if metrics_at is not None and metrics_at == health_at:
-        routes = Routes(registry, healthz, readyz)
+    if metrics_at is not None and metrics_at == health_at and metrics_tls is None:
+        routes = Routes(registry, healthz, readyz, guard=metrics_guard)
         both = _listen(metrics_at, routes, (metrics_flag, health_flag), metrics_address)
         return Servers([both], both, both)
     started: list[HttpServer] = []
     try:
         metrics = health = None
         if metrics_at is not None:
-            metrics = _listen(
-                metrics_at, Routes(registry=registry), (metrics_flag,), metrics_address
-            )
+            routes = Routes(registry=registry, guard=metrics_guard)
+            metrics = _listen(metrics_at, routes, (metrics_flag,), metrics_address, metrics_tls)
             started.append(metrics)
         if health_at is not None:
             routes = Routes(healthz=healthz, readyz=readyz)
