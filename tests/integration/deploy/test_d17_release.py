@@ -37,7 +37,7 @@ def dist(helm_binary: Path) -> Iterator[Path]:
         yield out
 
 
-def test_d14_release_has_every_artefact(dist: Path) -> None:
+def test_d17_release_has_every_artefact(dist: Path) -> None:
     v = __version__
     expected = {
         f"local_ccm-{v}-py3-none-any.whl", f"local_ccm-{v}.tar.gz", f"local-ccm-{v}.tgz",
@@ -51,7 +51,7 @@ def test_d14_release_has_every_artefact(dist: Path) -> None:
     assert rendered <= present
 
 
-def test_d14_sha256sums_covers_everything_and_verifies(dist: Path) -> None:
+def test_d17_sha256sums_covers_everything_and_verifies(dist: Path) -> None:
     done = subprocess.run(["sha256sum", "--strict", "-c", "SHA256SUMS"], cwd=dist,
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -60,7 +60,7 @@ def test_d14_sha256sums_covers_everything_and_verifies(dist: Path) -> None:
     assert listed == files - {"SHA256SUMS"}
 
 
-def test_d14_sbom_names_the_image_its_debian_packages_and_locked_wheels(dist: Path) -> None:
+def test_d17_sbom_names_the_image_its_debian_packages_and_locked_wheels(dist: Path) -> None:
     bom = json.loads((dist / f"local-ccm-{__version__}.oci.tar.cdx.json").read_text())
     assert bom["bomFormat"] == "CycloneDX"
     digest = (dist / f"local-ccm-{__version__}.oci.tar.digest").read_text().strip()
@@ -73,7 +73,7 @@ def test_d14_sbom_names_the_image_its_debian_packages_and_locked_wheels(dist: Pa
     assert "pkg:pypi/local-ccm" in purls
 
 
-def test_d14_release_without_helm_is_a_clear_error(tmp_path: Path) -> None:
+def test_d17_release_without_helm_is_a_clear_error(tmp_path: Path) -> None:
     done = release(tmp_path / "dist", tmp_path / "no-helm")
     assert done.returncode == 2
     assert "no helm binary" in done.stderr
