@@ -136,6 +136,16 @@ LISTEN_FLAGS = [
 ]
 
 
+def _run_to_exit(binary: Binary, argv: Sequence[str], log: Path) -> tuple[int, str]:
+    """Start the binary, wait for it to exit by itself; its exit code and its log's tail."""
+    child = _start(binary, argv, log)
+    try:
+        code = eventually(child.exited, timeout=30, message=f"{binary.name} exits")
+    finally:
+        child.stop(grace=5)
+    return code, tail(log)
+
+
 def _listen_argv(
     binary: Binary, kubeconfig: Path, flag: str, other: str | None, address: str
 ) -> list[str]:
@@ -165,12 +175,7 @@ def test_a_listen_address_that_cannot_be_bound_is_one_line_and_exit_2(
         address = f"127.0.0.1:{taken.getsockname()[1]}" if case == "busy" else FOREIGN
         reason = "address already in use" if case == "busy" else "address not available"
         argv = _listen_argv(binary, control_plane.admin_kubeconfig, flag, other, address)
-        child = _start(binary, argv, log)
-        try:
-            code = eventually(child.exited, timeout=30, message=f"{binary.name} exits")
-        finally:
-            child.stop(grace=5)
-    output = tail(log)
+        code, output = _run_to_exit(binary, argv, log)
     assert code == 2, output
     assert f"--{flag}={address}: {reason}" in output, output
     assert "Traceback" not in output, output
@@ -194,12 +199,7 @@ def test_a_privileged_port_without_the_capability_is_one_line_and_exit_2(
     address = "127.0.0.1:80"
     argv = _listen_argv(binary, kubeconfig, flag, other, address)
     log = test_artifacts / f"{binary.name}.log"
-    child = _start(binary, [*UNPRIVILEGED, *argv], log)
-    try:
-        code = eventually(child.exited, timeout=30, message=f"{binary.name} exits")
-    finally:
-        child.stop(grace=5)
-    output = tail(log)
+    code, output = _run_to_exit(binary, [*UNPRIVILEGED, *argv], log)
     assert code == 2, output
     assert f"--{flag}={address}: permission denied" in output, output
     assert "Traceback" not in output, output
