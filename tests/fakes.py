@@ -156,7 +156,7 @@ class FakeLeaseServer:
 
 
 class FakeLeaseApi:
-    """`local_ccm.leader.LeaseApi` over a `FakeLeaseServer`, with fault injection.
+    """`local_ccm.lease.elector.LeaseApi` over a `FakeLeaseServer`, with fault injection.
 
     - `fail_next(verb, error)`: the next call of `verb` raises `error`;
     - `outage = True`: every call raises Transient (the apiserver is unreachable);

@@ -16,9 +16,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from local_ccm.agent.candidates import Detection, DetectorKey
+    from local_ccm.agent.core.candidates import Detection, DetectorKey
+    from local_ccm.agent.core.report import Plan
     from local_ccm.agent.options import AgentOptions, ConfigResolver
-    from local_ccm.agent.report import Plan
 
 log = logging.getLogger(__name__)
 Mode = Callable[["AgentOptions"], int]
@@ -86,8 +86,8 @@ def _run_agent(options: AgentOptions) -> int:
 
 def _detect(options: AgentOptions) -> int:
     """Detect mode: detect, read the Node when possible, print, exit 0/1."""
+    from local_ccm.agent.core.report import detect_exit_code, render_json, render_text  # noqa: PLC0415
     from local_ccm.agent.detect import detect_addresses  # noqa: PLC0415
-    from local_ccm.agent.report import detect_exit_code, render_json, render_text  # noqa: PLC0415
 
     report = detect_addresses(options.config)
     plan = _read_plan(options, report.results)
@@ -99,7 +99,7 @@ def _detect(options: AgentOptions) -> int:
 def _read_plan(options: AgentOptions, detected: Mapping[DetectorKey, Detection]) -> Plan:
     """One read-only GET of the Node; any failure becomes part of the report."""
     from local_ccm import names  # noqa: PLC0415
-    from local_ccm.agent.report import PlanUnavailable, plan_node  # noqa: PLC0415
+    from local_ccm.agent.core.report import PlanUnavailable, plan_node  # noqa: PLC0415
     from local_ccm.kube.client import Client  # noqa: PLC0415
     from local_ccm.kube.errors import ApiError  # noqa: PLC0415
     from local_ccm.kube.resources import NODES  # noqa: PLC0415

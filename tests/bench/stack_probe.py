@@ -51,7 +51,7 @@ def main() -> int:
     from local_ccm.kube.client import Client
 
     if args.metrics:
-        import local_ccm.serve  # prometheus_client comes with it
+        import local_ccm.runtime.serve  # prometheus_client comes with it
     import local_ccm.netlink  # noqa: F401
 
     report("imported")
@@ -107,7 +107,7 @@ class Probe:
     def serve_metrics(self) -> Any:
         from prometheus_client import CollectorRegistry, Counter
 
-        from local_ccm.serve import Checks, start_servers
+        from local_ccm.runtime.serve import Checks, start_servers
 
         registry = CollectorRegistry()
         self.counter = Counter("stack_probe_writes", "patches sent", registry=registry)

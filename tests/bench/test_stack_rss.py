@@ -31,7 +31,8 @@ BASELINES = {
         "import local_ccm.kube.aio, local_ccm.kube.client, local_ccm.netlink"
     ),
     "stack imported + serve (prometheus_client)": (
-        "import local_ccm.kube.aio, local_ccm.kube.client, local_ccm.netlink, local_ccm.serve"
+        "import local_ccm.kube.aio, local_ccm.kube.client, local_ccm.netlink, "
+        "local_ccm.runtime.serve"
     ),
 }
 RSS = (

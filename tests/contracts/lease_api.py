@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from local_ccm.kube.errors import Conflict, NotFound
-from local_ccm.leader import LeaseApi
+from local_ccm.lease.elector import LeaseApi
 
 Check = Callable[[LeaseApi], Coroutine[Any, Any, None]]
 

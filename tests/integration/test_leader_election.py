@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 from local_ccm.clock import SystemClock
-from local_ccm.election import ElectionConfig
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import Conflict, Transient
 from local_ccm.kube.resources import LEASES
-from local_ccm.leader import KubeLeaseApi, LeaderContext, LeaderElector
+from local_ccm.lease.election import ElectionConfig
+from local_ccm.lease.elector import KubeLeaseApi, LeaderContext, LeaderElector
 from tests.support.controlplane import ControlPlane
 from tests.support.waiting import eventually
 

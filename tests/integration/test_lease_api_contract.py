@@ -8,7 +8,7 @@ import pytest
 
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
-from local_ccm.leader import KubeLeaseApi
+from local_ccm.lease.elector import KubeLeaseApi
 from tests.contracts.lease_api import CHECKS, Check, check_id
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from local_ccm.election import (
+from local_ccm.lease.election import (
     Action,
     ElectionConfig,
     LeaseRecord,

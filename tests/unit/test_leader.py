@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from local_ccm.election import ElectionConfig, format_micro_time
 from local_ccm.kube.errors import Conflict, Transient
-from local_ccm.leader import LeaderContext, LeaderElector, LeadershipLost
+from local_ccm.lease.election import ElectionConfig, format_micro_time
+from local_ccm.lease.elector import LeaderContext, LeaderElector, LeadershipLost
 from tests.fakes import START_WALL, FakeClock, FakeLeaseApi, FakeLeaseServer, settle
 
 LEASE, DEADLINE, RETRY = 4.0, 3.0, 0.5

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from local_ccm.metricsauth import (
+from local_ccm.runtime.metricsauth import (
     ALLOWED_TTL,
     DENIED_TTL,
     MetricsAuth,

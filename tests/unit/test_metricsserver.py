@@ -19,19 +19,25 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from local_ccm import metricscert
 from local_ccm.kube import resources as r
 from local_ccm.kube.errors import Forbidden
 from local_ccm.kube.request import Obj
-from local_ccm.metricsauth import MetricsAuth, ReviewUnavailable, User, Verdict, VerdictCache
-from local_ccm.metricsserver import (
+from local_ccm.runtime import metricscert
+from local_ccm.runtime.metricsauth import (
+    MetricsAuth,
+    ReviewUnavailable,
+    User,
+    Verdict,
+    VerdictCache,
+)
+from local_ccm.runtime.metricsserver import (
     CertError,
     KubeReviewer,
     self_signed,
     server_tls,
     start_secure_servers,
 )
-from local_ccm.serve import BindError, Checks, Servers
+from local_ccm.runtime.serve import BindError, Checks, Servers
 
 pytestmark = pytest.mark.unit
 
@@ -205,7 +211,7 @@ def test_a_failed_review_is_unavailable_and_warned_once_a_minute(
 ) -> None:
     clock = [0.0]
     reviewer = KubeReviewer(FailingApi(Forbidden(403, "Forbidden", "no")), now=lambda: clock[0])
-    caplog.set_level(logging.DEBUG, logger="local_ccm.metricsserver")
+    caplog.set_level(logging.DEBUG, logger="local_ccm.runtime.metricsserver")
     for _ in range(4):  # a minute of scrapes every 15 s
         with pytest.raises(ReviewUnavailable):
             reviewer.authenticate("t")

@@ -15,7 +15,7 @@ from ipaddress import ip_address
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from local_ccm.serve import (
+from local_ccm.runtime.serve import (
     BindError,
     Checks,
     HttpServer,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from local_ccm import netlink
-from local_ccm.agent.candidates import (
+from local_ccm.agent.core.candidates import (
     DISABLED,
     Candidate,
     Detection,
@@ -26,7 +26,7 @@ from local_ccm.agent.candidates import (
     choose_address,
     evaluate_candidates,
 )
-from local_ccm.agent.config import (
+from local_ccm.agent.core.config import (
     ADDRESS_TYPES,
     FAMILIES,
     AddressType,

@@ -7,7 +7,7 @@ Pure, no I/O. Validation of the values lives in ``agent.options``.
 from __future__ import annotations
 
 from local_ccm import __version__, names
-from local_ccm.agent.config import DEFAULT_INTERFACE_EXCLUDE
+from local_ccm.agent.core.config import DEFAULT_INTERFACE_EXCLUDE
 from local_ccm.flags import Flag, FlagSet
 
 PROG = names.AGENT

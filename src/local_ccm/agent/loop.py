@@ -17,11 +17,33 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass
 from typing import Any
 
-from local_ccm.agent import events as ev
 from local_ccm.agent import tasks
-from local_ccm.agent.addresses import AddressPlan
-from local_ccm.agent.candidates import Detection, DetectorKey
-from local_ccm.agent.config import INTERNAL, AgentConfig, family_name
+from local_ccm.agent.core import events as ev
+from local_ccm.agent.core.addresses import AddressPlan
+from local_ccm.agent.core.candidates import Detection, DetectorKey
+from local_ccm.agent.core.config import INTERNAL, AgentConfig, family_name
+from local_ccm.agent.core.passes import (
+    current_addresses,
+    is_older,
+    node_rv,
+    node_uid,
+)
+from local_ccm.agent.core.plan import (
+    FightState,
+    addresses_match,
+    advise_no_internal_ip,
+    fight_observe,
+    fight_tick,
+    is_tainted,
+    last_address_writer,
+    plan_addresses,
+)
+from local_ccm.agent.core.timing import (
+    API_BACKOFF,
+    MAX_CONFLICTS,
+    NO_INTERNAL_IP_WARNING_EVERY,
+    is_due,
+)
 from local_ccm.agent.metrics import BLOCK_REASONS, AgentMetrics
 from local_ccm.agent.nodeapi import (
     INFORMER_ERRORS,
@@ -34,29 +56,7 @@ from local_ccm.agent.nodeapi import (
     OwnNode,
 )
 from local_ccm.agent.outbox import EventOutbox
-from local_ccm.agent.passes import (
-    current_addresses,
-    is_older,
-    node_rv,
-    node_uid,
-)
-from local_ccm.agent.plan import (
-    FightState,
-    addresses_match,
-    advise_no_internal_ip,
-    fight_observe,
-    fight_tick,
-    is_tainted,
-    last_address_writer,
-    plan_addresses,
-)
 from local_ccm.agent.providerid import ProviderIdSource
-from local_ccm.agent.timing import (
-    API_BACKOFF,
-    MAX_CONFLICTS,
-    NO_INTERNAL_IP_WARNING_EVERY,
-    is_due,
-)
 from local_ccm.agent.triggers import Health, Triggers
 from local_ccm.agent.writes import NodeWrites
 from local_ccm.clock import Clock, SystemClock

@@ -19,8 +19,8 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from local_ccm import __version__
-from local_ccm.agent.candidates import Detection, DetectorKey, Disabled, Failed, Found
-from local_ccm.agent.config import family_name
+from local_ccm.agent.core.candidates import Detection, DetectorKey, Disabled, Failed, Found
+from local_ccm.agent.core.config import family_name
 
 P = "local_ccm_"
 TAINT_DELAY_BUCKETS = (1, 2, 5, 10, 30, 60, 120, 300, 600, 1800)

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from local_ccm.agent.plan import Patch
+from local_ccm.agent.core.plan import Patch
 from local_ccm.kube import errors as ke
 from local_ccm.kube import resources as r
 from local_ccm.kube.aio import AsyncClient

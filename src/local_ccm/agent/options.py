@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ipaddress import ip_address
 from typing import Literal, Protocol, TypeVar
 
-from local_ccm.agent.config import (
+from local_ccm.agent.core.config import (
     AgentConfig,
     Family,
     IPAddress,

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from local_ccm.agent import events as ev
+from local_ccm.agent.core import events as ev
 from local_ccm.agent.nodeapi import NodeApi, NodeApiError
 from local_ccm.clock import Clock
 from local_ccm.logs import kv

@@ -14,7 +14,7 @@ import logging
 import random
 from typing import Protocol
 
-from local_ccm.agent.timing import (
+from local_ccm.agent.core.timing import (
     PROVIDER_ID_BACKOFF,
     ProviderIdAttempts,
     provider_id_failed,

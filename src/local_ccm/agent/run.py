@@ -17,13 +17,14 @@ import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from local_ccm import names
-from local_ccm.agent.candidates import DetectorKey
-from local_ccm.agent.config import ADDRESS_TYPES, FAMILIES, AgentConfig
+from local_ccm.agent.core.candidates import DetectorKey
+from local_ccm.agent.core.config import ADDRESS_TYPES, FAMILIES, AgentConfig
+from local_ccm.agent.core.passes import is_settle_needed, unmet_run_once
+from local_ccm.agent.core.timing import API_BACKOFF, MAX_CONFLICTS, MONITOR_BACKOFF
 from local_ccm.agent.loop import Agent, ChangeSource, Detected, DetectFn, LoopSettings
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.nodeapi import NodeApi
 from local_ccm.agent.options import AgentOptions
-from local_ccm.agent.passes import is_settle_needed, unmet_run_once
 from local_ccm.agent.providerid import AzureImds, ProviderIdSource
 from local_ccm.agent.tasks import (
     EXIT_FAILED,
@@ -34,12 +35,11 @@ from local_ccm.agent.tasks import (
     RUN_ONCE_TRANSIENT_RETRIES,
     PreconditionError,
 )
-from local_ccm.agent.timing import API_BACKOFF, MAX_CONFLICTS, MONITOR_BACKOFF
 from local_ccm.agent.triggers import WATCH_GRACE, Health, Triggers
 from local_ccm.clock import Clock
 from local_ccm.logs import kv
 from local_ccm.netlink import Change
-from local_ccm.serve import BindError, Checks, Servers, start_servers
+from local_ccm.runtime.serve import BindError, Checks, Servers, start_servers
 
 __all__ = [  # the loop's names are re-exported from agent.loop, .tasks, .timing, .triggers
     "API_BACKOFF", "EXIT_FAILED", "EXIT_OK", "EXIT_PRECONDITION", "MAX_CONFLICTS",

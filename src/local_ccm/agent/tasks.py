@@ -15,6 +15,9 @@ from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
 from local_ccm import names
+from local_ccm.agent.core.passes import unmet_run_once
+from local_ccm.agent.core.plan import plan_addresses
+from local_ccm.agent.core.timing import API_BACKOFF, MONITOR_BACKOFF
 from local_ccm.agent.nodeapi import (
     ConflictError,
     ForbiddenError,
@@ -22,10 +25,7 @@ from local_ccm.agent.nodeapi import (
     TransientError,
     UnauthorizedError,
 )
-from local_ccm.agent.passes import unmet_run_once
-from local_ccm.agent.plan import plan_addresses
 from local_ccm.agent.providerid import fetch_provider_id
-from local_ccm.agent.timing import API_BACKOFF, MONITOR_BACKOFF
 from local_ccm.agent.triggers import Triggers
 from local_ccm.clock import Clock
 from local_ccm.logs import kv

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from local_ccm.agent.timing import debounce_wait
+from local_ccm.agent.core.timing import debounce_wait
 from local_ccm.clock import Clock
 
 WATCH_GRACE = 60.0  # readiness tolerates a reconnecting watch this long

@@ -16,15 +16,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from local_ccm import names
-from local_ccm.agent import events as ev
 from local_ccm.agent import tasks
-from local_ccm.agent.addresses import AddressPlan
-from local_ccm.agent.candidates import Detection, DetectorKey
-from local_ccm.agent.config import AgentConfig
-from local_ccm.agent.metrics import AgentMetrics
-from local_ccm.agent.nodeapi import ForbiddenError, InvalidError, NodeApi, NodeApiError
-from local_ccm.agent.outbox import EventOutbox
-from local_ccm.agent.passes import (
+from local_ccm.agent.core import events as ev
+from local_ccm.agent.core.addresses import AddressPlan
+from local_ccm.agent.core.candidates import Detection, DetectorKey
+from local_ccm.agent.core.config import AgentConfig
+from local_ccm.agent.core.passes import (
     GateReport,
     creation_delay,
     current_addresses,
@@ -34,7 +31,7 @@ from local_ccm.agent.passes import (
     node_uid,
     patch_kinds,
 )
-from local_ccm.agent.plan import (
+from local_ccm.agent.core.plan import (
     Condition,
     FightState,
     Patch,
@@ -52,7 +49,10 @@ from local_ccm.agent.plan import (
     plan_status_patch,
     plan_taint_patch,
 )
-from local_ccm.agent.timing import Settle, settle_step
+from local_ccm.agent.core.timing import Settle, settle_step
+from local_ccm.agent.metrics import AgentMetrics
+from local_ccm.agent.nodeapi import ForbiddenError, InvalidError, NodeApi, NodeApiError
+from local_ccm.agent.outbox import EventOutbox
 from local_ccm.agent.triggers import Triggers
 from local_ccm.clock import Clock
 from local_ccm.logs import V2, kv

@@ -19,11 +19,10 @@ from dataclasses import dataclass
 
 from local_ccm import __version__, flags, names
 from local_ccm.clock import Clock, Stopped, SystemClock, sleep_unless_stopped, unless_stopped
-from local_ccm.election import ElectionConfig, choose_identity
 from local_ccm.ipam import options as opts
+from local_ccm.ipam.core.model import default_pool
 from local_ccm.ipam.flagdefs import FLAGS, PROG, resolve_resource_lock_env
 from local_ccm.ipam.metrics import IpamMetrics
-from local_ccm.ipam.model import default_pool
 from local_ccm.ipam.nodeapi import IpamApi, KubeIpamApi, TokenBucket
 from local_ccm.ipam.run import Controller, Settings
 from local_ccm.kube.aio import AsyncClient
@@ -31,9 +30,10 @@ from local_ccm.kube.backoff import Backoff
 from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig, ConfigError, resolve_config
 from local_ccm.kube.errors import ApiError, Unauthorized
-from local_ccm.leader import KubeLeaseApi, LeaderContext, LeaderElector, LeadershipLost
+from local_ccm.lease.election import ElectionConfig, choose_identity
+from local_ccm.lease.elector import KubeLeaseApi, LeaderContext, LeaderElector, LeadershipLost
 from local_ccm.logs import configure_logging, kv
-from local_ccm.metricsserver import (
+from local_ccm.runtime.metricsserver import (
     CertError,
     TlsContext,
     certificate_name,
@@ -42,7 +42,7 @@ from local_ccm.metricsserver import (
     start_secure_servers,
     warn_without_review_access,
 )
-from local_ccm.serve import BindError, Checks, Servers, start_servers
+from local_ccm.runtime.serve import BindError, Checks, Servers, start_servers
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from local_ccm import __version__
-from local_ccm.ipam.plan import PoolUsage
+from local_ccm.ipam.core.plan import PoolUsage
 
 P = "node_ipam_controller_"
 S = P + "multicidrset_"

@@ -15,15 +15,15 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from local_ccm.clock import Clock
-from local_ccm.ipam import events as ev
-from local_ccm.ipam.cidrset import IPNetwork
+from local_ccm.ipam.core import events as ev
+from local_ccm.ipam.core.cidrset import IPNetwork
+from local_ccm.ipam.core.model import NodeView, project_node
+from local_ccm.ipam.core.plan import Allocation, Allocator, Recorded, Waiting, allocation_order
+from local_ccm.ipam.core.status import foreign_managers
 from local_ccm.ipam.metrics import IpamMetrics
-from local_ccm.ipam.model import NodeView, project_node
 from local_ccm.ipam.nodeapi import IpamApi, Obj
 from local_ccm.ipam.nodewrite import Aborted, Committed, NodeWriter
 from local_ccm.ipam.outbox import EventOutbox
-from local_ccm.ipam.plan import Allocation, Allocator, Recorded, Waiting, allocation_order
-from local_ccm.ipam.status import foreign_managers
 from local_ccm.ipam.upkeep import PoolKeeper
 from local_ccm.kube.errors import ApiError
 from local_ccm.logs import kv

@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from local_ccm.clock import Clock
-from local_ccm.ipam.model import NodeView, project_node
+from local_ccm.ipam.core.model import NodeView, project_node
+from local_ccm.ipam.core.plan import Allocation
+from local_ccm.ipam.core.status import node_patch
 from local_ccm.ipam.nodeapi import IpamApi, Obj
-from local_ccm.ipam.plan import Allocation
-from local_ccm.ipam.status import node_patch
 from local_ccm.kube.errors import ApiError, NotFound
 from local_ccm.logs import kv
 

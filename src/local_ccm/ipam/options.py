@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from local_ccm.election import election_problems
 from local_ccm.flags import (
     Parsed,
     Problem,
@@ -22,8 +21,9 @@ from local_ccm.flags import (
     invalid_env,
     parse,
 )
-from local_ccm.ipam.cidrset import IPV6_MAX_BLOCKS, IPNetwork
+from local_ccm.ipam.core.cidrset import IPV6_MAX_BLOCKS, IPNetwork
 from local_ccm.ipam.flagdefs import FLAGS, resolve_resource_lock_env
+from local_ccm.lease.election import election_problems
 from local_ccm.validate import (
     BindAddress,
     ValidationError,

@@ -10,7 +10,7 @@ import asyncio
 import logging
 
 from local_ccm.clock import Clock
-from local_ccm.ipam import events as ev
+from local_ccm.ipam.core import events as ev
 from local_ccm.ipam.metrics import IpamMetrics
 from local_ccm.ipam.nodeapi import IpamApi
 from local_ccm.kube.errors import ApiError

@@ -16,10 +16,9 @@ from typing import Any
 
 from local_ccm import names
 from local_ccm.clock import Clock
-from local_ccm.ipam import events as ev
-from local_ccm.ipam.cidrset import IPNetwork
-from local_ccm.ipam.metrics import IpamMetrics
-from local_ccm.ipam.model import (
+from local_ccm.ipam.core import events as ev
+from local_ccm.ipam.core.cidrset import IPNetwork
+from local_ccm.ipam.core.model import (
     ClusterCIDR,
     InvalidClusterCIDR,
     NodeView,
@@ -27,10 +26,11 @@ from local_ccm.ipam.model import (
     project_cluster_cidr,
     project_node,
 )
+from local_ccm.ipam.core.plan import Allocator, pool_readiness
+from local_ccm.ipam.metrics import IpamMetrics
 from local_ccm.ipam.nodeapi import IpamApi, Obj, Watched
 from local_ccm.ipam.nodes import NodeWork
 from local_ccm.ipam.outbox import EventOutbox
-from local_ccm.ipam.plan import Allocator, pool_readiness
 from local_ccm.ipam.readiness import WatchState, observe_watch, readiness, watch_problems
 from local_ccm.ipam.upkeep import PoolKeeper
 from local_ccm.kube.errors import ApiError

@@ -14,13 +14,10 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from local_ccm.clock import Clock
-from local_ccm.ipam import events as ev
-from local_ccm.ipam.metrics import IpamMetrics
-from local_ccm.ipam.model import ClusterCIDR
-from local_ccm.ipam.nodeapi import IpamApi, Obj
-from local_ccm.ipam.outbox import EventOutbox
-from local_ccm.ipam.plan import Allocator, PoolUsage, plan_finalizer, pool_readiness
-from local_ccm.ipam.status import (
+from local_ccm.ipam.core import events as ev
+from local_ccm.ipam.core.model import ClusterCIDR
+from local_ccm.ipam.core.plan import Allocator, PoolUsage, plan_finalizer, pool_readiness
+from local_ccm.ipam.core.status import (
     CC,
     add_finalizer_patch,
     desired_status,
@@ -29,6 +26,9 @@ from local_ccm.ipam.status import (
     timestamp,
     with_transition_times,
 )
+from local_ccm.ipam.metrics import IpamMetrics
+from local_ccm.ipam.nodeapi import IpamApi, Obj
+from local_ccm.ipam.outbox import EventOutbox
 from local_ccm.kube.errors import ApiError, Conflict, Invalid, NotFound
 from local_ccm.logs import V2, kv
 

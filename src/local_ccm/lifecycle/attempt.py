@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 from local_ccm.clock import Clock
 from local_ccm.kube import errors as ke
-from local_ccm.lifecycle import events as ev
-from local_ccm.lifecycle.health import Episode, recheck
-from local_ccm.lifecycle.model import (
+from local_ccm.lifecycle.core import events as ev
+from local_ccm.lifecycle.core.health import Episode, recheck
+from local_ccm.lifecycle.core.model import (
     IPAddress,
     NodeView,
     ProbeKind,
@@ -25,9 +25,14 @@ from local_ccm.lifecycle.model import (
     combine,
     format_time,
 )
+from local_ccm.lifecycle.core.outofservice import plan_out_of_service
+from local_ccm.lifecycle.core.pipeline import (
+    AttemptResult,
+    DeleteAction,
+    LoopConfig,
+    dry_run_message,
+)
 from local_ccm.lifecycle.nodeapi import NodeApi, Obj
-from local_ccm.lifecycle.outofservice import plan_out_of_service
-from local_ccm.lifecycle.pipeline import AttemptResult, DeleteAction, LoopConfig, dry_run_message
 from local_ccm.logs import kv
 
 log = logging.getLogger(__name__)

@@ -18,19 +18,20 @@ from dataclasses import dataclass, replace
 
 from prometheus_client import CollectorRegistry
 
-from local_ccm import __version__, election, flags, names
+from local_ccm import __version__, flags, names
 from local_ccm.clock import Clock, Stopped, SystemClock, sleep_unless_stopped, unless_stopped
 from local_ccm.kube import errors as ke
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.backoff import Backoff
 from local_ccm.kube.client import Client
 from local_ccm.kube.config import ConfigError, resolve_config
-from local_ccm.leader import KubeLeaseApi, LeaderContext, LeaderElector
+from local_ccm.lease import election
+from local_ccm.lease.elector import KubeLeaseApi, LeaderContext, LeaderElector
+from local_ccm.lifecycle.core.pipeline import LoopConfig
 from local_ccm.lifecycle.flagset import FLAGS, PROG
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.nodeapi import Access, KubeNodeApi, NodeApi, required_access
 from local_ccm.lifecycle.options import LifecycleOptions, options_from, startup_fields
-from local_ccm.lifecycle.pipeline import LoopConfig
 from local_ccm.lifecycle.probe import (
     Capabilities,
     ProbeCapabilityError,
@@ -48,7 +49,7 @@ from local_ccm.lifecycle.process import (
 )
 from local_ccm.lifecycle.run import Controller
 from local_ccm.logs import configure_logging, kv
-from local_ccm.metricsserver import (
+from local_ccm.runtime.metricsserver import (
     CertError,
     TlsContext,
     certificate_name,
@@ -57,7 +58,7 @@ from local_ccm.metricsserver import (
     start_secure_servers,
     warn_without_review_access,
 )
-from local_ccm.serve import BindError, Checks, Servers, start_servers
+from local_ccm.runtime.serve import BindError, Checks, Servers, start_servers
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from local_ccm.kube import resources as r
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.informer import WATCH_TIMEOUT
 from local_ccm.kube.request import access_review, review_allowed
-from local_ccm.lifecycle.model import slim_node
+from local_ccm.lifecycle.core.model import slim_node
 
 Obj = dict[str, Any]
 T = TypeVar("T")

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from local_ccm import names
-from local_ccm.election import JITTER_FACTOR
 from local_ccm.flags import (
     Parsed,
     Problem,
@@ -23,10 +22,11 @@ from local_ccm.flags import (
     parse,
 )
 from local_ccm.flagvalues import bind_address, checked, choice
+from local_ccm.lease.election import JITTER_FACTOR
+from local_ccm.lifecycle.core.health import Protection, Scope, parse_protected
+from local_ccm.lifecycle.core.model import ICMP, Family, ProbeKind, resolve_kinds, tcp
+from local_ccm.lifecycle.core.pipeline import DEFAULT_MAX_UNHEALTHY, PipelineSettings
 from local_ccm.lifecycle.flagset import FLAGS, MINUTE
-from local_ccm.lifecycle.health import Protection, Scope, parse_protected
-from local_ccm.lifecycle.model import ICMP, Family, ProbeKind, resolve_kinds, tcp
-from local_ccm.lifecycle.pipeline import DEFAULT_MAX_UNHEALTHY, PipelineSettings
 from local_ccm.lifecycle.probe import IcmpMode, ProbeConfig
 from local_ccm.validate import (
     BindAddress,

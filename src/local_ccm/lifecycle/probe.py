@@ -27,7 +27,7 @@ from typing import Literal, Protocol
 
 import icmplib
 
-from local_ccm.lifecycle.model import (
+from local_ccm.lifecycle.core.model import (
     Family,
     IPAddress,
     OutcomeKind,

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from local_ccm.clock import Clock
-from local_ccm.leader import LeaderContext, LeaderElector, LeadershipLost
+from local_ccm.lease.elector import LeaderContext, LeaderElector, LeadershipLost
 from local_ccm.lifecycle.metrics import LifecycleMetrics
-from local_ccm.serve import Checks
+from local_ccm.runtime.serve import Checks
 
 log = logging.getLogger(__name__)
 

@@ -31,12 +31,11 @@ from local_ccm.clock import Clock
 from local_ccm.kube import errors as ke
 from local_ccm.kube.informer import Change, Informer, Page, StreamEnd
 from local_ccm.kube.request import WatchEvent
-from local_ccm.lifecycle import events as ev
-from local_ccm.lifecycle import pipeline as pl
 from local_ccm.lifecycle.attempt import run_attempt
-from local_ccm.lifecycle.health import Assessment, Episode, assess, eligible_at
-from local_ccm.lifecycle.metrics import LifecycleMetrics
-from local_ccm.lifecycle.model import (
+from local_ccm.lifecycle.core import events as ev
+from local_ccm.lifecycle.core import pipeline as pl
+from local_ccm.lifecycle.core.health import Assessment, Episode, assess, eligible_at
+from local_ccm.lifecycle.core.model import (
     IPAddress,
     NodeView,
     ProbeKind,
@@ -45,8 +44,9 @@ from local_ccm.lifecycle.model import (
     project_node,
     summarize,
 )
+from local_ccm.lifecycle.core.plan import plan_deletions
+from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.nodeapi import NodeApi, Obj
-from local_ccm.lifecycle.plan import plan_deletions
 from local_ccm.lifecycle.probe import Prober
 from local_ccm.lifecycle.process import Status
 from local_ccm.logs import kv

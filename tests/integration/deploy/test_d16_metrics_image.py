@@ -1,6 +1,6 @@
 """The controllers make their self-signed /metrics certificate inside the image (D16): as uid
 65532, on a read-only root, without capabilities, under runc. The certificate comes from a
-child interpreter (`python -m local_ccm.metricscert`) and is loaded through memfd, so both
+child interpreter (`python -m local_ccm.runtime.metricscert`) and is loaded through memfd, so both
 have to work in the image, not only in the test venv."""
 
 from __future__ import annotations

@@ -132,7 +132,7 @@ def test_pod_cidrs_are_set_once_and_guarded_by_uid(kube: Client, new_node: NewNo
     so is a write for another incarnation of the Node (stale uid)."""
     from ipaddress import ip_network  # noqa: PLC0415
 
-    from local_ccm.ipam.status import node_patch  # noqa: PLC0415
+    from local_ccm.ipam.core.status import node_patch  # noqa: PLC0415
 
     node = new_node("once")
     name, uid = name_of(node), node["metadata"]["uid"]

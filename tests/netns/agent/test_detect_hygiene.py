@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from local_ccm.agent.candidates import (
+from local_ccm.agent.core.candidates import (
     Failed,
     Verdict,
 )
-from local_ccm.agent.config import EXTERNAL, INTERNAL, AddressType
+from local_ccm.agent.core.config import EXTERNAL, INTERNAL, AddressType
 from local_ccm.agent.detect import DetectionReport
 from tests.netns.agent.test_detect_routes import V4_TARGET, detect, found, settings
 from tests.support.netns import Namespace, NetnsFactory

@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import replace
 from ipaddress import ip_address, ip_network
 
-from local_ccm.agent.candidates import (
+from local_ccm.agent.core.candidates import (
     DISABLED,
     Failed,
     Found,
 )
-from local_ccm.agent.config import EXTERNAL, INTERNAL, AgentConfig, TypeSettings
+from local_ccm.agent.core.config import EXTERNAL, INTERNAL, AgentConfig, TypeSettings
 from local_ccm.agent.detect import DetectionReport, detect_addresses
 from tests.support.netns import Namespace, NetnsFactory
 

@@ -18,7 +18,7 @@ from tests.support.netns import Namespace, NetnsFactory, Uplink
 PROBER = r"""
 import asyncio, json, sys
 from ipaddress import ip_address
-from local_ccm.lifecycle.model import ICMP
+from local_ccm.lifecycle.core.model import ICMP
 from local_ccm.lifecycle.probe import ProbeConfig, SocketProber, detect_capabilities
 
 caps = detect_capabilities([ICMP], ["ipv4", "ipv6"], sys.argv[1])

@@ -13,7 +13,7 @@ from ipaddress import ip_address
 
 import pytest
 
-from local_ccm.lifecycle.model import ICMP, IPAddress, ProbeKind, ProbeOutcome, combine, tcp
+from local_ccm.lifecycle.core.model import ICMP, IPAddress, ProbeKind, ProbeOutcome, combine, tcp
 from local_ccm.lifecycle.probe import ProbeConfig, SocketProber, detect_capabilities
 from tests.support.netns import HostLink, NetnsFactory
 

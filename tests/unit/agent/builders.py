@@ -7,16 +7,16 @@ from ipaddress import ip_address
 from typing import Any
 
 from local_ccm import names
-from local_ccm.agent.addresses import (
+from local_ccm.agent.core.addresses import (
     NodeAddress,
 )
-from local_ccm.agent.candidates import (
+from local_ccm.agent.core.candidates import (
     Detection,
     DetectorKey,
     Failed,
     Found,
 )
-from local_ccm.agent.config import EXTERNAL, INTERNAL
+from local_ccm.agent.core.config import EXTERNAL, INTERNAL
 
 SHORT = {"Int": "InternalIP", "Ext": "ExternalIP"}
 INT4: DetectorKey = (INTERNAL, 4)

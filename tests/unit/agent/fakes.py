@@ -13,14 +13,14 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from local_ccm.agent.candidates import Detection, DetectorKey
+from local_ccm.agent.core.candidates import Detection, DetectorKey
+from local_ccm.agent.core.plan import Patch
 from local_ccm.agent.nodeapi import (
     ConflictError,
     NodeApiError,
     NodeEvent,
     NodeList,
 )
-from local_ccm.agent.plan import Patch
 
 Obj = dict[str, Any]
 

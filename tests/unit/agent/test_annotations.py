@@ -6,7 +6,7 @@ from ipaddress import ip_address
 
 import pytest
 
-from local_ccm.agent.addresses import (
+from local_ccm.agent.core.addresses import (
     encode_owned,
     parse_owned,
     parse_provided,

@@ -7,7 +7,7 @@ from ipaddress import ip_address, ip_interface, ip_network
 
 import pytest
 
-from local_ccm.agent.candidates import (
+from local_ccm.agent.core.candidates import (
     DISABLED,
     Candidate,
     Failed,
@@ -17,7 +17,7 @@ from local_ccm.agent.candidates import (
     choose_address,
     evaluate_candidates,
 )
-from local_ccm.agent.config import EXTERNAL, INTERNAL, AgentConfig, TypeSettings
+from local_ccm.agent.core.config import EXTERNAL, INTERNAL, AgentConfig, TypeSettings
 
 
 def cand(cidr: str, ifname: str = "eth1", ifindex: int = 3, **kw: object) -> Candidate:

@@ -6,17 +6,17 @@ from ipaddress import ip_address
 
 import pytest
 
-from local_ccm.agent.addresses import (
+from local_ccm.agent.core.addresses import (
     AddressPolicy,
     NodeAddress,
     desired_addresses,
     resolve_family_order,
 )
-from local_ccm.agent.candidates import (
+from local_ccm.agent.core.candidates import (
     Detection,
     DetectorKey,
 )
-from local_ccm.agent.config import Family
+from local_ccm.agent.core.config import Family
 from tests.unit.agent.builders import addrs, detections, found, no_route
 
 PREFER = AddressPolicy()

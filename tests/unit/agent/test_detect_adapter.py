@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Network, ip_address, ip_interface, ip_network
 
 from local_ccm import netlink
-from local_ccm.agent.candidates import (
+from local_ccm.agent.core.candidates import (
     DISABLED,
     Failed,
     Found,
     LookupFailed,
 )
-from local_ccm.agent.config import EXTERNAL, INTERNAL, AgentConfig, IPAddress, TypeSettings
+from local_ccm.agent.core.config import EXTERNAL, INTERNAL, AgentConfig, IPAddress, TypeSettings
 from local_ccm.agent.detect import detect_addresses, to_candidate
 
 

@@ -7,16 +7,16 @@ from ipaddress import ip_address, ip_network
 
 import pytest
 
-from local_ccm.agent.addresses import (
+from local_ccm.agent.core.addresses import (
     AddressPlan,
     Finding,
 )
-from local_ccm.agent.candidates import (
+from local_ccm.agent.core.candidates import (
     Failed,
 )
-from local_ccm.agent.config import AgentConfig, ProvidedPolicy, TypeSettings
-from local_ccm.agent.events import provided_mismatches
-from local_ccm.agent.plan import (
+from local_ccm.agent.core.config import AgentConfig, ProvidedPolicy, TypeSettings
+from local_ccm.agent.core.events import provided_mismatches
+from local_ccm.agent.core.plan import (
     decide_taint,
     desired_condition,
     no_internal_ip_advice,

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from local_ccm import names
-from local_ccm.agent.addresses import (
+from local_ccm.agent.core.addresses import (
     AddressPlan,
 )
-from local_ccm.agent.config import AgentConfig, TypeSettings
-from local_ccm.agent.plan import (
+from local_ccm.agent.core.config import AgentConfig, TypeSettings
+from local_ccm.agent.core.plan import (
     Condition,
     Patch,
     ProviderIDAction,

@@ -10,14 +10,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from local_ccm import names
-from local_ccm.agent.addresses import (
+from local_ccm.agent.core.addresses import (
     AddressPlan,
     AddressPolicy,
     NodeAddress,
     desired_addresses,
     encode_owned,
 )
-from local_ccm.agent.candidates import (
+from local_ccm.agent.core.candidates import (
     DISABLED,
     Candidate,
     Detection,
@@ -26,7 +26,7 @@ from local_ccm.agent.candidates import (
     Found,
     choose_address,
 )
-from local_ccm.agent.config import (
+from local_ccm.agent.core.config import (
     ADDRESS_TYPES,
     EXTERNAL,
     FAMILIES,
@@ -36,7 +36,7 @@ from local_ccm.agent.config import (
     IPAddress,
     TypeSettings,
 )
-from local_ccm.agent.plan import plan_status_patch
+from local_ccm.agent.core.plan import plan_status_patch
 
 # Small pools, so that detections, provided IPs and existing entries collide often.
 POOL = {

@@ -8,7 +8,7 @@ from dataclasses import replace
 from ipaddress import IPv4Interface, IPv6Interface, ip_address, ip_network
 from typing import Any
 
-from local_ccm.agent.candidates import (
+from local_ccm.agent.core.candidates import (
     DISABLED,
     Candidate,
     Failed,
@@ -17,14 +17,13 @@ from local_ccm.agent.candidates import (
     choose_address,
     evaluate_candidates,
 )
-from local_ccm.agent.config import (
+from local_ccm.agent.core.config import (
     ADDRESS_TYPES,
     FAMILIES,
     AgentConfig,
     TypeSettings,
 )
-from local_ccm.agent.detect import DetectionReport
-from local_ccm.agent.report import (
+from local_ccm.agent.core.report import (
     NodePlan,
     PlanUnavailable,
     detect_exit_code,
@@ -32,6 +31,7 @@ from local_ccm.agent.report import (
     render_json,
     render_text,
 )
+from local_ccm.agent.detect import DetectionReport
 from tests.unit.agent.builders import EXT4, INT4, UNINITIALIZED, detections, found, node
 
 NOW = "2026-01-01T00:00:00Z"

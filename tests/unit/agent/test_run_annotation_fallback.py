@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from local_ccm import names
+from local_ccm.agent.core.plan import Patch
 from local_ccm.agent.metrics import AgentMetrics
-from local_ccm.agent.plan import Patch
 from local_ccm.agent.run import Agent
 from tests.fakes import FakeClock
 from tests.unit.agent.builders import EXT4, INT4, found

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from local_ccm import names
-from local_ccm.agent.addresses import AddressPlan
-from local_ccm.agent.candidates import Detection, DetectorKey
-from local_ccm.agent.config import AgentConfig, TypeSettings
+from local_ccm.agent.core.addresses import AddressPlan
+from local_ccm.agent.core.candidates import Detection, DetectorKey
+from local_ccm.agent.core.config import AgentConfig, TypeSettings
+from local_ccm.agent.core.plan import desired_condition
 from local_ccm.agent.metrics import AgentMetrics
-from local_ccm.agent.plan import desired_condition
 from local_ccm.agent.run import Agent
 from tests.fakes import FakeClock
 from tests.unit.agent.builders import EXT4, addrs, detections, found

@@ -7,11 +7,11 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from local_ccm import names
-from local_ccm.agent.candidates import Detection, DetectorKey
-from local_ccm.agent.config import AgentConfig, TypeSettings
+from local_ccm.agent.core.candidates import Detection, DetectorKey
+from local_ccm.agent.core.config import AgentConfig, TypeSettings
+from local_ccm.agent.core.plan import Patch
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.nodeapi import ConflictError, InvalidError, TransientError
-from local_ccm.agent.plan import Patch
 from local_ccm.agent.run import EXIT_PRECONDITION, Agent, LoopSettings
 from tests.fakes import FakeClock
 from tests.unit.agent.builders import EXT4, INT4, UNINITIALIZED, found, no_route, node

@@ -9,9 +9,9 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from local_ccm.agent.core.plan import Patch
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.options import AgentOptions, load_options
-from local_ccm.agent.plan import Patch
 from local_ccm.agent.providerid import AzureImds, ProviderIdError
 from local_ccm.agent.run import Agent, build_agent
 from local_ccm.kube.config import ClusterConfig

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from local_ccm.agent.timing import (
+from local_ccm.agent.core.timing import (
     MAX_PROVIDER_ID_FAILURES,
     ProviderIdAttempts,
     debounce_wait,

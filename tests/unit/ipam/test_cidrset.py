@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from local_ccm.ipam.cidrset import IPV6_MAX_BLOCKS, PAGE_BLOCKS, BlockSet, ReservationSet
+from local_ccm.ipam.core.cidrset import IPV6_MAX_BLOCKS, PAGE_BLOCKS, BlockSet, ReservationSet
 from tests.unit.ipam.builders import nets
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from local_ccm.ipam.model import (
+from local_ccm.ipam.core.model import (
     DEFAULT_POOL_NAME,
     FINALIZER,
     ClusterCIDR,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from local_ccm.ipam.model import ClusterCIDR, default_pool
-from local_ccm.ipam.plan import (
+from local_ccm.ipam.core.model import ClusterCIDR, default_pool
+from local_ccm.ipam.core.plan import (
     Allocation,
     Allocator,
     Skipped,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ipaddress import ip_network
 
-from local_ccm.ipam.model import default_pool
+from local_ccm.ipam.core.model import default_pool
 from local_ccm.ipam.readiness import (
     WATCH_GRACE,
     WatchState,

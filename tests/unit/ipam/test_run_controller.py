@@ -11,7 +11,7 @@ from ipaddress import ip_network
 
 import pytest
 
-from local_ccm.ipam.model import FINALIZER, default_pool
+from local_ccm.ipam.core.model import FINALIZER, default_pool
 from local_ccm.ipam.nodeapi import Obj
 from local_ccm.ipam.run import Controller
 from local_ccm.kube.errors import Invalid, NotFound, Transient

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from local_ccm.ipam.selector import (
+from local_ccm.ipam.core.selector import (
     EXPRESSION_VALUES_MESSAGE,
     FIELD_MESSAGE,
     Match,

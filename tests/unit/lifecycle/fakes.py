@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 from ipaddress import ip_address
 from typing import Any
 
-from local_ccm.lifecycle.health import Episode, Scope, assess, recheck
-from local_ccm.lifecycle.model import (
+from local_ccm.lifecycle.core.health import Episode, Scope, assess, recheck
+from local_ccm.lifecycle.core.model import (
     IPAddress,
     NodeView,
     OutcomeKind,
@@ -25,7 +25,7 @@ from local_ccm.lifecycle.model import (
     format_time,
     project_node,
 )
-from local_ccm.lifecycle.pipeline import (
+from local_ccm.lifecycle.core.pipeline import (
     EventAction,
     PipelineSettings,
     PipelineState,
@@ -35,7 +35,7 @@ from local_ccm.lifecycle.pipeline import (
     record_probe,
     record_self_check,
 )
-from local_ccm.lifecycle.plan import plan_deletions
+from local_ccm.lifecycle.core.plan import plan_deletions
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 AUTOSCALER = {

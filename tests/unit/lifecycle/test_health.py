@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from local_ccm.lifecycle.health import (
+from local_ccm.lifecycle.core.health import (
     Episode,
     Protection,
     Scope,

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from local_ccm.lifecycle.model import (
+from local_ccm.lifecycle.core.model import (
     ICMP,
     OUT_OF_SERVICE_ANNOTATION,
     Family,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from local_ccm.flags import Problem
-from local_ccm.lifecycle.model import ICMP, tcp
+from local_ccm.lifecycle.core.model import ICMP, tcp
 from local_ccm.lifecycle.options import LifecycleOptions, load_options, startup_fields
 from local_ccm.validate import CountOrPercent
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from local_ccm.lifecycle.model import OUT_OF_SERVICE_ANNOTATION, format_time
-from local_ccm.lifecycle.outofservice import (
+from local_ccm.lifecycle.core.model import OUT_OF_SERVICE_ANNOTATION, format_time
+from local_ccm.lifecycle.core.outofservice import (
     add_out_of_service_patch,
     plan_out_of_service,
     remove_out_of_service_patch,

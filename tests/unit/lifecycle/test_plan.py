@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from local_ccm.lifecycle.health import Scope, parse_protected
-from local_ccm.lifecycle.model import ICMP, Family, NodeView, Verdict, tcp
-from local_ccm.lifecycle.pipeline import (
+from local_ccm.lifecycle.core.health import Scope, parse_protected
+from local_ccm.lifecycle.core.model import ICMP, Family, NodeView, Verdict, tcp
+from local_ccm.lifecycle.core.pipeline import (
     DRY_RUN_PREFIX,
     DeleteAction,
     EventAction,

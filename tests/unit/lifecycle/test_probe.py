@@ -12,7 +12,14 @@ import struct
 
 import pytest
 
-from local_ccm.lifecycle.model import ICMP, IPAddress, OutcomeKind, ProbeKind, ProbeOutcome, tcp
+from local_ccm.lifecycle.core.model import (
+    ICMP,
+    IPAddress,
+    OutcomeKind,
+    ProbeKind,
+    ProbeOutcome,
+    tcp,
+)
 from local_ccm.lifecycle.probe import (
     Capabilities,
     Capability,

@@ -8,9 +8,9 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from local_ccm.lifecycle.health import Scope, is_unhealthy
-from local_ccm.lifecycle.model import NodeView
-from local_ccm.lifecycle.pipeline import PipelineSettings, breaker_threshold
+from local_ccm.lifecycle.core.health import Scope, is_unhealthy
+from local_ccm.lifecycle.core.model import NodeView
+from local_ccm.lifecycle.core.pipeline import PipelineSettings, breaker_threshold
 from local_ccm.validate import CountOrPercent
 from tests.unit.lifecycle.fakes import AUTOSCALER, NOW, Sim, node
 

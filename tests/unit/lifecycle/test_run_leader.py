@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import random
 
-from local_ccm.election import ElectionConfig
-from local_ccm.leader import LeaderContext, LeaderElector
+from local_ccm.lease.election import ElectionConfig
+from local_ccm.lease.elector import LeaderContext, LeaderElector
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.process import Status, leader_callback, run_controller
 from local_ccm.lifecycle.run import Controller

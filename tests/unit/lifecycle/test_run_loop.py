@@ -11,10 +11,10 @@ from datetime import timedelta
 from typing import Any
 
 from local_ccm.kube import errors as ke
-from local_ccm.lifecycle.health import Scope
+from local_ccm.lifecycle.core.health import Scope
+from local_ccm.lifecycle.core.pipeline import LoopConfig, PipelineSettings
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.nodeapi import Access, NodeEvent, NodeList, Obj
-from local_ccm.lifecycle.pipeline import LoopConfig, PipelineSettings
 from local_ccm.lifecycle.process import Status, health_checks
 from local_ccm.lifecycle.run import Controller
 from local_ccm.validate import CountOrPercent
@@ -253,7 +253,7 @@ def test_protected_and_ready_nodes_are_never_probed() -> None:
 
 
 def parse(text: str) -> Any:
-    from local_ccm.lifecycle.health import parse_protected  # noqa: PLC0415
+    from local_ccm.lifecycle.core.health import parse_protected  # noqa: PLC0415
 
     return parse_protected(text)
 

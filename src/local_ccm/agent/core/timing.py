@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from local_ccm.agent.addresses import NodeAddress
+from local_ccm.agent.core.addresses import NodeAddress
 from local_ccm.kube.backoff import Backoff
 
 # Transient API errors; full jitter keeps a fleet of agents from retrying in step.

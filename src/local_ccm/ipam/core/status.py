@@ -10,9 +10,9 @@ from datetime import datetime
 from typing import Any
 
 from local_ccm import names
-from local_ccm.ipam.cidrset import IPNetwork
-from local_ccm.ipam.model import FINALIZER, ClusterCIDR, InvalidClusterCIDR, NodeView
-from local_ccm.ipam.plan import PoolUsage, pool_readiness
+from local_ccm.ipam.core.cidrset import IPNetwork
+from local_ccm.ipam.core.model import FINALIZER, ClusterCIDR, InvalidClusterCIDR, NodeView
+from local_ccm.ipam.core.plan import PoolUsage, pool_readiness
 
 Obj = dict[str, Any]
 CC = ClusterCIDR | InvalidClusterCIDR

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from local_ccm import names
-from local_ccm.lifecycle.model import AUTOSCALER_EFFECT, CONTROL_PLANE_LABELS, NodeView
+from local_ccm.lifecycle.core.model import AUTOSCALER_EFFECT, CONTROL_PLANE_LABELS, NodeView
 from local_ccm.validate import LabelSelector, ValidationError, qualified_name, split_list
 
 

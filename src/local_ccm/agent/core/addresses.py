@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from ipaddress import ip_address
 from typing import Any, Literal
 
-from local_ccm.agent.candidates import (
+from local_ccm.agent.core.candidates import (
     DISABLED,
     Detection,
     DetectorKey,
     Disabled,
     Failed,
 )
-from local_ccm.agent.config import (
+from local_ccm.agent.core.config import (
     ADDRESS_TYPES,
     EXTERNAL,
     INTERNAL,

@@ -12,8 +12,8 @@ from datetime import datetime
 from typing import Any, Literal
 
 from local_ccm import names
-from local_ccm.ipam.cidrset import IPNetwork
-from local_ccm.ipam.plan import Waiting
+from local_ccm.ipam.core.cidrset import IPNetwork
+from local_ccm.ipam.core.plan import Waiting
 
 EventType = Literal["Normal", "Warning"]
 Kind = Literal["Node", "ClusterCIDR"]

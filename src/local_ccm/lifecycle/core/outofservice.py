@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from local_ccm.lifecycle.model import (
+from local_ccm.lifecycle.core.model import (
     OUT_OF_SERVICE_ANNOTATION,
     OUT_OF_SERVICE_EFFECT,
     OUT_OF_SERVICE_VALUE,

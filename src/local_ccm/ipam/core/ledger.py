@@ -16,7 +16,7 @@ import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from local_ccm.ipam.cidrset import BlockSet, Holder, IPNetwork, ReservationSet
+from local_ccm.ipam.core.cidrset import BlockSet, Holder, IPNetwork, ReservationSet
 
 Owners = tuple[tuple[IPNetwork, str | None], ...]
 RESERVED: Holder = ("reserved", "")

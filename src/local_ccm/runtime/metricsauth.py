@@ -3,7 +3,7 @@
 Pure, no I/O. The same decision controller-runtime's `filters.WithAuthenticationAndAuthorization`
 and kube-rbac-proxy make: no token or a token the API server does not authenticate is 401, an
 authenticated user who may not `get` the non-resource URL `/metrics` is 403, else 200. The API
-calls sit behind the `Reviewer` protocol (`local_ccm.metricsserver.KubeReviewer` is the real one);
+calls sit behind the `Reviewer` protocol (`runtime.metricsserver.KubeReviewer` is the real one);
 a review the API server could not answer is 503 and is never cached.
 
 Answers are cached by the SHA-256 of the token (never the token itself) for a short time, so a

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from local_ccm import names
-from local_ccm.agent.addresses import NodeAddress
+from local_ccm.agent.core.addresses import NodeAddress
 
 Obj = Mapping[str, Any]
 REVERT_WINDOW = 600.0

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from local_ccm.agent.addresses import Finding, NodeAddress
-from local_ccm.agent.candidates import (
+from local_ccm.agent.core.addresses import Finding, NodeAddress
+from local_ccm.agent.core.candidates import (
     Candidate,
     Detection,
     DetectorKey,
@@ -24,7 +24,7 @@ from local_ccm.agent.candidates import (
     Found,
     Verdict,
 )
-from local_ccm.agent.config import (
+from local_ccm.agent.core.config import (
     ADDRESS_TYPES,
     FAMILIES,
     AddressType,
@@ -32,7 +32,7 @@ from local_ccm.agent.config import (
     Family,
     family_name,
 )
-from local_ccm.agent.plan import (
+from local_ccm.agent.core.plan import (
     NO_INTERNAL_IP,
     Condition,
     Obj,

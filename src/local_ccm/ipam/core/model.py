@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from local_ccm.ipam.cidrset import IPV6_MAX_BLOCKS, IPNetwork
-from local_ccm.ipam.selector import NodeSelector, SelectorError, parse_node_selector
+from local_ccm.ipam.core.cidrset import IPV6_MAX_BLOCKS, IPNetwork
+from local_ccm.ipam.core.selector import NodeSelector, SelectorError, parse_node_selector
 
 FINALIZER: Final = "networking.x-k8s.io/cluster-cidr-finalizer"
 DEFAULT_POOL_NAME: Final = "default-cluster-cidr"

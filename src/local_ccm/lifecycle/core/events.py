@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any, Final, Literal
 
 from local_ccm import names
-from local_ccm.lifecycle.model import format_time
+from local_ccm.lifecycle.core.model import format_time
 
 # Reasons: constants, so alerts can match them.
 CHECKING_REACHABILITY: Final = "CheckingReachability"

@@ -1,6 +1,6 @@
 """Leader election over a Lease: the API seam, its kube adapter and the campaign loop.
 
-Decisions come from `local_ccm.election` (pure); this module only does the GETs and
+Decisions come from `local_ccm.lease.election` (pure); this module only does the GETs and
 writes, keeps time with an injected `Clock`, and runs the leader's work next to the
 renew loop. Policy:
 
@@ -21,12 +21,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from local_ccm import election
 from local_ccm.clock import Clock, sleep_unless_stopped
-from local_ccm.election import Action, ElectionConfig, ObservedState, Rng
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.errors import ApiError, Conflict, NotFound
 from local_ccm.kube.resources import LEASES
+from local_ccm.lease import election
+from local_ccm.lease.election import Action, ElectionConfig, ObservedState, Rng
 from local_ccm.logs import V2, kv
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,7 @@
 """A self-signed serving certificate for the controllers' `/metrics` (no --metrics-cert-dir).
 
-Run as `python -m local_ccm.metricscert <name>` by `local_ccm.metricsserver.self_signed`: it
+Run as `python -m local_ccm.runtime.metricscert <name>` by
+`local_ccm.runtime.metricsserver.self_signed`: it
 prints the certificate and then the PKCS#8 key, PEM, and exits. A child process, so that
 `cryptography` (which Python's `ssl` cannot replace: it makes no certificates) is never loaded
 into a long-running process; nothing else imports this module.
@@ -49,7 +50,7 @@ def make_self_signed(name: str) -> tuple[bytes, bytes]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or not argv[0]:
-        print("usage: python -m local_ccm.metricscert <name>", file=sys.stderr)
+        print("usage: python -m local_ccm.runtime.metricscert <name>", file=sys.stderr)
         return 2
     cert, key = make_self_signed(argv[0])
     sys.stdout.buffer.write(cert + key)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from local_ccm import names
-from local_ccm.agent.addresses import (
+from local_ccm.agent.core.addresses import (
     AddressPlan,
     Finding,
     NodeAddress,
@@ -25,13 +25,13 @@ from local_ccm.agent.addresses import (
     parse_owned,
     parse_provided,
 )
-from local_ccm.agent.candidates import (
+from local_ccm.agent.core.candidates import (
     Detection,
     DetectorKey,
     Failed,
 )
-from local_ccm.agent.config import EXTERNAL, INTERNAL, AgentConfig, IPAddress, family_name
-from local_ccm.agent.fight import (
+from local_ccm.agent.core.config import EXTERNAL, INTERNAL, AgentConfig, IPAddress, family_name
+from local_ccm.agent.core.fight import (
     FIRST_PAUSE,
     MAX_PAUSE,
     RESOLVE_AFTER,

@@ -6,7 +6,7 @@ Expiry of someone else's lease is judged on the *local monotonic clock* since th
 record last changed, never by comparing the remote `renewTime` with the local wall
 clock, so clock skew between replicas cannot cause two leaders (client-go semantics).
 
-The loop that performs the GET/CREATE/UPDATE lives in `local_ccm.leader`.
+The loop that performs the GET/CREATE/UPDATE lives in `local_ccm.lease.elector`.
 """
 
 from __future__ import annotations

@@ -13,10 +13,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from local_ccm.ipam.cidrset import BlockSet, IPNetwork
-from local_ccm.ipam.ledger import Ledger, Owners
-from local_ccm.ipam.model import ClusterCIDR, InvalidClusterCIDR, NodeView, Pool
-from local_ccm.ipam.selector import Match
+from local_ccm.ipam.core.cidrset import BlockSet, IPNetwork
+from local_ccm.ipam.core.ledger import Ledger, Owners
+from local_ccm.ipam.core.model import ClusterCIDR, InvalidClusterCIDR, NodeView, Pool
+from local_ccm.ipam.core.selector import Match
 
 WaitReason = Literal["NoMatchingClusterCIDR", "Exhausted"]
 ReadyReason = Literal["Ready", "Invalid", "Terminating", "SpecChanged", "FinalizerPending"]

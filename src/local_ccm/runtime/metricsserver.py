@@ -1,6 +1,6 @@
 """Secure `/metrics` of the two controllers: HTTPS, TokenReview and SubjectAccessReview.
 
-The adapters around `local_ccm.metricsauth` (the decision): the reviewer that asks the API
+The adapters around `local_ccm.runtime.metricsauth` (the decision): the reviewer that asks the API
 server, the server's TLS context (`--metrics-cert-dir`, else a self-signed certificate made at
 start-up, as controller-runtime does), and the start of the two servers: health probes plain
 HTTP on their own address (kubelet probes them without a token), metrics HTTPS on theirs.
@@ -31,7 +31,7 @@ from local_ccm.kube.errors import ApiError, Forbidden
 from local_ccm.kube.request import access_review
 from local_ccm.kube.request import review_allowed as self_review_allowed
 from local_ccm.logs import V4
-from local_ccm.metricsauth import (
+from local_ccm.runtime.metricsauth import (
     MetricsAuth,
     ReviewUnavailable,
     User,
@@ -41,7 +41,7 @@ from local_ccm.metricsauth import (
     subject_access_review,
     token_review,
 )
-from local_ccm.serve import Checks, Servers, start_servers
+from local_ccm.runtime.serve import Checks, Servers, start_servers
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ def server_tls(cert_dir: str, name: str) -> ssl.SSLContext:
 
 
 def self_signed(name: str) -> tuple[bytes, bytes]:
-    """(certificate, key) PEM for `name`, made by `local_ccm.metricscert` in a short-lived child
+    """(certificate, key) PEM for `name`, made by `runtime.metricscert` in a short-lived child
     process: importing `cryptography` would stay in this process's memory for its whole life
     (about 12.6 MiB of RSS, measured) for one certificate. Raises CertError."""
     # This very interpreter, with this process's import path: sys.executable may be a path the
@@ -173,7 +173,7 @@ def self_signed(name: str) -> tuple[bytes, bytes]:
     env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     try:
         done = subprocess.run(
-            [python, "-P", "-m", "local_ccm.metricscert", name],
+            [python, "-P", "-m", "local_ccm.runtime.metricscert", name],
             capture_output=True, timeout=CERT_CHILD_TIMEOUT, check=False, env=env,
         )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -13,11 +13,11 @@ from datetime import datetime
 from typing import Any, get_args
 
 from local_ccm import names
-from local_ccm.agent import events as ev
-from local_ccm.agent.addresses import AddressPlan, NodeAddress, node_addresses, parse_owned
-from local_ccm.agent.candidates import Detection, DetectorKey, Disabled, Found
-from local_ccm.agent.config import FAMILIES, AgentConfig, family_name
-from local_ccm.agent.plan import (
+from local_ccm.agent.core import events as ev
+from local_ccm.agent.core.addresses import AddressPlan, NodeAddress, node_addresses, parse_owned
+from local_ccm.agent.core.candidates import Detection, DetectorKey, Disabled, Found
+from local_ccm.agent.core.config import FAMILIES, AgentConfig, family_name
+from local_ccm.agent.core.plan import (
     NO_INTERNAL_IP,
     BlockReason,
     Patch,

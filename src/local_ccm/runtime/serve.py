@@ -28,13 +28,13 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from local_ccm.logs import V4
-from local_ccm.metricsauth import Verdict
+from local_ccm.runtime.metricsauth import Verdict
 from local_ccm.validate import BindAddress, parse_bind_address
 
 log = logging.getLogger(__name__)
 
 Check = Callable[[], tuple[bool, str]]
-# Decides a /metrics request from its Authorization header (`local_ccm.metricsauth.MetricsAuth`).
+# Decides a /metrics request from its Authorization header (`runtime.metricsauth.MetricsAuth`).
 Guard = Callable[[str | None], Verdict]
 TLS_HANDSHAKE_TIMEOUT = 10.0
 HEALTH_PATHS = ("/healthz", "/readyz")

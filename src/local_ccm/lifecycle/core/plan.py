@@ -3,7 +3,7 @@
 Pure, no I/O, no clock: `now` is monotonic seconds, always passed in. `plan_deletions` walks
 the eligible Nodes oldest first and returns what to do as data: probes to start, Events to
 send, deletions to attempt, and the next `PipelineState` (all in
-`local_ccm.lifecycle.pipeline`). The loop performs them and reports back through
+`local_ccm.lifecycle.core.pipeline`). The loop performs them and reports back through
 `record_probe`, `record_self_check` and `record_attempt` of that module.
 """
 
@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from local_ccm.lifecycle import events as ev
-from local_ccm.lifecycle.health import Assessment, Health, Scope
-from local_ccm.lifecycle.model import IPAddress, NodeView, format_time, summarize
-from local_ccm.lifecycle.pipeline import (
+from local_ccm.lifecycle.core import events as ev
+from local_ccm.lifecycle.core.health import Assessment, Health, Scope
+from local_ccm.lifecycle.core.model import IPAddress, NodeView, format_time, summarize
+from local_ccm.lifecycle.core.pipeline import (
     Attempt,
     Decision,
     DeleteAction,

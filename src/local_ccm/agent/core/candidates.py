@@ -13,7 +13,7 @@ from fnmatch import fnmatchcase
 from ipaddress import IPv4Interface, IPv6Interface
 from typing import Literal
 
-from local_ccm.agent.config import (
+from local_ccm.agent.core.config import (
     INTERNAL,
     AddressType,
     AgentConfig,

@@ -13,10 +13,10 @@ from datetime import datetime
 from typing import Any, Literal
 
 from local_ccm import names
-from local_ccm.agent.addresses import Finding, NodeAddress
-from local_ccm.agent.candidates import Detection, DetectorKey, Failed, Found
-from local_ccm.agent.config import AgentConfig, family_name
-from local_ccm.agent.plan import NO_INTERNAL_IP, BlockReason
+from local_ccm.agent.core.addresses import Finding, NodeAddress
+from local_ccm.agent.core.candidates import Detection, DetectorKey, Failed, Found
+from local_ccm.agent.core.config import AgentConfig, family_name
+from local_ccm.agent.core.plan import NO_INTERNAL_IP, BlockReason
 
 EventType = Literal["Normal", "Warning"]
 

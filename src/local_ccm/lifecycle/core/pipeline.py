@@ -4,7 +4,7 @@ survives between evaluations, the plan's actions, and how the loop's results upd
 
 Pure, no I/O, no clock: `now` is monotonic seconds (intervals, windows) or a wall datetime
 (ages against API timestamps), always passed in. The walk over the eligible Nodes that turns
-these into a `Plan` is `local_ccm.lifecycle.plan`.
+these into a `Plan` is `local_ccm.lifecycle.core.plan`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Final, Literal
 
-from local_ccm.lifecycle.events import WARNING_REASONS
-from local_ccm.lifecycle.health import Scope
-from local_ccm.lifecycle.model import (
+from local_ccm.lifecycle.core.events import WARNING_REASONS
+from local_ccm.lifecycle.core.health import Scope
+from local_ccm.lifecycle.core.model import (
     ICMP,
     Family,
     IPAddress,
