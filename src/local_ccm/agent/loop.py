@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass
 from typing import Any
 
+from local_ccm import names
 from local_ccm.agent import tasks
 from local_ccm.agent.core import events as ev
 from local_ccm.agent.core.addresses import AddressPlan
@@ -55,7 +56,6 @@ from local_ccm.agent.nodeapi import (
     NotFoundError,
     OwnNode,
 )
-from local_ccm.agent.outbox import EventOutbox
 from local_ccm.agent.providerid import ProviderIdSource
 from local_ccm.agent.triggers import Health, Triggers
 from local_ccm.agent.writes import NodeWrites
@@ -63,6 +63,8 @@ from local_ccm.clock import Clock, SystemClock
 from local_ccm.kube import informer as inf
 from local_ccm.logs import V1, V2, V3, kv
 from local_ccm.netlink import Change
+from local_ccm.runtime.events import Reporter
+from local_ccm.runtime.outbox import EventOutbox
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -110,8 +112,10 @@ class Agent(NodeWrites):
         self.name = settings.node_name
         self.health = Health(self.clock, max(3 * settings.reconcile_interval, 60.0))
         self.triggers = Triggers(self.clock, settings.debounce_quiet, settings.debounce_max)
-        namespace = settings.event_namespace
-        self.events = EventOutbox(api, self.clock, namespace=namespace, node_name=self.name)
+        self.events = EventOutbox(
+            api, self.clock, Reporter(names.AGENT, self.name, host=self.name),
+            namespace=settings.event_namespace, budget=ev.budget(), errors=(NodeApiError,),
+        )  # fmt: skip
         self.node = None
         self.present: bool | None = None  # None until the first read
         self.listed_rv = ""

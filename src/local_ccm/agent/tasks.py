@@ -86,7 +86,7 @@ async def work(agent: Agent) -> None:
 
 
 async def send_events(agent: Agent) -> None:
-    await agent.events.send_forever()
+    await agent.events.run()
 
 
 # ------------------------------------------------------------------ netlink

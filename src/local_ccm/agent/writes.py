@@ -52,10 +52,11 @@ from local_ccm.agent.core.plan import (
 from local_ccm.agent.core.timing import Settle, settle_step
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.nodeapi import ForbiddenError, InvalidError, NodeApi, NodeApiError
-from local_ccm.agent.outbox import EventOutbox
 from local_ccm.agent.triggers import Triggers
 from local_ccm.clock import Clock
 from local_ccm.logs import V2, kv
+from local_ccm.runtime.events import EventSpec, rfc3339
+from local_ccm.runtime.outbox import EventOutbox
 
 if TYPE_CHECKING:
     from local_ccm.agent.loop import LoopSettings
@@ -88,10 +89,10 @@ class NodeWrites:
     retry_task: asyncio.Task[None] | None
 
     # -------------------------------------------------------------- shared with the pass
-    def emit(self, spec: ev.EventSpec, node: Obj | None = None) -> bool:
+    def emit(self, spec: EventSpec, node: Obj | None = None) -> bool:
         """Queue an Event about ``node`` (default: the cached Node); rate limited."""
         node = node or self.node
-        return node is not None and self.events.emit(spec, node)  # True when queued
+        return node is not None and self.events.emit(spec, ev.about(node))  # True when queued
 
     def retry_later(self, delay: float) -> None:
         if self.retry_task is not None:
@@ -135,7 +136,7 @@ class NodeWrites:
             node,
             plan,
             condition=condition,
-            now=ev.rfc3339(self.clock.now()),
+            now=rfc3339(self.clock.now()),
             write_addresses=may_write,
             with_annotation=not self.annotation_on_main,
         )

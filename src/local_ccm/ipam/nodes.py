@@ -23,10 +23,11 @@ from local_ccm.ipam.core.status import foreign_managers
 from local_ccm.ipam.metrics import IpamMetrics
 from local_ccm.ipam.nodeapi import IpamApi, Obj
 from local_ccm.ipam.nodewrite import Aborted, Committed, NodeWriter
-from local_ccm.ipam.outbox import EventOutbox
 from local_ccm.ipam.upkeep import PoolKeeper
 from local_ccm.kube.errors import ApiError
 from local_ccm.logs import kv
+from local_ccm.runtime.events import EventBudget, Subject, admit, node
+from local_ccm.runtime.outbox import EventOutbox
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ class NodeWork:
         self.todo: set[str] = set()  # uids to try in the next allocation pass
         self.waiting: dict[str, str] = {}  # uid -> reason
         self.writing: set[str] = set()  # uids whose write is in flight
-        self.not_available_at: dict[tuple[str, str], float] = {}
+        self.not_available = EventBudget()  # CIDRNotAvailable: per Node and reason
         self.foreign_of: dict[str, tuple[str, ...]] = {}  # uid -> other podCIDRs managers
         self.foreign_count: Counter[str] = Counter()
         self.wake = asyncio.Event()
@@ -79,7 +80,7 @@ class NodeWork:
             self.report_recorded(rec, self.nodes[rec.uid], recovery=True)
         for view in views:
             if view.invalid_pod_cidrs:
-                self.outbox.once(ev.invalid_pod_cidr(self._node(view), view.invalid_pod_cidrs))
+                self.outbox.once(ev.invalid_pod_cidr(view.invalid_pod_cidrs), self._node(view))
         self.todo.update(v.uid for v in views if not v.has_cidrs and not v.deleting)
         self.wake.set()
         return len(recorded)
@@ -99,18 +100,18 @@ class NodeWork:
             self.foreign_count[manager] += 1 if manager in new else -1
             self.metrics.foreign_nodes.labels(manager).set(self.foreign_count[manager])
 
-    def _node(self, view: NodeView) -> ev.Subject:
-        return ev.node(view.name, view.uid)
+    def _node(self, view: NodeView) -> Subject:
+        return node(view.name, view.uid)
 
     def report_recorded(self, rec: Recorded, view: NodeView, *, recovery: bool) -> None:
         subject = self._node(view)
         if rec.conflicts:
-            self.outbox.once(ev.conflict(subject, rec.conflicts))
+            self.outbox.once(ev.conflict(rec.conflicts), subject)
             for other in rec.conflicts:
                 other_uid = self.uids.get(other, "")
-                self.outbox.once(ev.conflict(ev.node(other, other_uid), (view.name,)))
+                self.outbox.once(ev.conflict((view.name,)), node(other, other_uid))
         if rec.unowned and rec.changed:
-            self.outbox.once(ev.not_in_any_pool(subject, rec.unowned))
+            self.outbox.once(ev.not_in_any_pool(rec.unowned), subject)
         if rec.foreign and rec.changed and not recovery:
             managers = foreign_managers(view)
             for manager in managers or ("unknown",):
@@ -120,7 +121,7 @@ class NodeWork:
                 "--allocate-node-cidrs=false", view.name, list(map(str, view.pod_cidrs)),
                 ", ".join(managers) or "another writer", extra=kv(node=view.name, uid=view.uid),
             )  # fmt: skip
-            self.outbox.emit(ev.other_allocator(subject, managers, view.pod_cidrs))
+            self.outbox.emit(ev.other_allocator(managers, view.pod_cidrs), subject)
         for _, owner in rec.owners:
             if owner:
                 self.keeper.dirty.add(owner)
@@ -135,7 +136,7 @@ class NodeWork:
         old = self.nodes.get(uid)
         self.remember(view)
         if view.invalid_pod_cidrs:
-            self.outbox.once(ev.invalid_pod_cidr(self._node(view), view.invalid_pod_cidrs))
+            self.outbox.once(ev.invalid_pod_cidr(view.invalid_pod_cidrs), self._node(view))
         if view.pod_cidrs:
             rec = self.allocator.record(view)
             self.todo.discard(uid)
@@ -231,13 +232,11 @@ class NodeWork:
         for pool_name, _ in waiting.exhausted:
             self.keeper.dirty.add(pool_name)
         key = (view.uid, waiting.reason)
-        now = self.clock.monotonic()
-        last = self.not_available_at.get(key)
-        if last is None or now - last >= ev.SAME_EVENT_EVERY:
-            self.not_available_at[key] = now
+        self.not_available, ok = admit(self.not_available, key, self.clock.monotonic())
+        if ok:
             log.info("Node %s waits: %s", view.name, waiting.reason,
                      extra=kv(node=view.name, uid=view.uid))  # fmt: skip
-            self.outbox.emit(ev.not_available(self._node(view), waiting))
+            self.outbox.emit(ev.not_available(waiting), self._node(view))
 
     async def _write_node(self, alloc: Allocation) -> None:
         try:
@@ -259,8 +258,8 @@ class NodeWork:
     def _write_failed(self, alloc: Allocation, failures: int, error: ApiError) -> None:
         self.metrics.patch_failures.labels(str(error.status or "error")).inc()
         if failures == FAILED_ATTEMPTS_EVENT:
-            subject = ev.node(alloc.node, alloc.uid)
-            self.outbox.emit(ev.assignment_failed(subject, failures, str(error)))
+            subject = node(alloc.node, alloc.uid)
+            self.outbox.emit(ev.assignment_failed(failures, str(error)), subject)
 
     def _committed(self, alloc: Allocation, obj: Obj) -> None:
         self.allocator.commit(alloc.uid)
@@ -278,4 +277,4 @@ class NodeWork:
         texts = ",".join(map(str, alloc.cidrs))
         log.info("assigned %s from %s to Node %s", texts, alloc.pool, alloc.node,
                  extra=kv(node=alloc.node, uid=alloc.uid, clustercidr=alloc.pool))  # fmt: skip
-        self.outbox.emit(ev.assigned(ev.node(alloc.node, alloc.uid), alloc.pool, alloc.cidrs))
+        self.outbox.emit(ev.assigned(alloc.pool, alloc.cidrs), node(alloc.node, alloc.uid))

@@ -2,7 +2,7 @@
 
 Start-up recovery, ClusterCIDR events, discovery, gauges and
 readiness. Nodes and allocation live in `ipam.nodes`, ClusterCIDR finalizers and status
-in `ipam.upkeep`, Events in `ipam.outbox`; nothing but an allocation waits for anything.
+in `ipam.upkeep`, Events in `runtime.outbox`; nothing but an allocation waits for anything.
 """
 
 from __future__ import annotations
@@ -30,13 +30,14 @@ from local_ccm.ipam.core.plan import Allocator, pool_readiness
 from local_ccm.ipam.metrics import IpamMetrics
 from local_ccm.ipam.nodeapi import IpamApi, Obj, Watched
 from local_ccm.ipam.nodes import NodeWork
-from local_ccm.ipam.outbox import EventOutbox
 from local_ccm.ipam.readiness import WatchState, observe_watch, readiness, watch_problems
 from local_ccm.ipam.upkeep import PoolKeeper
 from local_ccm.kube.errors import ApiError
 from local_ccm.kube.informer import Change, Informer, StreamEnd
 from local_ccm.kube.request import WatchEvent
-from local_ccm.logs import kv
+from local_ccm.logs import V2, kv
+from local_ccm.runtime.events import Reporter, node
+from local_ccm.runtime.outbox import EventOutbox
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +83,9 @@ class Controller:
             reuse_delay=settings.reuse_delay,
         )
         self.outbox = EventOutbox(
-            api, metrics, clock, namespace=settings.event_namespace, instance=settings.instance
-        )
+            api, clock, Reporter(names.IPAM, settings.instance), namespace=settings.event_namespace,
+            capacity=ev.EVENT_QUEUE, on_drop=metrics.events_dropped.inc, failure_level=V2,
+        )  # fmt: skip
         self.keeper = PoolKeeper(
             api, self.allocator, metrics, clock, self.outbox,
             status_interval=settings.status_interval, retry_delay=settings.backoff[0],
@@ -258,16 +260,16 @@ class Controller:
         generation = str(cc.generation)
         if isinstance(cc, InvalidClusterCIDR):
             self._pool_removed_nodes(cc.name, self.allocator.remove_pool(cc.name))
-            self.outbox.once(ev.invalid_pool(subject, cc.reason), generation)
+            self.outbox.once(ev.invalid_pool(cc.reason), subject, generation)
         else:
             reason, _ = pool_readiness(cc)
             pool = cc.pool()
             affected = self.allocator.set_pool(pool, ready=reason == "Ready", uid=cc.uid)
             self._pool_removed_nodes(cc.name, affected)
             if cc.frozen:
-                self.outbox.once(ev.spec_changed(subject), generation)
+                self.outbox.once(ev.spec_changed(), subject, generation)
             if pool.selector is not None and pool.selector.semantics_differ():
-                self.outbox.once(ev.semantics_differ(subject), generation)
+                self.outbox.once(ev.semantics_differ(), subject, generation)
             if reason == "Ready":
                 self.work.requeue_waiting()
         self.keeper.dirty.add(cc.name)
@@ -282,8 +284,8 @@ class Controller:
 
     def _pool_removed_nodes(self, pool_name: str, node_names: tuple[str, ...]) -> None:
         for node_name in node_names:
-            subject = ev.node(node_name, self.work.uids.get(node_name, ""))
-            self.outbox.emit(ev.pool_removed(subject, pool_name))
+            subject = node(node_name, self.work.uids.get(node_name, ""))
+            self.outbox.emit(ev.pool_removed(pool_name), subject)
 
     # ------------------------------------------------------------ gauges
 

@@ -28,9 +28,9 @@ from local_ccm.ipam.core.status import (
 )
 from local_ccm.ipam.metrics import IpamMetrics
 from local_ccm.ipam.nodeapi import IpamApi, Obj
-from local_ccm.ipam.outbox import EventOutbox
 from local_ccm.kube.errors import ApiError, Conflict, Invalid, NotFound
 from local_ccm.logs import V2, kv
+from local_ccm.runtime.outbox import EventOutbox
 
 log = logging.getLogger(__name__)
 Spawn = Callable[[Coroutine[Any, Any, Any], str], object]
@@ -86,7 +86,7 @@ class PoolKeeper:
         if cc.deleting and owned and isinstance(cc, ClusterCIDR):
             usage = self.allocator.usage(name)
             count = str(usage.nodes if usage else owned)
-            self.outbox.once(ev.waiting_for_nodes(ev.pool(name, cc.uid), int(count)), count)
+            self.outbox.once(ev.waiting_for_nodes(int(count)), ev.pool(name, cc.uid), count)
         action = plan_finalizer(cc, owned)
         if action is None:
             return
@@ -160,5 +160,5 @@ class PoolKeeper:
         full = usage.exhausted_versions
         if full and not self.exhausted.get(cc.name) and pool_readiness(cc)[0] == "Ready":
             log.info("ClusterCIDR %s is exhausted", cc.name, extra=kv(clustercidr=cc.name))
-            self.outbox.emit(ev.exhausted(ev.pool(cc.name, cc.uid), full))
+            self.outbox.emit(ev.exhausted(full), ev.pool(cc.name, cc.uid))
         self.exhausted[cc.name] = full

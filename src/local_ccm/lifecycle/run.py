@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequenc
 from dataclasses import replace
 from typing import Any
 
+from local_ccm import names
 from local_ccm.clock import Clock
 from local_ccm.kube import errors as ke
 from local_ccm.kube.informer import Change, Informer, Page, StreamEnd
@@ -50,6 +51,8 @@ from local_ccm.lifecycle.nodeapi import NodeApi, Obj
 from local_ccm.lifecycle.probe import Prober
 from local_ccm.lifecycle.process import Status
 from local_ccm.logs import kv
+from local_ccm.runtime.events import EventBudget, Reporter, admit, forget, node
+from local_ccm.runtime.outbox import EventOutbox
 
 log = logging.getLogger(__name__)
 
@@ -113,12 +116,15 @@ class Controller:
         self._wake = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[None]] = {}  # "probe/<uid>/<n>", "delete/...", ...
         self._task_ids = itertools.count()
-        self._events: set[asyncio.Task[None]] = set()
-        self._failed_sent: dict[str, float] = {}
+        self.outbox = EventOutbox(
+            api, clock, Reporter(names.LIFECYCLE, identity), namespace=config.event_namespace
+        )
+        self._failed = EventBudget()  # DeletingNodeFailed: once per 10 min per Node
 
     # ------------------------------------------------------------------ the loop
     async def run(self) -> None:
         watch = asyncio.create_task(self.informer.run(), name="node-watch")
+        sender = asyncio.create_task(self.outbox.run(), name="events")
         try:
             synced = asyncio.create_task(self.informer.wait_synced())
             await asyncio.wait({watch, synced}, return_when=asyncio.FIRST_COMPLETED)
@@ -130,6 +136,7 @@ class Controller:
                 await self._sleep(self.next_wake)
         finally:
             watch.cancel()
+            sender.cancel()
             await self._shutdown()
 
     async def _sleep(self, seconds: float) -> None:
@@ -150,7 +157,7 @@ class Controller:
                 task.cancel()
         if deletes:
             await asyncio.wait(deletes, timeout=self.write_timeout)
-        for task in [*self._tasks.values(), *self._events]:
+        for task in self._tasks.values():
             task.cancel()
         self.status.synced = False
 
@@ -212,7 +219,7 @@ class Controller:
             name = assessment.episodes.episodes[uid].name
             log.info("Node is NotReady: episode started", extra=_node_kv(name, uid))
         for uid in assessment.episodes.ended:
-            self._failed_sent.pop(uid, None)
+            self._failed = forget(self._failed, uid)
             name = previous[uid].name if uid in previous else ""
             log.info("NotReady episode ended", extra=_node_kv(name, uid))
 
@@ -275,25 +282,13 @@ class Controller:
 
     # ------------------------------------------------------------------ Events
     def _emit(self, uid: str, name: str, reason: str, message: str) -> None:
-        body = ev.event_body(
-            reason=reason, message=message, node_name=name, node_uid=uid,
-            namespace=self.config.event_namespace, identity=self.identity, now=self.clock.now(),
-        )  # fmt: skip
-        task = asyncio.create_task(self._send_event(body, name, uid))
-        self._events.add(task)
-        task.add_done_callback(self._events.discard)
+        self.outbox.emit(ev.spec(reason, message), node(name, uid))
 
     def announce(self, uid: str, name: str, reason: str, message: str) -> None:
         """Loop-side Events, also at most once per (uid, reason) per episode."""
         if (uid, reason) not in self.state.announced:
             self.state = replace(self.state, announced=self.state.announced | {(uid, reason)})
             self._emit(uid, name, reason, message)
-
-    async def _send_event(self, body: Obj, name: str, uid: str) -> None:
-        try:
-            await self.api.create_event(self.config.event_namespace, body)
-        except ke.ApiError as exc:
-            log.warning("Event %s not sent: %s", body["reason"], exc, extra=_node_kv(name, uid))
 
     # ------------------------------------------------------------------ probes
     async def run_probe(
@@ -367,7 +362,6 @@ class Controller:
         return self.episodes.get(uid)
 
     def report_failure(self, action: pl.DeleteAction, error: str) -> None:
-        now = self.clock.monotonic()
-        if ev.may_repeat_failure(self._failed_sent.get(action.uid), now):
-            self._failed_sent[action.uid] = now
+        self._failed, ok = admit(self._failed, action.uid, self.clock.monotonic())
+        if ok:
             self._emit(action.uid, action.name, ev.DELETING_NODE_FAILED, error)

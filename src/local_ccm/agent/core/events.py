@@ -1,24 +1,21 @@
-"""Which Kubernetes Events a pass emits, their rate limit and their bodies: detector failures
-and recoveries, a held taint, address fights, each on a transition only.
+"""Which Kubernetes Events a pass emits: detector failures and recoveries, a held taint,
+address fights, each on a transition only, and their rate limit.
 
-Pure, no I/O, no clock: times are parameters. The loop sends what these functions return,
-asynchronously, so an Event never delays a pass.
+Pure, no I/O. Bodies and sending are ``local_ccm.runtime``'s: the loop queues what these
+functions return and a task posts them, so an Event never delays a pass.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from local_ccm import names
 from local_ccm.agent.core.addresses import Finding, NodeAddress
 from local_ccm.agent.core.candidates import Detection, DetectorKey, Failed, Found
 from local_ccm.agent.core.config import AgentConfig, family_name
 from local_ccm.agent.core.plan import NO_INTERNAL_IP, BlockReason
-
-EventType = Literal["Normal", "Warning"]
+from local_ccm.runtime.events import EventBudget, EventSpec, Subject
 
 ADDRESSES_UPDATED = "AddressesUpdated"
 NODE_INITIALIZED = "NodeInitialized"
@@ -33,16 +30,15 @@ ADDRESS_CONFLICT_RESOLVED = "AddressConflictResolved"
 PROVIDER_ID_MISMATCH = "ProviderIDMismatch"
 NODE_UPDATE_REJECTED = "NodeUpdateRejected"
 
-SAME_EVENT_EVERY = 600.0  # the same (reason, message) at most once per 10 min
-MAX_PER_MINUTE = 10
-MAX_MESSAGE = 1024
+
+def budget() -> EventBudget:
+    """The same (reason, message) once per 10 min; at most 10 Events per minute in total."""
+    return EventBudget(per_minute=10)
 
 
-@dataclass(frozen=True)
-class EventSpec:
-    type: EventType
-    reason: str
-    message: str
+def about(node: Mapping[str, Any]) -> Subject:
+    meta = node.get("metadata") or {}
+    return Subject("Node", str(meta.get("name", "")), str(meta.get("uid", "")))
 
 
 # ------------------------------------------------------------------ what to emit
@@ -91,7 +87,7 @@ def describe_change(old: Sequence[NodeAddress], new: Sequence[NodeAddress]) -> s
         parts += [f"removed {kind} {a}" for a in removed[len(added) :]]
     if not parts:
         parts.append("reordered: " + ", ".join(f"{a.type} {a.address}" for a in new))
-    return _clip("; ".join(parts))
+    return "; ".join(parts)
 
 
 def node_initialized(delay: float | None) -> EventSpec:
@@ -162,63 +158,4 @@ def conflict_resolved() -> EventSpec:
 
 
 def update_rejected(what: str, message: str) -> EventSpec:
-    return EventSpec("Warning", NODE_UPDATE_REJECTED, _clip(f"{what} rejected: {message}"))
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
-
-
-# ------------------------------------------------------------------ rate limit
-@dataclass(frozen=True)
-class EventBudget:
-    """Recently sent (reason, message) pairs and send times (monotonic seconds)."""
-
-    recent: tuple[tuple[str, str, float], ...] = ()
-    sent: tuple[float, ...] = ()
-
-
-def admit(budget: EventBudget, spec: EventSpec, now: float) -> tuple[EventBudget, bool]:
-    """May ``spec`` be sent now? Same pair once per 10 min; at most 10 per minute in total."""
-    recent = tuple(e for e in budget.recent if now - e[2] < SAME_EVENT_EVERY)
-    sent = tuple(t for t in budget.sent if now - t < 60.0)
-    pruned = replace(budget, recent=recent, sent=sent)
-    if any((r, m) == (spec.reason, spec.message) for r, m, _ in recent):
-        return pruned, False
-    if len(sent) >= MAX_PER_MINUTE:
-        return pruned, False
-    return EventBudget((*recent, (spec.reason, spec.message, now)), (*sent, now)), True
-
-
-# ------------------------------------------------------------------ body
-def event_body(
-    spec: EventSpec, node: Mapping[str, Any], *, namespace: str, now: str
-) -> dict[str, Any]:
-    """A core/v1 Event about ``node``; ``now`` is an RFC 3339 timestamp."""
-    meta = node.get("metadata") or {}
-    name = str(meta.get("name", ""))
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": f"{name}.", "namespace": namespace},
-        "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "name": name,
-            "uid": str(meta.get("uid", "")),
-        },
-        "type": spec.type,
-        "reason": spec.reason,
-        "message": spec.message,
-        "source": {"component": names.AGENT, "host": name},
-        "reportingComponent": names.AGENT,
-        "reportingInstance": name,
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    }
-
-
-def rfc3339(moment: datetime) -> str:
-    """metav1.Time: UTC, whole seconds."""
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return EventSpec("Warning", NODE_UPDATE_REJECTED, f"{what} rejected: {message}")

@@ -26,6 +26,7 @@ from local_ccm.agent.core.plan import (
     addresses_match,
     is_tainted,
 )
+from local_ccm.runtime.events import EventSpec
 
 Obj = Mapping[str, Any]
 Detected = Mapping[DetectorKey, Detection]
@@ -101,7 +102,7 @@ class GateReport:
 
     blocked: Mapping[str, int]  # local_ccm_initialization_blocked{reason}
     mismatch: Mapping[str, int]  # local_ccm_provided_node_ip_mismatch{family}
-    events: tuple[ev.EventSpec, ...]
+    events: tuple[EventSpec, ...]
 
 
 def gate_report(

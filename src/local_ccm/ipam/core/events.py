@@ -1,177 +1,118 @@
-"""Events of node-ipam-controller: reasons, messages and bodies.
+"""Events of node-ipam-controller: reasons, subjects and messages.
 
-Pure, no I/O, no clock: times are parameters. The loop queues what these return and a
-sender task posts them, so an Event never delays an allocation.
+Pure, no I/O. Bodies and sending are ``local_ccm.runtime``'s: the loop queues what these
+return and a sender task posts them, so an Event never delays an allocation.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Literal
+from typing import Final
 
 from local_ccm import names
 from local_ccm.ipam.core.cidrset import IPNetwork
 from local_ccm.ipam.core.plan import Waiting
-
-EventType = Literal["Normal", "Warning"]
-Kind = Literal["Node", "ClusterCIDR"]
+from local_ccm.runtime.events import EventSpec, Subject
 
 # Node
-CIDR_NOT_AVAILABLE = "CIDRNotAvailable"
-CIDR_ASSIGNMENT_FAILED = "CIDRAssignmentFailed"
-CIDR_ASSIGNED = "CIDRAssigned"
-CIDR_BY_OTHER_ALLOCATOR = "CIDRAssignedByOtherAllocator"
-CIDR_CONFLICT = "CIDRConflict"
-CIDR_NOT_IN_ANY_POOL = "CIDRNotInAnyPool"
-INVALID_POD_CIDR = "InvalidPodCIDR"
-CLUSTER_CIDR_REMOVED = "ClusterCIDRRemoved"
+CIDR_NOT_AVAILABLE: Final = "CIDRNotAvailable"
+CIDR_ASSIGNMENT_FAILED: Final = "CIDRAssignmentFailed"
+CIDR_ASSIGNED: Final = "CIDRAssigned"
+CIDR_BY_OTHER_ALLOCATOR: Final = "CIDRAssignedByOtherAllocator"
+CIDR_CONFLICT: Final = "CIDRConflict"
+CIDR_NOT_IN_ANY_POOL: Final = "CIDRNotInAnyPool"
+INVALID_POD_CIDR: Final = "InvalidPodCIDR"
+CLUSTER_CIDR_REMOVED: Final = "ClusterCIDRRemoved"
 # ClusterCIDR
-INVALID_CLUSTER_CIDR = "InvalidClusterCIDR"
-SPEC_CHANGED = "SpecChanged"
-SELECTOR_SEMANTICS_DIFFER = "SelectorSemanticsDiffer"
-CLUSTER_CIDR_EXHAUSTED = "ClusterCIDRExhausted"
-WAITING_FOR_NODES = "WaitingForNodes"
+INVALID_CLUSTER_CIDR: Final = "InvalidClusterCIDR"
+SPEC_CHANGED: Final = "SpecChanged"
+SELECTOR_SEMANTICS_DIFFER: Final = "SelectorSemanticsDiffer"
+CLUSTER_CIDR_EXHAUSTED: Final = "ClusterCIDRExhausted"
+WAITING_FOR_NODES: Final = "WaitingForNodes"
 
-SAME_EVENT_EVERY = 600.0  # CIDRNotAvailable: once per Node and reason per 10 minutes
-MAX_MESSAGE = 1024
-CLUSTER_CIDR_API_VERSION = "networking.x-k8s.io/v1"
-
-
-@dataclass(frozen=True)
-class Subject:
-    """The object an Event is about."""
-
-    kind: Kind
-    name: str
-    uid: str
-
-
-@dataclass(frozen=True)
-class EventSpec:
-    subject: Subject
-    type: EventType
-    reason: str
-    message: str
-
-
-def node(name: str, uid: str) -> Subject:
-    return Subject("Node", name, uid)
+CLUSTER_CIDR_API_VERSION: Final = "networking.x-k8s.io/v1"
+EVENT_QUEUE: Final = 1000  # Events queued beyond this are dropped and counted
 
 
 def pool(name: str, uid: str) -> Subject:
-    return Subject("ClusterCIDR", name, uid)
+    return Subject("ClusterCIDR", name, uid, CLUSTER_CIDR_API_VERSION)
 
 
 def _cidrs(cidrs: Iterable[IPNetwork]) -> str:
     return ",".join(str(c) for c in cidrs)
 
 
-def assigned(subject: Subject, pool_name: str, cidrs: Sequence[IPNetwork]) -> EventSpec:
+def assigned(pool_name: str, cidrs: Sequence[IPNetwork]) -> EventSpec:
     text = f"assigned {_cidrs(cidrs)} from ClusterCIDR {pool_name}"
-    return EventSpec(subject, "Normal", CIDR_ASSIGNED, text)
+    return EventSpec("Normal", CIDR_ASSIGNED, text)
 
 
-def not_available(subject: Subject, waiting: Waiting) -> EventSpec:
+def not_available(waiting: Waiting) -> EventSpec:
     """The reason and the pools considered."""
     if waiting.reason == "NoMatchingClusterCIDR":
         text = "no ClusterCIDR matches the Node and no default pool is configured"
     else:
         full = ", ".join(f"{name} (IPv{version})" for name, version in waiting.exhausted)
         text = f"every matching ClusterCIDR is exhausted: {full}"
-    return EventSpec(subject, "Normal", CIDR_NOT_AVAILABLE, _clip(f"{waiting.reason}: {text}"))
+    return EventSpec("Normal", CIDR_NOT_AVAILABLE, f"{waiting.reason}: {text}")
 
 
-def assignment_failed(subject: Subject, attempts: int, error: str) -> EventSpec:
+def assignment_failed(attempts: int, error: str) -> EventSpec:
     text = f"writing podCIDRs failed {attempts} times in a row: {error}"
-    return EventSpec(subject, "Normal", CIDR_ASSIGNMENT_FAILED, _clip(text))
+    return EventSpec("Normal", CIDR_ASSIGNMENT_FAILED, text)
 
 
-def other_allocator(
-    subject: Subject, managers: Sequence[str], cidrs: Sequence[IPNetwork]
-) -> EventSpec:
+def other_allocator(managers: Sequence[str], cidrs: Sequence[IPNetwork]) -> EventSpec:
     who = ", ".join(managers) or "an unknown writer"
     text = (
         f"spec.podCIDRs {_cidrs(cidrs)} were set by {who}, not by {names.IPAM}; run "
         "kube-controller-manager with --allocate-node-cidrs=false"
     )
-    return EventSpec(subject, "Warning", CIDR_BY_OTHER_ALLOCATOR, _clip(text))
+    return EventSpec("Warning", CIDR_BY_OTHER_ALLOCATOR, text)
 
 
-def conflict(subject: Subject, others: Sequence[str]) -> EventSpec:
+def conflict(others: Sequence[str]) -> EventSpec:
     text = f"podCIDRs overlap those of Node(s) {', '.join(others)}; no Node is changed"
-    return EventSpec(subject, "Warning", CIDR_CONFLICT, _clip(text))
+    return EventSpec("Warning", CIDR_CONFLICT, text)
 
 
-def not_in_any_pool(subject: Subject, cidrs: Sequence[IPNetwork]) -> EventSpec:
+def not_in_any_pool(cidrs: Sequence[IPNetwork]) -> EventSpec:
     text = f"{_cidrs(cidrs)} is in no ClusterCIDR; kept reserved"
-    return EventSpec(subject, "Normal", CIDR_NOT_IN_ANY_POOL, text)
+    return EventSpec("Normal", CIDR_NOT_IN_ANY_POOL, text)
 
 
-def invalid_pod_cidr(subject: Subject, texts: Sequence[str]) -> EventSpec:
+def invalid_pod_cidr(texts: Sequence[str]) -> EventSpec:
     text = f"spec.podCIDRs has unparsable entries {', '.join(texts)}; the Node is left alone"
-    return EventSpec(subject, "Warning", INVALID_POD_CIDR, _clip(text))
+    return EventSpec("Warning", INVALID_POD_CIDR, text)
 
 
-def pool_removed(subject: Subject, pool_name: str) -> EventSpec:
+def pool_removed(pool_name: str) -> EventSpec:
     text = f"ClusterCIDR {pool_name} vanished; the Node's CIDRs stay reserved as unowned"
-    return EventSpec(subject, "Warning", CLUSTER_CIDR_REMOVED, text)
+    return EventSpec("Warning", CLUSTER_CIDR_REMOVED, text)
 
 
-def invalid_pool(subject: Subject, reason: str) -> EventSpec:
-    return EventSpec(subject, "Warning", INVALID_CLUSTER_CIDR, _clip(reason))
+def invalid_pool(reason: str) -> EventSpec:
+    return EventSpec("Warning", INVALID_CLUSTER_CIDR, reason)
 
 
-def spec_changed(subject: Subject) -> EventSpec:
+def spec_changed() -> EventSpec:
     text = "the spec was changed after creation; the pool keeps its CIDRs but allocates no more"
-    return EventSpec(subject, "Warning", SPEC_CHANGED, text)
+    return EventSpec("Warning", SPEC_CHANGED, text)
 
 
-def semantics_differ(subject: Subject) -> EventSpec:
+def semantics_differ() -> EventSpec:
     text = (
         "nodeSelectorTerms are OR-ed (core NodeSelector semantics); upstream AND-ed them, so "
         "this pool selects different Nodes than it did there"
     )
-    return EventSpec(subject, "Warning", SELECTOR_SEMANTICS_DIFFER, text)
+    return EventSpec("Warning", SELECTOR_SEMANTICS_DIFFER, text)
 
 
-def exhausted(subject: Subject, versions: Sequence[int]) -> EventSpec:
+def exhausted(versions: Sequence[int]) -> EventSpec:
     families = ", ".join(f"IPv{v}" for v in versions)
-    return EventSpec(subject, "Warning", CLUSTER_CIDR_EXHAUSTED, f"no free block in {families}")
+    return EventSpec("Warning", CLUSTER_CIDR_EXHAUSTED, f"no free block in {families}")
 
 
-def waiting_for_nodes(subject: Subject, nodes: int) -> EventSpec:
+def waiting_for_nodes(nodes: int) -> EventSpec:
     text = f"terminating: waiting for {nodes} Node(s) holding its CIDRs to be deleted"
-    return EventSpec(subject, "Normal", WAITING_FOR_NODES, text)
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
-
-
-def event_body(spec: EventSpec, *, namespace: str, now: datetime, instance: str) -> dict[str, Any]:
-    """A core/v1 Event in `namespace` about a cluster-scoped object."""
-    subject = spec.subject
-    api_version = "v1" if subject.kind == "Node" else CLUSTER_CIDR_API_VERSION
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": f"{subject.name}.", "namespace": namespace},
-        "involvedObject": {
-            "apiVersion": api_version,
-            "kind": subject.kind,
-            "name": subject.name,
-            "uid": subject.uid,
-        },
-        "type": spec.type,
-        "reason": spec.reason,
-        "message": spec.message,
-        "source": {"component": names.IPAM},
-        "reportingComponent": names.IPAM,
-        "reportingInstance": instance,
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-    }
+    return EventSpec("Normal", WAITING_FOR_NODES, text)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Final, Literal
 
-from local_ccm.lifecycle.core.events import WARNING_REASONS
+from local_ccm.lifecycle.core.events import event_type
 from local_ccm.lifecycle.core.health import Scope
 from local_ccm.lifecycle.core.model import (
     ICMP,
@@ -29,6 +29,7 @@ from local_ccm.lifecycle.core.model import (
     format_time,
     probe_addresses,
 )
+from local_ccm.runtime.events import EventType
 from local_ccm.validate import CountOrPercent
 
 DRY_RUN_PREFIX: Final = "[DRY-RUN] Would delete node"
@@ -206,8 +207,8 @@ class EventAction:
     message: str
 
     @property
-    def type(self) -> Literal["Normal", "Warning"]:
-        return "Warning" if self.reason in WARNING_REASONS else "Normal"
+    def type(self) -> EventType:
+        return event_type(self.reason)
 
 
 @dataclass(frozen=True)
