@@ -1,0 +1,53 @@
+"""The shared metrics registry: declarations, closed-set series, and the three components'
+metric names, types, labels and help texts, which dashboards rely on (`metric_names.txt`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from local_ccm.agent.metrics import AgentMetrics
+from local_ccm.ipam.metrics import IpamMetrics
+from local_ccm.lifecycle.metrics import LifecycleMetrics
+from local_ccm.runtime.metrics import Metrics, counter, gauge, histogram
+
+NAMES = Path(__file__).with_name("metric_names.txt")
+
+
+class Small(Metrics):
+    prefix = "t_"
+    runs = counter("runs", "Runs", "kind", "result", series=[("a", "b"), ("ok", "failed")])
+    up = gauge("up", "Up")
+    took = histogram("took_seconds", "Duration", buckets=(1, 2))
+
+
+def test_declared_metrics_are_per_instance_with_their_series_at_zero() -> None:
+    one, two = Small(), Small(CollectorRegistry())
+    one.runs.labels("a", "ok").inc()
+    one.observe_request("GET", "nodes", "200")
+    assert one.registry.get_sample_value("t_runs_total", {"kind": "a", "result": "ok"}) == 1
+    assert two.registry.get_sample_value("t_runs_total", {"kind": "b", "result": "failed"}) == 0
+    assert two.registry.get_sample_value("t_runs_total", {"kind": "a", "result": "ok"}) == 0
+    labels = {"verb": "GET", "resource": "nodes", "code": "200"}
+    assert one.registry.get_sample_value("t_api_requests_total", labels) == 1
+    assert one.registry.get_sample_value("t_took_seconds_bucket", {"le": "2.0"}) == 0
+    assert one.registry.get_sample_value("process_open_fds") is not None
+
+
+def describe(metrics: Metrics) -> list[str]:
+    lines = []
+    for family in metrics.registry.collect():
+        if family.name.startswith(("process_", "python_")):
+            continue
+        collector = metrics.registry._names_to_collectors[family.name]
+        labels = list(getattr(collector, "_labelnames", ()))
+        buckets = getattr(collector, "_upper_bounds", None)
+        more = f" buckets={buckets[:-1]}" if buckets else ""
+        lines.append(f"{family.name} {family.type} {labels} {family.documentation!r}{more}")
+    return sorted(lines)
+
+
+def test_metric_names_types_labels_and_help_are_unchanged() -> None:
+    found = [*describe(AgentMetrics()), *describe(IpamMetrics()), *describe(LifecycleMetrics())]
+    assert found == NAMES.read_text().splitlines()
