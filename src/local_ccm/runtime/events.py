@@ -18,24 +18,17 @@ SAME_EVENT_EVERY: Final = 600.0  # the same key at most once per 10 min
 
 
 @dataclass(frozen=True)
-class EventSpec:
-    type: EventType
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
 class Subject:
     """The object an Event is about (cluster-scoped: Nodes, ClusterCIDRs)."""
 
     kind: str
     name: str
     uid: str
-    api_version: str = "v1"
+    api_version: str
 
 
 def node(name: str, uid: str) -> Subject:
-    return Subject("Node", name, uid)
+    return Subject("Node", name, uid, "v1")
 
 
 @dataclass(frozen=True)
@@ -45,6 +38,13 @@ class Reporter:
     component: str
     instance: str
     host: str | None = None
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    type: EventType
+    reason: str
+    message: str
 
 
 def clip(text: str) -> str:

@@ -15,7 +15,7 @@ from local_ccm.agent.core.addresses import Finding, NodeAddress
 from local_ccm.agent.core.candidates import Detection, DetectorKey, Failed, Found
 from local_ccm.agent.core.config import AgentConfig, family_name
 from local_ccm.agent.core.plan import NO_INTERNAL_IP, BlockReason
-from local_ccm.runtime.events import EventBudget, EventSpec, Subject
+from local_ccm.runtime.events import EventBudget, EventSpec, Subject, node
 
 ADDRESSES_UPDATED = "AddressesUpdated"
 NODE_INITIALIZED = "NodeInitialized"
@@ -36,9 +36,9 @@ def budget() -> EventBudget:
     return EventBudget(per_minute=10)
 
 
-def about(node: Mapping[str, Any]) -> Subject:
-    meta = node.get("metadata") or {}
-    return Subject("Node", str(meta.get("name", "")), str(meta.get("uid", "")))
+def about(obj: Mapping[str, Any]) -> Subject:
+    meta = obj.get("metadata") or {}
+    return node(str(meta.get("name", "")), str(meta.get("uid", "")))
 
 
 # ------------------------------------------------------------------ what to emit

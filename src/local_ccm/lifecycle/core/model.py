@@ -12,7 +12,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from ipaddress import ip_address
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 from local_ccm import names
 
@@ -31,15 +31,13 @@ INTERNAL_IP: Final = "InternalIP"
 EXTERNAL_IP: Final = "ExternalIP"
 
 
-@dataclass(frozen=True)
-class Taint:
+class Taint(NamedTuple):
     key: str
     value: str
     effect: str
 
 
-@dataclass(frozen=True)
-class NodeAddress:
+class NodeAddress(NamedTuple):
     type: str
     address: str
 

@@ -226,6 +226,8 @@ class DeleteAction:
 
 @dataclass(frozen=True)
 class Decision:
+    """The step the walk stopped at for one Node (logged at DEBUG)."""
+
     uid: str
     name: str
     step: Step
@@ -233,6 +235,8 @@ class Decision:
 
 @dataclass(frozen=True)
 class Plan:
+    """What one evaluation does: the new state and the actions, all applied by the loop."""
+
     state: PipelineState
     breaker: Breaker
     decisions: tuple[Decision, ...] = ()
