@@ -11,23 +11,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from collections.abc import Callable
 
-from local_ccm.clock import Clock
 from local_ccm.ipam.core import events as ev
 from local_ccm.ipam.core.cidrset import IPNetwork
 from local_ccm.ipam.core.model import NodeView, project_node
-from local_ccm.ipam.core.plan import Allocation, Allocator, Recorded, Waiting, allocation_order
+from local_ccm.ipam.core.plan import Allocation, Recorded, Waiting, allocation_order
 from local_ccm.ipam.core.status import foreign_managers
-from local_ccm.ipam.metrics import IpamMetrics
-from local_ccm.ipam.nodeapi import IpamApi, Obj
+from local_ccm.ipam.nodeapi import Obj
 from local_ccm.ipam.nodewrite import Aborted, Committed, NodeWriter
-from local_ccm.ipam.upkeep import PoolKeeper
+from local_ccm.ipam.upkeep import PoolKeeper, Shared
 from local_ccm.kube.errors import ApiError
 from local_ccm.logs import kv
 from local_ccm.runtime.events import EventBudget, Subject, admit, node
-from local_ccm.runtime.outbox import EventOutbox
 
 log = logging.getLogger(__name__)
 
@@ -39,24 +35,20 @@ class NodeWork:
 
     def __init__(
         self,
-        api: IpamApi,
-        allocator: Allocator,
-        metrics: IpamMetrics,
-        clock: Clock,
+        shared: Shared,
         *,
-        outbox: EventOutbox,
         keeper: PoolKeeper,
         concurrency: int,
         retry_interval: float,
         backoff: tuple[float, float],
-        spawn: Callable[[Coroutine[Any, Any, Any], str], object],
-        fence: Callable[[], Awaitable[None]],
         fatal: Callable[[], BaseException | None],
     ) -> None:
-        self.allocator, self.metrics, self.clock = allocator, metrics, clock
-        self.writer = NodeWriter(api, clock, backoff, fence, self._write_failed)
-        self.outbox, self.keeper = outbox, keeper
-        self.retry_interval, self.spawn, self.fatal = retry_interval, spawn, fatal
+        self.allocator, self.metrics, self.clock = shared.allocator, shared.metrics, shared.clock
+        self.writer = NodeWriter(
+            shared.api, shared.clock, backoff, shared.fence, self._write_failed
+        )
+        self.outbox, self.keeper, self.spawn = shared.outbox, keeper, shared.spawn
+        self.retry_interval, self.fatal = retry_interval, fatal
         self.nodes: dict[str, NodeView] = {}  # by uid
         self.uids: dict[str, str] = {}  # Node name -> uid
         self.first_seen: dict[str, float] = {}

@@ -31,7 +31,7 @@ from local_ccm.ipam.metrics import IpamMetrics
 from local_ccm.ipam.nodeapi import IpamApi, Obj, Watched
 from local_ccm.ipam.nodes import NodeWork
 from local_ccm.ipam.readiness import WatchState, observe_watch, readiness, watch_problems
-from local_ccm.ipam.upkeep import PoolKeeper
+from local_ccm.ipam.upkeep import PoolKeeper, Shared
 from local_ccm.kube.errors import ApiError
 from local_ccm.kube.informer import Change, Informer, StreamEnd
 from local_ccm.kube.request import WatchEvent
@@ -86,17 +86,15 @@ class Controller:
             api, clock, Reporter(names.IPAM, settings.instance), namespace=settings.event_namespace,
             capacity=ev.EVENT_QUEUE, on_drop=metrics.events_dropped.inc, failure_level=V2,
         )  # fmt: skip
+        shared = Shared(api, self.allocator, metrics, clock, self.outbox, self._spawn, self._fence)
         self.keeper = PoolKeeper(
-            api, self.allocator, metrics, clock, self.outbox,
-            status_interval=settings.status_interval, retry_delay=settings.backoff[0],
-            spawn=self._spawn, fence=self._fence,
+            shared, status_interval=settings.status_interval, retry_delay=settings.backoff[0],
             on_finalizer_added=lambda obj: self.on_pool_event(WatchEvent("MODIFIED", obj)),
         )  # fmt: skip
         self.pools = self.keeper.pools
         self.work = NodeWork(
-            api, self.allocator, metrics, clock, outbox=self.outbox, keeper=self.keeper,
-            concurrency=settings.concurrent_node_syncs, retry_interval=settings.retry_interval,
-            backoff=settings.backoff, spawn=self._spawn, fence=self._fence,
+            shared, keeper=self.keeper, concurrency=settings.concurrent_node_syncs,
+            retry_interval=settings.retry_interval, backoff=settings.backoff,
             fatal=lambda: self._fatal,
         )  # fmt: skip
         self.watches: dict[Watched, WatchState] = {}

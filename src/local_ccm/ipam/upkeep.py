@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from local_ccm.clock import Clock
@@ -36,27 +37,36 @@ log = logging.getLogger(__name__)
 Spawn = Callable[[Coroutine[Any, Any, Any], str], object]
 
 
+@dataclass(frozen=True)
+class Shared:
+    """What the leader's Node work and ClusterCIDR upkeep share."""
+
+    api: IpamApi
+    allocator: Allocator
+    metrics: IpamMetrics
+    clock: Clock
+    outbox: EventOutbox
+    spawn: Spawn
+    fence: Callable[[], Awaitable[None]]
+
+
 class PoolKeeper:
     """The ClusterCIDRs as last seen, and the writes that keep their metadata and status."""
 
     def __init__(
         self,
-        api: IpamApi,
-        allocator: Allocator,
-        metrics: IpamMetrics,
-        clock: Clock,
-        outbox: EventOutbox,
+        shared: Shared,
         *,
         status_interval: float,
         retry_delay: float,
-        spawn: Spawn,
-        fence: Callable[[], Awaitable[None]],
         on_finalizer_added: Callable[[Obj], None],
     ) -> None:
-        self.api, self.allocator, self.metrics, self.clock = api, allocator, metrics, clock
-        self.outbox = outbox
+        self.api, self.allocator, self.metrics = shared.api, shared.allocator, shared.metrics
+        self.clock, self.outbox, self.spawn, self.fence = (
+            shared.clock, shared.outbox, shared.spawn, shared.fence
+        )  # fmt: skip
         self.status_interval, self.retry_delay = status_interval, retry_delay
-        self.spawn, self.fence, self.on_finalizer_added = spawn, fence, on_finalizer_added
+        self.on_finalizer_added = on_finalizer_added
         self.pools: dict[str, CC] = {}
         self.pool_status: dict[str, Obj] = {}  # status as last read or written
         self.dirty: set[str] = set()  # pools whose status may have changed

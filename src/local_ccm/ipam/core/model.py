@@ -11,7 +11,7 @@ import ipaddress
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from local_ccm.ipam.core.cidrset import IPV6_MAX_BLOCKS, IPNetwork
 from local_ccm.ipam.core.selector import NodeSelector, SelectorError, parse_node_selector
@@ -23,8 +23,7 @@ DEFAULT_POOL_NAME: Final = "default-cluster-cidr"
 _CIDR_TEXT = re.compile(r"[0-9A-Fa-f:.]+/[0-9]{1,3}")
 
 
-@dataclass(frozen=True)
-class PoolFamily:
+class PoolFamily(NamedTuple):
     """One family of a pool: the (normalised) range and the per-Node block prefix."""
 
     network: IPNetwork
@@ -57,17 +56,13 @@ class Pool:
         return min(f.block_count for f in self.families)
 
 
-@dataclass(frozen=True)
-class ClusterCIDR:
-    """A valid ClusterCIDR object (whatever its lifecycle state)."""
+@dataclass(frozen=True, kw_only=True)
+class ClusterCIDRMeta:
+    """What every ClusterCIDR view carries, valid or not."""
 
     name: str
     uid: str
     generation: int
-    per_node_host_bits: int
-    ipv4: ipaddress.IPv4Network | None
-    ipv6: ipaddress.IPv6Network | None
-    selector: NodeSelector | None
     deleting: bool = False
     finalizers: tuple[str, ...] = ()
     resource_version: str = ""
@@ -75,6 +70,16 @@ class ClusterCIDR:
     @property
     def has_finalizer(self) -> bool:
         return FINALIZER in self.finalizers
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterCIDR(ClusterCIDRMeta):
+    """A valid ClusterCIDR object (whatever its lifecycle state)."""
+
+    per_node_host_bits: int
+    ipv4: ipaddress.IPv4Network | None
+    ipv6: ipaddress.IPv6Network | None
+    selector: NodeSelector | None
 
     @property
     def frozen(self) -> bool:
@@ -90,21 +95,11 @@ class ClusterCIDR:
         return Pool(self.name, families, self.selector)
 
 
-@dataclass(frozen=True)
-class InvalidClusterCIDR:
+@dataclass(frozen=True, kw_only=True)
+class InvalidClusterCIDR(ClusterCIDRMeta):
     """A ClusterCIDR that is never used and owns nothing."""
 
-    name: str
-    uid: str
-    generation: int
     reason: str
-    deleting: bool = False
-    finalizers: tuple[str, ...] = ()
-    resource_version: str = ""
-
-    @property
-    def has_finalizer(self) -> bool:
-        return FINALIZER in self.finalizers
 
 
 @dataclass(frozen=True)
