@@ -26,7 +26,8 @@ from local_ccm.ipam.core.model import (
     project_cluster_cidr,
     project_node,
 )
-from local_ccm.ipam.core.plan import Allocator, pool_readiness
+from local_ccm.ipam.core.plan import Allocator
+from local_ccm.ipam.core.status import pool_readiness
 from local_ccm.ipam.metrics import IpamMetrics
 from local_ccm.ipam.nodeapi import IpamApi, Obj, Watched
 from local_ccm.ipam.nodes import NodeWork

@@ -17,11 +17,13 @@ from typing import Any
 from local_ccm.clock import Clock
 from local_ccm.ipam.core import events as ev
 from local_ccm.ipam.core.model import ClusterCIDR
-from local_ccm.ipam.core.plan import Allocator, PoolUsage, plan_finalizer, pool_readiness
+from local_ccm.ipam.core.plan import Allocator, PoolUsage
 from local_ccm.ipam.core.status import (
     CC,
     add_finalizer_patch,
     desired_status,
+    plan_finalizer,
+    pool_readiness,
     remove_finalizer_patch,
     status_differs,
     timestamp,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from local_ccm.ipam.core.model import InvalidClusterCIDR, project_cluster_cidr
-from local_ccm.ipam.core.plan import plan_finalizer, pool_readiness
+from local_ccm.ipam.core.status import plan_finalizer, pool_readiness
 from tests.unit.ipam.builders import cc, cc_obj
 
 

@@ -15,45 +15,11 @@ from typing import Literal
 
 from local_ccm.ipam.core.cidrset import BlockSet, IPNetwork
 from local_ccm.ipam.core.ledger import Ledger, Owners
-from local_ccm.ipam.core.model import ClusterCIDR, InvalidClusterCIDR, NodeView, Pool
+from local_ccm.ipam.core.model import NodeView, Pool
 from local_ccm.ipam.core.selector import Match
 
 WaitReason = Literal["NoMatchingClusterCIDR", "Exhausted"]
-ReadyReason = Literal["Ready", "Invalid", "Terminating", "SpecChanged", "FinalizerPending"]
-FinalizerAction = Literal["add", "remove"]
 _CANDIDATE_CACHE_LIMIT = 4096
-
-
-# ---------------------------------------------------------------- pool state and finalizers
-
-
-def pool_readiness(cc: ClusterCIDR | InvalidClusterCIDR) -> tuple[ReadyReason, str]:
-    """The `Ready` condition's reason and message; only "Ready" allocates."""
-    if isinstance(cc, InvalidClusterCIDR):
-        return "Invalid", cc.reason
-    if cc.deleting:
-        return "Terminating", "the ClusterCIDR is being deleted"
-    if cc.frozen:
-        return "SpecChanged", "the spec was changed after creation; create a new ClusterCIDR"
-    if not cc.has_finalizer:
-        return "FinalizerPending", "waiting for the finalizer to be persisted"
-    return "Ready", "used for new allocations"
-
-
-def plan_finalizer(cc: ClusterCIDR | InvalidClusterCIDR, owned: int) -> FinalizerAction | None:
-    """Add ours to a valid live pool; remove it once a terminating pool owns no CIDR.
-
-    Invalid pools never get it, and lose ours on deletion.
-    """
-    if cc.deleting:
-        return "remove" if cc.has_finalizer and (owned == 0 or _invalid(cc)) else None
-    if _invalid(cc) or cc.has_finalizer:
-        return None
-    return "add"
-
-
-def _invalid(cc: ClusterCIDR | InvalidClusterCIDR) -> bool:
-    return isinstance(cc, InvalidClusterCIDR)
 
 
 # ---------------------------------------------------------------- ordering
@@ -406,11 +372,7 @@ def _family_usage(blocks: BlockSet, owned: Iterable[tuple[IPNetwork, ...]]) -> F
     for start, stop in spans:  # union of spans: overlapping owned CIDRs count once
         allocated += max(0, stop - max(start, end))
         end = max(end, stop)
+    unavailable = max(0, blocks.used - allocated)
     return FamilyUsage(
-        blocks.network,
-        blocks.block_prefix,
-        blocks.capacity,
-        allocated,
-        max(0, blocks.used - allocated),
-        blocks.free,
+        blocks.network, blocks.block_prefix, blocks.capacity, allocated, unavailable, blocks.free
     )

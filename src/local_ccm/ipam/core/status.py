@@ -1,4 +1,5 @@
-"""What node-ipam-controller writes: the Node patch, finalizer patches and ClusterCIDR status.
+"""What node-ipam-controller writes: the Node patch, a pool's readiness and finalizer, and
+ClusterCIDR status.
 
 Pure, no I/O: objects and times are parameters.
 """
@@ -7,15 +8,41 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from local_ccm import names
 from local_ccm.ipam.core.cidrset import IPNetwork
 from local_ccm.ipam.core.model import FINALIZER, ClusterCIDR, InvalidClusterCIDR, NodeView
-from local_ccm.ipam.core.plan import PoolUsage, pool_readiness
+from local_ccm.ipam.core.plan import PoolUsage
 
 Obj = dict[str, Any]
 CC = ClusterCIDR | InvalidClusterCIDR
+ReadyReason = Literal["Ready", "Invalid", "Terminating", "SpecChanged", "FinalizerPending"]
+FinalizerAction = Literal["add", "remove"]
+
+
+def pool_readiness(cc: CC) -> tuple[ReadyReason, str]:
+    """The `Ready` condition's reason and message; only "Ready" allocates."""
+    if isinstance(cc, InvalidClusterCIDR):
+        return "Invalid", cc.reason
+    if cc.deleting:
+        return "Terminating", "the ClusterCIDR is being deleted"
+    if cc.frozen:
+        return "SpecChanged", "the spec was changed after creation; create a new ClusterCIDR"
+    if not cc.has_finalizer:
+        return "FinalizerPending", "waiting for the finalizer to be persisted"
+    return "Ready", "used for new allocations"
+
+
+def plan_finalizer(cc: CC, owned: int) -> FinalizerAction | None:
+    """Add ours to a valid live pool; remove it once a terminating pool owns no CIDR.
+
+    Invalid pools never get it, and lose ours on deletion.
+    """
+    invalid = isinstance(cc, InvalidClusterCIDR)
+    if cc.deleting:
+        return "remove" if cc.has_finalizer and (owned == 0 or invalid) else None
+    return None if invalid or cc.has_finalizer else "add"
 
 
 def node_patch(uid: str, cidrs: tuple[IPNetwork, ...]) -> list[Obj]:

@@ -61,17 +61,9 @@ def plan_deletions(
 class _Walk:
     """Mutable scratch state of one `plan_deletions` call; never escapes it."""
 
-    def __init__(
-        self,
-        assessment: Assessment,
-        nodes: Sequence[NodeView],
-        scope: Scope,
-        state: PipelineState,
-        settings: PipelineSettings,
-        *,
-        now: float,
-        rng: random.Random,
-    ) -> None:
+    def __init__(self, assessment: Assessment, nodes: Sequence[NodeView], scope: Scope,
+                 state: PipelineState, settings: PipelineSettings, *, now: float,
+                 rng: random.Random) -> None:  # fmt: skip
         self.nodes, self.scope, self.settings, self.now, self.rng = nodes, scope, settings, now, rng
         self.breaker = breaker(settings.max_unhealthy, assessment.population, assessment.unhealthy)
         closed_at = now if state.breaker_open and not self.breaker.open else state.breaker_closed_at
