@@ -13,6 +13,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 
+from local_ccm.clock import unless_stopped
 from local_ccm.ipam.core import events as ev
 from local_ccm.ipam.core.cidrset import IPNetwork
 from local_ccm.ipam.core.model import NodeView, project_node
@@ -186,7 +187,8 @@ class NodeWork:
             expiry = self.allocator.next_expiry()
             if expiry is not None:
                 timeout = max(0.0, min(timeout, expiry - self.clock.monotonic()))
-            if not await self._woken_within(timeout):
+            await unless_stopped(self.clock.sleep(timeout), self.wake)
+            if not self.wake.is_set():
                 self.requeue_waiting()  # the safety retry, or a quarantine expiry
             self.wake.clear()
             if (fatal := self.fatal()) is not None:
@@ -194,17 +196,6 @@ class NodeWork:
             if self.allocator.expire(self.clock.monotonic()):
                 self.todo.update(self.waiting)
             self.allocate_pass()
-
-    async def _woken_within(self, timeout: float) -> bool:
-        """Wait for `wake` or `timeout` on the injected clock; True when woken."""
-        waker = asyncio.ensure_future(self.wake.wait())
-        timer = asyncio.ensure_future(self.clock.sleep(timeout))
-        try:
-            await asyncio.wait({waker, timer}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waker.cancel()
-            timer.cancel()
-        return self.wake.is_set()
 
     def allocate_pass(self) -> None:
         views = [self.nodes[u] for u in self.todo if u in self.nodes and u not in self.writing]

@@ -26,13 +26,13 @@ from local_ccm.ipam.core.status import (
     pool_readiness,
     remove_finalizer_patch,
     status_differs,
-    timestamp,
     with_transition_times,
 )
 from local_ccm.ipam.metrics import IpamMetrics
 from local_ccm.ipam.nodeapi import IpamApi, Obj
 from local_ccm.kube.errors import ApiError, Conflict, Invalid, NotFound
 from local_ccm.logs import V2, kv
+from local_ccm.runtime.events import rfc3339
 from local_ccm.runtime.outbox import EventOutbox
 
 log = logging.getLogger(__name__)
@@ -155,7 +155,7 @@ class PoolKeeper:
         current = self.pool_status.get(name)
         if not status_differs(desired, current):
             return
-        stamped = with_transition_times(desired, current, timestamp(self.clock.now()))
+        stamped = with_transition_times(desired, current, rfc3339(self.clock.now()))
         self.status_at[name] = self.clock.monotonic()
         try:
             await self.fence()

@@ -23,7 +23,6 @@ from local_ccm.lifecycle.core.model import (
     ProbeKind,
     ProbeOutcome,
     combine,
-    format_time,
 )
 from local_ccm.lifecycle.core.outofservice import plan_out_of_service
 from local_ccm.lifecycle.core.pipeline import (
@@ -34,6 +33,7 @@ from local_ccm.lifecycle.core.pipeline import (
 )
 from local_ccm.lifecycle.nodeapi import NodeApi, Obj
 from local_ccm.logs import kv
+from local_ccm.runtime.events import rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -120,46 +120,45 @@ class _Attempt:
             return "aborted"
         message = (
             f"deleting Node {action.name} (uid {action.uid}): NotReady since "
-            f"{format_time(action.t0)} ({action.age:.0f}s); probes: {action.summary}"
+            f"{rfc3339(action.t0)} ({action.age:.0f}s); probes: {action.summary}"
         )
         host.announce(action.uid, action.name, ev.DELETING_NODE, message)
+        failed = await self.send_delete(fresh, dry_run=False)
+        if failed is None:
+            log.info("deleted Node: %s", message, extra=self.fields)
+        return failed or "deleted"
+
+    async def dry_run(self, fresh: Obj) -> AttemptResult:
+        """The same DELETE with dryRun=All exercises RBAC and preconditions."""
+        failed = await self.send_delete(fresh, dry_run=True)
+        if failed is not None:
+            return failed
+        message = dry_run_message(self.action)
+        log.info("%s", message, extra=self.fields)
+        self.host.announce(self.action.uid, self.action.name, ev.DRY_RUN_EVENT, message)
+        return "dry_run"
+
+    async def send_delete(self, fresh: Obj, *, dry_run: bool) -> AttemptResult | None:
+        """Preconditions from the fresh object, so a changed Node answers 409; the result
+        when the DELETE did not go through, else None."""
+        meta, action = fresh["metadata"], self.action
         try:
-            await self.send_delete(fresh, dry_run=False)
+            await self.host.api.delete_node(
+                action.name, uid=meta["uid"], resource_version=meta["resourceVersion"],
+                dry_run=dry_run,
+            )  # fmt: skip
         except ke.Conflict as exc:
             log.info("delete precondition failed: %s", exc.message, extra=self.fields)
             return "precondition_failed"
         except ke.NotFound:
             return "gone"
         except ke.ApiError as exc:
-            log.warning("deleting the Node failed: %s", exc, extra=self.fields)
-            host.report_failure(action, str(exc))
+            what = "dry-run DELETE" if dry_run else "DELETE"
+            log.warning("%s failed: %s", what, exc, extra=self.fields)
+            if not dry_run:
+                self.host.report_failure(action, str(exc))
             return "failed"
-        log.info("deleted Node: %s", message, extra=self.fields)
-        return "deleted"
-
-    async def send_delete(self, fresh: Obj, *, dry_run: bool) -> None:
-        """Preconditions from the fresh object, so a changed Node answers 409."""
-        meta = fresh["metadata"]
-        await self.host.api.delete_node(
-            self.action.name, uid=meta["uid"], resource_version=meta["resourceVersion"],
-            dry_run=dry_run,
-        )  # fmt: skip
-
-    async def dry_run(self, fresh: Obj) -> AttemptResult:
-        """The same DELETE with dryRun=All exercises RBAC and preconditions."""
-        try:
-            await self.send_delete(fresh, dry_run=True)
-        except ke.Conflict:
-            return "precondition_failed"
-        except ke.NotFound:
-            return "gone"
-        except ke.ApiError as exc:
-            log.warning("dry-run DELETE failed: %s", exc, extra=self.fields)
-            return "failed"
-        message = dry_run_message(self.action)
-        log.info("%s", message, extra=self.fields)
-        self.host.announce(self.action.uid, self.action.name, ev.DRY_RUN_EVENT, message)
-        return "dry_run"
+        return None
 
     # ------------------------------------------------------------------ out-of-service
     async def out_of_service(self, fresh: Obj) -> Obj | AttemptResult:

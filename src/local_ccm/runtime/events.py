@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 EventType = Literal["Normal", "Warning"]
@@ -54,7 +54,7 @@ def clip(text: str) -> str:
 
 def rfc3339(moment: datetime) -> str:
     """metav1.Time: UTC, whole seconds."""
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def event_body(

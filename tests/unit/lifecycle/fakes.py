@@ -22,7 +22,6 @@ from local_ccm.lifecycle.core.model import (
     ProbeKind,
     ProbeOutcome,
     combine,
-    format_time,
     project_node,
 )
 from local_ccm.lifecycle.core.pipeline import (
@@ -36,6 +35,7 @@ from local_ccm.lifecycle.core.pipeline import (
     record_self_check,
 )
 from local_ccm.lifecycle.core.plan import plan_deletions
+from local_ccm.runtime.events import rfc3339 as format_time
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 AUTOSCALER = {

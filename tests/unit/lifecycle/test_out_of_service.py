@@ -7,12 +7,13 @@ from typing import Any
 
 import pytest
 
-from local_ccm.lifecycle.core.model import OUT_OF_SERVICE_ANNOTATION, format_time
+from local_ccm.lifecycle.core.model import OUT_OF_SERVICE_ANNOTATION
 from local_ccm.lifecycle.core.outofservice import (
     add_out_of_service_patch,
     plan_out_of_service,
     remove_out_of_service_patch,
 )
+from local_ccm.runtime.events import rfc3339 as format_time
 from tests.unit.lifecycle.fakes import AUTOSCALER, NOW, raw_node
 
 OOS = {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}

@@ -82,13 +82,6 @@ class BlockSet:
 
     # ------------------------------------------------------------ queries
 
-    def is_used(self, index: int) -> bool:
-        page = self._pages.get(index // PAGE_BLOCKS)
-        if page is None:
-            return False
-        bit = index % PAGE_BLOCKS
-        return bool(page[bit >> 3] & (1 << (bit & 7)))
-
     def lowest_free(self) -> int | None:
         """The lowest free block index, or None when every block is unavailable. Lowest-free,
         not upstream's next-fit: the answer depends only on occupancy, so a restarted or

@@ -7,7 +7,6 @@ Pure, no I/O: objects and times are parameters.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any, Literal
 
 from local_ccm import names
@@ -127,11 +126,6 @@ def status_differs(desired: Obj, current: Mapping[str, Any] | None) -> bool:
         return {**status, "conditions": conds}
 
     return strip(desired) != strip(current)
-
-
-def timestamp(now: datetime) -> str:
-    """RFC 3339 with second precision, as metav1.Time."""
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def foreign_managers(view: NodeView) -> tuple[str, ...]:

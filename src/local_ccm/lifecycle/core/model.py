@@ -117,11 +117,6 @@ def parse_time(value: object) -> datetime | None:
     return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def format_time(value: datetime) -> str:
-    """RFC 3339, UTC, whole seconds (the precision of Kubernetes `Time`)."""
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _ready_condition(
     conditions: Collection[Mapping[str, Any]],
 ) -> tuple[ReadyStatus | None, datetime | None]:

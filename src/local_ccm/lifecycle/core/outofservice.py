@@ -16,10 +16,10 @@ from local_ccm.lifecycle.core.model import (
     OUT_OF_SERVICE_ANNOTATION,
     OUT_OF_SERVICE_EFFECT,
     OUT_OF_SERVICE_VALUE,
-    format_time,
     parse_time,
 )
 from local_ccm.names import OUT_OF_SERVICE_TAINT
+from local_ccm.runtime.events import rfc3339
 
 Obj = Mapping[str, Any]
 OosStep = Literal["taint", "wait", "delete", "remove", "end"]
@@ -75,7 +75,7 @@ def add_out_of_service_patch(fresh: Obj, now: datetime) -> tuple[dict[str, Any],
         ops.append({"op": "add", "path": "/spec/taints", "value": [_oos_taint()]})
     elif _oos_taint() not in taints:
         ops.append({"op": "add", "path": "/spec/taints/-", "value": _oos_taint()})
-    stamp = format_time(now)
+    stamp = rfc3339(now)
     if "annotations" not in meta or meta["annotations"] is None:
         ops.append(
             {"op": "add", "path": "/metadata/annotations",

@@ -26,10 +26,9 @@ from local_ccm.lifecycle.core.model import (
     ProbeOutcome,
     Verdict,
     combine,
-    format_time,
     probe_addresses,
 )
-from local_ccm.runtime.events import EventType
+from local_ccm.runtime.events import EventType, rfc3339
 from local_ccm.validate import CountOrPercent
 
 DRY_RUN_PREFIX: Final = "[DRY-RUN] Would delete node"
@@ -294,6 +293,6 @@ def forget(state: PipelineState, uids: Collection[str]) -> PipelineState:
 def dry_run_message(action: DeleteAction) -> str:
     """The [compat] prefix, then uid, t0, age and the probe summary."""
     return (
-        f"{DRY_RUN_PREFIX} {action.name} uid={action.uid} t0={format_time(action.t0)} "
+        f"{DRY_RUN_PREFIX} {action.name} uid={action.uid} t0={rfc3339(action.t0)} "
         f"age={action.age:.0f}s probes={action.summary}"
     )

@@ -16,7 +16,7 @@ from datetime import datetime
 
 from local_ccm.lifecycle.core import events as ev
 from local_ccm.lifecycle.core.health import Assessment, Health, Scope
-from local_ccm.lifecycle.core.model import IPAddress, NodeView, format_time, summarize
+from local_ccm.lifecycle.core.model import IPAddress, NodeView, summarize
 from local_ccm.lifecycle.core.pipeline import (
     Attempt,
     Decision,
@@ -36,6 +36,7 @@ from local_ccm.lifecycle.core.pipeline import (
     rate_tokens,
     self_check_peers,
 )
+from local_ccm.runtime.events import rfc3339
 
 
 # ------------------------------------------------------------------ the walk
@@ -183,7 +184,7 @@ class _Walk:
         fresh = ProbeRecord(self.now)
         self.probes[node.uid] = replace(record, started=self.now, running=True) if record else fresh
         message = (
-            f"NotReady since {format_time(health.t0 or datetime.min)} ({health.age:.0f}s); "
+            f"NotReady since {rfc3339(health.t0 or datetime.min)} ({health.age:.0f}s); "
             f"probing {', '.join(map(str, addresses))} with {', '.join(map(str, kinds))}"
         )
         self.announce(health, ev.CHECKING_REACHABILITY, message)
