@@ -25,7 +25,7 @@ from local_ccm.lifecycle.core.model import (
     combine,
 )
 from local_ccm.lifecycle.core.outofservice import plan_out_of_service
-from local_ccm.lifecycle.core.pipeline import (
+from local_ccm.lifecycle.core.state import (
     AttemptResult,
     DeleteAction,
     LoopConfig,

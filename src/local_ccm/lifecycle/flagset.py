@@ -10,7 +10,7 @@ from typing import Final
 
 from local_ccm import __version__, names
 from local_ccm.flags import Flag, FlagSet
-from local_ccm.lifecycle.core.pipeline import DEFAULT_MAX_UNHEALTHY
+from local_ccm.lifecycle.core.state import DEFAULT_MAX_UNHEALTHY
 
 PROG: Final = names.LIFECYCLE
 MINUTE: Final = 60.0

@@ -27,7 +27,7 @@ from local_ccm.kube.client import Client
 from local_ccm.kube.config import ConfigError, resolve_config
 from local_ccm.lease import election
 from local_ccm.lease.elector import KubeLeaseApi, LeaderContext, LeaderElector
-from local_ccm.lifecycle.core.pipeline import LoopConfig
+from local_ccm.lifecycle.core.state import LoopConfig
 from local_ccm.lifecycle.flagset import FLAGS, PROG
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.nodeapi import Access, KubeNodeApi, NodeApi, required_access

@@ -25,7 +25,7 @@ from local_ccm.flagvalues import bind_address, checked, choice
 from local_ccm.lease.election import JITTER_FACTOR
 from local_ccm.lifecycle.core.health import Protection, Scope, parse_protected
 from local_ccm.lifecycle.core.model import ICMP, Family, ProbeKind, resolve_kinds, tcp
-from local_ccm.lifecycle.core.pipeline import DEFAULT_MAX_UNHEALTHY, PipelineSettings
+from local_ccm.lifecycle.core.state import DEFAULT_MAX_UNHEALTHY, PipelineSettings
 from local_ccm.lifecycle.flagset import FLAGS, MINUTE
 from local_ccm.lifecycle.probe import IcmpMode, ProbeConfig
 from local_ccm.validate import (

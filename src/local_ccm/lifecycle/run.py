@@ -34,7 +34,7 @@ from local_ccm.kube.informer import Change, Informer, Page, StreamEnd
 from local_ccm.kube.request import WatchEvent
 from local_ccm.lifecycle.attempt import run_attempt
 from local_ccm.lifecycle.core import events as ev
-from local_ccm.lifecycle.core import pipeline as pl
+from local_ccm.lifecycle.core import state as pl
 from local_ccm.lifecycle.core.health import Assessment, Episode, assess, eligible_at
 from local_ccm.lifecycle.core.model import (
     IPAddress,

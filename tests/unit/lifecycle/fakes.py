@@ -24,7 +24,8 @@ from local_ccm.lifecycle.core.model import (
     combine,
     project_node,
 )
-from local_ccm.lifecycle.core.pipeline import (
+from local_ccm.lifecycle.core.plan import plan_deletions
+from local_ccm.lifecycle.core.state import (
     EventAction,
     PipelineSettings,
     PipelineState,
@@ -34,7 +35,6 @@ from local_ccm.lifecycle.core.pipeline import (
     record_probe,
     record_self_check,
 )
-from local_ccm.lifecycle.core.plan import plan_deletions
 from local_ccm.runtime.events import rfc3339 as format_time
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)

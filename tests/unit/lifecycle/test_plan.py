@@ -11,20 +11,22 @@ import pytest
 
 from local_ccm.lifecycle.core.health import Scope, parse_protected
 from local_ccm.lifecycle.core.model import ICMP, Family, NodeView, Verdict, tcp
-from local_ccm.lifecycle.core.pipeline import (
+from local_ccm.lifecycle.core.plan import (
+    breaker,
+    breaker_threshold,
+    is_fresh,
+    may_start_probe,
+    rate_tokens,
+)
+from local_ccm.lifecycle.core.state import (
     DRY_RUN_PREFIX,
     DeleteAction,
     EventAction,
     PipelineSettings,
     PipelineState,
     ProbeRecord,
-    breaker,
-    breaker_threshold,
     dry_run_message,
     forget,
-    is_fresh,
-    may_start_probe,
-    rate_tokens,
     record_attempt,
     record_probe,
     self_check_result,

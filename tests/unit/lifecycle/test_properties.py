@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from local_ccm.lifecycle.core.health import Scope, is_unhealthy
 from local_ccm.lifecycle.core.model import NodeView
-from local_ccm.lifecycle.core.pipeline import PipelineSettings, breaker_threshold
+from local_ccm.lifecycle.core.plan import breaker_threshold
+from local_ccm.lifecycle.core.state import PipelineSettings
 from local_ccm.validate import CountOrPercent
 from tests.unit.lifecycle.fakes import AUTOSCALER, NOW, Sim, node
 

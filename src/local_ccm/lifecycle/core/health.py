@@ -223,7 +223,7 @@ def eligible_at(health: Health, timeout: float) -> datetime | None:
 @dataclass(frozen=True)
 class Assessment:
     """One evaluation's view of the cluster: the population gauges and the eligible Nodes,
-    oldest `t0` first (ties: name), as the deletion pipeline walks them."""
+    oldest `t0` first (ties: name), as `plan.plan_deletions` walks them."""
 
     population: int
     unhealthy: int

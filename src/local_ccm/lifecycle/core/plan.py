@@ -1,24 +1,27 @@
-"""The deletion pipeline's walk.
+"""What the deletion pipeline decides: the circuit breaker, probe freshness, the rate limit,
+the self-check peers, and the walk over the eligible Nodes.
 
 Pure, no I/O, no clock: `now` is monotonic seconds, always passed in. `plan_deletions` walks
 the eligible Nodes oldest first and returns what to do as data: probes to start, Events to
-send, deletions to attempt, and the next `PipelineState` (all in
-`local_ccm.lifecycle.core.pipeline`). The loop performs them and reports back through
+send, deletions to attempt, and the next `PipelineState` (the data are
+`local_ccm.lifecycle.core.state`). The loop performs them and reports back through
 `record_probe`, `record_self_check` and `record_attempt` of that module.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 from local_ccm.lifecycle.core import events as ev
 from local_ccm.lifecycle.core.health import Assessment, Health, Scope
-from local_ccm.lifecycle.core.model import IPAddress, NodeView, summarize
-from local_ccm.lifecycle.core.pipeline import (
+from local_ccm.lifecycle.core.model import IPAddress, NodeView, probe_addresses, summarize
+from local_ccm.lifecycle.core.state import (
     Attempt,
+    Breaker,
     Decision,
     DeleteAction,
     EventAction,
@@ -30,13 +33,58 @@ from local_ccm.lifecycle.core.pipeline import (
     SelfCheck,
     SkipReason,
     Step,
-    breaker,
-    is_fresh,
-    may_start_probe,
-    rate_tokens,
-    self_check_peers,
 )
 from local_ccm.runtime.events import rfc3339
+from local_ccm.validate import CountOrPercent
+
+
+# ------------------------------------------------------------------ gates
+def breaker_threshold(limit: CountOrPercent, population: int) -> int:
+    """The breaker's threshold T: K, or max(1, ⌊P × N / 100⌋), except that 0% gives 0."""
+    if not limit.percent:
+        return limit.value
+    if limit.value == 0:
+        return 0
+    return max(1, limit.value * population // 100)
+
+
+def breaker(limit: CountOrPercent, population: int, unhealthy: int) -> Breaker:
+    threshold = breaker_threshold(limit, population)
+    return Breaker(unhealthy > threshold, unhealthy, threshold, population)
+
+
+def is_fresh(record: ProbeRecord | None, now: float, interval: float) -> bool:
+    """A verdict is valid for one interval after it completed."""
+    return record is not None and record.finished is not None and now - record.finished < interval
+
+
+def may_start_probe(record: ProbeRecord | None, now: float, interval: float) -> bool:
+    """At most one probe per interval (start to start), never two at once."""
+    return record is None or (not record.running and now - record.started >= interval)
+
+
+def rate_tokens(starts: Iterable[float], now: float, interval: float, limit: int) -> int:
+    """Deletions that may still start in the sliding window (now − interval, now]."""
+    return max(0, limit - sum(1 for t in starts if now - t < interval))
+
+
+def self_check_peers(
+    nodes: Iterable[NodeView], scope: Scope, sample: int, rng: random.Random, **address_opts: Any
+) -> tuple[NodeView, ...]:
+    """Up to `sample` random Ready peers, not the own node, not terminating, with a
+    probeable address; control-plane Nodes may be peers."""
+    peers = sorted(
+        (
+            n
+            for n in nodes
+            if n.ready == "True"
+            and n.deletion_timestamp is None
+            and n.name != scope.own_node
+            and probe_addresses(n, **address_opts)
+        ),
+        key=lambda n: n.name,
+    )
+    return tuple(rng.sample(peers, min(sample, len(peers))))
 
 
 # ------------------------------------------------------------------ the walk

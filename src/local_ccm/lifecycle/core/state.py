@@ -1,19 +1,18 @@
-"""The deletion pipeline's data and its small decisions: the circuit breaker, probe records,
-the rate limit, the self-check, the dry-run, the state that
-survives between evaluations, the plan's actions, and how the loop's results update the state.
+"""What the deletion pipeline holds, not what it decides: its settings, the state that
+survives between evaluations (probe records, the self-check, started deletions), the `Plan`
+an evaluation returns, and how the loop's results update the state.
 
-Pure, no I/O, no clock: `now` is monotonic seconds (intervals, windows) or a wall datetime
-(ages against API timestamps), always passed in. The walk over the eligible Nodes that turns
-these into a `Plan` is `local_ccm.lifecycle.core.plan`.
+Pure, no I/O, no clock: `now` is monotonic seconds, always passed in. The decisions (the
+breaker, probe freshness, the rate limit, self-check peers, the walk over the eligible Nodes)
+are `local_ccm.lifecycle.core.plan`.
 """
 
 from __future__ import annotations
 
-import random
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from local_ccm.lifecycle.core.events import event_type
 from local_ccm.lifecycle.core.health import Scope
@@ -57,20 +56,6 @@ class Breaker:
         return f"U={self.unhealthy} T={self.threshold} N={self.population}"
 
 
-def breaker_threshold(limit: CountOrPercent, population: int) -> int:
-    """The breaker's threshold T: K, or max(1, ⌊P × N / 100⌋), except that 0% gives 0."""
-    if not limit.percent:
-        return limit.value
-    if limit.value == 0:
-        return 0
-    return max(1, limit.value * population // 100)
-
-
-def breaker(limit: CountOrPercent, population: int, unhealthy: int) -> Breaker:
-    threshold = breaker_threshold(limit, population)
-    return Breaker(unhealthy > threshold, unhealthy, threshold, population)
-
-
 # ------------------------------------------------------------------ probes
 @dataclass(frozen=True)
 class ProbeRecord:
@@ -87,46 +72,12 @@ class ProbeRecord:
         return None if self.finished is None else combine(self.outcomes)
 
 
-def is_fresh(record: ProbeRecord | None, now: float, interval: float) -> bool:
-    """A verdict is valid for one interval after it completed."""
-    return record is not None and record.finished is not None and now - record.finished < interval
-
-
-def may_start_probe(record: ProbeRecord | None, now: float, interval: float) -> bool:
-    """At most one probe per interval (start to start), never two at once."""
-    return record is None or (not record.running and now - record.started >= interval)
-
-
-def rate_tokens(starts: Iterable[float], now: float, interval: float, limit: int) -> int:
-    """Deletions that may still start in the sliding window (now − interval, now]."""
-    return max(0, limit - sum(1 for t in starts if now - t < interval))
-
-
 # ------------------------------------------------------------------ self-check
 @dataclass(frozen=True)
 class SelfCheck:
     at: float
     result: SelfCheckResult
     peers: tuple[str, ...] = ()
-
-
-def self_check_peers(
-    nodes: Iterable[NodeView], scope: Scope, sample: int, rng: random.Random, **address_opts: Any
-) -> tuple[NodeView, ...]:
-    """Up to `sample` random Ready peers, not the own node, not terminating, with a
-    probeable address; control-plane Nodes may be peers."""
-    peers = sorted(
-        (
-            n
-            for n in nodes
-            if n.ready == "True"
-            and n.deletion_timestamp is None
-            and n.name != scope.own_node
-            and probe_addresses(n, **address_opts)
-        ),
-        key=lambda n: n.name,
-    )
-    return tuple(rng.sample(peers, min(sample, len(peers))))
 
 
 def self_check_result(peer_verdicts: Sequence[Verdict]) -> SelfCheckResult:
