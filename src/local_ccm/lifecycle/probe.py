@@ -135,12 +135,10 @@ def _icmp_capability(family: Family, mode: IcmpMode) -> Capability:
 
 
 def _try_icmp_socket(family: Family, mode: SocketMode) -> str | None:
-    try:
-        _open_icmp(family, mode).close()
-    except icmplib.SocketPermissionError:
-        return _permission_remedy(family, mode)
-    except (icmplib.ICMPSocketError, OSError) as err:
-        return f"{mode} ICMP socket for {family} failed ({err}); narrow --probe-families"
+    icmp = _open_icmp(family, mode)
+    if isinstance(icmp, str):
+        return icmp
+    icmp.close()
     return None
 
 
@@ -180,9 +178,17 @@ def _address_family(family: Family) -> socket.AddressFamily:
     return socket.AF_INET if family == "ipv4" else socket.AF_INET6
 
 
-def _open_icmp(family: Family, mode: SocketMode) -> icmplib.ICMPv4Socket | icmplib.ICMPv6Socket:
+def _open_icmp(
+    family: Family, mode: SocketMode
+) -> icmplib.ICMPv4Socket | icmplib.ICMPv6Socket | str:
+    """The socket, or why it cannot be opened here and its remedy."""
     cls = icmplib.ICMPv4Socket if family == "ipv4" else icmplib.ICMPv6Socket
-    return cls(privileged=mode == "raw")
+    try:
+        return cls(privileged=mode == "raw")
+    except icmplib.SocketPermissionError:
+        return _permission_remedy(family, mode)
+    except (icmplib.ICMPSocketError, OSError) as err:
+        return f"{mode} ICMP socket for {family} failed ({err}); narrow --probe-families"
 
 
 # ------------------------------------------------------------------ echo packets
@@ -322,12 +328,9 @@ class _IcmpRun:
         self.soft_error = ""
 
     async def run(self) -> tuple[OutcomeKind, str]:
-        try:
-            icmp = _open_icmp(family_of(self.address), self.mode)
-        except icmplib.SocketPermissionError:
-            return "error", _permission_remedy(family_of(self.address), self.mode)
-        except icmplib.ICMPSocketError as err:
-            return "error", f"{self.mode} ICMP socket: {err}"
+        icmp = _open_icmp(family_of(self.address), self.mode)
+        if isinstance(icmp, str):
+            return "error", icmp
         try:
             sock = icmp.sock
             sock.setblocking(False)
