@@ -35,20 +35,20 @@ def agent_main(
     """`local-ccm`. Tests inject argv, env, the two modes and the
     credentials resolver; the console script passes nothing."""
     from local_ccm import flags  # noqa: PLC0415
-    from local_ccm.agent import flagdefs, options  # noqa: PLC0415
+    from local_ccm.agent import options  # noqa: PLC0415
 
     argv = sys.argv[1:] if argv is None else argv
     env = os.environ if env is None else env
-    parsed = flags.parse(flagdefs.FLAGS, argv, env)
+    parsed = flags.parse(options.FLAGS, argv, env)
     if parsed.help_requested:
-        sys.stdout.write(flags.format_usage(flagdefs.FLAGS))
+        sys.stdout.write(flags.format_usage(options.FLAGS))
         return 0
     if parsed.version_requested:
-        print(flags.format_version(flagdefs.FLAGS, platform.python_version()))
+        print(flags.format_version(options.FLAGS, platform.python_version()))
         return 0
     loaded = options.options_from(parsed, env, resolve=resolve)
     if isinstance(loaded, list):
-        print(flags.usage_error(flagdefs.PROG, loaded), file=sys.stderr)
+        print(flags.usage_error(options.PROG, loaded), file=sys.stderr)
         return 2
     _start_logging(loaded)
     mode = (detect or _detect) if loaded.detect else (run or _run_agent)

@@ -31,7 +31,10 @@ _INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
 class ValidationError(ValueError):
-    """An invalid value; the message says why (without the flag name)."""
+    """An invalid value; each argument is one reason (without the flag name)."""
+
+    def __str__(self) -> str:
+        return "; ".join(map(str, self.args))
 
 
 def try_parse(parser: Callable[[str], T], text: str) -> T | ValidationError:
@@ -47,26 +50,24 @@ def try_parse(parser: Callable[[str], T], text: str) -> T | ValidationError:
 
 def dns1123_label(value: str) -> str:
     """RFC 1123 label as Kubernetes checks it: namespaces, Event namespaces."""
-    if len(value) > 63:
-        raise ValidationError(f"{_q(value)} is not a DNS-1123 label: longer than 63 characters")
-    if not _LABEL.fullmatch(value):
-        raise ValidationError(
-            f"{_q(value)} is not a DNS-1123 label: use lower-case letters, digits and '-', "
-            'starting and ending with a letter or digit (e.g. "my-name")'
-        )
-    return value
+    return _dns1123(value, ("label", 63, _LABEL), "digits and '-'", "my-name")
 
 
 def dns1123_subdomain(value: str) -> str:
     """RFC 1123 subdomain as Kubernetes checks it: Node names, Lease names."""
-    if len(value) > 253:
+    return _dns1123(value, ("subdomain", 253, _SUBDOMAIN), "digits, '-' and '.'", "example.com")
+
+
+def _dns1123(value: str, rule: tuple[str, int, re.Pattern[str]], chars: str, eg: str) -> str:
+    what, size, pattern = rule
+    if len(value) > size:
         raise ValidationError(
-            f"{_q(value)} is not a DNS-1123 subdomain: longer than 253 characters"
+            f"{_q(value)} is not a DNS-1123 {what}: longer than {size} characters"
         )
-    if not _SUBDOMAIN.fullmatch(value):
+    if not pattern.fullmatch(value):
         raise ValidationError(
-            f"{_q(value)} is not a DNS-1123 subdomain: use lower-case letters, digits, '-' and "
-            "'.', starting and ending with a letter or digit (e.g. \"example.com\")"
+            f"{_q(value)} is not a DNS-1123 {what}: use lower-case letters, {chars}, starting "
+            f'and ending with a letter or digit (e.g. "{eg}")'
         )
     return value
 

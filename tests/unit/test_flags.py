@@ -7,26 +7,30 @@ import pytest
 from local_ccm.flags import (
     Flag,
     FlagSet,
-    GoSyntaxError,
     Parsed,
     Problem,
-    format_go_duration,
-    format_go_duration_ns,
     format_usage,
     format_version,
-    go_quote,
     invalid,
     invalid_env,
     missing,
     parse,
+    unexpected_argument,
+    usage_error,
+)
+from local_ccm.flags import (
+    invalid as problem,
+)
+from local_ccm.gosyntax import (
+    GoSyntaxError,
+    format_go_duration,
+    format_go_duration_ns,
+    go_quote,
     parse_go_bool,
     parse_go_duration,
     parse_go_duration_ns,
     parse_go_float,
     parse_go_int,
-    problem,
-    unexpected_argument,
-    usage_error,
 )
 
 AGENT = FlagSet(

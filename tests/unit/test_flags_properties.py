@@ -8,16 +8,18 @@ from hypothesis import strategies as st
 from local_ccm.flags import (
     Flag,
     FlagSet,
-    GoSyntaxError,
     Parsed,
+    parse,
+    usage_error,
+)
+from local_ccm.gosyntax import (
+    GoSyntaxError,
     format_go_duration,
     format_go_duration_ns,
-    parse,
     parse_go_bool,
     parse_go_duration,
     parse_go_duration_ns,
     parse_go_int,
-    usage_error,
 )
 
 FLAGS = FlagSet(

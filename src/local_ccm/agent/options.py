@@ -1,5 +1,7 @@
-"""The agent's command line: every flag and a loader that validates them all at once (so an
-operator sees every mistake in one run) into a frozen :class:`AgentOptions`.
+"""The agent's command line: every flag of the original agent (with its names, types and
+defaults, so existing manifests keep working) and the new ones, each declared once with its
+parser, and a loader that validates them all at once (so an operator sees every mistake in one
+run) into a frozen :class:`AgentOptions`.
 
 Pure, no I/O, except for one injected seam: the credentials check calls a
 ``ConfigResolver`` (by default ``local_ccm.kube.config.resolve_config``), which reads the
@@ -12,9 +14,11 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from ipaddress import ip_address
-from typing import Literal, Protocol, TypeVar
+from typing import Literal, Protocol
 
+from local_ccm import __version__, names
 from local_ccm.agent.core.config import (
+    DEFAULT_INTERFACE_EXCLUDE,
     AgentConfig,
     Family,
     IPAddress,
@@ -23,34 +27,25 @@ from local_ccm.agent.core.config import (
     TypeSettings,
     family_name,
 )
-from local_ccm.agent.flagdefs import DETECT, FLAGS, MINUTE
-from local_ccm.flags import (
-    Parsed,
-    Problem,
-    format_go_duration,
-    go_quote,
-    invalid,
-    invalid_env,
-    missing,
-    parse,
-)
-from local_ccm.flagvalues import bind_address, checked, choice
+from local_ccm.flags import Flag, FlagSet, Loader, Parsed, Problem, invalid, missing, parse
+from local_ccm.flags.values import LOG_FORMATS, LogFormat, choice, duration, each, verbosity
+from local_ccm.gosyntax import format_go_duration, go_quote
 from local_ccm.kube.config import ClusterConfig, ConfigError, resolve_config
 from local_ccm.validate import (
     BindAddress,
     ValidationError,
     dns1123_label,
     dns1123_subdomain,
+    parse_bind_address,
     parse_cidr,
     parse_ip_target,
     split_list,
 )
 
-T = TypeVar("T")
-LogFormat = Literal["text", "json"]
-Output = Literal["text", "json"]
+PROG = names.AGENT
+DETECT = "detect"
+MINUTE = 60.0
 Mode = Literal["loop", "run-once", "detect"]
-
 PROVIDER_ID_PLACEHOLDERS = ("node_name", "system_uuid", "machine_id")
 IFNAMSIZ = 15  # Linux interface names have at most 15 characters
 _KUBE_VARIABLE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
@@ -61,9 +56,178 @@ _POLICIES: Mapping[str, ProvidedPolicy] = {
     "strict": "strict",
     "ignore": "ignore",
 }
-_FORMATS: Mapping[str, LogFormat] = {"text": "text", "json": "json"}
+Selection = tuple[tuple[IPNetwork, ...], tuple[IPNetwork, ...]]  # (include, exclude)
 
 
+def _node_name(name: str) -> str:
+    """A Node name; a literal ``$(NODE_NAME)`` means the Pod spec lacks the variable."""
+    match = _KUBE_VARIABLE.search(name)
+    if match is not None:
+        var = match.group(1)
+        raise ValidationError(
+            f"{go_quote(name)} contains the unexpanded variable reference $({var}): the "
+            f"container has no environment variable {var}; add env {var} with "
+            "valueFrom.fieldRef.fieldPath: spec.nodeName to the Pod spec"
+        )
+    return dns1123_subdomain(name) if name else name  # empty: required outside detect mode
+
+
+def _targets(text: str) -> tuple[IPAddress, ...]:
+    """Route-lookup targets: IP literals, at most one per family."""
+    targets: list[IPAddress] = []
+    for target in each(parse_ip_target)(text):
+        other = next((t for t in targets if t.version == target.version), None)
+        if other is not None:
+            family = family_name(target.version)
+            raise ValidationError(f"at most one {family} target, got {other} and {target}")
+        targets.append(target)
+    return tuple(targets)
+
+
+def _selection(text: str) -> Selection:
+    """Valid CIDRs without host bits; ``!`` marks an exclusion."""
+    include: list[IPNetwork] = []
+    exclude: list[IPNetwork] = []
+    for negated, network in each(_selection_item)(text):
+        (exclude if negated else include).append(network)
+    return tuple(include), tuple(exclude)
+
+
+def _selection_item(item: str) -> tuple[bool, IPNetwork]:
+    body = item.removeprefix("!").strip()
+    try:
+        return item.startswith("!"), parse_cidr(body)
+    except ValidationError as err:
+        if not item.startswith("!"):
+            raise
+        # Show the item as typed, and a hint that can be pasted back.
+        reason = str(err).replace(go_quote(body), go_quote(item), 1)
+        raise ValidationError(reason.replace("did you mean ", "did you mean !")) from None
+
+
+def _subnet(text: str) -> tuple[IPNetwork, ...]:
+    """--external-ip-subnet: positive CIDRs only."""
+    for item in split_list(text):
+        if item.startswith("!"):
+            raise ValidationError(f"{go_quote(item)}: exclusions go in --external-ip-cidrs")
+    return _selection(text)[0]
+
+
+def _glob(pattern: str) -> str:
+    """An interface-name pattern (``*``, ``?``, ``[...]``) matching whole names."""
+    opening = pattern.find("[")
+    if any(c.isspace() or c == "/" for c in pattern):
+        reason = "interface names contain no '/' or whitespace"
+    elif opening >= 0 and pattern.find("]", opening + 2) < 0:
+        reason = "unclosed '[' (a character class is written [...])"
+    elif not any(c in pattern for c in "*?[") and len(pattern) > IFNAMSIZ:
+        reason = f"can never match: interface names have at most {IFNAMSIZ} characters"
+    else:
+        return pattern
+    raise ValidationError(f"{go_quote(pattern)}: {reason}")
+
+
+def _family_order(text: str) -> tuple[Family, ...]:
+    """``ipv4,ipv6``, ``ipv6,ipv4``, or one family (that family first)."""
+    items = split_list(text)
+    unknown = [i for i in items if i not in _FAMILIES]
+    if unknown or len(set(items)) != len(items):
+        what = f"{go_quote(unknown[0])} is not a family" if unknown else "a family is repeated"
+        raise ValidationError(f"{what}; use ipv4,ipv6 or ipv6,ipv4")
+    return tuple(_FAMILIES[i] for i in items)
+
+
+def _provider_id(template: str) -> str:
+    """A URL-like template with only the three placeholders."""
+    reasons = []
+    if template and "://" not in template:
+        example = '"local://{system_uuid}"'
+        reasons.append(f"{go_quote(template)} must contain :// (e.g. {example})")
+    known = ", ".join("{" + p + "}" for p in PROVIDER_ID_PLACEHOLDERS)
+    for name in _PLACEHOLDER.findall(template):
+        if name not in PROVIDER_ID_PLACEHOLDERS:
+            reasons.append(f"unknown placeholder {{{name}}}; use {known}")
+    if any(brace in _PLACEHOLDER.sub("", template) for brace in "{}"):
+        reasons.append(f"{go_quote(template)} has an unbalanced brace")
+    if reasons:
+        raise ValidationError(*reasons)
+    return template
+
+
+_GLOBS = each(_glob)
+_BIND = parse_bind_address
+FLAGS = FlagSet(
+    PROG,
+    [
+        # Flags of the original [compat]
+        Flag("node-name", "string", "", "Node to manage (required except in detect mode).",
+             env=("NODE_NAME",), value=_node_name),
+        Flag("kubeconfig", "string", "", "Kubeconfig file. Empty: in-cluster config, else "
+             "$KUBECONFIG, else ~/.kube/config.", metavar="path"),
+        Flag("internal-ip-target", "string", "", "Route-lookup targets for InternalIP, at most "
+             "one per family. Empty: no route-based InternalIP detection.", metavar="IPs",
+             value=_targets),
+        Flag("external-ip-target", "string", "8.8.8.8", "Route-lookup targets for ExternalIP, "
+             "at most one per family. Empty: no route-based ExternalIP detection.",
+             metavar="IPs", value=_targets),
+        Flag("remove-taint", "bool", True, "Remove the node.cloudprovider.kubernetes.io/"
+             "uninitialized taint."),
+        Flag("reconcile-interval", "duration", 10, "Period of local re-detection (>= 1s).",
+             value=duration(1.0)),
+        Flag("run-once", "bool", False, "One pass, then exit 0 (done) or 1."),
+        Flag("enable-azure-provider-id", "bool", False, "Set spec.providerID from Azure IMDS."),
+        Flag("v", "int", 0, "Log verbosity 0-5.", value=verbosity),
+        # New flags [beyond]
+        Flag("internal-ip-cidrs", "string", "", "Allowed ranges for InternalIP; a '!' prefix "
+             "excludes (e.g. 10.0.0.0/8,!10.96.0.0/12).", metavar="CIDRs", value=_selection),
+        Flag("external-ip-cidrs", "string", "", "Allowed ranges for ExternalIP; a '!' prefix "
+             "excludes.", metavar="CIDRs", value=_selection),
+        Flag("external-ip-subnet", "string", "", "Alias appended to --external-ip-cidrs.",
+             metavar="CIDR", value=_subnet),
+        Flag("internal-ip-interfaces", "string", "", "Interface globs allowed for InternalIP "
+             "(empty: all).", metavar="globs", value=_GLOBS),
+        Flag("external-ip-interfaces", "string", "", "Interface globs allowed for ExternalIP "
+             "(empty: all).", metavar="globs", value=_GLOBS),
+        Flag("interface-exclude", "string", ",".join(DEFAULT_INTERFACE_EXCLUDE),
+             "Interface globs never used; setting it replaces the default list.",
+             metavar="globs", value=_GLOBS),
+        Flag("include-vips", "bool", False, "Allow host-prefix VIPs and IPv4 secondary "
+             "addresses as candidates."),
+        Flag("ip-family-order", "string", "", "ipv4,ipv6 or ipv6,ipv4. Empty: the order of "
+             "the provided-node-ip annotation, else ipv4 first.", metavar="families",
+             value=_family_order),
+        Flag("provided-node-ip-policy", "string", "prefer", "prefer, strict or ignore.",
+             metavar="policy", value=choice(_POLICIES)),
+        Flag("dedupe-external-ip", "bool", True, "Do not write an ExternalIP equal to an "
+             "InternalIP."),
+        Flag("require-internal-ip", "bool", False, "Taint removal needs an InternalIP."),
+        Flag("provider-id", "string", "", "spec.providerID template with {node_name}, "
+             "{system_uuid}, {machine_id} (e.g. local://{system_uuid}).", metavar="template",
+             value=_provider_id),
+        Flag("report-condition", "bool", True, "Maintain the LocalCCMAddressesSynced "
+             "condition."),
+        Flag("resync-interval", "duration", 30 * MINUTE, "Full resync against the API "
+             "(>= 1m, >= --reconcile-interval).", value=duration(MINUTE)),
+        Flag("settle-time", "duration", 5, "A changed address must be stable this long "
+             "(0-5m).", value=duration(0.0, 5 * MINUTE)),
+        Flag("api-timeout", "duration", 15, "Timeout of one API request (>= 1s).",
+             value=duration(1.0)),
+        Flag("event-namespace", "string", "default", "Namespace for Events about the Node.",
+             metavar="namespace", value=dns1123_label),
+        Flag("metrics-bind-address", "string", "127.0.0.1:8092", "Address of /metrics; 0 "
+             "disables.", metavar="host:port", value=_BIND),
+        Flag("health-probe-bind-address", "string", "127.0.0.1:8093", "Address of /healthz "
+             "and /readyz; 0 disables.", metavar="host:port", value=_BIND),
+        Flag("log-format", "string", "text", "text or json.", metavar="format",
+             value=choice(LOG_FORMATS)),
+        Flag("detect-only", "bool", False, "Same as the detect sub-command: print what would "
+             "be written, write nothing."),
+        Flag("output", "string", "text", "Detect mode output: text or json.",
+             metavar="format", value=choice(LOG_FORMATS)),
+    ],
+    subcommands=frozenset({DETECT}),
+    version=__version__,
+)  # fmt: skip
 DEFAULT_METRICS_BIND = BindAddress(ip_address("127.0.0.1"), 8092)
 DEFAULT_HEALTH_BIND = BindAddress(ip_address("127.0.0.1"), 8093)
 
@@ -87,7 +251,7 @@ class AgentOptions:
     verbosity: int = 0  # 0-5; larger values were clamped to 5
     run_once: bool = False
     detect: bool = False  # `local-ccm detect` or --detect-only
-    output: Output = "text"  # detect mode only
+    output: LogFormat = "text"  # detect mode only
     provider_id: str = ""  # --provider-id template; "" = none
     azure_provider_id: bool = False
     event_namespace: str = "default"
@@ -126,300 +290,123 @@ def options_from(
 ) -> AgentOptions | list[Problem]:
     """Validate an already parsed command line (the CLI handles --help/--version first).
     ``resolve`` defaults to ``local_ccm.kube.config.resolve_config``."""
-    problems = list(parsed.problems)
+    read = Loader(parsed)
     detect = parsed.subcommand == DETECT or parsed.get_bool("detect-only")
-    config = _agent_config(parsed, problems)
-    node_name = _node_name(parsed, detect, problems)
-    cluster, credentials_error = _credentials(
-        parsed,
-        env,
-        detect=detect,
-        node_name=node_name,
-        resolve=resolve or resolve_config,
-        problems=problems,
-    )
-    reconcile = _duration(parsed, "reconcile-interval", 1.0, None, problems)
-    resync = _duration(parsed, "resync-interval", max(MINUTE, reconcile), None, problems)
-    provider_id = _provider_id(parsed, problems)
-    _check_modes(parsed, detect, problems)
-    options = AgentOptions(
-        config=config,
-        node_name=node_name,
-        kubeconfig=parsed.get_str("kubeconfig"),
-        cluster=cluster,
-        credentials_error=credentials_error,
-        reconcile_interval=reconcile,
-        resync_interval=resync,
-        settle_time=_duration(parsed, "settle-time", 0.0, 5 * MINUTE, problems),
-        api_timeout=_duration(parsed, "api-timeout", 1.0, None, problems),
-        metrics_bind=bind_address(parsed, "metrics-bind-address", problems),
-        health_bind=bind_address(parsed, "health-probe-bind-address", problems),
-        log_format=choice(parsed, "log-format", _FORMATS, problems) or "text",
-        verbosity=_verbosity(parsed, problems),
-        run_once=parsed.get_bool("run-once"),
-        detect=detect,
-        output=choice(parsed, "output", _FORMATS, problems) or "text",
-        provider_id=provider_id,
-        azure_provider_id=parsed.get_bool("enable-azure-provider-id"),
-        event_namespace=checked(parsed, "event-namespace", dns1123_label, problems),
-        ignored_klog=parsed.ignored_klog,
-    )
-    return problems or options
+    config = _agent_config(read)
+    node_name = _required_node_name(read, detect)
+    cluster, error = _credentials(read, env, detect, node_name, resolve or resolve_config)
+    reconcile, resync = _intervals(read)
+    provider_id = _checked_provider_id(read)
+    _check_modes(read, detect)
+    return read.result(AgentOptions(
+        config=config, node_name=node_name or None, kubeconfig=read("kubeconfig"),
+        cluster=cluster, credentials_error=error, reconcile_interval=reconcile,
+        resync_interval=resync, settle_time=read("settle-time"), api_timeout=read("api-timeout"),
+        metrics_bind=read("metrics-bind-address"), health_bind=read("health-probe-bind-address"),
+        log_format=read("log-format"), verbosity=read("v"), run_once=read("run-once"),
+        detect=detect, output=read("output"), provider_id=provider_id,
+        azure_provider_id=read("enable-azure-provider-id"),
+        event_namespace=read("event-namespace"), ignored_klog=parsed.ignored_klog,
+    ))  # fmt: skip
 
 
 # ---------------------------------------------------------------- detection settings
 
 
-def _agent_config(parsed: Parsed, problems: list[Problem]) -> AgentConfig:
+def _agent_config(read: Loader) -> AgentConfig:
     return AgentConfig(
-        internal=_type_settings(parsed, "internal-ip", problems),
-        external=_type_settings(parsed, "external-ip", problems),
-        interface_exclude=_globs(parsed, "interface-exclude", problems),
-        include_vips=parsed.get_bool("include-vips"),
-        family_order=_family_order(parsed, problems),
-        provided_node_ip_policy=choice(parsed, "provided-node-ip-policy", _POLICIES, problems)
-        or "prefer",
-        dedupe_external_ip=parsed.get_bool("dedupe-external-ip"),
-        require_internal_ip=parsed.get_bool("require-internal-ip"),
-        remove_taint=parsed.get_bool("remove-taint"),
-        report_condition=parsed.get_bool("report-condition"),
+        internal=_type_settings(read, "internal-ip"),
+        external=_type_settings(read, "external-ip"),
+        interface_exclude=read("interface-exclude"),
+        include_vips=read("include-vips"),
+        family_order=read("ip-family-order"),
+        provided_node_ip_policy=read("provided-node-ip-policy"),
+        dedupe_external_ip=read("dedupe-external-ip"),
+        require_internal_ip=read("require-internal-ip"),
+        remove_taint=read("remove-taint"),
+        report_condition=read("report-condition"),
     )
 
 
-def _type_settings(parsed: Parsed, prefix: str, problems: list[Problem]) -> TypeSettings:
-    before = len(problems)
-    targets = _targets(parsed, f"{prefix}-target", problems)
-    targets_ok = len(problems) == before
-    include, exclude = _cidrs(parsed, f"{prefix}-cidrs", problems)
+def _type_settings(read: Loader, prefix: str) -> TypeSettings:
+    targets: tuple[IPAddress, ...] = read(f"{prefix}-target")
+    include, exclude = read(f"{prefix}-cidrs")
     if prefix == "external-ip":
-        include += _cidrs(parsed, "external-ip-subnet", problems, allow_exclusions=False)[0]
-    if targets_ok:  # a bad target is already reported; do not pile a second problem on it
-        _check_exclusions(f"{prefix}-cidrs", targets, include, exclude, problems)
-    interfaces = _globs(parsed, f"{prefix}-interfaces", problems)
-    return TypeSettings(targets, include, exclude, interfaces)
-
-
-def _targets(parsed: Parsed, flag: str, problems: list[Problem]) -> tuple[IPAddress, ...]:
-    """IP literals, at most one per family."""
-    targets: list[IPAddress] = []
-    for item in split_list(parsed.get_str(flag)):
-        try:
-            target = parse_ip_target(item)
-        except ValidationError as err:
-            problems.append(invalid(flag, str(err)))
-            continue
-        other = next((t for t in targets if t.version == target.version), None)
-        if other is not None:
-            family = family_name(target.version)
-            problems.append(invalid(flag, f"at most one {family} target, got {other} and {target}"))
-            continue
-        targets.append(target)
-    return tuple(targets)
-
-
-def _cidrs(
-    parsed: Parsed, flag: str, problems: list[Problem], *, allow_exclusions: bool = True
-) -> tuple[tuple[IPNetwork, ...], tuple[IPNetwork, ...]]:
-    """Valid CIDRs without host bits; ``!`` marks an exclusion."""
-    include: list[IPNetwork] = []
-    exclude: list[IPNetwork] = []
-    for item in split_list(parsed.get_str(flag)):
-        if item.startswith("!") and not allow_exclusions:
-            problems.append(
-                invalid(flag, f"{go_quote(item)}: exclusions go in --{flag[:-7]}-cidrs")
-            )
-            continue
-        negated = item.startswith("!")
-        body = item[1:].strip() if negated else item
-        try:
-            network = parse_cidr(body)
-        except ValidationError as err:
-            reason = str(err)
-            if negated:  # show the item as typed, and a hint that can be pasted back
-                reason = reason.replace(go_quote(body), go_quote(item), 1)
-                reason = reason.replace("did you mean ", "did you mean !")
-            problems.append(invalid(flag, reason))
-            continue
-        (exclude if negated else include).append(network)
-    return tuple(include), tuple(exclude)
+        include += read("external-ip-subnet")
+    if f"{prefix}-target" not in read.failed:  # a bad target is reported once, not twice
+        _check_exclusions(read, prefix, targets, include, exclude)
+    return TypeSettings(targets, include, exclude, read(f"{prefix}-interfaces"))
 
 
 def _check_exclusions(
-    flag: str,
+    read: Loader,
+    prefix: str,
     targets: Sequence[IPAddress],
     include: Sequence[IPNetwork],
     exclude: Sequence[IPNetwork],
-    problems: list[Problem],
 ) -> None:
     """Exclusions alone select nothing: they only filter a target's source."""
-    kind = "InternalIP" if flag.startswith("internal") else "ExternalIP"
-    target_flag = flag.replace("-cidrs", "-target")
+    kind = "InternalIP" if prefix.startswith("internal") else "ExternalIP"
     for family in sorted({n.version for n in exclude}):
         if any(n.version == family for n in include) or any(t.version == family for t in targets):
             continue
         name = family_name(family)
-        problems.append(
-            invalid(
-                flag,
-                f"only exclusions for {name} and no {name} --{target_flag}: nothing selects "
-                f"an {name} {kind} (add a positive {name} CIDR or a target)",
-            )
-        )
-
-
-def _globs(parsed: Parsed, flag: str, problems: list[Problem]) -> tuple[str, ...]:
-    """Interface-name patterns (``*``, ``?``, ``[...]``), matching whole names."""
-    globs = []
-    for pattern in split_list(parsed.get_str(flag)):
-        reason = _glob_problem(pattern)
-        if reason is None:
-            globs.append(pattern)
-        else:
-            problems.append(invalid(flag, f"{go_quote(pattern)}: {reason}"))
-    return tuple(globs)
-
-
-def _glob_problem(pattern: str) -> str | None:
-    if any(c.isspace() or c == "/" for c in pattern):
-        return "interface names contain no '/' or whitespace"
-    opening = pattern.find("[")
-    if opening >= 0 and pattern.find("]", opening + 2) < 0:
-        return "unclosed '[' (a character class is written [...])"
-    if not any(c in pattern for c in "*?[") and len(pattern) > IFNAMSIZ:
-        return f"can never match: interface names have at most {IFNAMSIZ} characters"
-    return None
-
-
-def _family_order(parsed: Parsed, problems: list[Problem]) -> tuple[Family, ...]:
-    """``ipv4,ipv6``, ``ipv6,ipv4``, or one family (that family first)."""
-    items = split_list(parsed.get_str("ip-family-order"))
-    unknown = [i for i in items if i not in _FAMILIES]
-    if unknown or len(set(items)) != len(items):
-        what = f"{go_quote(unknown[0])} is not a family" if unknown else "a family is repeated"
-        problems.append(invalid("ip-family-order", f"{what}; use ipv4,ipv6 or ipv6,ipv4"))
-        return ()
-    return tuple(_FAMILIES[i] for i in items)
+        read.reject(f"{prefix}-cidrs", f"only exclusions for {name} and no {name} "
+                    f"--{prefix}-target: nothing selects an {name} {kind} (add a positive "
+                    f"{name} CIDR or a target)")  # fmt: skip
 
 
 # ---------------------------------------------------------------- node and credentials
 
 
-def _node_name(parsed: Parsed, detect: bool, problems: list[Problem]) -> str | None:
-    """The Node name; a literal ``$(NODE_NAME)`` means the Pod spec lacks the variable."""
-    name = parsed.get_str("node-name")
-    if not name:
-        if not detect:
-            problems.append(missing("node-name", ("NODE_NAME",)))
-        return None
-    source = parsed.sources["node-name"]
-    reason = _unexpanded(name)
-    if reason is None:
-        try:
-            return dns1123_subdomain(name)
-        except ValidationError as err:
-            reason = str(err)
-    if source.startswith("env:"):
-        problems.append(invalid_env(source.removeprefix("env:"), reason, "node-name"))
-    else:
-        problems.append(invalid("node-name", reason))
-    return None
-
-
-def _unexpanded(value: str) -> str | None:
-    match = _KUBE_VARIABLE.search(value)
-    if match is None:
-        return None
-    var = match.group(1)
-    return (
-        f"{go_quote(value)} contains the unexpanded variable reference $({var}): the container "
-        f"has no environment variable {var}; add env {var} with valueFrom.fieldRef.fieldPath: "
-        "spec.nodeName to the Pod spec"
-    )
+def _required_node_name(read: Loader, detect: bool) -> str:
+    name: str = read("node-name")
+    if not name and not detect and "node-name" not in read.failed:
+        read.problems.append(missing("node-name", ("NODE_NAME",)))
+    return name
 
 
 def _credentials(
-    parsed: Parsed,
-    env: Mapping[str, str],
-    *,
-    detect: bool,
-    node_name: str | None,
-    resolve: ConfigResolver,
-    problems: list[Problem],
+    read: Loader, env: Mapping[str, str], detect: bool, node_name: str, resolve: ConfigResolver
 ) -> tuple[ClusterConfig | None, str | None]:
     """Credentials must resolve. Detect mode without a Node needs no credentials, and with one
     they are optional (the plan is then skipped); an explicit --kubeconfig must always load."""
-    kubeconfig = parsed.get_str("kubeconfig")
-    if detect and node_name is None and not kubeconfig:
+    kubeconfig: str = read("kubeconfig")
+    if detect and not node_name and not kubeconfig:
         return None, None
     try:
         return resolve(kubeconfig, "", env), None
     except ConfigError as err:
         detail = str(err).removeprefix("no Kubernetes configuration: ")
     if kubeconfig:
-        problems.append(invalid("kubeconfig", detail))
+        read.reject("kubeconfig", detail)
     elif not detect:
-        problems.append(invalid(None, f"no Kubernetes credentials: {detail}"))
+        read.problems.append(invalid(None, f"no Kubernetes credentials: {detail}"))
     return None, detail
 
 
-# ---------------------------------------------------------------- scalars
+def _intervals(read: Loader) -> tuple[float, float]:
+    """--resync-interval is never shorter than --reconcile-interval."""
+    reconcile, resync = read("reconcile-interval"), read("resync-interval")
+    if resync < reconcile and not read.failed & {"reconcile-interval", "resync-interval"}:
+        got = f"({format_go_duration(reconcile)}), got {format_go_duration(resync)}"
+        read.reject("resync-interval", f"must be at least --reconcile-interval {got}")
+    return reconcile, resync
 
 
-def _duration(
-    parsed: Parsed, flag: str, low: float, high: float | None, problems: list[Problem]
-) -> float:
-    """A duration within [low, high]."""
-    value = parsed.get_float(flag)
-    got = format_go_duration(value)
-    if high is not None and not low <= value <= high:
-        limits = f"{format_go_duration(low)} and {format_go_duration(high)}"
-        problems.append(invalid(flag, f"must be between {limits}, got {got}"))
-    elif value < low:
-        bound = format_go_duration(low)
-        if flag == "resync-interval" and low > MINUTE:
-            bound = f"--reconcile-interval ({bound})"
-        problems.append(invalid(flag, f"must be at least {bound}, got {got}"))
-    return value
-
-
-def _verbosity(parsed: Parsed, problems: list[Problem]) -> int:
-    """Values above 5 behave as 5 [compat]; negative values are an error."""
-    value = parsed.get_int("v")
-    if value < 0:
-        problems.append(invalid("v", f"must be 0 or more, got {value}"))
-        return 0
-    return min(value, 5)
-
-
-def _provider_id(parsed: Parsed, problems: list[Problem]) -> str:
-    """A URL-like template with only the three placeholders; not with Azure."""
-    template = parsed.get_str("provider-id")
-    if not template:
-        return ""
-    if parsed.get_bool("enable-azure-provider-id"):
-        problems.append(
-            invalid("provider-id", "cannot be combined with --enable-azure-provider-id")
-        )
-    if "://" not in template:
-        example = '"local://{system_uuid}"'
-        problems.append(
-            invalid("provider-id", f"{go_quote(template)} must contain :// (e.g. {example})")
-        )
-    for name in _PLACEHOLDER.findall(template):
-        if name not in PROVIDER_ID_PLACEHOLDERS:
-            known = ", ".join("{" + p + "}" for p in PROVIDER_ID_PLACEHOLDERS)
-            problems.append(invalid("provider-id", f"unknown placeholder {{{name}}}; use {known}"))
-    if "{" in _PLACEHOLDER.sub("", template) or "}" in _PLACEHOLDER.sub("", template):
-        problems.append(invalid("provider-id", f"{go_quote(template)} has an unbalanced brace"))
+def _checked_provider_id(read: Loader) -> str:
+    template: str = read("provider-id")
+    if template and read("enable-azure-provider-id"):
+        read.reject("provider-id", "cannot be combined with --enable-azure-provider-id")
     return template
 
 
-def _check_modes(parsed: Parsed, detect: bool, problems: list[Problem]) -> None:
+def _check_modes(read: Loader, detect: bool) -> None:
     """Flags that mean nothing in the chosen mode are mistakes, not silent no-ops."""
-    if detect and parsed.get_bool("run-once"):
-        problems.append(invalid("run-once", "detect mode writes nothing; drop --run-once"))
-    if not detect and "output" in parsed.explicit:
-        problems.append(invalid("output", "only used in detect mode (local-ccm detect)"))
+    if detect and read("run-once"):
+        read.reject("run-once", "detect mode writes nothing; drop --run-once")
+    if not detect and read.given("output"):
+        read.reject("output", "only used in detect mode (local-ccm detect)")
 
 
 # ---------------------------------------------------------------- start-up line

@@ -21,9 +21,9 @@ from local_ccm import __version__, flags, names
 from local_ccm.clock import Clock, Stopped, SystemClock, sleep_unless_stopped, unless_stopped
 from local_ccm.ipam import options as opts
 from local_ccm.ipam.core.model import default_pool
-from local_ccm.ipam.flagdefs import FLAGS, PROG, resolve_resource_lock_env
 from local_ccm.ipam.metrics import IpamMetrics
 from local_ccm.ipam.nodeapi import IpamApi, KubeIpamApi, TokenBucket
+from local_ccm.ipam.options import FLAGS, PROG, resolve_resource_lock_env
 from local_ccm.ipam.run import Controller, Settings
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.backoff import Backoff

@@ -1,46 +1,164 @@
-"""node-ipam-controller's command line and environment.
+"""node-ipam-controller's command line and environment: upstream's flags and variables
+[compat] and the new ones [beyond], each declared once with its parser, and a loader that
+returns a frozen `IpamOptions` or every problem at once.
 
-Pure, no I/O: argv and the environment are parameters. `load_options` returns a frozen
-`IpamOptions` or every problem at once. The `IPAM_RESOURCE_LOCK` rule is
-applied to the environment *before* parsing (`flagdefs.resolve_resource_lock_env`), because that
-one variable may mean either the retry period or the lock type.
+Pure, no I/O: argv and the environment are parameters. The `IPAM_RESOURCE_LOCK` rule is
+applied to the environment *before* parsing (`resolve_resource_lock_env`), because that one
+variable may mean either the retry period or the lock type.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal
 
-from local_ccm.flags import (
-    Parsed,
-    Problem,
-    format_go_duration,
-    go_quote,
-    invalid,
-    invalid_env,
-    parse,
+from local_ccm import __version__, names
+from local_ccm.flags import Flag, FlagSet, Loader, Parsed, Problem, invalid_env, parse
+from local_ccm.flags.values import (
+    LOG_FORMATS,
+    LogFormat,
+    at_least,
+    choice,
+    duration,
+    each,
+    positive,
+    verbosity,
 )
+from local_ccm.gosyntax import GoSyntaxError, format_go_duration, go_quote, parse_go_duration
 from local_ccm.ipam.core.cidrset import IPV6_MAX_BLOCKS, IPNetwork
-from local_ccm.ipam.flagdefs import FLAGS, resolve_resource_lock_env
-from local_ccm.lease.election import election_problems
-from local_ccm.validate import (
-    BindAddress,
-    ValidationError,
-    dns1123_label,
-    dns1123_subdomain,
-    parse_bind_address,
-    parse_cidr,
-    split_list,
-)
+from local_ccm.lease.options import election_flags, election_from
+from local_ccm.validate import BindAddress, ValidationError, parse_bind_address, parse_cidr
 
-LogFormat = Literal["text", "json"]
+PROG: Final = names.IPAM
+LOCK_TYPES = ("leases", "endpointsleases", "configmapsleases", "endpoints", "configmaps")
+_REMOVED_LOCKS = ("endpoints", "configmaps")
+_MIGRATION_LOCKS = ("endpointsleases", "configmapsleases")
 # With --metrics-secure, /metrics leaves the plain-HTTP web server (health probes) for its own
 # HTTPS port; next to the other controllers' ports (lifecycle 8090/8091, agent 8092/8093).
 SECURE_METRICS_ADDRESS = ":8094"
 EVENT_NAMESPACE = "default"  # the only namespace of Events about cluster-scoped objects
-_REMOVED_LOCKS = ("endpoints", "configmaps")
-_MIGRATION_LOCKS = ("endpointsleases", "configmapsleases")
+MetricsMode = Literal["web", "separate", "off"]
+
+
+def _lock(value: str) -> str:
+    """Upstream took client-go's lock types: the migration ones now mean leases."""
+    if value == "leases" or value in _MIGRATION_LOCKS:
+        return "leases"
+    if value in _REMOVED_LOCKS:
+        raise ValidationError(
+            f"{go_quote(value)} is no longer supported (removed from client-go); use leases"
+        )
+    raise ValidationError(f"{go_quote(value)} is not a lock type; use leases")
+
+
+def _one_per_family(reason: str) -> Callable[[str], tuple[IPNetwork, ...]]:
+    def check(text: str) -> tuple[IPNetwork, ...]:
+        cidrs = each(parse_cidr)(text)
+        if len({c.version for c in cidrs}) != len(cidrs):
+            raise ValidationError(reason)
+        return tuple(sorted(cidrs, key=lambda c: c.version))
+
+    return check
+
+
+def _optional_bind(text: str) -> BindAddress | None:
+    return parse_bind_address(text) if text else None  # empty: decided with --metrics-secure
+
+
+def _event_namespace(value: str) -> str:
+    """The API server's core/v1 Event validation accepts Events about cluster-scoped objects
+    (Nodes and ClusterCIDRs are) only in `default` and answers 422 anywhere else, so any other
+    namespace would lose every Event at run time: refuse it at start-up (exit 2)."""
+    if value != EVENT_NAMESPACE:
+        raise ValidationError(
+            f"{go_quote(value)} is not supported: the API server accepts Events about Nodes and "
+            f"ClusterCIDRs (cluster-scoped) only in namespace {EVENT_NAMESPACE!r}; leave it unset"
+        )
+    return value
+
+
+FLAGS = FlagSet(
+    PROG,
+    [
+        # Upstream's flags and variables [compat]
+        Flag("apiserver", "string", "", "API server URL; overrides the kubeconfig's server "
+             "(also with in-cluster credentials).", env=("IPAM_API_SERVER_URL",), metavar="URL"),
+        Flag("kubeconfig", "string", "", "Kubeconfig path; empty: in-cluster config.",
+             env=("IPAM_KUBECONFIG",), metavar="path"),
+        Flag("health-probe-address", "string", ":8081", "Listen address of the web server "
+             "(health, readiness; metrics with --metrics-secure=false); deprecated alias of "
+             "--webserver-bind-address, wins when set.", env=("IPAM_HEALTH_PROBE_ADDR",),
+             metavar="host:port", value=parse_bind_address),
+        Flag("webserver-bind-address", "string", ":8081", "Listen address of the web server.",
+             env=("IPAM_WEBSERVER_BIND_ADDR",), metavar="host:port", value=parse_bind_address),
+        # Upstream's --enable-leader-election, --leader-elect-namespace and --leader-elect-id
+        # (the holder identity) are aliases of kube-controller-manager's names, which every
+        # binary of this image accepts. IPAM_RESOURCE_LOCK (legacy) is folded in by
+        # resolve_resource_lock_env.
+        *election_flags(
+            PROG,
+            namespace="",
+            env={"leader-elect": ("IPAM_ENABLE_LEADER_ELECTION",),
+                 "leader-elect-lease-duration": ("IPAM_LEASE_DURATION",),
+                 "leader-elect-renew-deadline": ("IPAM_RENEW_DEADLINE",),
+                 "leader-elect-retry-period": ("IPAM_LEADER_ELECT_RETRY_PERIOD",),
+                 "leader-elect-resource-lock": ("IPAM_RESOURCE_LOCK_NAME",),
+                 "leader-elect-resource-name": ("IPAM_RESOURCE_NAME",),
+                 "leader-elect-identity": ("IPAM_LEADER_ELECT_ID",),
+                 "leader-elect-resource-namespace": ("IPAM_LEADER_ELECT_NAMESPACE",
+                                                     "POD_NAMESPACE")},
+            aliases={"leader-elect": ("enable-leader-election",),
+                     "leader-elect-identity": ("leader-elect-id",),
+                     "leader-elect-resource-namespace": ("leader-elect-namespace",)},
+            lock=_lock,
+        ),
+        # New flags [beyond]
+        Flag("metrics-bind-address", "string", "", "Empty: with --metrics-secure :8094, else "
+             "/metrics on the web server; an address: a separate server; 0: off.",
+             env=("IPAM_METRICS_BIND_ADDR",), metavar="host:port", value=_optional_bind),
+        Flag("metrics-secure", "bool", True, "Serve /metrics over HTTPS on its own address, only "
+             "to bearer tokens allowed to get /metrics (TokenReview, SubjectAccessReview); "
+             "false: plain HTTP, no authentication.", env=("IPAM_METRICS_SECURE",)),
+        Flag("metrics-cert-dir", "string", "", "Directory holding tls.crt and tls.key for "
+             "/metrics; empty: a self-signed certificate made at start-up.",
+             env=("IPAM_METRICS_CERT_DIR",), metavar="dir"),
+        Flag("v", "int", 0, "Log verbosity: 0-1 INFO, 2-3 more INFO, >= 4 DEBUG.",
+             env=("IPAM_LOG_VERBOSITY",), value=verbosity),
+        Flag("log-format", "string", "text", "text or json.", env=("IPAM_LOG_FORMAT",),
+             aliases=("logging-format",), metavar="format", value=choice(LOG_FORMATS)),
+        Flag("cluster-cidr", "string", "", "Default pool: at most one IPv4 and one IPv6 CIDR.",
+             env=("IPAM_CLUSTER_CIDR",), metavar="CIDRs",
+             value=_one_per_family("at most one IPv4 and one IPv6 CIDR")),
+        Flag("node-cidr-mask-size", "int", None, "Mask of a single-stack --cluster-cidr.",
+             env=("IPAM_NODE_CIDR_MASK_SIZE",)),
+        Flag("node-cidr-mask-size-ipv4", "int", 24, "Per-Node IPv4 mask of the default pool.",
+             env=("IPAM_NODE_CIDR_MASK_SIZE_IPV4",)),
+        Flag("node-cidr-mask-size-ipv6", "int", 64, "Per-Node IPv6 mask of the default pool.",
+             env=("IPAM_NODE_CIDR_MASK_SIZE_IPV6",)),
+        Flag("service-cluster-ip-range", "string", "", "Reserved: at most one CIDR per family.",
+             env=("IPAM_SERVICE_CLUSTER_IP_RANGE",), metavar="CIDRs",
+             value=_one_per_family("at most two CIDRs, one per family")),
+        Flag("reserved-cidrs", "string", "", "Reserved CIDRs, comma-separated.",
+             env=("IPAM_RESERVED_CIDRS",), metavar="CIDRs", value=each(parse_cidr)),
+        Flag("legacy-and-selector-terms", "bool", False, "Deprecated: AND the terms of a "
+             "nodeSelector as upstream did.", env=("IPAM_LEGACY_AND_SELECTOR_TERMS",)),
+        Flag("cidr-reuse-delay", "duration", 0, "Quarantine of released blocks.",
+             env=("IPAM_CIDR_REUSE_DELAY",), value=duration()),
+        Flag("concurrent-node-syncs", "int", 20, "Concurrent Node writes.",
+             env=("IPAM_CONCURRENT_NODE_SYNCS",), value=at_least(1)),
+        Flag("status-update-interval", "duration", 5, "Minimum gap between status writes of "
+             "one pool.", env=("IPAM_STATUS_UPDATE_INTERVAL",), value=duration(strict=True)),
+        Flag("kube-api-qps", "float", 50, "Client-side request rate.",
+             env=("IPAM_KUBE_API_QPS",), value=positive),
+        Flag("kube-api-burst", "int", 100, "Client-side burst.", env=("IPAM_KUBE_API_BURST",),
+             value=at_least(1)),
+        Flag("event-namespace", "string", "default", "Namespace of Events about Nodes and "
+             "ClusterCIDRs; the API server accepts only default.", env=("IPAM_EVENT_NAMESPACE",),
+             metavar="namespace", value=_event_namespace),
+    ],
+    version=__version__,
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -52,7 +170,7 @@ class IpamOptions:
     web_bind: BindAddress | None = None
     web_flag: str = "webserver-bind-address"  # the flag web_bind was given by, for messages
     metrics_bind: BindAddress | None = None  # used only when metrics_mode == "separate"
-    metrics_mode: Literal["web", "separate", "off"] = "web"
+    metrics_mode: MetricsMode = "web"
     metrics_secure: bool = False  # HTTPS + TokenReview/SubjectAccessReview (mode "separate")
     metrics_cert_dir: str = ""  # empty: self-signed at start-up
     leader_election: bool = True
@@ -80,6 +198,39 @@ class IpamOptions:
     warnings: tuple[str, ...] = field(default=(), compare=False)  # logged after start-up
 
 
+def resolve_resource_lock_env(
+    env: Mapping[str, str],
+) -> tuple[dict[str, str], list[str], list[Problem]]:
+    """Upstream's README bound the retry period to `IPAM_RESOURCE_LOCK`, a name that reads
+    like the lock type: IPAM_LEADER_ELECT_RETRY_PERIOD wins, else a duration is the retry
+    period, else a lock name is the lock type (with a WARNING), else exit 2.
+    Returns (rewritten env, warnings, problems)."""
+    out = dict(env)
+    value = out.pop("IPAM_RESOURCE_LOCK", "")
+    if not value or out.get("IPAM_LEADER_ELECT_RETRY_PERIOD"):
+        return out, [], []
+    try:
+        parse_go_duration(value)
+    except GoSyntaxError:
+        pass
+    else:
+        out["IPAM_LEADER_ELECT_RETRY_PERIOD"] = value
+        note = (
+            "IPAM_RESOURCE_LOCK is deprecated for the retry period; "
+            "use IPAM_LEADER_ELECT_RETRY_PERIOD"
+        )
+        return out, [note], []
+    if value in LOCK_TYPES:
+        out.setdefault("IPAM_RESOURCE_LOCK_NAME", value)
+        note = f"IPAM_RESOURCE_LOCK={value} read as the lock type; use IPAM_RESOURCE_LOCK_NAME"
+        return out, [note], []
+    reason = (
+        f"{go_quote(value)} is neither a duration (retry period) nor a lock type "
+        f"({', '.join(LOCK_TYPES)})"
+    )
+    return out, [], [invalid_env("IPAM_RESOURCE_LOCK", reason)]
+
+
 def load_options(argv: Sequence[str], env: Mapping[str, str]) -> IpamOptions | list[Problem]:
     """Parse and validate `argv` (without the program name); every problem at once."""
     fixed_env, warnings, problems = resolve_resource_lock_env(env)
@@ -95,299 +246,89 @@ def options_from(
     problems: Sequence[Problem] = (),
 ) -> IpamOptions | list[Problem]:
     """Validate a parsed command line (the CLI handles --help/--version first)."""
-    found = [*problems, *parsed.problems]
-    notes = list(warnings)
-    lock = _lock(parsed, found, notes)
-    durations = _election(parsed, found)
-    cluster = _cluster_cidrs(parsed, found)
-    masks = _masks(parsed, cluster, found)
-    web, metrics_mode, metrics_bind = _web(parsed, found)
-    legacy = parsed.get_bool("legacy-and-selector-terms")
-    if legacy:
+    read = Loader(parsed, problems)
+    election, cluster = election_from(read), read("cluster-cidr")
+    web_flag = "health-probe-address" if read.given("health-probe-address") else (
+        "webserver-bind-address")  # fmt: skip
+    web, mode, metrics = _web(read, web_flag)
+    masks = _masks(read, cluster)
+    return read.result(IpamOptions(
+        kubeconfig=read("kubeconfig"), apiserver=read("apiserver"), web_bind=web,
+        web_flag=web_flag, metrics_bind=metrics, metrics_mode=mode,
+        metrics_secure=read("metrics-secure") and mode == "separate",
+        metrics_cert_dir=read("metrics-cert-dir"), leader_election=election.enabled,
+        lease_duration=election.lease_duration, renew_deadline=election.renew_deadline,
+        retry_period=election.retry_period, resource_lock=election.lock,
+        lease_name=election.lease_name, lease_namespace=election.namespace,
+        identity=election.identity, pod_name=env.get("POD_NAME", ""), verbosity=read("v"),
+        log_format=read("log-format"), cluster_cidrs=cluster, mask_v4=masks[0],
+        mask_v6=masks[1], reserved=read("service-cluster-ip-range") + read("reserved-cidrs"),
+        legacy_and_terms=read("legacy-and-selector-terms"), reuse_delay=read("cidr-reuse-delay"),
+        concurrent_node_syncs=read("concurrent-node-syncs"),
+        status_interval=read("status-update-interval"), qps=read("kube-api-qps"),
+        burst=read("kube-api-burst"), event_namespace=read("event-namespace"),
+        warnings=(*warnings, *_notes(parsed)),
+    ))  # fmt: skip
+
+
+def _notes(parsed: Parsed) -> list[str]:
+    notes = []
+    lock = parsed.values["leader-elect-resource-lock"]
+    if lock in _MIGRATION_LOCKS:
+        notes.append(f"--leader-elect-resource-lock={lock} is treated as leases")
+    if parsed.get_bool("legacy-and-selector-terms"):
         notes.append("--legacy-and-selector-terms is deprecated: nodeSelector terms are AND-ed")
-    options = IpamOptions(
-        kubeconfig=parsed.get_str("kubeconfig"),
-        apiserver=parsed.get_str("apiserver"),
-        web_bind=web,
-        web_flag=_web_flag(parsed),
-        metrics_bind=metrics_bind,
-        metrics_mode=metrics_mode,
-        metrics_secure=parsed.get_bool("metrics-secure") and metrics_mode == "separate",
-        metrics_cert_dir=parsed.get_str("metrics-cert-dir"),
-        leader_election=parsed.get_bool("leader-elect"),
-        lease_duration=durations[0],
-        renew_deadline=durations[1],
-        retry_period=durations[2],
-        resource_lock=lock,
-        lease_name=_name(parsed, "leader-elect-resource-name", dns1123_subdomain, found),
-        lease_namespace=_lease_namespace(parsed, env, found),
-        identity=parsed.get_str("leader-elect-identity"),
-        pod_name=env.get("POD_NAME", ""),
-        verbosity=_verbosity(parsed, found),
-        log_format=_log_format(parsed, found),
-        cluster_cidrs=cluster,
-        mask_v4=masks[0],
-        mask_v6=masks[1],
-        reserved=_service_ranges(parsed, found) + _reserved(parsed, found),
-        legacy_and_terms=legacy,
-        reuse_delay=_duration(parsed, "cidr-reuse-delay", found, allow_zero=True),
-        concurrent_node_syncs=_at_least(parsed, "concurrent-node-syncs", 1, found),
-        status_interval=_duration(parsed, "status-update-interval", found),
-        qps=_positive_float(parsed, "kube-api-qps", found),
-        burst=_at_least(parsed, "kube-api-burst", 1, found),
-        event_namespace=_event_namespace(parsed, found),
-        warnings=tuple(notes),
-    )
-    return found or options
+    return notes
 
 
-# ---------------------------------------------------------------- leader election
-
-
-def _lock(parsed: Parsed, problems: list[Problem], notes: list[str]) -> str:
-    value = parsed.get_str("leader-elect-resource-lock")
-    if value == "leases":
-        return value
-    if value in _MIGRATION_LOCKS:
-        notes.append(f"--leader-elect-resource-lock={value} is treated as leases")
-        return "leases"
-    if value in _REMOVED_LOCKS:
-        reason = f"{go_quote(value)} is no longer supported (removed from client-go); use leases"
-    else:
-        reason = f"{go_quote(value)} is not a lock type; use leases"
-    problems.append(_problem(parsed, "leader-elect-resource-lock", reason))
-    return "leases"
-
-
-def _election(parsed: Parsed, problems: list[Problem]) -> tuple[float, float, float]:
-    names_ = (
-        "leader-elect-lease-duration",
-        "leader-elect-renew-deadline",
-        "leader-elect-retry-period",
-    )
-    values = tuple(parsed.get_float(n) for n in names_)
-    before = len(problems)
-    for flag, value in zip(names_, values, strict=True):
-        if not value > 0:
-            problems.append(_problem(parsed, flag, f"must be > 0, got {format_go_duration(value)}"))
-    if len(problems) == before:
-        for text in election_problems(*values):
-            problems.append(invalid(None, f"invalid leader election durations: {text}"))
-    return values[0], values[1], values[2]
-
-
-def _lease_namespace(parsed: Parsed, env: Mapping[str, str], problems: list[Problem]) -> str:
-    """Flag, else POD_NAMESPACE; still empty with leader election on: exit 2."""
-    flag = "leader-elect-resource-namespace"
-    value = parsed.get_str(flag) or env.get("POD_NAMESPACE", "")
-    if not value:
-        if parsed.get_bool("leader-elect"):
-            problems.append(
-                invalid(
-                    parsed.given_as(flag),
-                    "empty (also as its alias --leader-elect-namespace) and POD_NAMESPACE is "
-                    "not set; required with leader election (a default could put two replicas "
-                    "in different namespaces)",
-                )
-            )
-        return ""
-    try:
-        return dns1123_label(value)
-    except ValidationError as err:
-        problems.append(_problem(parsed, flag, str(err)))
-        return value
-
-
-# ---------------------------------------------------------------- pools
-
-
-def _cluster_cidrs(parsed: Parsed, problems: list[Problem]) -> tuple[IPNetwork, ...]:
-    """At most one CIDR per family, each valid."""
-    flag = "cluster-cidr"
-    cidrs = _cidr_list(parsed, flag, problems)
-    if cidrs is None:
-        return ()
-    versions = [c.version for c in cidrs]
-    if len(set(versions)) != len(versions):
-        problems.append(_problem(parsed, flag, "at most one IPv4 and one IPv6 CIDR"))
-        return ()
-    return tuple(sorted(cidrs, key=lambda c: c.version))
-
-
-def _masks(parsed: Parsed, cidrs: Sequence[IPNetwork], problems: list[Problem]) -> tuple[int, int]:
-    """Mask sizes within the family, not shorter than the pool, IPv6 ≤ 2^16 blocks."""
-    masks = {
-        4: parsed.get_int("node-cidr-mask-size-ipv4"),
-        6: parsed.get_int("node-cidr-mask-size-ipv6"),
-    }
-    flags = {4: "node-cidr-mask-size-ipv4", 6: "node-cidr-mask-size-ipv6"}
-    single = parsed.get_optional_int("node-cidr-mask-size")
-    if single is not None:
-        if len(cidrs) > 1:
-            problems.append(
-                _problem(parsed, "node-cidr-mask-size", "only for a single-stack --cluster-cidr; "
-                         "use --node-cidr-mask-size-ipv4 and -ipv6")
-            )  # fmt: skip
-        else:
-            version = cidrs[0].version if cidrs else 4
-            masks[version], flags[version] = single, "node-cidr-mask-size"
-    for version, width in ((4, 32), (6, 128)):
-        mask, flag = masks[version], flags[version]
-        if not 0 <= mask <= width:
-            problems.append(_problem(parsed, flag, f"must be 0-{width}, got {mask}"))
-            continue
-        pool = next((c for c in cidrs if c.version == version), None)
-        if pool is None:
-            continue
-        if mask < pool.prefixlen:
-            problems.append(_problem(parsed, flag, f"{mask} is shorter than the prefix of {pool}"))
-        elif version == 6 and 1 << (mask - pool.prefixlen) > IPV6_MAX_BLOCKS:
-            problems.append(
-                _problem(parsed, flag, f"{pool} with /{mask} blocks exceeds 65536 blocks "
-                         "(mask - prefix length must be at most 16)")
-            )  # fmt: skip
-    return masks[4], masks[6]
-
-
-def _service_ranges(parsed: Parsed, problems: list[Problem]) -> tuple[IPNetwork, ...]:
-    flag = "service-cluster-ip-range"
-    cidrs = _cidr_list(parsed, flag, problems)
-    if cidrs is None:
-        return ()
-    versions = [c.version for c in cidrs]
-    if len(cidrs) > 2 or len(set(versions)) != len(versions):
-        problems.append(_problem(parsed, flag, "at most two CIDRs, one per family"))
-        return ()
-    return tuple(cidrs)
-
-
-def _reserved(parsed: Parsed, problems: list[Problem]) -> tuple[IPNetwork, ...]:
-    return tuple(_cidr_list(parsed, "reserved-cidrs", problems) or ())
-
-
-def _cidr_list(parsed: Parsed, flag: str, problems: list[Problem]) -> list[IPNetwork] | None:
-    """Valid CIDRs; None (one problem per bad item) when any is invalid."""
-    cidrs: list[IPNetwork] = []
-    bad = False
-    for item in split_list(parsed.get_str(flag)):
-        try:
-            cidrs.append(parse_cidr(item))
-        except ValidationError as err:
-            problems.append(_problem(parsed, flag, str(err)))
-            bad = True
-    return None if bad else cidrs
-
-
-# ---------------------------------------------------------------- web server, scalars
-
-
-def _web(
-    parsed: Parsed, problems: list[Problem]
-) -> tuple[BindAddress | None, Literal["web", "separate", "off"], BindAddress | None]:
-    """The web server's address (`--health-probe-address` wins when set) and the metrics mode."""
-    web = _bind(parsed, _web_flag(parsed), problems)
-    raw = parsed.get_str("metrics-bind-address")
-    secure = parsed.get_bool("metrics-secure")
+def _web(read: Loader, web_flag: str) -> tuple[BindAddress | None, MetricsMode, BindAddress | None]:
+    """The web server's address and the metrics mode."""
+    web: BindAddress | None = read(web_flag)
+    raw = read.parsed.get_str("metrics-bind-address")
+    secure = read.parsed.get_bool("metrics-secure")
     if raw == "0":
         return web, "off", None
     if raw == "" and not secure:
         return web, "web", None  # upstream's layout: one plain server for everything
     if raw == "":
         return web, "separate", parse_bind_address(SECURE_METRICS_ADDRESS)
-    metrics = _bind(parsed, "metrics-bind-address", problems)
+    metrics: BindAddress | None = read("metrics-bind-address")
     if secure and metrics is not None and metrics == web:
-        reason = (f"must differ from --{_web_flag(parsed)} with --metrics-secure=true (the "
-                  "health probes stay plain HTTP)")  # fmt: skip
-        problems.append(_problem(parsed, "metrics-bind-address", reason))
+        read.reject("metrics-bind-address", f"must differ from --{web_flag} with "
+                    "--metrics-secure=true (the health probes stay plain HTTP)")  # fmt: skip
     return web, "separate", metrics
 
 
-def _web_flag(parsed: Parsed) -> str:
-    """The flag the web server's address comes from: `--health-probe-address` when set."""
-    if "health-probe-address" in parsed.explicit:
-        return "health-probe-address"
-    return "webserver-bind-address"
+def _masks(read: Loader, cidrs: Sequence[IPNetwork]) -> tuple[int, int]:
+    """Mask sizes within the family, not shorter than the pool, IPv6 ≤ 2^16 blocks."""
+    masks = {4: read("node-cidr-mask-size-ipv4"), 6: read("node-cidr-mask-size-ipv6")}
+    flags = {4: "node-cidr-mask-size-ipv4", 6: "node-cidr-mask-size-ipv6"}
+    single: int | None = read("node-cidr-mask-size")
+    if single is not None and len(cidrs) > 1:
+        read.reject("node-cidr-mask-size", "only for a single-stack --cluster-cidr; use "
+                    "--node-cidr-mask-size-ipv4 and -ipv6")  # fmt: skip
+    elif single is not None:
+        version = cidrs[0].version if cidrs else 4
+        masks[version], flags[version] = single, "node-cidr-mask-size"
+    for version, width in ((4, 32), (6, 128)):
+        problem = _mask_problem(masks[version], width, cidrs, version)
+        if problem:
+            read.reject(flags[version], problem)
+    return masks[4], masks[6]
 
 
-def _bind(parsed: Parsed, flag: str, problems: list[Problem]) -> BindAddress | None:
-    try:
-        return parse_bind_address(parsed.get_str(flag))
-    except ValidationError as err:
-        problems.append(_problem(parsed, flag, str(err)))
-        return None
-
-
-def _duration(
-    parsed: Parsed, flag: str, problems: list[Problem], *, allow_zero: bool = False
-) -> float:
-    value = parsed.get_float(flag)
-    if value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        problems.append(_problem(parsed, flag, f"must be {bound}, got {format_go_duration(value)}"))
-    return value
-
-
-def _at_least(parsed: Parsed, flag: str, low: int, problems: list[Problem]) -> int:
-    value = parsed.get_int(flag)
-    if value < low:
-        problems.append(_problem(parsed, flag, f"must be at least {low}, got {value}"))
-    return value
-
-
-def _positive_float(parsed: Parsed, flag: str, problems: list[Problem]) -> float:
-    value = parsed.get_float(flag)
-    if not value > 0:
-        problems.append(_problem(parsed, flag, f"must be > 0, got {value:g}"))
-    return value
-
-
-def _verbosity(parsed: Parsed, problems: list[Problem]) -> int:
-    value = parsed.get_int("v")
-    if value < 0:
-        problems.append(_problem(parsed, "v", f"must be 0 or more, got {value}"))
-        return 0
-    return min(value, 5)
-
-
-def _log_format(parsed: Parsed, problems: list[Problem]) -> LogFormat:
-    value = parsed.get_str("log-format")
-    if value == "json":
-        return "json"
-    if value != "text":
-        problems.append(
-            _problem(parsed, "log-format", f"{go_quote(value)} is not one of text, json")
+def _mask_problem(mask: int, width: int, cidrs: Sequence[IPNetwork], version: int) -> str:
+    if not 0 <= mask <= width:
+        return f"must be 0-{width}, got {mask}"
+    pool = next((c for c in cidrs if c.version == version), None)
+    if pool is not None and mask < pool.prefixlen:
+        return f"{mask} is shorter than the prefix of {pool}"
+    if pool is not None and version == 6 and 1 << (mask - pool.prefixlen) > IPV6_MAX_BLOCKS:
+        return (
+            f"{pool} with /{mask} blocks exceeds 65536 blocks "
+            "(mask - prefix length must be at most 16)"
         )
-    return "text"
-
-
-def _event_namespace(parsed: Parsed, problems: list[Problem]) -> str:
-    """The API server's core/v1 Event validation accepts Events about cluster-scoped
-    objects (Nodes and ClusterCIDRs are) only in `default` and answers 422 anywhere else, so
-    any other namespace would lose every Event at run time: refuse it at start-up (exit 2)."""
-    value = parsed.get_str("event-namespace")
-    if value != EVENT_NAMESPACE:
-        problems.append(_problem(parsed, "event-namespace", f"{go_quote(value)} is not "
-                                 f"supported: the API server accepts Events about Nodes and "
-                                 f"ClusterCIDRs (cluster-scoped) only in namespace "
-                                 f"{EVENT_NAMESPACE!r}; leave it unset"))  # fmt: skip
-    return value
-
-
-def _name(parsed: Parsed, flag: str, check: object, problems: list[Problem]) -> str:
-    value = parsed.get_str(flag)
-    try:
-        return check(value)  # type: ignore[operator,no-any-return]
-    except ValidationError as err:
-        problems.append(_problem(parsed, flag, str(err)))
-        return value
-
-
-def _problem(parsed: Parsed, flag: str, reason: str) -> Problem:
-    """Blame the variable when the value came from the environment."""
-    source = parsed.sources.get(flag, "")
-    if source.startswith("env:"):
-        return invalid_env(source.removeprefix("env:"), reason, flag)
-    return invalid(parsed.given_as(flag), reason)
+    return ""
 
 
 # ---------------------------------------------------------------- start-up line

@@ -28,10 +28,9 @@ from local_ccm.kube.config import ConfigError, resolve_config
 from local_ccm.lease import election
 from local_ccm.lease.elector import KubeLeaseApi, LeaderContext, LeaderElector
 from local_ccm.lifecycle.core.state import LoopConfig
-from local_ccm.lifecycle.flagset import FLAGS, PROG
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.nodeapi import Access, KubeNodeApi, NodeApi, required_access
-from local_ccm.lifecycle.options import LifecycleOptions, options_from, startup_fields
+from local_ccm.lifecycle.options import FLAGS, PROG, LifecycleOptions, options_from, startup_fields
 from local_ccm.lifecycle.probe import (
     Capabilities,
     ProbeCapabilityError,

@@ -1,70 +1,172 @@
-"""The node-lifecycle-controller's command line: every flag of the
-original and the new ones, and a loader that validates them all at once
-into a frozen :class:`LifecycleOptions`.
+"""The node-lifecycle-controller's command line: every flag of the original [compat] and the
+new ones [beyond], each declared once with its parser, and a loader that validates them all at
+once into a frozen :class:`LifecycleOptions`.
 
 Pure, no I/O: argv and the environment are parameters. Credentials are resolved later by the
-composition root (`local_ccm.lifecycle.main`), so validation never touches a file or the API.
+composition root, so validation never touches a file or the API.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Final
 
-from local_ccm import names
-from local_ccm.flags import (
-    Parsed,
-    Problem,
-    format_go_duration,
-    go_quote,
-    invalid,
-    parse,
+from local_ccm import __version__, names
+from local_ccm.flags import Flag, FlagSet, Loader, Parsed, Problem, parse
+from local_ccm.flags.values import (
+    LOG_FORMATS,
+    LogFormat,
+    at_least,
+    choice,
+    duration,
+    each,
+    verbosity,
 )
-from local_ccm.flagvalues import bind_address, checked, choice
-from local_ccm.lease.election import JITTER_FACTOR
+from local_ccm.gosyntax import format_go_duration, go_quote
+from local_ccm.lease.options import Election, election_flags, election_from
 from local_ccm.lifecycle.core.health import Protection, Scope, parse_protected
 from local_ccm.lifecycle.core.model import ICMP, Family, ProbeKind, resolve_kinds, tcp
 from local_ccm.lifecycle.core.state import DEFAULT_MAX_UNHEALTHY, PipelineSettings
-from local_ccm.lifecycle.flagset import FLAGS, MINUTE
 from local_ccm.lifecycle.probe import IcmpMode, ProbeConfig
 from local_ccm.validate import (
     BindAddress,
-    CountOrPercent,
     LabelSelector,
     ValidationError,
     dns1123_label,
-    dns1123_subdomain,
+    parse_bind_address,
     parse_count_or_percent,
     parse_label_selector,
     split_list,
 )
 
-T = TypeVar("T")
-LogFormat = Literal["text", "json"]
-
-MAX_VERBOSITY = 5
-_FORMATS: Mapping[str, LogFormat] = {"text": "text", "json": "json"}
+PROG: Final = names.LIFECYCLE
+MINUTE: Final = 60.0
 _ICMP_MODES: Mapping[str, IcmpMode] = {"auto": "auto", "raw": "raw", "datagram": "datagram"}
 _FAMILIES: Mapping[str, Family] = {"ipv4": "ipv4", "ipv6": "ipv6"}
-_POSITIVE_DURATIONS = (
-    "not-ready-timeout", "ping-timeout", "ping-interval", "reconcile-interval",
-    "out-of-service-timeout", "leader-elect-lease-duration", "leader-elect-renew-deadline",
-    "leader-elect-retry-period",
+_POSITIVE = duration(strict=True)  # [fix] The original panicked on a zero --reconcile-interval.
+
+
+def _selector(text: str) -> LabelSelector | None:
+    """[fix] The original sent an invalid selector to the server every tick."""
+    return parse_label_selector(text) if text.strip() else None
+
+
+def _protected(text: str) -> tuple[Protection, ...]:
+    """[fix] A typo in a safety list must not silently protect nothing."""
+    return tuple(entry for entries in each(parse_protected)(text) for entry in entries)
+
+
+def _probe_kinds(text: str) -> tuple[ProbeKind, ...]:
+    """`icmp`, `tcp:<port>` (de-duplicated, in order), or `none` alone."""
+    items = split_list(text)
+    if not items:
+        raise ValidationError(f"{go_quote(text)}: list icmp, tcp:<port> or none")
+    if "none" in items:
+        if len(items) > 1:
+            raise ValidationError(f"{go_quote(text)}: none must be the only value")
+        return ()
+    return tuple(dict.fromkeys(each(_probe_kind)(text)))
+
+
+def _probe_kind(item: str) -> ProbeKind:
+    if item == "icmp":
+        return ICMP
+    name, colon, port = item.partition(":")
+    if name == "tcp" and colon and port.isdigit() and 1 <= int(port) <= 65535:
+        return tcp(int(port))
+    raise ValidationError(f"{go_quote(item)} is not icmp, tcp:<port 1-65535> or none")
+
+
+def _families(text: str) -> tuple[Family, ...]:
+    """A non-empty subset of ipv4, ipv6."""
+    if not split_list(text):
+        raise ValidationError("must name ipv4, ipv6 or both")
+    return tuple(dict.fromkeys(each(_family)(text)))
+
+
+def _family(item: str) -> Family:
+    if item not in _FAMILIES:
+        raise ValidationError(f"{go_quote(item)} is not ipv4 or ipv6")
+    return _FAMILIES[item]
+
+
+FLAGS = FlagSet(
+    PROG,
+    [
+        # Flags of the original [compat]
+        Flag("kubeconfig", "string", "", "Kubeconfig file. Empty: in-cluster config, else "
+             "$KUBECONFIG, else ~/.kube/config.", metavar="path"),
+        Flag("node-selector", "string", "", "Label selector of the managed Nodes; when set, "
+             "the autoscaler-taint filter is ignored.", metavar="selector", value=_selector),
+        Flag("watch-autoscaler-taint", "bool", True, "Without a selector, manage only Nodes "
+             "tainted ToBeDeletedByClusterAutoscaler:NoSchedule."),
+        Flag("protected-labels", "string", "", "Comma-separated key or key=value; a matching "
+             "label or annotation protects a Node.", metavar="list", value=_protected),
+        Flag("not-ready-timeout", "duration", 5 * MINUTE, "Minimum NotReady age (since the "
+             "Ready condition's lastTransitionTime) before probing.", value=_POSITIVE),
+        Flag("ping-timeout", "duration", 5.0, "Upper bound of one probe of one address.",
+             value=_POSITIVE),
+        # [fix] The original treated a negative --ping-count as 0.
+        Flag("ping-count", "int", 3, "ICMP echo requests per address; 0 = no ICMP probe "
+             "(without --probe: delete on NotReady alone).", value=at_least(0)),
+        Flag("reconcile-interval", "duration", 30.0, "Re-evaluation period, probe gap and "
+             "rate-limit window.", value=_POSITIVE),
+        # The original's --leader-elect-id (Lease name) and --namespace (Lease namespace) are
+        # aliases of kube-controller-manager's names, which every binary of this image accepts.
+        *election_flags(
+            names.LIFECYCLE,
+            env={"leader-elect-resource-namespace": ("POD_NAMESPACE",)},
+            aliases={"leader-elect-resource-name": ("leader-elect-id",),
+                     "leader-elect-resource-namespace": ("namespace",)},
+        ),
+        Flag("dry-run", "bool", False, "Decide and log, never delete Nodes."),
+        Flag("v", "int", 0, "Log verbosity 0-5.", value=verbosity),
+        # New flags [beyond]
+        Flag("max-unhealthy", "string", str(DEFAULT_MAX_UNHEALTHY), "Circuit breaker: N or P% "
+             "unhealthy Nodes above which nothing is deleted.", metavar="N|P%",
+             value=parse_count_or_percent),
+        Flag("max-deletions-per-interval", "int", 1, "Deletions allowed per "
+             "--reconcile-interval.", value=at_least(1)),
+        Flag("probe", "string", "icmp", "Probe kinds: icmp, tcp:<port>, or none.",
+             metavar="kinds", value=_probe_kinds),
+        Flag("probe-all-addresses", "bool", False, "Probe every InternalIP and ExternalIP "
+             "(default: InternalIPs, else ExternalIPs)."),
+        Flag("probe-families", "string", "ipv4,ipv6", "Address families probed.",
+             metavar="families", value=_families),
+        Flag("ping-interval", "duration", 1.0, "Gap between ICMP echoes of one probe.",
+             value=_POSITIVE),
+        Flag("icmp-mode", "string", "auto", "raw, datagram or auto.", metavar="mode",
+             value=choice(_ICMP_MODES)),
+        Flag("probe-concurrency", "int", 64, "Maximum concurrently running probes.",
+             value=at_least(1)),
+        Flag("self-check", "bool", True, "Probe Ready peers before deleting (self-partition "
+             "check)."),
+        Flag("self-check-sample", "int", 3, "Ready peer Nodes probed by the self-check.",
+             value=at_least(1)),
+        Flag("node-name", "string", "", "The Node this controller runs on: never deleted, "
+             "never a self-check peer.", env=("NODE_NAME",), metavar="name"),
+        Flag("out-of-service-taint", "bool", False, "Taint node.kubernetes.io/out-of-service "
+             "before deleting."),
+        Flag("out-of-service-timeout", "duration", 5 * MINUTE, "Longest wait for "
+             "VolumeAttachments after tainting.", value=_POSITIVE),
+        Flag("metrics-bind-address", "string", ":8090", "Address of /metrics; 0 disables.",
+             metavar="host:port", value=parse_bind_address),
+        Flag("metrics-secure", "bool", True, "Serve /metrics over HTTPS, only to bearer tokens "
+             "allowed to get /metrics (TokenReview, SubjectAccessReview); false: plain HTTP, "
+             "no authentication."),
+        Flag("metrics-cert-dir", "string", "", "Directory holding tls.crt and tls.key for "
+             "/metrics; empty: a self-signed certificate made at start-up.", metavar="dir"),
+        Flag("health-probe-bind-address", "string", ":8091", "Address of /healthz and "
+             "/readyz; 0 disables.", metavar="host:port", value=parse_bind_address),
+        Flag("log-format", "string", "text", "text or json.", metavar="format",
+             value=choice(LOG_FORMATS)),
+        Flag("event-namespace", "string", "default", "Namespace of Events about Nodes.",
+             metavar="namespace", value=dns1123_label),
+    ],
+    # [beyond] The original had no --version; every binary of this image prints one.
+    version=__version__,
 )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Election:
-    """`--leader-elect*` in seconds; `enabled` False means act at once, no Lease."""
-
-    enabled: bool = True
-    lease_name: str = names.LIFECYCLE
-    namespace: str = "kube-system"
-    lease_duration: float = 15.0
-    renew_deadline: float = 10.0
-    retry_period: float = 2.0
-    identity: str = ""  # "" = POD_NAME or the hostname plus a random suffix, at start-up
 
 
 @dataclass(frozen=True)
@@ -112,188 +214,70 @@ def load_options(argv: Sequence[str], env: Mapping[str, str]) -> LifecycleOption
 
 def options_from(parsed: Parsed) -> LifecycleOptions | list[Problem]:
     """Validate an already parsed command line (main handles --help first)."""
-    problems = list(parsed.problems)
-    durations = {flag: _positive_duration(parsed, flag, problems) for flag in _POSITIVE_DURATIONS}
-    ping_count = _int_at_least(parsed, "ping-count", 0, problems)
-    kinds = _probe_kinds(parsed, ping_count, problems)
-    selector = _selector(parsed, problems)
-    settings = PipelineSettings(
-        interval=durations["reconcile-interval"],
-        max_unhealthy=_max_unhealthy(parsed, problems),
-        max_deletions=_int_at_least(parsed, "max-deletions-per-interval", 1, problems),
-        kinds=kinds,
-        probe_all_addresses=parsed.get_bool("probe-all-addresses"),
-        families=_families(parsed, problems),
-        self_check=parsed.get_bool("self-check"),
-        self_check_sample=_int_at_least(parsed, "self-check-sample", 1, problems),
-        dry_run=parsed.get_bool("dry-run"),
-        out_of_service_taint=parsed.get_bool("out-of-service-taint"),
-    )
-    probe = ProbeConfig(
-        count=ping_count,
-        interval=durations["ping-interval"],
-        timeout=durations["ping-timeout"],
-        concurrency=_int_at_least(parsed, "probe-concurrency", 1, problems),
-    )
-    scope = Scope(
-        selector=selector,
-        watch_autoscaler_taint=parsed.get_bool("watch-autoscaler-taint"),
-        protected=_protected(parsed, problems),
-        own_node=parsed.get_str("node-name") or None,
-    )
-    options = LifecycleOptions(
-        scope=scope,
-        settings=settings,
-        probe=probe,
-        election=_election(parsed, durations, problems),
-        kubeconfig=parsed.get_str("kubeconfig"),
-        node_selector=str(selector) if selector is not None else "",
-        not_ready_timeout=durations["not-ready-timeout"],
-        icmp_mode=choice(parsed, "icmp-mode", _ICMP_MODES, problems) or "auto",
-        out_of_service_timeout=durations["out-of-service-timeout"],
-        metrics_bind=bind_address(parsed, "metrics-bind-address", problems),
-        health_bind=bind_address(parsed, "health-probe-bind-address", problems),
+    read = Loader(parsed)
+    settings, probe = _settings(read), _probe(read)
+    selector: LabelSelector | None = read("node-selector")
+    scope = Scope(selector, read("watch-autoscaler-taint"), read("protected-labels"),
+                  parsed.get_str("node-name") or None)  # fmt: skip
+    return read.result(LifecycleOptions(
+        scope=scope, settings=settings, probe=probe, election=election_from(read),
+        kubeconfig=read("kubeconfig"), node_selector=str(selector or ""),
+        not_ready_timeout=read("not-ready-timeout"), icmp_mode=read("icmp-mode"),
+        out_of_service_timeout=read("out-of-service-timeout"),
+        metrics_bind=read("metrics-bind-address"), health_bind=read("health-probe-bind-address"),
         metrics_address=parsed.get_str("metrics-bind-address"),
         health_address=parsed.get_str("health-probe-bind-address"),
-        metrics_secure=_metrics_secure(parsed, problems),
-        metrics_cert_dir=parsed.get_str("metrics-cert-dir"),
-        log_format=choice(parsed, "log-format", _FORMATS, problems) or "text",
-        verbosity=_verbosity(parsed, problems),
-        event_namespace=checked(parsed, "event-namespace", dns1123_label, problems),
-        ignored_klog=parsed.ignored_klog,
-        warnings=_warnings(probe, kinds),
-    )
-    return problems or options
+        metrics_secure=_metrics_secure(read), metrics_cert_dir=read("metrics-cert-dir"),
+        log_format=read("log-format"), verbosity=read("v"),
+        event_namespace=read("event-namespace"), ignored_klog=parsed.ignored_klog,
+        warnings=_warnings(probe, settings.kinds),
+    ))  # fmt: skip
 
 
-# ---------------------------------------------------------------- metrics
-
-
-def _metrics_secure(parsed: Parsed, problems: list[Problem]) -> bool:
-    """HTTPS metrics cannot share the port of the plain-HTTP health probes."""
-    secure = parsed.get_bool("metrics-secure")
-    metrics = parsed.get_str("metrics-bind-address")
-    if secure and metrics != "0" and metrics == parsed.get_str("health-probe-bind-address"):
-        problems.append(invalid("metrics-bind-address", "must differ from "
-                                "--health-probe-bind-address with --metrics-secure=true (the "
-                                "probes stay plain HTTP)"))  # fmt: skip
-    return secure
-
-
-# ---------------------------------------------------------------- numbers and durations
-
-
-def _positive_duration(parsed: Parsed, flag: str, problems: list[Problem]) -> float:
-    """A duration > 0. [fix] The original panicked on a zero --reconcile-interval."""
-    value = parsed.get_float(flag)
-    if value <= 0:
-        problems.append(invalid(flag, f"must be greater than 0, got {format_go_duration(value)}"))
-    return value
-
-
-def _int_at_least(parsed: Parsed, flag: str, low: int, problems: list[Problem]) -> int:
-    """An integer >= `low`. [fix] The original treated a negative --ping-count as 0."""
-    value = parsed.get_int(flag)
-    if value < low:
-        problems.append(invalid(flag, f"must be at least {low}, got {value}"))
-        return low
-    return value
-
-
-def _verbosity(parsed: Parsed, problems: list[Problem]) -> int:
-    value = parsed.get_int("v")
-    if value < 0:
-        problems.append(invalid("v", f"must be 0 or more, got {value}"))
-        return 0
-    return min(value, MAX_VERBOSITY)
-
-
-def _max_unhealthy(parsed: Parsed, problems: list[Problem]) -> CountOrPercent:
-    """An integer >= 0, or an integer percentage 0%-100%."""
-    try:
-        return parse_count_or_percent(parsed.get_str("max-unhealthy"))
-    except ValidationError as err:
-        problems.append(invalid("max-unhealthy", str(err)))
-        return DEFAULT_MAX_UNHEALTHY
-
-
-def _election(parsed: Parsed, durations: Mapping[str, float], problems: list[Problem]) -> Election:
-    """Client-go's ordering of the three lease durations."""
-    lease = durations["leader-elect-lease-duration"]
-    renew = durations["leader-elect-renew-deadline"]
-    retry = durations["leader-elect-retry-period"]
-    if min(lease, renew, retry) > 0:  # a non-positive one is already reported
-        if not lease > renew:
-            problems.append(invalid("leader-elect-lease-duration", (
-                f"must be greater than --leader-elect-renew-deadline ({format_go_duration(renew)})"
-                f", got {format_go_duration(lease)}")))  # fmt: skip
-        if not renew > JITTER_FACTOR * retry:
-            problems.append(invalid("leader-elect-renew-deadline", (
-                f"must be greater than {JITTER_FACTOR} × --leader-elect-retry-period "
-                f"({format_go_duration(retry)}), got {format_go_duration(renew)}")))  # fmt: skip
-    lock = parsed.get_str("leader-elect-resource-lock")
-    if lock != "leases":  # the only lock client-go still has that this controller writes
-        problems.append(invalid("leader-elect-resource-lock", f"{go_quote(lock)}: only leases"))
-    return Election(
-        enabled=parsed.get_bool("leader-elect"),
-        lease_name=checked(parsed, "leader-elect-resource-name", dns1123_subdomain, problems),
-        namespace=checked(parsed, "leader-elect-resource-namespace", dns1123_label, problems),
-        lease_duration=lease,
-        renew_deadline=renew,
-        retry_period=retry,
-        identity=parsed.get_str("leader-elect-identity"),
+def _settings(read: Loader) -> PipelineSettings:
+    return PipelineSettings(
+        interval=read("reconcile-interval"),
+        max_unhealthy=read("max-unhealthy"),
+        max_deletions=read("max-deletions-per-interval"),
+        kinds=_kinds(read),
+        probe_all_addresses=read("probe-all-addresses"),
+        families=read("probe-families"),
+        self_check=read("self-check"),
+        self_check_sample=read("self-check-sample"),
+        dry_run=read("dry-run"),
+        out_of_service_taint=read("out-of-service-taint"),
     )
 
 
-# ---------------------------------------------------------------- probes
-
-
-def _probe_kinds(parsed: Parsed, ping_count: int, problems: list[Problem]) -> tuple[ProbeKind, ...]:
-    """`none` alone; `icmp` given together with --ping-count=0 is a contradiction; an unset
-    --probe with --ping-count=0 is unprobed mode (the original's documented meaning, kept so a
-    working manifest does not become a crash loop)."""
-    text = parsed.get_str("probe")
-    items = split_list(text)
-    if not items:
-        problems.append(invalid("probe", f"{go_quote(text)}: list icmp, tcp:<port> or none"))
-        return resolve_kinds(None, ping_count)
-    if "none" in items:
-        if len(items) > 1:
-            problems.append(invalid("probe", f"{go_quote(text)}: none must be the only value"))
-        return ()
-    kinds: list[ProbeKind] = []
-    for item in items:
-        kind = _probe_kind(item, problems)
-        if kind is not None and kind not in kinds:
-            kinds.append(kind)
-    explicit = "probe" in parsed.explicit
+def _kinds(read: Loader) -> tuple[ProbeKind, ...]:
+    """An unset --probe with --ping-count=0 is unprobed mode (the original's documented meaning,
+    kept so a working manifest does not become a crash loop); `icmp` given together with
+    --ping-count=0 is a contradiction."""
+    ping_count: int = read("ping-count")
+    kinds: tuple[ProbeKind, ...] = read("probe")
+    explicit = read.given("probe") and "probe" not in read.failed
     if explicit and ICMP in kinds and ping_count == 0:
-        problems.append(invalid("probe", "icmp contradicts --ping-count=0 (no echo to send)"))
-    return resolve_kinds(tuple(kinds) if explicit else None, ping_count)
+        read.reject("probe", "icmp contradicts --ping-count=0 (no echo to send)")
+    return resolve_kinds(kinds if explicit else None, ping_count)
 
 
-def _probe_kind(item: str, problems: list[Problem]) -> ProbeKind | None:
-    if item == "icmp":
-        return ICMP
-    name, colon, port = item.partition(":")
-    if name == "tcp" and colon and port.isdigit() and 1 <= int(port) <= 65535:
-        return tcp(int(port))
-    problems.append(invalid("probe", f"{go_quote(item)} is not icmp, tcp:<port 1-65535> or none"))
-    return None
+def _probe(read: Loader) -> ProbeConfig:
+    return ProbeConfig(
+        count=read("ping-count"),
+        interval=read("ping-interval"),
+        timeout=read("ping-timeout"),
+        concurrency=read("probe-concurrency"),
+    )
 
 
-def _families(parsed: Parsed, problems: list[Problem]) -> tuple[Family, ...]:
-    """A non-empty subset of ipv4, ipv6."""
-    text = parsed.get_str("probe-families")
-    families: list[Family] = []
-    for item in split_list(text):
-        if item not in _FAMILIES:
-            problems.append(invalid("probe-families", f"{go_quote(item)} is not ipv4 or ipv6"))
-        elif _FAMILIES[item] not in families:
-            families.append(_FAMILIES[item])
-    if not split_list(text):
-        problems.append(invalid("probe-families", "must name ipv4, ipv6 or both"))
-    return tuple(families) or ("ipv4", "ipv6")
+def _metrics_secure(read: Loader) -> bool:
+    """HTTPS metrics cannot share the port of the plain-HTTP health probes."""
+    secure: bool = read("metrics-secure")
+    metrics = read.parsed.get_str("metrics-bind-address")
+    if secure and metrics != "0" and metrics == read.parsed.get_str("health-probe-bind-address"):
+        read.reject("metrics-bind-address", "must differ from --health-probe-bind-address with "
+                    "--metrics-secure=true (the probes stay plain HTTP)")  # fmt: skip
+    return secure
 
 
 def _warnings(probe: ProbeConfig, kinds: Sequence[ProbeKind]) -> tuple[str, ...]:
@@ -305,32 +289,6 @@ def _warnings(probe: ProbeConfig, kinds: Sequence[ProbeKind]) -> tuple[str, ...]
             "never sent",
         )
     return ()
-
-
-# ---------------------------------------------------------------- names and selectors
-
-
-def _selector(parsed: Parsed, problems: list[Problem]) -> LabelSelector | None:
-    """A label selector. [fix] The original sent an invalid selector to the server every tick."""
-    text = parsed.get_str("node-selector")
-    if not text.strip():
-        return None
-    try:
-        return parse_label_selector(text)
-    except ValidationError as err:
-        problems.append(invalid("node-selector", str(err)))
-        return None
-
-
-def _protected(parsed: Parsed, problems: list[Problem]) -> tuple[Protection, ...]:
-    """Qualified label keys. [fix] A typo in a safety list must not silently protect nothing."""
-    entries: list[Protection] = []
-    for item in split_list(parsed.get_str("protected-labels")):
-        try:
-            entries.extend(parse_protected(item))
-        except ValidationError as err:
-            problems.append(invalid("protected-labels", str(err)))
-    return tuple(entries)
 
 
 # ---------------------------------------------------------------- start-up line [compat]

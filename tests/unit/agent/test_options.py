@@ -10,8 +10,7 @@ from ipaddress import ip_address, ip_network
 import pytest
 
 from local_ccm.agent.core.config import DEFAULT_INTERFACE_EXCLUDE, AgentConfig, TypeSettings
-from local_ccm.agent.flagdefs import FLAGS
-from local_ccm.agent.options import AgentOptions, load_options, startup_fields
+from local_ccm.agent.options import FLAGS, AgentOptions, load_options, startup_fields
 from local_ccm.kube.config import ClusterConfig, ConfigError
 from local_ccm.validate import BindAddress
 

@@ -14,8 +14,8 @@ import pytest
 from local_ccm import flags
 from local_ccm.clock import SystemClock
 from local_ccm.ipam import options as opts
-from local_ccm.ipam.flagdefs import FLAGS
 from local_ccm.ipam.main import Health, PreconditionFailed, check_access
+from local_ccm.ipam.options import FLAGS
 from local_ccm.kube.errors import ApiError, Transient, Unauthorized
 
 

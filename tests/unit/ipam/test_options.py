@@ -6,8 +6,7 @@ from ipaddress import ip_network
 
 import pytest
 
-from local_ccm.ipam.flagdefs import resolve_resource_lock_env
-from local_ccm.ipam.options import IpamOptions, load_options
+from local_ccm.ipam.options import IpamOptions, load_options, resolve_resource_lock_env
 from local_ccm.validate import BindAddress
 
 NS = {"POD_NAMESPACE": "kube-system"}

@@ -1,65 +1,34 @@
-"""Go-compatible command-line parsing shared by the three binaries.
+"""Go-compatible command-line parsing shared by the binaries.
 
 Pure, no I/O: argv and the environment are parameters. The syntax is that of Go's standard
-`flag` package, because manifests
-written for the Go originals must keep working. Two deliberate differences [fix]: parsing
-never stops at the first error or positional argument, and every problem is collected, so
-`--dry-run false --v=2` reports the stray `false` and still applies `--v=2`.
+`flag` package, because manifests written for the Go originals must keep working. Two deliberate
+differences [fix]: parsing never stops at the first error or positional argument, and every
+problem is collected, so `--dry-run false --v=2` reports the stray `false` and still applies
+`--v=2`.
 """
 
 from __future__ import annotations
 
 import difflib
-import re
-import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal, TypeVar
+from typing import TypeVar
 
+from local_ccm.flags.problems import Problem, invalid, invalid_env, unexpected_argument
+from local_ccm.flags.table import HELP_NAMES, Flag, FlagSet
 from local_ccm.gosyntax import (
     BOOL_SPELLINGS,
     GoSyntaxError,
     escape,
-    format_go_duration,
-    format_go_duration_ns,
     go_quote,
     parse_go_bool,
     parse_go_duration,
-    parse_go_duration_ns,
     parse_go_float,
     parse_go_int,
 )
 
-__all__ = [
-    "Flag",
-    "FlagKind",
-    "FlagSet",
-    "GoSyntaxError",
-    "Parsed",
-    "Problem",
-    "format_go_duration",
-    "format_go_duration_ns",
-    "format_usage",
-    "format_version",
-    "go_quote",
-    "invalid",
-    "invalid_env",
-    "missing",
-    "parse",
-    "parse_go_bool",
-    "parse_go_duration",
-    "parse_go_duration_ns",
-    "parse_go_float",
-    "parse_go_int",
-    "problem",
-    "unexpected_argument",
-    "usage_error",
-]
-
 T = TypeVar("T")
-FlagKind = Literal["string", "bool", "int", "float", "duration"]
-ProblemKind = Literal["invalid", "missing", "unknown", "argument", "syntax"]
 
 # klog flags registered by the Go originals: accepted and ignored.
 KLOG_BOOL_FLAGS = frozenset(
@@ -69,12 +38,6 @@ KLOG_BOOL_FLAGS = frozenset(
 KLOG_VALUE_FLAGS = frozenset(
     {"stderrthreshold", "log_dir", "log_file", "log_file_max_size", "log_backtrace_at", "vmodule"}
 )
-HELP_NAMES = frozenset({"h", "help"})
-_NAME = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]*")
-
-
-# ---------------------------------------------------------------- flags
-
 _CONVERTERS: Mapping[str, Callable[[str], object]] = MappingProxyType(
     {
         "string": str,
@@ -84,115 +47,6 @@ _CONVERTERS: Mapping[str, Callable[[str], object]] = MappingProxyType(
         "duration": parse_go_duration,
     }
 )
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One user error; `str()` is the line printed on stderr."""
-
-    flag: str | None
-    message: str
-    env_var: str | None = None
-    kind: ProblemKind = "invalid"
-
-    def __str__(self) -> str:
-        # Escaping control characters keeps every problem on one stderr line.
-        if self.env_var:
-            return escape(f"invalid environment variable {self.env_var}: {self.message}")
-        if self.kind == "invalid" and self.flag:
-            return escape(f"invalid flag --{self.flag}: {self.message}")
-        return escape(self.message)
-
-
-def invalid(flag: str | None, reason: str) -> Problem:
-    """`invalid flag --flag: reason`; with `flag=None` the reason is printed as it is."""
-    return Problem(flag, reason)
-
-
-problem = invalid
-
-
-def invalid_env(var: str, reason: str, flag: str | None = None) -> Problem:
-    """`invalid environment variable VAR: reason`."""
-    return Problem(flag, reason, env_var=var)
-
-
-def missing(flag: str, env: Sequence[str] = ()) -> Problem:
-    """`missing --node-name (or NODE_NAME)`."""
-    alternatives = f" (or {' or '.join(env)})" if env else ""
-    return Problem(flag, f"missing --{flag}{alternatives}", kind="missing")
-
-
-def unexpected_argument(arg: str, hint: str | None = None) -> Problem:
-    """`unexpected argument "x"`, with an optional hint in parentheses."""
-    suffix = f" ({hint})" if hint else ""
-    return Problem(None, f"unexpected argument {go_quote(arg)}{suffix}", kind="argument")
-
-
-@dataclass(frozen=True)
-class Flag:
-    """One flag. `default` is typed: str, bool, int, float, or float seconds for a duration;
-    `None` means "unset". `env` lists fallback variables in priority order."""
-
-    name: str
-    kind: FlagKind
-    default: object
-    help: str
-    env: tuple[str, ...] = ()
-    aliases: tuple[str, ...] = ()
-    metavar: str | None = None
-
-    def __post_init__(self) -> None:
-        for name in (self.name, *self.aliases):
-            if not _NAME.fullmatch(name):
-                raise ValueError(f"bad flag name {name!r}")
-        if self.default is not None and not _default_fits(self.kind, self.default):
-            raise TypeError(f"flag {self.name}: default {self.default!r} is not a {self.kind}")
-
-
-def _default_fits(kind: FlagKind, default: object) -> bool:
-    if kind == "string":
-        return isinstance(default, str)
-    if kind == "bool":
-        return isinstance(default, bool)
-    if kind == "int":
-        return isinstance(default, int) and not isinstance(default, bool)
-    return isinstance(default, int | float) and not isinstance(default, bool)
-
-
-@dataclass(frozen=True)
-class FlagSet:
-    """The flags of one binary. Declaring a flag twice, or a flag named like `-h`/`--help`
-    (or `--version` when a version is given), is a programming error (ValueError)."""
-
-    prog: str
-    flags: Sequence[Flag]
-    subcommands: frozenset[str] = frozenset()
-    version: str | None = None
-    _index: Mapping[str, Flag] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "flags", tuple(self.flags))
-        object.__setattr__(self, "_index", MappingProxyType(self._build_index()))
-
-    def _build_index(self) -> dict[str, Flag]:
-        reserved = HELP_NAMES | ({"version"} if self.version is not None else set())
-        index: dict[str, Flag] = {}
-        for flag in self.flags:
-            for name in (flag.name, *flag.aliases):
-                if name in index or name in reserved:
-                    raise ValueError(f"{self.prog}: flag name {name!r} declared twice or reserved")
-                index[name] = flag
-        return index
-
-    def lookup(self, name: str) -> Flag | None:
-        """The flag called `name` or having it as an alias."""
-        return self._index.get(name)
-
-    def names(self) -> tuple[str, ...]:
-        """Every spelling the parser accepts (without dashes), for "did you mean" hints."""
-        extra = HELP_NAMES | ({"version"} if self.version is not None else set())
-        return (*self._index, *sorted(extra))
 
 
 @dataclass(frozen=True)
@@ -211,6 +65,14 @@ class Parsed:
     version_requested: bool = False
     # The spelling (canonical name or alias) a flag was last given as on the command line.
     spellings: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    flagset: FlagSet | None = field(default=None, repr=False, compare=False)
+
+    def flag(self, name: str) -> Flag:
+        """The declaration of flag `name` (its value parser, default, aliases)."""
+        flag = self.flagset.lookup(name) if self.flagset is not None else None
+        if flag is None:
+            raise KeyError(name)
+        return flag
 
     def given_as(self, name: str) -> str:
         """How the user spelled flag `name` (an alias, say), for problems about its value;
@@ -300,6 +162,7 @@ def parse(flagset: FlagSet, argv: Sequence[str], env: Mapping[str, str]) -> Pars
         help_requested=acc.help,
         version_requested=acc.version,
         spellings=MappingProxyType(dict(acc.last_spelling)),
+        flagset=flagset,
     )
 
 
@@ -413,7 +276,7 @@ def _resolve(
         if flag.name in acc.values:
             values[flag.name], sources[flag.name] = acc.values[flag.name], "flag"
         elif flag.name in acc.attempted:  # given but invalid: already reported
-            values[flag.name], sources[flag.name] = _default(flag), "default"
+            values[flag.name], sources[flag.name] = flag.initial, "default"
         else:
             values[flag.name], sources[flag.name] = _from_env(flag, env, acc.problems)
     return values, sources
@@ -424,65 +287,9 @@ def _from_env(flag: Flag, env: Mapping[str, str], problems: list[Problem]) -> tu
     # variables to "" (and Go code commonly reads them with `os.Getenv(...) != ""`).
     var = next((name for name in flag.env if env.get(name)), None)
     if var is None:
-        return _default(flag), "default"
+        return flag.initial, "default"
     try:
         return _CONVERTERS[flag.kind](env[var]), f"env:{var}"
     except GoSyntaxError as err:
         problems.append(invalid_env(var, str(err), flag.name))
-        return _default(flag), "default"
-
-
-def _default(flag: Flag) -> object:
-    if flag.kind in ("float", "duration") and isinstance(flag.default, int | float):
-        return float(flag.default)
-    return flag.default
-
-
-def usage_error(prog: str, problems: Sequence[Problem]) -> str:
-    """The stderr text for exit 2: one line per problem, then where to get help."""
-    return "\n".join([*(str(p) for p in problems), f"run '{prog} --help' for usage"])
-
-
-def format_version(flagset: FlagSet, python_version: str) -> str:
-    """`local-ccm <version> (python <x.y.z>)`."""
-    return f"{flagset.prog} {flagset.version or 'unknown'} (python {python_version})"
-
-
-def format_usage(flagset: FlagSet) -> str:
-    """Usage text in the layout of Go's `flag.PrintDefaults`, flags sorted by name."""
-    sub = f" [{'|'.join(sorted(flagset.subcommands))}]" if flagset.subcommands else ""
-    lines = [f"Usage: {flagset.prog}{sub} [flags]", "", "Flags:"]
-    lines += [_usage_entry(flag) for flag in sorted(flagset.flags, key=lambda f: f.name)]
-    lines.append("  -h, -help\n    \tPrint this help and exit.")
-    if flagset.version is not None:
-        lines.append("  -version\n    \tPrint the version and exit.")
-    klog = " ".join(f"-{name}" for name in sorted(KLOG_BOOL_FLAGS | KLOG_VALUE_FLAGS))
-    lines += ["", *textwrap.wrap(f"Accepted for compatibility and ignored (klog): {klog}", 78)]
-    return "\n".join(lines) + "\n"
-
-
-def _usage_entry(flag: Flag) -> str:
-    metavar = flag.metavar or ("" if flag.kind == "bool" else flag.kind)
-    head = f"  -{flag.name}" + (f" {metavar}" if metavar else "")
-    # Go puts the help of a one-letter flag without a type on the same line.
-    sep = "\t" if len(head) <= 4 else "\n    \t"
-    notes = [_default_note(flag)]
-    notes += [f"[alias: {', '.join('-' + a for a in flag.aliases)}]"] if flag.aliases else []
-    notes += [f"[env: {', '.join(flag.env)}]"] if flag.env else []
-    text = " ".join(part for part in (flag.help, *notes) if part)
-    return head + sep + text.replace("\n", "\n    \t")
-
-
-def _default_note(flag: Flag) -> str:
-    value = flag.default
-    if value is None or value in ("", 0, False):  # Go omits zero values
-        return ""
-    if flag.kind == "string":
-        return f"(default {go_quote(str(value))})"
-    if flag.kind == "duration" and isinstance(value, int | float):
-        return f"(default {format_go_duration(value)})"
-    if flag.kind == "bool":
-        return "(default true)"
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
-        return f"(default {int(value)})"
-    return f"(default {value})"
+        return flag.initial, "default"

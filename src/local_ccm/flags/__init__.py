@@ -1,0 +1,37 @@
+"""Go-compatible command lines for every binary: flag tables (`table`), the parser (`scan`),
+problems and exit-2 text (`problems`), `--help`/`--version` (`usage`) and typed values through
+each flag's parser (`values`).
+
+Pure, no I/O: argv and the environment are parameters.
+"""
+
+from local_ccm.flags.problems import (
+    Problem,
+    invalid,
+    invalid_env,
+    missing,
+    unexpected_argument,
+    usage_error,
+)
+from local_ccm.flags.scan import Parsed, parse
+from local_ccm.flags.table import Flag, FlagKind, FlagSet, unite
+from local_ccm.flags.usage import format_usage, format_version
+from local_ccm.flags.values import Loader
+
+__all__ = [
+    "Flag",
+    "FlagKind",
+    "FlagSet",
+    "Loader",
+    "Parsed",
+    "Problem",
+    "format_usage",
+    "format_version",
+    "invalid",
+    "invalid_env",
+    "missing",
+    "parse",
+    "unexpected_argument",
+    "unite",
+    "usage_error",
+]

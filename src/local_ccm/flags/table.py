@@ -1,0 +1,114 @@
+"""Flag tables: one `Flag` per option (name, Go type, default, help, environment fallbacks,
+aliases and the parser of its value) and the `FlagSet` of one binary.
+
+Pure, no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Literal
+
+FlagKind = Literal["string", "bool", "int", "float", "duration"]
+HELP_NAMES = frozenset({"h", "help"})
+_NAME = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]*")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One flag. `default` is typed: str, bool, int, float, or float seconds for a duration;
+    `None` means "unset". `env` lists fallback variables in priority order. `value` turns the
+    Go-typed value into what the options hold (a bind address, a tuple of CIDRs...), raising
+    `ValidationError` or `GoSyntaxError` with the reason; it must accept the default."""
+
+    name: str
+    kind: FlagKind
+    default: object
+    help: str
+    env: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+    metavar: str | None = None
+    value: Callable[[Any], object] | None = None
+
+    def __post_init__(self) -> None:
+        for name in (self.name, *self.aliases):
+            if not _NAME.fullmatch(name):
+                raise ValueError(f"bad flag name {name!r}")
+        if self.default is not None and not _default_fits(self.kind, self.default):
+            raise TypeError(f"flag {self.name}: default {self.default!r} is not a {self.kind}")
+
+    @property
+    def initial(self) -> object:
+        """The default as `parse` delivers it (durations and floats as float)."""
+        if self.kind in ("float", "duration") and isinstance(self.default, int | float):
+            return float(self.default)
+        return self.default
+
+    def convert(self, value: object) -> object:
+        """`value` (Go-typed) through the value parser, if the flag has one."""
+        return value if self.value is None else self.value(value)
+
+
+def _default_fits(kind: FlagKind, default: object) -> bool:
+    if kind == "string":
+        return isinstance(default, str)
+    if kind == "bool":
+        return isinstance(default, bool)
+    if kind == "int":
+        return isinstance(default, int) and not isinstance(default, bool)
+    return isinstance(default, int | float) and not isinstance(default, bool)
+
+
+@dataclass(frozen=True)
+class FlagSet:
+    """The flags of one binary. Declaring a flag twice, or a flag named like `-h`/`--help`
+    (or `--version` when a version is given), is a programming error (ValueError)."""
+
+    prog: str
+    flags: Sequence[Flag]
+    subcommands: frozenset[str] = frozenset()
+    version: str | None = None
+    _index: Mapping[str, Flag] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "flags", tuple(self.flags))
+        object.__setattr__(self, "_index", MappingProxyType(self._build_index()))
+
+    def _build_index(self) -> dict[str, Flag]:
+        index: dict[str, Flag] = {}
+        for flag in self.flags:
+            for name in (flag.name, *flag.aliases):
+                if name in index or name in self.reserved():
+                    raise ValueError(f"{self.prog}: flag name {name!r} declared twice or reserved")
+                index[name] = flag
+        return index
+
+    def reserved(self) -> frozenset[str]:
+        """The built-in spellings: help, and version when there is one."""
+        return HELP_NAMES | ({"version"} if self.version is not None else set())
+
+    def lookup(self, name: str) -> Flag | None:
+        """The flag called `name` or having it as an alias."""
+        return self._index.get(name)
+
+    def names(self) -> tuple[str, ...]:
+        """Every spelling the parser accepts (without dashes), for "did you mean" hints."""
+        return (*self._index, *sorted(self.reserved()))
+
+
+def unite(prog: str, tables: Iterable[Sequence[Flag]], version: str | None = None) -> FlagSet:
+    """One binary's table from several (shared groups, components): a flag defined by more
+    than one table is kept once, as the first table defines it; an alias of a later flag that
+    an earlier one already spells is dropped, so every spelling keeps one meaning."""
+    kept: dict[str, Flag] = {}
+    spelled: set[str] = set()
+    for flag in (flag for table in tables for flag in table):
+        if flag.name in kept:
+            continue
+        aliases = tuple(alias for alias in flag.aliases if alias not in spelled)
+        kept[flag.name] = replace(flag, aliases=aliases)
+        spelled.update((flag.name, *aliases))
+    return FlagSet(prog, list(kept.values()), version=version)

@@ -1,0 +1,138 @@
+"""Typed option values out of a parsed command line.
+
+Pure, no I/O. A table declares each flag's value parser (`Flag.value`); `Loader` reads values
+through them and collects every problem, in the order the loader reads, blamed on the
+environment variable or the spelling the value came from. The parsers here are the generic
+ones (bounds, enums, lists); addresses, CIDRs and names are in `local_ccm.validate`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal, TypeVar
+
+from local_ccm.flags.problems import Problem, invalid, invalid_env
+from local_ccm.flags.scan import Parsed
+from local_ccm.gosyntax import GoSyntaxError, format_go_duration, go_quote
+from local_ccm.validate import ValidationError, split_list
+
+T = TypeVar("T")
+MAX_VERBOSITY = 5
+LogFormat = Literal["text", "json"]
+LOG_FORMATS: Mapping[str, LogFormat] = {"text": "text", "json": "json"}
+
+
+class Loader:
+    """Reads one parsed command line; lives for one `options_from` call."""
+
+    def __init__(self, parsed: Parsed, problems: Iterable[Problem] = ()) -> None:
+        self.parsed = parsed
+        self.problems = [*problems, *parsed.problems]
+        self.failed: set[str] = set()
+        self._read: dict[str, Any] = {}
+
+    def __call__(self, name: str) -> Any:
+        """Flag `name`'s value through its parser; on a problem (recorded once), its default."""
+        if name not in self._read:
+            self._read[name] = self._convert(name)
+        return self._read[name]
+
+    def _convert(self, name: str) -> Any:
+        flag = self.parsed.flag(name)
+        try:
+            return flag.convert(self.parsed.values[name])
+        except (ValidationError, GoSyntaxError) as err:
+            self.reject(name, *err.args)
+            return flag.convert(flag.initial)
+
+    def given(self, name: str) -> bool:
+        """Whether flag `name` came from the command line or the environment."""
+        return name in self.parsed.explicit
+
+    def reject(self, name: str, *reasons: str) -> None:
+        """A problem with flag `name`'s value: blame the environment variable it came from,
+        else the spelling it was given as."""
+        self.failed.add(name)
+        source = self.parsed.sources.get(name, "")
+        for reason in reasons:
+            if source.startswith("env:"):
+                self.problems.append(invalid_env(source.removeprefix("env:"), reason, name))
+            else:
+                self.problems.append(invalid(self.parsed.given_as(name), reason))
+
+    def result(self, options: T) -> T | list[Problem]:
+        """`options`, or every problem found."""
+        return self.problems or options
+
+
+# ---------------------------------------------------------------- generic value parsers
+
+
+def at_least(low: int) -> Callable[[int], int]:
+    def check(value: int) -> int:
+        if value < low:
+            raise ValidationError(f"must be at least {low}, got {value}")
+        return value
+
+    return check
+
+
+def positive(value: float) -> float:
+    if not value > 0:
+        raise ValidationError(f"must be > 0, got {value:g}")
+    return value
+
+
+def duration(
+    low: float = 0.0, high: float | None = None, *, strict: bool = False
+) -> Callable[[float], float]:
+    """Seconds in [low, high] (with `strict` and no `low`: more than 0), in Go's notation."""
+    if high is not None:
+        bound = f"between {format_go_duration(low)} and {format_go_duration(high)}"
+    elif low:
+        bound = f"at least {format_go_duration(low)}"
+    else:
+        bound = "> 0" if strict else ">= 0"
+
+    def check(value: float) -> float:
+        if value < low or (strict and value <= low) or (high is not None and value > high):
+            raise ValidationError(f"must be {bound}, got {format_go_duration(value)}")
+        return value
+
+    return check
+
+
+def verbosity(value: int) -> int:
+    """klog's -v: values above 5 behave as 5 [compat]; negative values are an error."""
+    if value < 0:
+        raise ValidationError(f"must be 0 or more, got {value}")
+    return min(value, MAX_VERBOSITY)
+
+
+def choice(choices: Mapping[str, T]) -> Callable[[str], T]:
+    """An enum: the value must be one of `choices`' keys."""
+
+    def check(value: str) -> T:
+        if value not in choices:
+            raise ValidationError(f"{go_quote(value)} is not one of {', '.join(choices)}")
+        return choices[value]
+
+    return check
+
+
+def each(item: Callable[[str], T]) -> Callable[[str], tuple[T, ...]]:
+    """A comma-separated list (see `split_list`), every bad item reported."""
+
+    def check(text: str) -> tuple[T, ...]:
+        values: list[T] = []
+        reasons: list[str] = []
+        for part in split_list(text):
+            try:
+                values.append(item(part))
+            except ValidationError as err:
+                reasons.extend(err.args)
+        if reasons:
+            raise ValidationError(*reasons)
+        return tuple(values)
+
+    return check

@@ -1,0 +1,128 @@
+"""The leader-election flags every leader-elected binary shares, with kube-controller-manager's
+names, and their loader into an `Election`.
+
+Pure, no I/O. Each binary builds the group with its own Lease defaults, environment variables
+and the aliases its original had (kept with their original meanings); the durations follow
+client-go's rules (`election_problems`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+
+from local_ccm.flags import Flag, Loader, invalid
+from local_ccm.flags.values import duration
+from local_ccm.gosyntax import format_go_duration, go_quote
+from local_ccm.lease.election import JITTER_FACTOR, election_problems
+from local_ccm.validate import ValidationError, dns1123_label, dns1123_subdomain
+
+DURATIONS = (
+    "leader-elect-lease-duration",
+    "leader-elect-renew-deadline",
+    "leader-elect-retry-period",
+)
+NAMESPACE = "leader-elect-resource-namespace"
+
+
+@dataclass(frozen=True)
+class Election:
+    """`--leader-elect*` in seconds; `enabled` False means act at once, no Lease."""
+
+    enabled: bool = True
+    lease_name: str = ""
+    namespace: str = ""
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    identity: str = ""  # "" = POD_NAME or the hostname plus a random suffix, at start-up
+    lock: str = "leases"
+
+
+def only_leases(value: str) -> str:
+    """The only lock client-go still has that these controllers write."""
+    if value != "leases":
+        raise ValidationError(f"{go_quote(value)}: only leases")
+    return value
+
+
+def _namespace(value: str) -> str:
+    return dns1123_label(value) if value else value  # empty: checked with --leader-elect
+
+
+def election_flags(
+    lease_name: str,
+    *,
+    namespace: str = "kube-system",
+    env: Mapping[str, tuple[str, ...]] | None = None,
+    aliases: Mapping[str, tuple[str, ...]] | None = None,
+    lock: Callable[[str], str] = only_leases,
+) -> list[Flag]:
+    """The group, for a binary whose Lease is `lease_name` in `namespace` by default. `env` and
+    `aliases` map a canonical flag name to its variables and extra spellings."""
+    flags = [
+        Flag("leader-elect", "bool", True, "Lease-based leader election."),
+        Flag("leader-elect-lease-duration", "duration", 15.0, "Lease duration.",
+             value=duration(strict=True)),
+        Flag("leader-elect-renew-deadline", "duration", 10.0, "Stop acting when the lease "
+             "could not be renewed for this long.", value=duration(strict=True)),
+        Flag("leader-elect-retry-period", "duration", 2.0, "Interval between lease attempts.",
+             value=duration(strict=True)),
+        Flag("leader-elect-resource-lock", "string", "leases", "Lock type; only leases.",
+             metavar="type", value=lock),
+        Flag("leader-elect-resource-name", "string", lease_name, "Lease name.", metavar="name",
+             value=dns1123_subdomain),
+        Flag(NAMESPACE, "string", namespace, "Lease namespace.", metavar="namespace",
+             value=_namespace),
+        Flag("leader-elect-identity", "string", "", "Holder identity; empty: POD_NAME or "
+             "hostname plus a random suffix.", metavar="id"),
+    ]  # fmt: skip
+    env, aliases = env or {}, aliases or {}
+    return [replace(f, env=env.get(f.name, ()), aliases=aliases.get(f.name, ())) for f in flags]
+
+
+def election_from(read: Loader) -> Election:
+    """The group's values, checked together: client-go's ordering of the durations, and a
+    namespace whenever leader election is on."""
+    durations = [read(name) for name in DURATIONS]
+    enabled = read("leader-elect")
+    namespace = read(NAMESPACE)
+    if enabled and not namespace and NAMESPACE not in read.failed:
+        _no_namespace(read)
+    if not read.failed.intersection(DURATIONS):
+        _check_order(read, *durations)
+    return Election(
+        enabled=enabled,
+        lease_name=read("leader-elect-resource-name"),
+        namespace=namespace,
+        lease_duration=durations[0],
+        renew_deadline=durations[1],
+        retry_period=durations[2],
+        identity=read("leader-elect-identity"),
+        lock=read("leader-elect-resource-lock"),
+    )
+
+
+def _no_namespace(read: Loader) -> None:
+    flag = read.parsed.flag(NAMESPACE)
+    spellings = ", ".join(f"--{alias}" for alias in flag.aliases)
+    also = f" (also as its alias {spellings})" if spellings else ""
+    unset = " or ".join(flag.env) or "POD_NAMESPACE"
+    read.reject(NAMESPACE, f"empty{also} and {unset} is not set; required with leader election "
+                "(a default could put two replicas in different namespaces)")  # fmt: skip
+
+
+def _check_order(read: Loader, lease: float, renew: float, retry: float) -> None:
+    """When variables may set the durations the problem names what they mean (the flags were
+    perhaps not given); otherwise it names the flags to change."""
+    if any(read.parsed.flag(name).env for name in DURATIONS):
+        for text in election_problems(lease, renew, retry):
+            read.problems.append(invalid(None, f"invalid leader election durations: {text}"))
+        return
+    fmt = format_go_duration
+    if not lease > renew:
+        read.reject(DURATIONS[0], f"must be greater than --{DURATIONS[1]} ({fmt(renew)}), "
+                    f"got {fmt(lease)}")  # fmt: skip
+    if not renew > JITTER_FACTOR * retry:
+        read.reject(DURATIONS[1], f"must be greater than {JITTER_FACTOR} × --{DURATIONS[2]} "
+                    f"({fmt(retry)}), got {fmt(renew)}")  # fmt: skip
