@@ -8,23 +8,25 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from local_ccm.labels import (
+    LabelSelector,
+    Requirement,
+    label_value,
+    parse_label_selector,
+    qualified_name,
+)
 from local_ccm.validate import (
     BindAddress,
     CountOrPercent,
-    LabelSelector,
-    Requirement,
     ValidationError,
     dns1123_label,
     dns1123_subdomain,
-    label_value,
     parse_bind_address,
     parse_cidr,
     parse_cidr_list,
     parse_count_or_percent,
     parse_ip,
     parse_ip_target,
-    parse_label_selector,
-    qualified_name,
     split_list,
     try_parse,
 )

@@ -10,7 +10,6 @@ kubeconfig or service-account files but never contacts the API. Unit tests pass 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from ipaddress import ip_address
@@ -20,170 +19,74 @@ from local_ccm import __version__, names
 from local_ccm.agent.core.config import (
     DEFAULT_INTERFACE_EXCLUDE,
     AgentConfig,
-    Family,
     IPAddress,
     IPNetwork,
     ProvidedPolicy,
     TypeSettings,
     family_name,
 )
+from local_ccm.agent.values import (
+    parse_family_order,
+    parse_glob,
+    parse_node_name,
+    parse_provider_id,
+    parse_selection,
+    parse_subnet,
+    parse_targets,
+)
 from local_ccm.flags import Flag, FlagSet, Loader, Parsed, Problem, invalid, missing, parse
-from local_ccm.flags.values import LOG_FORMATS, LogFormat, choice, duration, each, verbosity
-from local_ccm.gosyntax import format_go_duration, go_quote
+from local_ccm.flags.groups import logging_flags
+from local_ccm.flags.values import LOG_FORMATS, LogFormat, choice, duration
+from local_ccm.gosyntax import format_go_duration
 from local_ccm.kube.config import ClusterConfig, ConfigError, resolve_config
 from local_ccm.validate import (
     BindAddress,
-    ValidationError,
     dns1123_label,
-    dns1123_subdomain,
+    each,
     parse_bind_address,
-    parse_cidr,
-    parse_ip_target,
-    split_list,
 )
 
 PROG = names.AGENT
 DETECT = "detect"
 MINUTE = 60.0
 Mode = Literal["loop", "run-once", "detect"]
-PROVIDER_ID_PLACEHOLDERS = ("node_name", "system_uuid", "machine_id")
-IFNAMSIZ = 15  # Linux interface names have at most 15 characters
-_KUBE_VARIABLE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
-_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
-_FAMILIES: Mapping[str, Family] = {"ipv4": 4, "ipv6": 6}
 _POLICIES: Mapping[str, ProvidedPolicy] = {
     "prefer": "prefer",
     "strict": "strict",
     "ignore": "ignore",
 }
-Selection = tuple[tuple[IPNetwork, ...], tuple[IPNetwork, ...]]  # (include, exclude)
 
 
-def _node_name(name: str) -> str:
-    """A Node name; a literal ``$(NODE_NAME)`` means the Pod spec lacks the variable."""
-    match = _KUBE_VARIABLE.search(name)
-    if match is not None:
-        var = match.group(1)
-        raise ValidationError(
-            f"{go_quote(name)} contains the unexpanded variable reference $({var}): the "
-            f"container has no environment variable {var}; add env {var} with "
-            "valueFrom.fieldRef.fieldPath: spec.nodeName to the Pod spec"
-        )
-    return dns1123_subdomain(name) if name else name  # empty: required outside detect mode
-
-
-def _targets(text: str) -> tuple[IPAddress, ...]:
-    """Route-lookup targets: IP literals, at most one per family."""
-    targets: list[IPAddress] = []
-    for target in each(parse_ip_target)(text):
-        other = next((t for t in targets if t.version == target.version), None)
-        if other is not None:
-            family = family_name(target.version)
-            raise ValidationError(f"at most one {family} target, got {other} and {target}")
-        targets.append(target)
-    return tuple(targets)
-
-
-def _selection(text: str) -> Selection:
-    """Valid CIDRs without host bits; ``!`` marks an exclusion."""
-    include: list[IPNetwork] = []
-    exclude: list[IPNetwork] = []
-    for negated, network in each(_selection_item)(text):
-        (exclude if negated else include).append(network)
-    return tuple(include), tuple(exclude)
-
-
-def _selection_item(item: str) -> tuple[bool, IPNetwork]:
-    body = item.removeprefix("!").strip()
-    try:
-        return item.startswith("!"), parse_cidr(body)
-    except ValidationError as err:
-        if not item.startswith("!"):
-            raise
-        # Show the item as typed, and a hint that can be pasted back.
-        reason = str(err).replace(go_quote(body), go_quote(item), 1)
-        raise ValidationError(reason.replace("did you mean ", "did you mean !")) from None
-
-
-def _subnet(text: str) -> tuple[IPNetwork, ...]:
-    """--external-ip-subnet: positive CIDRs only."""
-    for item in split_list(text):
-        if item.startswith("!"):
-            raise ValidationError(f"{go_quote(item)}: exclusions go in --external-ip-cidrs")
-    return _selection(text)[0]
-
-
-def _glob(pattern: str) -> str:
-    """An interface-name pattern (``*``, ``?``, ``[...]``) matching whole names."""
-    opening = pattern.find("[")
-    if any(c.isspace() or c == "/" for c in pattern):
-        reason = "interface names contain no '/' or whitespace"
-    elif opening >= 0 and pattern.find("]", opening + 2) < 0:
-        reason = "unclosed '[' (a character class is written [...])"
-    elif not any(c in pattern for c in "*?[") and len(pattern) > IFNAMSIZ:
-        reason = f"can never match: interface names have at most {IFNAMSIZ} characters"
-    else:
-        return pattern
-    raise ValidationError(f"{go_quote(pattern)}: {reason}")
-
-
-def _family_order(text: str) -> tuple[Family, ...]:
-    """``ipv4,ipv6``, ``ipv6,ipv4``, or one family (that family first)."""
-    items = split_list(text)
-    unknown = [i for i in items if i not in _FAMILIES]
-    if unknown or len(set(items)) != len(items):
-        what = f"{go_quote(unknown[0])} is not a family" if unknown else "a family is repeated"
-        raise ValidationError(f"{what}; use ipv4,ipv6 or ipv6,ipv4")
-    return tuple(_FAMILIES[i] for i in items)
-
-
-def _provider_id(template: str) -> str:
-    """A URL-like template with only the three placeholders."""
-    reasons = []
-    if template and "://" not in template:
-        example = '"local://{system_uuid}"'
-        reasons.append(f"{go_quote(template)} must contain :// (e.g. {example})")
-    known = ", ".join("{" + p + "}" for p in PROVIDER_ID_PLACEHOLDERS)
-    for name in _PLACEHOLDER.findall(template):
-        if name not in PROVIDER_ID_PLACEHOLDERS:
-            reasons.append(f"unknown placeholder {{{name}}}; use {known}")
-    if any(brace in _PLACEHOLDER.sub("", template) for brace in "{}"):
-        reasons.append(f"{go_quote(template)} has an unbalanced brace")
-    if reasons:
-        raise ValidationError(*reasons)
-    return template
-
-
-_GLOBS = each(_glob)
+_GLOBS = each(parse_glob)
 _BIND = parse_bind_address
 FLAGS = FlagSet(
     PROG,
     [
         # Flags of the original [compat]
         Flag("node-name", "string", "", "Node to manage (required except in detect mode).",
-             env=("NODE_NAME",), value=_node_name),
+             env=("NODE_NAME",), value=parse_node_name),
         Flag("kubeconfig", "string", "", "Kubeconfig file. Empty: in-cluster config, else "
              "$KUBECONFIG, else ~/.kube/config.", metavar="path"),
         Flag("internal-ip-target", "string", "", "Route-lookup targets for InternalIP, at most "
              "one per family. Empty: no route-based InternalIP detection.", metavar="IPs",
-             value=_targets),
+             value=parse_targets),
         Flag("external-ip-target", "string", "8.8.8.8", "Route-lookup targets for ExternalIP, "
              "at most one per family. Empty: no route-based ExternalIP detection.",
-             metavar="IPs", value=_targets),
+             metavar="IPs", value=parse_targets),
         Flag("remove-taint", "bool", True, "Remove the node.cloudprovider.kubernetes.io/"
              "uninitialized taint."),
         Flag("reconcile-interval", "duration", 10, "Period of local re-detection (>= 1s).",
              value=duration(1.0)),
         Flag("run-once", "bool", False, "One pass, then exit 0 (done) or 1."),
         Flag("enable-azure-provider-id", "bool", False, "Set spec.providerID from Azure IMDS."),
-        Flag("v", "int", 0, "Log verbosity 0-5.", value=verbosity),
+        *logging_flags(),
         # New flags [beyond]
         Flag("internal-ip-cidrs", "string", "", "Allowed ranges for InternalIP; a '!' prefix "
-             "excludes (e.g. 10.0.0.0/8,!10.96.0.0/12).", metavar="CIDRs", value=_selection),
+             "excludes (e.g. 10.0.0.0/8,!10.96.0.0/12).", metavar="CIDRs", value=parse_selection),
         Flag("external-ip-cidrs", "string", "", "Allowed ranges for ExternalIP; a '!' prefix "
-             "excludes.", metavar="CIDRs", value=_selection),
+             "excludes.", metavar="CIDRs", value=parse_selection),
         Flag("external-ip-subnet", "string", "", "Alias appended to --external-ip-cidrs.",
-             metavar="CIDR", value=_subnet),
+             metavar="CIDR", value=parse_subnet),
         Flag("internal-ip-interfaces", "string", "", "Interface globs allowed for InternalIP "
              "(empty: all).", metavar="globs", value=_GLOBS),
         Flag("external-ip-interfaces", "string", "", "Interface globs allowed for ExternalIP "
@@ -195,7 +98,7 @@ FLAGS = FlagSet(
              "addresses as candidates."),
         Flag("ip-family-order", "string", "", "ipv4,ipv6 or ipv6,ipv4. Empty: the order of "
              "the provided-node-ip annotation, else ipv4 first.", metavar="families",
-             value=_family_order),
+             value=parse_family_order),
         Flag("provided-node-ip-policy", "string", "prefer", "prefer, strict or ignore.",
              metavar="policy", value=choice(_POLICIES)),
         Flag("dedupe-external-ip", "bool", True, "Do not write an ExternalIP equal to an "
@@ -203,7 +106,7 @@ FLAGS = FlagSet(
         Flag("require-internal-ip", "bool", False, "Taint removal needs an InternalIP."),
         Flag("provider-id", "string", "", "spec.providerID template with {node_name}, "
              "{system_uuid}, {machine_id} (e.g. local://{system_uuid}).", metavar="template",
-             value=_provider_id),
+             value=parse_provider_id),
         Flag("report-condition", "bool", True, "Maintain the LocalCCMAddressesSynced "
              "condition."),
         Flag("resync-interval", "duration", 30 * MINUTE, "Full resync against the API "
@@ -218,8 +121,6 @@ FLAGS = FlagSet(
              "disables.", metavar="host:port", value=_BIND),
         Flag("health-probe-bind-address", "string", "127.0.0.1:8093", "Address of /healthz "
              "and /readyz; 0 disables.", metavar="host:port", value=_BIND),
-        Flag("log-format", "string", "text", "text or json.", metavar="format",
-             value=choice(LOG_FORMATS)),
         Flag("detect-only", "bool", False, "Same as the detect sub-command: print what would "
              "be written, write nothing."),
         Flag("output", "string", "text", "Detect mode output: text or json.",

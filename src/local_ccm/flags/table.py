@@ -99,6 +99,17 @@ class FlagSet:
         return (*self._index, *sorted(self.reserved()))
 
 
+def customize(
+    flags: Iterable[Flag],
+    env: Mapping[str, tuple[str, ...]] | None = None,
+    aliases: Mapping[str, tuple[str, ...]] | None = None,
+) -> list[Flag]:
+    """A shared group of flags with one binary's environment variables and extra spellings
+    (both keyed by canonical flag name)."""
+    env, aliases = env or {}, aliases or {}
+    return [replace(f, env=env.get(f.name, ()), aliases=aliases.get(f.name, ())) for f in flags]
+
+
 def unite(prog: str, tables: Iterable[Sequence[Flag]], version: str | None = None) -> FlagSet:
     """One binary's table from several (shared groups, components): a flag defined by more
     than one table is kept once, as the first table defines it; an alias of a later flag that

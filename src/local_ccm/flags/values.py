@@ -3,7 +3,7 @@
 Pure, no I/O. A table declares each flag's value parser (`Flag.value`); `Loader` reads values
 through them and collects every problem, in the order the loader reads, blamed on the
 environment variable or the spelling the value came from. The parsers here are the generic
-ones (bounds, enums, lists); addresses, CIDRs and names are in `local_ccm.validate`.
+ones (bounds, enums); lists, addresses, CIDRs and names are in `local_ccm.validate`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeVar
 from local_ccm.flags.problems import Problem, invalid, invalid_env
 from local_ccm.flags.scan import Parsed
 from local_ccm.gosyntax import GoSyntaxError, format_go_duration, go_quote
-from local_ccm.validate import ValidationError, split_list
+from local_ccm.validate import ValidationError
 
 T = TypeVar("T")
 MAX_VERBOSITY = 5
@@ -116,23 +116,5 @@ def choice(choices: Mapping[str, T]) -> Callable[[str], T]:
         if value not in choices:
             raise ValidationError(f"{go_quote(value)} is not one of {', '.join(choices)}")
         return choices[value]
-
-    return check
-
-
-def each(item: Callable[[str], T]) -> Callable[[str], tuple[T, ...]]:
-    """A comma-separated list (see `split_list`), every bad item reported."""
-
-    def check(text: str) -> tuple[T, ...]:
-        values: list[T] = []
-        reasons: list[str] = []
-        for part in split_list(text):
-            try:
-                values.append(item(part))
-            except ValidationError as err:
-                reasons.extend(err.args)
-        if reasons:
-            raise ValidationError(*reasons)
-        return tuple(values)
 
     return check

@@ -15,20 +15,12 @@ from typing import Final, Literal
 
 from local_ccm import __version__, names
 from local_ccm.flags import Flag, FlagSet, Loader, Parsed, Problem, invalid_env, parse
-from local_ccm.flags.values import (
-    LOG_FORMATS,
-    LogFormat,
-    at_least,
-    choice,
-    duration,
-    each,
-    positive,
-    verbosity,
-)
+from local_ccm.flags.groups import check_metrics_port, logging_flags, metrics_flags
+from local_ccm.flags.values import LogFormat, at_least, duration, positive
 from local_ccm.gosyntax import GoSyntaxError, format_go_duration, go_quote, parse_go_duration
 from local_ccm.ipam.core.cidrset import IPV6_MAX_BLOCKS, IPNetwork
 from local_ccm.lease.options import election_flags, election_from
-from local_ccm.validate import BindAddress, ValidationError, parse_bind_address, parse_cidr
+from local_ccm.validate import BindAddress, ValidationError, parse_bind_address, parse_cidr_list
 
 PROG: Final = names.IPAM
 LOCK_TYPES = ("leases", "endpointsleases", "configmapsleases", "endpoints", "configmaps")
@@ -54,7 +46,7 @@ def _lock(value: str) -> str:
 
 def _one_per_family(reason: str) -> Callable[[str], tuple[IPNetwork, ...]]:
     def check(text: str) -> tuple[IPNetwork, ...]:
-        cidrs = each(parse_cidr)(text)
+        cidrs = parse_cidr_list(text)
         if len({c.version for c in cidrs}) != len(cidrs):
             raise ValidationError(reason)
         return tuple(sorted(cidrs, key=lambda c: c.version))
@@ -114,19 +106,17 @@ FLAGS = FlagSet(
             lock=_lock,
         ),
         # New flags [beyond]
-        Flag("metrics-bind-address", "string", "", "Empty: with --metrics-secure :8094, else "
-             "/metrics on the web server; an address: a separate server; 0: off.",
-             env=("IPAM_METRICS_BIND_ADDR",), metavar="host:port", value=_optional_bind),
-        Flag("metrics-secure", "bool", True, "Serve /metrics over HTTPS on its own address, only "
-             "to bearer tokens allowed to get /metrics (TokenReview, SubjectAccessReview); "
-             "false: plain HTTP, no authentication.", env=("IPAM_METRICS_SECURE",)),
-        Flag("metrics-cert-dir", "string", "", "Directory holding tls.crt and tls.key for "
-             "/metrics; empty: a self-signed certificate made at start-up.",
-             env=("IPAM_METRICS_CERT_DIR",), metavar="dir"),
-        Flag("v", "int", 0, "Log verbosity: 0-1 INFO, 2-3 more INFO, >= 4 DEBUG.",
-             env=("IPAM_LOG_VERBOSITY",), value=verbosity),
-        Flag("log-format", "string", "text", "text or json.", env=("IPAM_LOG_FORMAT",),
-             aliases=("logging-format",), metavar="format", value=choice(LOG_FORMATS)),
+        *metrics_flags(
+            "", "Empty: with --metrics-secure :8094, else /metrics on the web server; an "
+            "address: a separate server; 0: off.", value=_optional_bind,
+            env={"metrics-bind-address": ("IPAM_METRICS_BIND_ADDR",),
+                 "metrics-secure": ("IPAM_METRICS_SECURE",),
+                 "metrics-cert-dir": ("IPAM_METRICS_CERT_DIR",)},
+        ),
+        *logging_flags(
+            env={"v": ("IPAM_LOG_VERBOSITY",), "log-format": ("IPAM_LOG_FORMAT",)},
+            aliases={"log-format": ("logging-format",)},
+        ),
         Flag("cluster-cidr", "string", "", "Default pool: at most one IPv4 and one IPv6 CIDR.",
              env=("IPAM_CLUSTER_CIDR",), metavar="CIDRs",
              value=_one_per_family("at most one IPv4 and one IPv6 CIDR")),
@@ -140,7 +130,7 @@ FLAGS = FlagSet(
              env=("IPAM_SERVICE_CLUSTER_IP_RANGE",), metavar="CIDRs",
              value=_one_per_family("at most two CIDRs, one per family")),
         Flag("reserved-cidrs", "string", "", "Reserved CIDRs, comma-separated.",
-             env=("IPAM_RESERVED_CIDRS",), metavar="CIDRs", value=each(parse_cidr)),
+             env=("IPAM_RESERVED_CIDRS",), metavar="CIDRs", value=parse_cidr_list),
         Flag("legacy-and-selector-terms", "bool", False, "Deprecated: AND the terms of a "
              "nodeSelector as upstream did.", env=("IPAM_LEGACY_AND_SELECTOR_TERMS",)),
         Flag("cidr-reuse-delay", "duration", 0, "Quarantine of released blocks.",
@@ -293,9 +283,7 @@ def _web(read: Loader, web_flag: str) -> tuple[BindAddress | None, MetricsMode, 
     if raw == "":
         return web, "separate", parse_bind_address(SECURE_METRICS_ADDRESS)
     metrics: BindAddress | None = read("metrics-bind-address")
-    if secure and metrics is not None and metrics == web:
-        read.reject("metrics-bind-address", f"must differ from --{web_flag} with "
-                    "--metrics-secure=true (the health probes stay plain HTTP)")  # fmt: skip
+    check_metrics_port(read, metrics, web, web_flag)
     return web, "separate", metrics
 
 

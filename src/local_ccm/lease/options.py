@@ -9,9 +9,10 @@ client-go's rules (`election_problems`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from local_ccm.flags import Flag, Loader, invalid
+from local_ccm.flags.table import customize
 from local_ccm.flags.values import duration
 from local_ccm.gosyntax import format_go_duration, go_quote
 from local_ccm.lease.election import JITTER_FACTOR, election_problems
@@ -77,8 +78,7 @@ def election_flags(
         Flag("leader-elect-identity", "string", "", "Holder identity; empty: POD_NAME or "
              "hostname plus a random suffix.", metavar="id"),
     ]  # fmt: skip
-    env, aliases = env or {}, aliases or {}
-    return [replace(f, env=env.get(f.name, ()), aliases=aliases.get(f.name, ())) for f in flags]
+    return customize(flags, env, aliases)
 
 
 def election_from(read: Loader) -> Election:

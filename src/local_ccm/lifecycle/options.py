@@ -14,16 +14,10 @@ from typing import Final
 
 from local_ccm import __version__, names
 from local_ccm.flags import Flag, FlagSet, Loader, Parsed, Problem, parse
-from local_ccm.flags.values import (
-    LOG_FORMATS,
-    LogFormat,
-    at_least,
-    choice,
-    duration,
-    each,
-    verbosity,
-)
+from local_ccm.flags.groups import check_metrics_port, logging_flags, metrics_flags
+from local_ccm.flags.values import LogFormat, at_least, choice, duration
 from local_ccm.gosyntax import format_go_duration, go_quote
+from local_ccm.labels import LabelSelector, parse_label_selector
 from local_ccm.lease.options import Election, election_flags, election_from
 from local_ccm.lifecycle.core.health import Protection, Scope, parse_protected
 from local_ccm.lifecycle.core.model import ICMP, Family, ProbeKind, resolve_kinds, tcp
@@ -31,12 +25,12 @@ from local_ccm.lifecycle.core.state import DEFAULT_MAX_UNHEALTHY, PipelineSettin
 from local_ccm.lifecycle.probe import IcmpMode, ProbeConfig
 from local_ccm.validate import (
     BindAddress,
-    LabelSelector,
     ValidationError,
     dns1123_label,
+    each,
     parse_bind_address,
     parse_count_or_percent,
-    parse_label_selector,
+    parse_families,
     split_list,
 )
 
@@ -80,15 +74,10 @@ def _probe_kind(item: str) -> ProbeKind:
 
 def _families(text: str) -> tuple[Family, ...]:
     """A non-empty subset of ipv4, ipv6."""
-    if not split_list(text):
+    families = parse_families(text)
+    if not families:
         raise ValidationError("must name ipv4, ipv6 or both")
-    return tuple(dict.fromkeys(each(_family)(text)))
-
-
-def _family(item: str) -> Family:
-    if item not in _FAMILIES:
-        raise ValidationError(f"{go_quote(item)} is not ipv4 or ipv6")
-    return _FAMILIES[item]
+    return tuple(_FAMILIES[family] for family in families)
 
 
 FLAGS = FlagSet(
@@ -121,7 +110,7 @@ FLAGS = FlagSet(
                      "leader-elect-resource-namespace": ("namespace",)},
         ),
         Flag("dry-run", "bool", False, "Decide and log, never delete Nodes."),
-        Flag("v", "int", 0, "Log verbosity 0-5.", value=verbosity),
+        *logging_flags(),
         # New flags [beyond]
         Flag("max-unhealthy", "string", str(DEFAULT_MAX_UNHEALTHY), "Circuit breaker: N or P% "
              "unhealthy Nodes above which nothing is deleted.", metavar="N|P%",
@@ -150,17 +139,9 @@ FLAGS = FlagSet(
              "before deleting."),
         Flag("out-of-service-timeout", "duration", 5 * MINUTE, "Longest wait for "
              "VolumeAttachments after tainting.", value=_POSITIVE),
-        Flag("metrics-bind-address", "string", ":8090", "Address of /metrics; 0 disables.",
-             metavar="host:port", value=parse_bind_address),
-        Flag("metrics-secure", "bool", True, "Serve /metrics over HTTPS, only to bearer tokens "
-             "allowed to get /metrics (TokenReview, SubjectAccessReview); false: plain HTTP, "
-             "no authentication."),
-        Flag("metrics-cert-dir", "string", "", "Directory holding tls.crt and tls.key for "
-             "/metrics; empty: a self-signed certificate made at start-up.", metavar="dir"),
+        *metrics_flags(":8090", "Address of /metrics; 0 disables."),
         Flag("health-probe-bind-address", "string", ":8091", "Address of /healthz and "
              "/readyz; 0 disables.", metavar="host:port", value=parse_bind_address),
-        Flag("log-format", "string", "text", "text or json.", metavar="format",
-             value=choice(LOG_FORMATS)),
         Flag("event-namespace", "string", "default", "Namespace of Events about Nodes.",
              metavar="namespace", value=dns1123_label),
     ],
@@ -217,6 +198,8 @@ def options_from(parsed: Parsed) -> LifecycleOptions | list[Problem]:
     read = Loader(parsed)
     settings, probe = _settings(read), _probe(read)
     selector: LabelSelector | None = read("node-selector")
+    metrics, health = read("metrics-bind-address"), read("health-probe-bind-address")
+    check_metrics_port(read, metrics, health, "health-probe-bind-address")
     scope = Scope(selector, read("watch-autoscaler-taint"), read("protected-labels"),
                   parsed.get_str("node-name") or None)  # fmt: skip
     return read.result(LifecycleOptions(
@@ -224,10 +207,10 @@ def options_from(parsed: Parsed) -> LifecycleOptions | list[Problem]:
         kubeconfig=read("kubeconfig"), node_selector=str(selector or ""),
         not_ready_timeout=read("not-ready-timeout"), icmp_mode=read("icmp-mode"),
         out_of_service_timeout=read("out-of-service-timeout"),
-        metrics_bind=read("metrics-bind-address"), health_bind=read("health-probe-bind-address"),
+        metrics_bind=metrics, health_bind=health,
         metrics_address=parsed.get_str("metrics-bind-address"),
         health_address=parsed.get_str("health-probe-bind-address"),
-        metrics_secure=_metrics_secure(read), metrics_cert_dir=read("metrics-cert-dir"),
+        metrics_secure=read("metrics-secure"), metrics_cert_dir=read("metrics-cert-dir"),
         log_format=read("log-format"), verbosity=read("v"),
         event_namespace=read("event-namespace"), ignored_klog=parsed.ignored_klog,
         warnings=_warnings(probe, settings.kinds),
@@ -268,16 +251,6 @@ def _probe(read: Loader) -> ProbeConfig:
         timeout=read("ping-timeout"),
         concurrency=read("probe-concurrency"),
     )
-
-
-def _metrics_secure(read: Loader) -> bool:
-    """HTTPS metrics cannot share the port of the plain-HTTP health probes."""
-    secure: bool = read("metrics-secure")
-    metrics = read.parsed.get_str("metrics-bind-address")
-    if secure and metrics != "0" and metrics == read.parsed.get_str("health-probe-bind-address"):
-        read.reject("metrics-bind-address", "must differ from --health-probe-bind-address with "
-                    "--metrics-secure=true (the probes stay plain HTTP)")  # fmt: skip
-    return secure
 
 
 def _warnings(probe: ProbeConfig, kinds: Sequence[ProbeKind]) -> tuple[str, ...]:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from local_ccm.labels import parse_label_selector
 from local_ccm.lifecycle.core.health import (
     Episode,
     Protection,
@@ -20,7 +21,7 @@ from local_ccm.lifecycle.core.health import (
     recheck,
     track_episodes,
 )
-from local_ccm.validate import ValidationError, parse_label_selector
+from local_ccm.validate import ValidationError
 from tests.unit.lifecycle.fakes import CONTROL_PLANE, NOW, node
 
 TIMEOUT = 10.0

@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from local_ccm.validate import Requirement, ValidationError, label_value, qualified_name
+from local_ccm.labels import Requirement, label_value, qualified_name
+from local_ccm.validate import ValidationError
 
 NODE_NAME_FIELD = "metadata.name"
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")

@@ -13,8 +13,9 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from local_ccm import names
+from local_ccm.labels import LabelSelector, qualified_name
 from local_ccm.lifecycle.core.model import AUTOSCALER_EFFECT, CONTROL_PLANE_LABELS, NodeView
-from local_ccm.validate import LabelSelector, ValidationError, qualified_name, split_list
+from local_ccm.validate import ValidationError, split_list
 
 
 # ------------------------------------------------------------------ protection

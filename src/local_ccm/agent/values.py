@@ -1,0 +1,117 @@
+"""The agent's own kinds of flag values: Node names, route-lookup targets, CIDR selections,
+interface globs, family order and provider-ID templates.
+
+Pure, no I/O. Each parser returns the value or raises `ValidationError` with every reason.
+"""
+
+from __future__ import annotations
+
+import re
+
+from local_ccm.agent.core.config import Family, IPAddress, IPNetwork, family_name
+from local_ccm.gosyntax import go_quote
+from local_ccm.validate import (
+    ValidationError,
+    dns1123_subdomain,
+    each,
+    parse_cidr,
+    parse_families,
+    parse_ip_target,
+    split_list,
+)
+
+PROVIDER_ID_PLACEHOLDERS = ("node_name", "system_uuid", "machine_id")
+IFNAMSIZ = 15  # Linux interface names have at most 15 characters
+_KUBE_VARIABLE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+Selection = tuple[tuple[IPNetwork, ...], tuple[IPNetwork, ...]]  # (include, exclude)
+
+
+def parse_node_name(name: str) -> str:
+    """A Node name; a literal ``$(NODE_NAME)`` means the Pod spec lacks the variable."""
+    match = _KUBE_VARIABLE.search(name)
+    if match is not None:
+        var = match.group(1)
+        raise ValidationError(
+            f"{go_quote(name)} contains the unexpanded variable reference $({var}): the "
+            f"container has no environment variable {var}; add env {var} with "
+            "valueFrom.fieldRef.fieldPath: spec.nodeName to the Pod spec"
+        )
+    return dns1123_subdomain(name) if name else name  # empty: required outside detect mode
+
+
+def parse_targets(text: str) -> tuple[IPAddress, ...]:
+    """Route-lookup targets: IP literals, at most one per family."""
+    targets: list[IPAddress] = []
+    for target in each(parse_ip_target)(text):
+        other = next((t for t in targets if t.version == target.version), None)
+        if other is not None:
+            family = family_name(target.version)
+            raise ValidationError(f"at most one {family} target, got {other} and {target}")
+        targets.append(target)
+    return tuple(targets)
+
+
+def parse_selection(text: str) -> Selection:
+    """Valid CIDRs without host bits; ``!`` marks an exclusion."""
+    include: list[IPNetwork] = []
+    exclude: list[IPNetwork] = []
+    for negated, network in each(_selection_item)(text):
+        (exclude if negated else include).append(network)
+    return tuple(include), tuple(exclude)
+
+
+def _selection_item(item: str) -> tuple[bool, IPNetwork]:
+    body = item.removeprefix("!").strip()
+    try:
+        return item.startswith("!"), parse_cidr(body)
+    except ValidationError as err:
+        if not item.startswith("!"):
+            raise
+        # Show the item as typed, and a hint that can be pasted back.
+        reason = str(err).replace(go_quote(body), go_quote(item), 1)
+        raise ValidationError(reason.replace("did you mean ", "did you mean !")) from None
+
+
+def parse_subnet(text: str) -> tuple[IPNetwork, ...]:
+    """--external-ip-subnet: positive CIDRs only."""
+    for item in split_list(text):
+        if item.startswith("!"):
+            raise ValidationError(f"{go_quote(item)}: exclusions go in --external-ip-cidrs")
+    return parse_selection(text)[0]
+
+
+def parse_glob(pattern: str) -> str:
+    """An interface-name pattern (``*``, ``?``, ``[...]``) matching whole names."""
+    opening = pattern.find("[")
+    if any(c.isspace() or c == "/" for c in pattern):
+        reason = "interface names contain no '/' or whitespace"
+    elif opening >= 0 and pattern.find("]", opening + 2) < 0:
+        reason = "unclosed '[' (a character class is written [...])"
+    elif not any(c in pattern for c in "*?[") and len(pattern) > IFNAMSIZ:
+        reason = f"can never match: interface names have at most {IFNAMSIZ} characters"
+    else:
+        return pattern
+    raise ValidationError(f"{go_quote(pattern)}: {reason}")
+
+
+def parse_family_order(text: str) -> tuple[Family, ...]:
+    """``ipv4,ipv6``, ``ipv6,ipv4``, or one family (that family first)."""
+    return tuple(4 if family == "ipv4" else 6 for family in parse_families(text))
+
+
+def parse_provider_id(template: str) -> str:
+    """A URL-like template with only the three placeholders."""
+    reasons = []
+    if template and "://" not in template:
+        example = '"local://{system_uuid}"'
+        reasons.append(f"{go_quote(template)} must contain :// (e.g. {example})")
+    known = ", ".join("{" + p + "}" for p in PROVIDER_ID_PLACEHOLDERS)
+    for name in _PLACEHOLDER.findall(template):
+        if name not in PROVIDER_ID_PLACEHOLDERS:
+            reasons.append(f"unknown placeholder {{{name}}}; use {known}")
+    if any(brace in _PLACEHOLDER.sub("", template) for brace in "{}"):
+        reasons.append(f"{go_quote(template)} has an unbalanced brace")
+    if reasons:
+        raise ValidationError(*reasons)
+    return template

@@ -1,0 +1,52 @@
+"""Flag groups every binary repeats: logging, and /metrics beside the health probes.
+
+Pure, no I/O. Each binary adds its own environment variables and aliases (`customize`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from local_ccm.flags.table import Flag, customize
+from local_ccm.flags.values import LOG_FORMATS, Loader, choice, verbosity
+from local_ccm.validate import parse_bind_address
+
+Env = Mapping[str, tuple[str, ...]]
+
+
+def logging_flags(*, env: Env | None = None, aliases: Env | None = None) -> list[Flag]:
+    """`--v` (klog's verbosity) and `--log-format`."""
+    flags = [
+        Flag("v", "int", 0, "Log verbosity 0-5: 0-1 INFO, 2-3 more INFO, >= 4 DEBUG.",
+             value=verbosity),
+        Flag("log-format", "string", "text", "text or json.", metavar="format",
+             value=choice(LOG_FORMATS)),
+    ]  # fmt: skip
+    return customize(flags, env, aliases)
+
+
+def metrics_flags(
+    address: str,
+    help: str,
+    *,
+    env: Env | None = None,
+    value: Callable[[str], Any] = parse_bind_address,
+) -> list[Flag]:
+    """`--metrics-bind-address` (default `address`), `--metrics-secure` and its certificate."""
+    flags = [
+        Flag("metrics-bind-address", "string", address, help, metavar="host:port", value=value),
+        Flag("metrics-secure", "bool", True, "Serve /metrics over HTTPS on its own address, only "
+             "to bearer tokens allowed to get /metrics (TokenReview, SubjectAccessReview); "
+             "false: plain HTTP, no authentication."),
+        Flag("metrics-cert-dir", "string", "", "Directory holding tls.crt and tls.key for "
+             "/metrics; empty: a self-signed certificate made at start-up.", metavar="dir"),
+    ]  # fmt: skip
+    return customize(flags, env)
+
+
+def check_metrics_port(read: Loader, metrics: object, health: object, health_flag: str) -> None:
+    """HTTPS metrics cannot share the port of the plain-HTTP health probes."""
+    if read("metrics-secure") and metrics is not None and metrics == health:
+        read.reject("metrics-bind-address", f"must differ from --{health_flag} with "
+                    "--metrics-secure=true (the health probes stay plain HTTP)")  # fmt: skip
