@@ -76,6 +76,16 @@ def split_list(text: str) -> tuple[str, ...]:
     return tuple(item for item in (part.strip() for part in text.split(",")) if item)
 
 
+def parse_families(text: str) -> tuple[str, ...]:
+    """IP families, `ipv4` and/or `ipv6`, in the order given; empty: none."""
+    items = split_list(text)
+    unknown = [i for i in items if i not in ("ipv4", "ipv6")]
+    if unknown or len(set(items)) != len(items):
+        what = f"{_q(unknown[0])} is not a family" if unknown else "a family is repeated"
+        raise ValidationError(f"{what}; use ipv4,ipv6 or ipv6,ipv4")
+    return items
+
+
 def each(item: Callable[[str], T]) -> Callable[[str], tuple[T, ...]]:
     """A comma-separated list (see `split_list`), every bad item reported."""
 
@@ -92,16 +102,6 @@ def each(item: Callable[[str], T]) -> Callable[[str], tuple[T, ...]]:
         return tuple(values)
 
     return check
-
-
-def parse_families(text: str) -> tuple[str, ...]:
-    """IP families, `ipv4` and/or `ipv6`, in the order given; empty: none."""
-    items = split_list(text)
-    unknown = [i for i in items if i not in ("ipv4", "ipv6")]
-    if unknown or len(set(items)) != len(items):
-        what = f"{_q(unknown[0])} is not a family" if unknown else "a family is repeated"
-        raise ValidationError(f"{what}; use ipv4,ipv6 or ipv6,ipv4")
-    return items
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,22 @@ _POLICIES: Mapping[str, ProvidedPolicy] = {
 
 
 _GLOBS = each(parse_glob)
+
+
+def _address_flags(kind: str, target: str) -> list[Flag]:
+    """Where InternalIPs or ExternalIPs come from: route lookups, allowed ranges, interfaces."""
+    name = f"{kind.capitalize()}IP"
+    return [
+        Flag(f"{kind}-ip-target", "string", target, f"Route-lookup targets for {name}, at most "
+             f"one per family. Empty: no route-based {name} detection.", metavar="IPs",
+             value=parse_targets),
+        Flag(f"{kind}-ip-cidrs", "string", "", f"Allowed ranges for {name}; a '!' prefix "
+             "excludes (e.g. 10.0.0.0/8,!10.96.0.0/12).", metavar="CIDRs", value=parse_selection),
+        Flag(f"{kind}-ip-interfaces", "string", "", f"Interface globs allowed for {name} "
+             "(empty: all).", metavar="globs", value=_GLOBS),
+    ]  # fmt: skip
+
+
 _BIND = parse_bind_address
 FLAGS = FlagSet(
     PROG,
@@ -67,12 +83,8 @@ FLAGS = FlagSet(
              env=("NODE_NAME",), value=parse_node_name),
         Flag("kubeconfig", "string", "", "Kubeconfig file. Empty: in-cluster config, else "
              "$KUBECONFIG, else ~/.kube/config.", metavar="path"),
-        Flag("internal-ip-target", "string", "", "Route-lookup targets for InternalIP, at most "
-             "one per family. Empty: no route-based InternalIP detection.", metavar="IPs",
-             value=parse_targets),
-        Flag("external-ip-target", "string", "8.8.8.8", "Route-lookup targets for ExternalIP, "
-             "at most one per family. Empty: no route-based ExternalIP detection.",
-             metavar="IPs", value=parse_targets),
+        *_address_flags("internal", ""),
+        *_address_flags("external", "8.8.8.8"),
         Flag("remove-taint", "bool", True, "Remove the node.cloudprovider.kubernetes.io/"
              "uninitialized taint."),
         Flag("reconcile-interval", "duration", 10, "Period of local re-detection (>= 1s).",
@@ -81,16 +93,8 @@ FLAGS = FlagSet(
         Flag("enable-azure-provider-id", "bool", False, "Set spec.providerID from Azure IMDS."),
         *logging_flags(),
         # New flags [beyond]
-        Flag("internal-ip-cidrs", "string", "", "Allowed ranges for InternalIP; a '!' prefix "
-             "excludes (e.g. 10.0.0.0/8,!10.96.0.0/12).", metavar="CIDRs", value=parse_selection),
-        Flag("external-ip-cidrs", "string", "", "Allowed ranges for ExternalIP; a '!' prefix "
-             "excludes.", metavar="CIDRs", value=parse_selection),
         Flag("external-ip-subnet", "string", "", "Alias appended to --external-ip-cidrs.",
              metavar="CIDR", value=parse_subnet),
-        Flag("internal-ip-interfaces", "string", "", "Interface globs allowed for InternalIP "
-             "(empty: all).", metavar="globs", value=_GLOBS),
-        Flag("external-ip-interfaces", "string", "", "Interface globs allowed for ExternalIP "
-             "(empty: all).", metavar="globs", value=_GLOBS),
         Flag("interface-exclude", "string", ",".join(DEFAULT_INTERFACE_EXCLUDE),
              "Interface globs never used; setting it replaces the default list.",
              metavar="globs", value=_GLOBS),
@@ -129,6 +133,10 @@ FLAGS = FlagSet(
     subcommands=frozenset({DETECT}),
     version=__version__,
 )  # fmt: skip
+# AgentOptions fields named unlike their flags.
+_OPTIONS_FLAGS = {"metrics_bind": "metrics-bind-address", "verbosity": "v",
+                  "health_bind": "health-probe-bind-address",
+                  "azure_provider_id": "enable-azure-provider-id"}  # fmt: skip
 DEFAULT_METRICS_BIND = BindAddress(ip_address("127.0.0.1"), 8092)
 DEFAULT_HEALTH_BIND = BindAddress(ip_address("127.0.0.1"), 8093)
 
@@ -164,10 +172,12 @@ class AgentOptions:
 
     @property
     def remove_taint(self) -> bool:
+        """--remove-taint, kept in the configuration the pure core reads."""
         return self.config.remove_taint
 
     @property
     def report_condition(self) -> bool:
+        """--report-condition, kept in the configuration the pure core reads."""
         return self.config.report_condition
 
 
@@ -193,40 +203,27 @@ def options_from(
     ``resolve`` defaults to ``local_ccm.kube.config.resolve_config``."""
     read = Loader(parsed)
     detect = parsed.subcommand == DETECT or parsed.get_bool("detect-only")
-    config = _agent_config(read)
+    config = read.into(
+        AgentConfig,
+        {"family_order": "ip-family-order"},
+        internal=_type_settings(read, "internal-ip"),
+        external=_type_settings(read, "external-ip"),
+    )
     node_name = _required_node_name(read, detect)
     cluster, error = _credentials(read, env, detect, node_name, resolve or resolve_config)
     reconcile, resync = _intervals(read)
     provider_id = _checked_provider_id(read)
     _check_modes(read, detect)
-    return read.result(AgentOptions(
-        config=config, node_name=node_name or None, kubeconfig=read("kubeconfig"),
+    options = read.into(
+        AgentOptions, _OPTIONS_FLAGS, config=config, node_name=node_name or None,
         cluster=cluster, credentials_error=error, reconcile_interval=reconcile,
-        resync_interval=resync, settle_time=read("settle-time"), api_timeout=read("api-timeout"),
-        metrics_bind=read("metrics-bind-address"), health_bind=read("health-probe-bind-address"),
-        log_format=read("log-format"), verbosity=read("v"), run_once=read("run-once"),
-        detect=detect, output=read("output"), provider_id=provider_id,
-        azure_provider_id=read("enable-azure-provider-id"),
-        event_namespace=read("event-namespace"), ignored_klog=parsed.ignored_klog,
-    ))  # fmt: skip
+        resync_interval=resync, detect=detect, provider_id=provider_id,
+        ignored_klog=parsed.ignored_klog,
+    )  # fmt: skip
+    return read.result(options)
 
 
 # ---------------------------------------------------------------- detection settings
-
-
-def _agent_config(read: Loader) -> AgentConfig:
-    return AgentConfig(
-        internal=_type_settings(read, "internal-ip"),
-        external=_type_settings(read, "external-ip"),
-        interface_exclude=read("interface-exclude"),
-        include_vips=read("include-vips"),
-        family_order=read("ip-family-order"),
-        provided_node_ip_policy=read("provided-node-ip-policy"),
-        dedupe_external_ip=read("dedupe-external-ip"),
-        require_internal_ip=read("require-internal-ip"),
-        remove_taint=read("remove-taint"),
-        report_condition=read("report-condition"),
-    )
 
 
 def _type_settings(read: Loader, prefix: str) -> TypeSettings:

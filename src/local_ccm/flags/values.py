@@ -9,7 +9,8 @@ ones (bounds, enums); lists, addresses, CIDRs and names are in `local_ccm.valida
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal, TypeVar
+from dataclasses import fields
+from typing import Any, Literal, TypeVar, cast
 
 from local_ccm.flags.problems import Problem, invalid, invalid_env
 from local_ccm.flags.scan import Parsed
@@ -59,6 +60,16 @@ class Loader:
                 self.problems.append(invalid_env(source.removeprefix("env:"), reason, name))
             else:
                 self.problems.append(invalid(self.parsed.given_as(name), reason))
+
+    def into(
+        self, cls: Callable[..., T], renames: Mapping[str, str] | None = None, **given: Any
+    ) -> T:
+        """A `cls` dataclass: the fields in `given` as they are, every other one read in field
+        order from the flag of the same name (`-` for `_`) or named in `renames`."""
+        values = dict(given)
+        for name in (f.name for f in fields(cast(Any, cls)) if f.name not in given):
+            values[name] = self((renames or {}).get(name, name.replace("_", "-")))
+        return cls(**values)
 
     def result(self, options: T) -> T | list[Problem]:
         """`options`, or every problem found."""

@@ -70,6 +70,10 @@ def _event_namespace(value: str) -> str:
     return value
 
 
+# IpamOptions fields named unlike their flags.
+_OPTIONS_FLAGS = {"verbosity": "v", "legacy_and_terms": "legacy-and-selector-terms",
+                  "reuse_delay": "cidr-reuse-delay", "status_interval": "status-update-interval",
+                  "qps": "kube-api-qps", "burst": "kube-api-burst"}  # fmt: skip
 FLAGS = FlagSet(
     PROG,
     [
@@ -237,28 +241,35 @@ def options_from(
 ) -> IpamOptions | list[Problem]:
     """Validate a parsed command line (the CLI handles --help/--version first)."""
     read = Loader(parsed, problems)
-    election, cluster = election_from(read), read("cluster-cidr")
-    web_flag = "health-probe-address" if read.given("health-probe-address") else (
-        "webserver-bind-address")  # fmt: skip
+    election, cluster = _election(read), read("cluster-cidr")
+    use_old_name = read.given("health-probe-address")
+    web_flag = "health-probe-address" if use_old_name else "webserver-bind-address"
     web, mode, metrics = _web(read, web_flag)
     masks = _masks(read, cluster)
-    return read.result(IpamOptions(
-        kubeconfig=read("kubeconfig"), apiserver=read("apiserver"), web_bind=web,
-        web_flag=web_flag, metrics_bind=metrics, metrics_mode=mode,
+    options = read.into(
+        IpamOptions, _OPTIONS_FLAGS, **election, web_bind=web, web_flag=web_flag,
+        metrics_bind=metrics, metrics_mode=mode,
         metrics_secure=read("metrics-secure") and mode == "separate",
-        metrics_cert_dir=read("metrics-cert-dir"), leader_election=election.enabled,
-        lease_duration=election.lease_duration, renew_deadline=election.renew_deadline,
-        retry_period=election.retry_period, resource_lock=election.lock,
-        lease_name=election.lease_name, lease_namespace=election.namespace,
-        identity=election.identity, pod_name=env.get("POD_NAME", ""), verbosity=read("v"),
-        log_format=read("log-format"), cluster_cidrs=cluster, mask_v4=masks[0],
+        pod_name=env.get("POD_NAME", ""), cluster_cidrs=cluster, mask_v4=masks[0],
         mask_v6=masks[1], reserved=read("service-cluster-ip-range") + read("reserved-cidrs"),
-        legacy_and_terms=read("legacy-and-selector-terms"), reuse_delay=read("cidr-reuse-delay"),
-        concurrent_node_syncs=read("concurrent-node-syncs"),
-        status_interval=read("status-update-interval"), qps=read("kube-api-qps"),
-        burst=read("kube-api-burst"), event_namespace=read("event-namespace"),
         warnings=(*warnings, *_notes(parsed)),
-    ))  # fmt: skip
+    )  # fmt: skip
+    return read.result(options)
+
+
+def _election(read: Loader) -> dict[str, object]:
+    """The shared group's values under IpamOptions' (upstream-shaped) field names."""
+    election = election_from(read)
+    return {
+        "leader_election": election.enabled,
+        "lease_duration": election.lease_duration,
+        "renew_deadline": election.renew_deadline,
+        "retry_period": election.retry_period,
+        "resource_lock": election.lock,
+        "lease_name": election.lease_name,
+        "lease_namespace": election.namespace,
+        "identity": election.identity,
+    }
 
 
 def _notes(parsed: Parsed) -> list[str]:

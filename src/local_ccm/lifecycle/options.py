@@ -80,6 +80,11 @@ def _families(text: str) -> tuple[Family, ...]:
     return tuple(_FAMILIES[family] for family in families)
 
 
+# Options fields named unlike their flags.
+_SETTINGS_FLAGS = {"interval": "reconcile-interval", "families": "probe-families",
+                   "max_deletions": "max-deletions-per-interval"}  # fmt: skip
+_PROBE_FLAGS = {"count": "ping-count", "interval": "ping-interval", "timeout": "ping-timeout",
+                "concurrency": "probe-concurrency"}  # fmt: skip
 FLAGS = FlagSet(
     PROG,
     [
@@ -196,40 +201,21 @@ def load_options(argv: Sequence[str], env: Mapping[str, str]) -> LifecycleOption
 def options_from(parsed: Parsed) -> LifecycleOptions | list[Problem]:
     """Validate an already parsed command line (main handles --help first)."""
     read = Loader(parsed)
-    settings, probe = _settings(read), _probe(read)
+    settings = read.into(PipelineSettings, _SETTINGS_FLAGS, kinds=_kinds(read))
+    probe = read.into(ProbeConfig, _PROBE_FLAGS)
     selector: LabelSelector | None = read("node-selector")
     metrics, health = read("metrics-bind-address"), read("health-probe-bind-address")
     check_metrics_port(read, metrics, health, "health-probe-bind-address")
-    scope = Scope(selector, read("watch-autoscaler-taint"), read("protected-labels"),
-                  parsed.get_str("node-name") or None)  # fmt: skip
-    return read.result(LifecycleOptions(
-        scope=scope, settings=settings, probe=probe, election=election_from(read),
-        kubeconfig=read("kubeconfig"), node_selector=str(selector or ""),
-        not_ready_timeout=read("not-ready-timeout"), icmp_mode=read("icmp-mode"),
-        out_of_service_timeout=read("out-of-service-timeout"),
-        metrics_bind=metrics, health_bind=health,
-        metrics_address=parsed.get_str("metrics-bind-address"),
+    own_node = parsed.get_str("node-name") or None
+    scope = Scope(selector, read("watch-autoscaler-taint"), read("protected-labels"), own_node)
+    options = read.into(
+        LifecycleOptions, {"verbosity": "v"}, scope=scope, settings=settings, probe=probe,
+        election=election_from(read), node_selector=str(selector or ""), metrics_bind=metrics,
+        health_bind=health, metrics_address=parsed.get_str("metrics-bind-address"),
         health_address=parsed.get_str("health-probe-bind-address"),
-        metrics_secure=read("metrics-secure"), metrics_cert_dir=read("metrics-cert-dir"),
-        log_format=read("log-format"), verbosity=read("v"),
-        event_namespace=read("event-namespace"), ignored_klog=parsed.ignored_klog,
-        warnings=_warnings(probe, settings.kinds),
-    ))  # fmt: skip
-
-
-def _settings(read: Loader) -> PipelineSettings:
-    return PipelineSettings(
-        interval=read("reconcile-interval"),
-        max_unhealthy=read("max-unhealthy"),
-        max_deletions=read("max-deletions-per-interval"),
-        kinds=_kinds(read),
-        probe_all_addresses=read("probe-all-addresses"),
-        families=read("probe-families"),
-        self_check=read("self-check"),
-        self_check_sample=read("self-check-sample"),
-        dry_run=read("dry-run"),
-        out_of_service_taint=read("out-of-service-taint"),
-    )
+        ignored_klog=parsed.ignored_klog, warnings=_warnings(probe, settings.kinds),
+    )  # fmt: skip
+    return read.result(options)
 
 
 def _kinds(read: Loader) -> tuple[ProbeKind, ...]:
@@ -242,15 +228,6 @@ def _kinds(read: Loader) -> tuple[ProbeKind, ...]:
     if explicit and ICMP in kinds and ping_count == 0:
         read.reject("probe", "icmp contradicts --ping-count=0 (no echo to send)")
     return resolve_kinds(kinds if explicit else None, ping_count)
-
-
-def _probe(read: Loader) -> ProbeConfig:
-    return ProbeConfig(
-        count=read("ping-count"),
-        interval=read("ping-interval"),
-        timeout=read("ping-timeout"),
-        concurrency=read("probe-concurrency"),
-    )
 
 
 def _warnings(probe: ProbeConfig, kinds: Sequence[ProbeKind]) -> tuple[str, ...]:
