@@ -65,6 +65,11 @@ def test_every_bad_item_of_a_list_is_its_own_problem() -> None:
     assert all(line.startswith("invalid flag --cidrs: invalid CIDR") for line in lines(read))
 
 
+def test_a_default_its_own_parser_rejects_is_a_programming_error() -> None:
+    with pytest.raises(ValidationError):
+        Flag("count", "int", 0, "Count.", value=at_least(1))
+
+
 def test_into_reads_the_fields_named_like_flags_and_takes_the_others() -> None:
     @dataclass(frozen=True)
     class Options:

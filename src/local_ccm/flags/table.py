@@ -39,6 +39,8 @@ class Flag:
                 raise ValueError(f"bad flag name {name!r}")
         if self.default is not None and not _default_fits(self.kind, self.default):
             raise TypeError(f"flag {self.name}: default {self.default!r} is not a {self.kind}")
+        if self.default is not None:
+            self.convert(self.initial)  # a default its own parser rejects is a programming error
 
     @property
     def initial(self) -> object:
