@@ -21,7 +21,6 @@ from local_ccm.agent.core.config import (
     AgentConfig,
     IPAddress,
     IPNetwork,
-    ProvidedPolicy,
     TypeSettings,
     family_name,
 )
@@ -39,22 +38,12 @@ from local_ccm.flags.groups import logging_flags
 from local_ccm.flags.values import LOG_FORMATS, LogFormat, choice, duration
 from local_ccm.gosyntax import format_go_duration
 from local_ccm.kube.config import ClusterConfig, ConfigError, resolve_config
-from local_ccm.validate import (
-    BindAddress,
-    dns1123_label,
-    each,
-    parse_bind_address,
-)
+from local_ccm.validate import BindAddress, dns1123_label, each, parse_bind_address
 
 PROG = names.AGENT
 DETECT = "detect"
 MINUTE = 60.0
 Mode = Literal["loop", "run-once", "detect"]
-_POLICIES: Mapping[str, ProvidedPolicy] = {
-    "prefer": "prefer",
-    "strict": "strict",
-    "ignore": "ignore",
-}
 
 
 _GLOBS = each(parse_glob)
@@ -104,7 +93,7 @@ FLAGS = FlagSet(
              "the provided-node-ip annotation, else ipv4 first.", metavar="families",
              value=parse_family_order),
         Flag("provided-node-ip-policy", "string", "prefer", "prefer, strict or ignore.",
-             metavar="policy", value=choice(_POLICIES)),
+             metavar="policy", value=choice("prefer", "strict", "ignore")),
         Flag("dedupe-external-ip", "bool", True, "Do not write an ExternalIP equal to an "
              "InternalIP."),
         Flag("require-internal-ip", "bool", False, "Taint removal needs an InternalIP."),
@@ -128,7 +117,7 @@ FLAGS = FlagSet(
         Flag("detect-only", "bool", False, "Same as the detect sub-command: print what would "
              "be written, write nothing."),
         Flag("output", "string", "text", "Detect mode output: text or json.",
-             metavar="format", value=choice(LOG_FORMATS)),
+             metavar="format", value=choice(*LOG_FORMATS)),
     ],
     subcommands=frozenset({DETECT}),
     version=__version__,

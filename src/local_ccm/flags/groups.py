@@ -21,7 +21,7 @@ def logging_flags(*, env: Env | None = None, aliases: Env | None = None) -> list
         Flag("v", "int", 0, "Log verbosity 0-5: 0-1 INFO, 2-3 more INFO, >= 4 DEBUG.",
              value=verbosity),
         Flag("log-format", "string", "text", "text or json.", metavar="format",
-             value=choice(LOG_FORMATS)),
+             value=choice(*LOG_FORMATS)),
     ]  # fmt: skip
     return customize(flags, env, aliases)
 

@@ -20,7 +20,7 @@ from local_ccm.validate import ValidationError
 T = TypeVar("T")
 MAX_VERBOSITY = 5
 LogFormat = Literal["text", "json"]
-LOG_FORMATS: Mapping[str, LogFormat] = {"text": "text", "json": "json"}
+LOG_FORMATS = ("text", "json")
 
 
 class Loader:
@@ -120,12 +120,12 @@ def verbosity(value: int) -> int:
     return min(value, MAX_VERBOSITY)
 
 
-def choice(choices: Mapping[str, T]) -> Callable[[str], T]:
-    """An enum: the value must be one of `choices`' keys."""
+def choice(*choices: str) -> Callable[[str], str]:
+    """An enum: the value must be one of `choices`."""
 
-    def check(value: str) -> T:
+    def check(value: str) -> str:
         if value not in choices:
             raise ValidationError(f"{go_quote(value)} is not one of {', '.join(choices)}")
-        return choices[value]
+        return value
 
     return check

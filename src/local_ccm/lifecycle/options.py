@@ -36,7 +36,6 @@ from local_ccm.validate import (
 
 PROG: Final = names.LIFECYCLE
 MINUTE: Final = 60.0
-_ICMP_MODES: Mapping[str, IcmpMode] = {"auto": "auto", "raw": "raw", "datagram": "datagram"}
 _FAMILIES: Mapping[str, Family] = {"ipv4": "ipv4", "ipv6": "ipv6"}
 _POSITIVE = duration(strict=True)  # [fix] The original panicked on a zero --reconcile-interval.
 
@@ -131,7 +130,7 @@ FLAGS = FlagSet(
         Flag("ping-interval", "duration", 1.0, "Gap between ICMP echoes of one probe.",
              value=_POSITIVE),
         Flag("icmp-mode", "string", "auto", "raw, datagram or auto.", metavar="mode",
-             value=choice(_ICMP_MODES)),
+             value=choice("auto", "raw", "datagram")),
         Flag("probe-concurrency", "int", 64, "Maximum concurrently running probes.",
              value=at_least(1)),
         Flag("self-check", "bool", True, "Probe Ready peers before deleting (self-partition "
