@@ -160,12 +160,13 @@ def test_election_group_defaults_and_values() -> None:
 
 
 def test_election_group_needs_a_namespace_when_electing() -> None:
-    read = election("--leader-elect-resource-namespace=", aliases={
-        "leader-elect-resource-namespace": ("namespace",)})  # fmt: skip
+    aliases: dict[str, tuple[str, ...]] = {"leader-elect-resource-namespace": ("namespace",)}
+    read = election("--namespace=", aliases=aliases)
     election_from(read)
-    (line,) = lines(read)
-    assert line.startswith("invalid flag --leader-elect-resource-namespace: empty (also as its "
-                           "alias --namespace)")  # fmt: skip
+    assert lines(read) == [
+        "invalid flag --namespace: empty (also as --leader-elect-resource-namespace); required "
+        "with leader election (a default could put two replicas in different namespaces)"
+    ]
     off = election("--leader-elect=false", "--leader-elect-resource-namespace=")
     election_from(off)
     assert off.problems == []

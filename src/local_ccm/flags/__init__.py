@@ -1,6 +1,6 @@
-"""Go-compatible command lines for every binary: flag tables (`table`), the parser (`scan`),
-problems and exit-2 text (`problems`), `--help`/`--version` (`usage`) and typed values through
-each flag's parser (`values`).
+"""Go-compatible command lines for every binary: flag tables that compose (`table`), the
+parser (`scan`), problems and exit-2 text (`problems`), `--help`/`--version` (`usage`), typed
+values through each flag's parser (`values`) and the groups every binary repeats (`groups`).
 
 Pure, no I/O: argv and the environment are parameters.
 """

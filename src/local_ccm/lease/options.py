@@ -105,11 +105,12 @@ def election_from(read: Loader) -> Election:
 
 def _no_namespace(read: Loader) -> None:
     flag = read.parsed.flag(NAMESPACE)
-    spellings = ", ".join(f"--{alias}" for alias in flag.aliases)
-    also = f" (also as its alias {spellings})" if spellings else ""
-    unset = " or ".join(flag.env) or "POD_NAMESPACE"
-    read.reject(NAMESPACE, f"empty{also} and {unset} is not set; required with leader election "
-                "(a default could put two replicas in different namespaces)")  # fmt: skip
+    others = [n for n in (flag.name, *flag.aliases) if n != read.parsed.given_as(NAMESPACE)]
+    what = f"empty (also as --{', --'.join(others)})" if others else "empty"
+    if flag.env and not read.given(NAMESPACE):
+        what += f" and {' or '.join(flag.env)} is not set"
+    read.reject(NAMESPACE, f"{what}; required with leader election (a default could put two "
+                "replicas in different namespaces)")  # fmt: skip
 
 
 def _check_order(read: Loader, lease: float, renew: float, retry: float) -> None:
