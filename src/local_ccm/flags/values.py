@@ -15,10 +15,10 @@ from typing import Any, Literal, TypeVar, cast
 from local_ccm.flags.problems import Problem, invalid, invalid_env
 from local_ccm.flags.scan import Parsed
 from local_ccm.gosyntax import GoSyntaxError, format_go_duration, go_quote
+from local_ccm.logs import MAX_VERBOSITY
 from local_ccm.validate import ValidationError
 
 T = TypeVar("T")
-MAX_VERBOSITY = 5
 LogFormat = Literal["text", "json"]
 LOG_FORMATS = ("text", "json")
 
