@@ -156,13 +156,13 @@ class AgentOptions:
     ignored_klog: tuple[str, ...] = ()  # klog flags given (accepted and ignored)
 
     @property
-    def mode(self) -> Mode:
-        return "detect" if self.detect else "run-once" if self.run_once else "loop"
-
-    @property
     def remove_taint(self) -> bool:
         """--remove-taint, kept in the configuration the pure core reads."""
         return self.config.remove_taint
+
+    @property
+    def mode(self) -> Mode:
+        return "detect" if self.detect else "run-once" if self.run_once else "loop"
 
     @property
     def report_condition(self) -> bool:

@@ -184,12 +184,12 @@ class LifecycleOptions:
         return self.settings.interval
 
     @property
-    def dry_run(self) -> bool:
-        return self.settings.dry_run
+    def unprobed(self) -> bool:
+        return not self.settings.kinds
 
     @property
-    def unprobed(self) -> bool:
-        return self.settings.unprobed
+    def dry_run(self) -> bool:
+        return self.settings.dry_run
 
 
 def load_options(argv: Sequence[str], env: Mapping[str, str]) -> LifecycleOptions | list[Problem]:
