@@ -41,10 +41,9 @@ _FLOAT_SPECIAL = re.compile(r"[+-]?(inf|infinity)|nan", re.IGNORECASE)
 
 def parse_go_bool(text: str) -> bool:
     """strconv.ParseBool: `1 0 t f T F true false TRUE FALSE True False`."""
-    try:
-        return BOOL_SPELLINGS[text]
-    except KeyError:
-        raise GoSyntaxError(f"invalid boolean {go_quote(text)} (use true or false)") from None
+    if text not in BOOL_SPELLINGS:
+        raise GoSyntaxError(f"invalid boolean {go_quote(text)} (use true or false)")
+    return BOOL_SPELLINGS[text]
 
 
 def parse_go_int(text: str) -> int:
