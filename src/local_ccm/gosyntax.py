@@ -1,7 +1,7 @@
 """Go's scalar syntax: booleans, integers, floats and durations as Go's strconv and time parse
 and print them, and Go-style quoting for messages.
 
-Pure, no I/O. Kept apart from the flag scanner in `local_ccm.flags`, which re-exports these.
+Pure, no I/O. The flag parser (`local_ccm.flags`), the value parsers and the messages use these.
 """
 
 from __future__ import annotations
