@@ -16,7 +16,7 @@ from local_ccm import names
 from local_ccm.agent.core.addresses import AddressPlan
 from local_ccm.agent.core.candidates import Detection, DetectorKey
 from local_ccm.agent.core.config import AgentConfig, TypeSettings
-from local_ccm.agent.core.plan import desired_condition
+from local_ccm.agent.core.gates import desired_condition
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.run import Agent
 from tests.fakes import FakeClock

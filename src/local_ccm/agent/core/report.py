@@ -32,23 +32,25 @@ from local_ccm.agent.core.config import (
     Family,
     family_name,
 )
-from local_ccm.agent.core.plan import (
+from local_ccm.agent.core.gates import (
     NO_INTERNAL_IP,
-    Condition,
-    Obj,
-    Patch,
     ProviderIDAction,
     TaintDecision,
     decide_taint,
     desired_condition,
+    provider_id_action,
+    render_provider_id,
+)
+from local_ccm.agent.core.plan import (
+    Condition,
+    Obj,
+    Patch,
+    current_addresses,
     is_tainted,
-    node_inputs,
     owned_annotation,
     plan_addresses,
     plan_status_patch,
     plan_taint_patch,
-    provider_id_action,
-    render_provider_id,
 )
 
 # Minimum column widths, the layout of the README's example; longer values widen a column.
@@ -128,7 +130,7 @@ def plan_node(
     taint = decide_taint(
         config, tainted=tainted, addresses_synced=True, plan=addresses, provider_id_blocks=blocks
     )
-    # The same gates the loop passes (agent.writes), so detect mode shows what the loop writes.
+    # The same gates the loop passes (agent.reconcile), so detect mode shows what the loop writes.
     condition = desired_condition(addresses, detected, blocked=taint.blocked)
     status = plan_status_patch(
         node, addresses, condition=condition if config.report_condition else None, now=now
@@ -136,7 +138,7 @@ def plan_node(
     set_id = action.value if action.kind == "set" else None
     return NodePlan(
         node_name=str(node.get("metadata", {}).get("name", "")),
-        current=node_inputs(node).current,
+        current=current_addresses(node),
         desired=addresses.addresses,
         owned_current=owned_annotation(node),
         owned_desired=addresses.annotation,
