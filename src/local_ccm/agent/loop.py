@@ -16,8 +16,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from local_ccm import names
-from local_ccm.agent.core import events as ev
-from local_ccm.agent.core.config import AgentConfig
+from local_ccm.agent.core.config import AgentConfig, LoopSettings
 from local_ccm.agent.core.passes import unmet_run_once
 from local_ccm.agent.core.plan import plan_addresses
 from local_ccm.agent.core.timing import API_BACKOFF, MONITOR_BACKOFF
@@ -31,13 +30,10 @@ from local_ccm.agent.nodeapi import (
     UnauthorizedError,
 )
 from local_ccm.agent.providerid import ProviderIdSource, fetch_provider_id
-from local_ccm.agent.reconcile import Detected, DetectFn, LoopSettings, Reconciler
-from local_ccm.agent.triggers import Health, Triggers
+from local_ccm.agent.reconcile import Detected, DetectFn, Reconciler
 from local_ccm.clock import Clock, SystemClock
 from local_ccm.logs import kv
 from local_ccm.netlink import Change
-from local_ccm.runtime.events import Reporter
-from local_ccm.runtime.outbox import EventOutbox
 
 __all__ = [
     "EXIT_FAILED", "EXIT_OK", "EXIT_PRECONDITION", "REQUIRED_ACCESS", "RUN_ONCE_DEADLINE",
@@ -91,16 +87,10 @@ class Agent:
         self.rng = rng or random.Random()
         self.name = settings.node_name
         self._log = logging.LoggerAdapter(log, kv(node=self.name))
-        self.health = Health(self.clock, max(3 * settings.reconcile_interval, 60.0))
-        self.triggers = Triggers(self.clock, settings.debounce_quiet, settings.debounce_max)
-        self.events = EventOutbox(
-            api, self.clock, Reporter(names.AGENT, self.name, host=self.name),
-            namespace=settings.event_namespace, budget=ev.budget(), errors=(NodeApiError,),
-        )  # fmt: skip
-        self.reconciler = Reconciler(
-            settings, config, api, detect, clock=self.clock, metrics=self.metrics, rng=self.rng,
-            health=self.health, triggers=self.triggers, events=self.events,
-        )  # fmt: skip
+        self.reconciler = passes = Reconciler(
+            settings, config, api, detect, clock=self.clock, metrics=self.metrics, rng=self.rng
+        )
+        self.health, self.triggers, self.events = passes.health, passes.triggers, passes.events
 
     @property
     def in_pass(self) -> bool:

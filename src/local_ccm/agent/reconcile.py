@@ -2,7 +2,7 @@
 compare with the cached Node -> write only what differs: the status patch (addresses,
 condition, ownership annotation), then the taint and provider-ID patch -> Events and metrics.
 
-The Node is read from :class:`NodeCache` and written by :class:`NodeWriter`; every decision is
+The Node is read and written through :class:`NodeCache`; every decision is
 a pure function (``core.plan``, ``core.gates``, ``core.fight``, ``core.passes``). A conflict
 re-reads and recomputes; other API errors follow one policy (:meth:`Reconciler._on_error`).
 """
@@ -17,17 +17,11 @@ from typing import Any
 
 from local_ccm import names
 from local_ccm.agent.core import events as ev
+from local_ccm.agent.core import fight as ft
+from local_ccm.agent.core import plan as pl
 from local_ccm.agent.core.addresses import AddressPlan
 from local_ccm.agent.core.candidates import Detection, DetectorKey
-from local_ccm.agent.core.config import INTERNAL, AgentConfig, family_name
-from local_ccm.agent.core.fight import (
-    FightState,
-    fight_may_write,
-    fight_observe,
-    fight_record_write,
-    fight_tick,
-    last_address_writer,
-)
+from local_ccm.agent.core.config import INTERNAL, AgentConfig, LoopSettings, family_name
 from local_ccm.agent.core.gates import (
     Gates,
     advise_no_internal_ip,
@@ -35,20 +29,6 @@ from local_ccm.agent.core.gates import (
     desired_condition,
 )
 from local_ccm.agent.core.passes import creation_delay, gate_report, plan_settle
-from local_ccm.agent.core.plan import (
-    Condition,
-    Patch,
-    addresses_match,
-    current_addresses,
-    is_tainted,
-    node_rv,
-    node_uid,
-    owned_annotation,
-    plan_addresses,
-    plan_annotation_patch,
-    plan_status_patch,
-    plan_taint_patch,
-)
 from local_ccm.agent.core.timing import (
     API_BACKOFF,
     MAX_CONFLICTS,
@@ -67,10 +47,9 @@ from local_ccm.agent.nodeapi import (
 )
 from local_ccm.agent.nodecache import NodeCache
 from local_ccm.agent.triggers import Health, Triggers
-from local_ccm.agent.writes import NodeWriter
 from local_ccm.clock import Clock
 from local_ccm.logs import V2, V3, kv
-from local_ccm.runtime.events import EventSpec, rfc3339
+from local_ccm.runtime.events import EventSpec, Reporter, rfc3339
 from local_ccm.runtime.outbox import EventOutbox
 
 log = logging.getLogger(__name__)
@@ -79,26 +58,11 @@ Detected = Mapping[DetectorKey, Detection]
 DetectFn = Callable[[], Awaitable[Detected]]
 
 
-@dataclass(frozen=True)
-class LoopSettings:
-    """The loop's timing and identity; durations in seconds."""
-
-    node_name: str
-    reconcile_interval: float = 10.0
-    resync_interval: float = 1800.0
-    settle_time: float = 5.0
-    api_timeout: float = 15.0
-    event_namespace: str = "default"
-    provider_id: str = ""  # --provider-id template
-    debounce_quiet: float = 0.25  # quiet time before a pass (see timing.debounce_wait)
-    debounce_max: float = 1.0  # ... and at most 1 s after the first trigger of a burst
-
-
 @dataclass
 class NodeState:
     """What the passes remember about one Node object; a new or vanished Node starts over."""
 
-    fight: FightState = field(default_factory=FightState)
+    fight: ft.FightState = field(default_factory=ft.FightState)
     conflict_manager: str | None = None  # set while address writes pause for a fight
     settle: Settle | None = None
 
@@ -113,53 +77,41 @@ class Retry:
     last_error: NodeApiError | None = None
 
 
-@dataclass
-class Written:
-    """What the process learned from its writes (kept across Node objects)."""
-
-    annotation_on_main: bool = False  # the apiserver dropped it from a status write
-    initialized: set[str] = field(default_factory=set)  # uids whose taint removal was observed
-    no_ip_warned_at: float | None = None  # initialised without an InternalIP: last warning
-
-
 class Reconciler:
-    """The passes for one Node. ``fetched_provider_id`` comes from instance metadata."""
+    """The passes for one Node, what wakes them (``triggers``) and what they report
+    (``health``, ``events``). ``fetched_provider_id`` comes from instance metadata."""
 
     def __init__(
-        self,
-        settings: LoopSettings,
-        config: AgentConfig,
-        api: NodeApi,
-        detect: DetectFn,
-        *,
-        clock: Clock,
-        metrics: AgentMetrics,
-        rng: random.Random,
-        health: Health,
-        triggers: Triggers,
-        events: EventOutbox,
-    ) -> None:
+        self, settings: LoopSettings, config: AgentConfig, api: NodeApi, detect: DetectFn, *,
+        clock: Clock, metrics: AgentMetrics, rng: random.Random,
+    ) -> None:  # fmt: skip
         self.settings, self.config, self._detect = settings, config, detect
         self._clock, self._metrics, self._rng = clock, metrics, rng
-        self._health, self._triggers, self._events = health, triggers, events
         name = settings.node_name
         self._log = logging.LoggerAdapter(log, kv(node=name))
-        self.cache = NodeCache(
-            api, name, clock=clock, rng=rng, metrics=metrics, health=health, triggers=triggers,
-            replaced=self._reset, updated=self._observe_fight,
+        self.health = Health(clock, max(3 * settings.reconcile_interval, 60.0))
+        self.triggers = Triggers(clock, settings.debounce_quiet, settings.debounce_max)
+        self.events = EventOutbox(
+            api, clock, Reporter(names.AGENT, name, host=name), namespace=settings.event_namespace,
+            budget=ev.budget(), errors=(NodeApiError,),
         )  # fmt: skip
-        self._writer = NodeWriter(api, name, metrics, self.emit)
+        self.cache = NodeCache(
+            api, name, clock=clock, rng=rng, metrics=metrics, health=self.health,
+            triggers=self.triggers, replaced=self._reset, updated=self._observe_fight,
+            emit=self.emit,
+        )  # fmt: skip
         self.detected: Detected | None = None
         self.fetched_provider_id: str | None = None
         self.retry = Retry()
-        self._written = Written()
         self._state = NodeState()
+        self._annotation_on_main = False  # the apiserver dropped it from a status write
+        self._initialized: set[str] = set()  # uids whose taint removal was observed
+        self._no_ip_warned_at: float | None = None  # initialised without an InternalIP
         self.in_pass = False
         self._reset()
 
     def _reset(self) -> None:
         self._state = NodeState()
-        self._writer.rejected = None
         self._metrics.conflict.set(0)
         for reason in BLOCK_REASONS:
             self._metrics.blocked.labels(reason).set(0)
@@ -167,7 +119,7 @@ class Reconciler:
     def emit(self, spec: EventSpec, node: Obj | None = None) -> bool:
         """Queue an Event about ``node`` (default: the cached Node); True when queued."""
         node = node or self.cache.node
-        return node is not None and self._events.emit(spec, ev.about(node))
+        return node is not None and self.events.emit(spec, ev.about(node))
 
     # -------------------------------------------------------------- one pass
     async def run_pass(self, triggers: Sequence[str]) -> str:
@@ -180,7 +132,7 @@ class Reconciler:
             self.in_pass = False
         self._metrics.passes.labels(triggers[0], outcome).inc()
         self._metrics.pass_duration.observe(self._clock.monotonic() - start)
-        self._health.last_pass = self._clock.monotonic()
+        self.health.last_pass = self._clock.monotonic()
         self._log.log(V3, "pass trigger=%s outcome=%s", triggers[0], outcome)
         return outcome
 
@@ -220,7 +172,7 @@ class Reconciler:
                     return "noop"
                 continue
             self.retry.failures = 0
-            self._health.forbidden = None
+            self.health.forbidden = None
             return outcome
         self._log.warning("%d conflicts in a row; backing off", MAX_CONFLICTS)
         self.retry.last_error = ConflictError("too many conflicts")
@@ -235,9 +187,9 @@ class Reconciler:
             self.cache.gone()
             return "noop"
         if isinstance(exc, InvalidError):
-            return "failed"  # not retried until the inputs change (NodeWriter.rejected)
+            return "failed"  # not retried until the inputs change (NodeCache.rejected)
         if isinstance(exc, ForbiddenError):
-            self._health.forbidden = exc.message
+            self.health.forbidden = exc.message
             self._log.error("write forbidden: %s", exc.message)
         else:
             self._log.warning("API error: %s", exc.message)
@@ -249,12 +201,12 @@ class Reconciler:
         self.retry.failures += 1
         self.retry.until = self._clock.monotonic() + delay
         self._log.log(V2, "retrying in %.1fs", delay)
-        self._triggers.fire_later(delay)
+        self.triggers.fire_later(delay)
 
     async def _reconcile_once(self, detected: Detected) -> str:
         assert self.cache.node is not None
         self._fight_tick()
-        plan = plan_addresses(self.cache.node, detected, self.config)
+        plan = pl.plan_addresses(self.cache.node, detected, self.config)
         for f in plan.findings:
             if f.kind == "kept_last_good" and f.type and f.family and f.address:
                 self._metrics.observe_kept(f.type, f.family, f.address)
@@ -268,16 +220,12 @@ class Reconciler:
     def _after_pass(self, plan: AddressPlan) -> None:
         node = self.cache.node
         assert node is not None
-        if addresses_match(node, plan) and not is_tainted(node):
+        if pl.addresses_match(node, plan) and not pl.is_tainted(node):
             self._metrics.last_sync.set(self._clock.now().timestamp())
         now, every = self._clock.monotonic(), NO_INTERNAL_IP_WARNING_EVERY
-        no_internal = not any(a.type == INTERNAL for a in current_addresses(node))
-        if (
-            no_internal
-            and not is_tainted(node)
-            and is_due(self._written.no_ip_warned_at, now, every)
-        ):
-            self._written.no_ip_warned_at = now
+        no_internal = not any(a.type == INTERNAL for a in pl.current_addresses(node))
+        if no_internal and not pl.is_tainted(node) and is_due(self._no_ip_warned_at, now, every):
+            self._no_ip_warned_at = now
             self._log.warning(
                 "the Node is initialised without an InternalIP (NoInternalIP): %s",
                 advise_no_internal_ip(node, plan, self.config),
@@ -288,18 +236,18 @@ class Reconciler:
         """A watch update of the cached Node: did another writer undo our addresses?"""
         if self.detected is None or self._state.fight.written is None:
             return
-        plan = plan_addresses(node, self.detected, self.config)
-        self._state.fight, what = fight_observe(
+        plan = pl.plan_addresses(node, self.detected, self.config)
+        self._state.fight, what = ft.fight_observe(
             self._state.fight,
-            addresses=current_addresses(node),
-            rv=node_rv(node),
-            would_write=not addresses_match(node, plan),
+            addresses=pl.current_addresses(node),
+            rv=pl.node_rv(node),
+            would_write=not pl.addresses_match(node, plan),
             now=self._clock.monotonic(),
         )
         if what is not None:
             self._metrics.reverts.inc()
         if what == "conflict_entered":
-            manager = last_address_writer(node) or "another writer"
+            manager = ft.last_address_writer(node) or "another writer"
             self._state.conflict_manager = manager
             self._metrics.conflict.set(1)
             self._log.warning(
@@ -308,7 +256,7 @@ class Reconciler:
             self.emit(ev.conflict_entered(manager), node)
 
     def _fight_tick(self) -> None:
-        self._state.fight, what = fight_tick(self._state.fight, self._clock.monotonic())
+        self._state.fight, what = ft.fight_tick(self._state.fight, self._clock.monotonic())
         if what == "conflict_resolved":
             self._state.conflict_manager = None
             self._metrics.conflict.set(0)
@@ -320,7 +268,7 @@ class Reconciler:
         template, fetched = self.settings.provider_id, self.fetched_provider_id
         return decide_gates(node, plan, self.config, template=template, fetched=fetched)
 
-    def _condition(self, node: Obj, plan: AddressPlan, detected: Detected) -> Condition | None:
+    def _condition(self, node: Obj, plan: AddressPlan, detected: Detected) -> pl.Condition | None:
         """The gates that hold the taint now, detector failures and a fight."""
         if not self.config.report_condition:
             return None
@@ -336,23 +284,23 @@ class Reconciler:
 
     async def _write_status(self, plan: AddressPlan, detected: Detected) -> str:
         now = self._clock.monotonic()
-        may_write = fight_may_write(self._state.fight, now)
+        may_write = ft.fight_may_write(self._state.fight, now)
         assert self.cache.node is not None
         if may_write and self._settling(self.cache.node, plan, now):
             return "deferred"
-        on_main = self._written.annotation_on_main
+        on_main = self._annotation_on_main
         wrote = may_write and on_main and await self._write_annotation(plan)
         node = self.cache.node
         condition = self._condition(node, plan, detected)
         stamp = rfc3339(self._clock.now())
-        patch = plan_status_patch(
+        patch = pl.plan_status_patch(
             node, plan, condition=condition, now=stamp, write_addresses=may_write,
             with_annotation=not on_main,
         )  # fmt: skip
         key = ("status", plan.addresses, plan.annotation, condition, may_write)
-        if patch is None or self._writer.is_rejected(key):
+        if patch is None or key == self.cache.rejected:
             return "written" if wrote else "noop"
-        new = await self._write(patch, key)
+        new = await self.cache.write(patch, key)
         if "/status/addresses" in {op["path"] for op in patch.operations}:
             await self._after_address_write(node, new, plan)
         return "written"
@@ -365,15 +313,15 @@ class Reconciler:
         if wait <= 0:
             return False
         self._log.log(V2, "address change settling for %.1fs", wait)
-        self._triggers.fire_later(wait)
+        self.triggers.fire_later(wait)
         return True
 
     async def _after_address_write(self, old: Obj, new: Obj, plan: AddressPlan) -> None:
-        dropped = not self._written.annotation_on_main and owned_annotation(new) != plan.annotation
-        self._state.fight = fight_record_write(
-            self._state.fight, plan.addresses, node_rv(new), self._clock.monotonic()
+        dropped = not self._annotation_on_main and pl.owned_annotation(new) != plan.annotation
+        self._state.fight = ft.fight_record_write(
+            self._state.fight, plan.addresses, pl.node_rv(new), self._clock.monotonic()
         )
-        change = ev.addresses_updated(current_addresses(old), plan.addresses)
+        change = ev.addresses_updated(pl.current_addresses(old), plan.addresses)
         if change is not None:
             self._log.info("addresses updated: %s", change.message)
             self.emit(change, new)
@@ -382,19 +330,19 @@ class Reconciler:
                 "the status write did not store annotation %s (got %r); writing it on the "
                 "Node itself from now on",
                 names.OWNED_ADDRESSES_ANNOTATION,
-                owned_annotation(new),
+                pl.owned_annotation(new),
             )
-            self._written.annotation_on_main = True
+            self._annotation_on_main = True
             await self._write_annotation(plan)
 
     async def _write_annotation(self, plan: AddressPlan) -> bool:
         """The ownership annotation in its own RV-guarded patch of the main resource."""
         assert self.cache.node is not None
-        patch = plan_annotation_patch(self.cache.node, plan)
+        patch = pl.plan_annotation_patch(self.cache.node, plan)
         key = ("annotation", plan.annotation)
-        if patch is None or self._writer.is_rejected(key):
+        if patch is None or key == self.cache.rejected:
             return False
-        await self._write(patch, key)
+        await self.cache.write(patch, key)
         return True
 
     # -------------------------------------------------------------- taint, provider ID
@@ -405,16 +353,16 @@ class Reconciler:
         self._report_gates(node, plan, gates)
         remove = gates.taint.remove
         value = gates.provider.value if gates.provider.kind == "set" else None
-        patch = plan_taint_patch(node, remove_taint=remove, provider_id=value)
+        patch = pl.plan_taint_patch(node, remove_taint=remove, provider_id=value)
         key = ("main", remove, value)
-        if patch is None or self._writer.is_rejected(key):
+        if patch is None or key == self.cache.rejected:
             return "noop"
-        new = await self._write(patch, key)
+        new = await self.cache.write(patch, key)
         if value:
             self._log.info("set spec.providerID to %s", value)
             self.emit(ev.provider_id_set(value), new)
         if remove:
-            self._initialized(new)
+            self._taint_removed(new)
         return "written"
 
     def _report_gates(self, node: Obj, plan: AddressPlan, gates: Gates) -> None:
@@ -429,16 +377,11 @@ class Reconciler:
             if self.emit(spec) and spec.type == "Warning":
                 self._log.warning("%s: %s", spec.reason, spec.message)
 
-    def _initialized(self, node: Obj) -> None:
+    def _taint_removed(self, node: Obj) -> None:
         delay = creation_delay(node, self._clock.now())
-        if node_uid(node) not in self._written.initialized:
-            self._written.initialized.add(node_uid(node))
+        if pl.node_uid(node) not in self._initialized:
+            self._initialized.add(pl.node_uid(node))
             if delay is not None:
                 self._metrics.taint_delay.observe(delay)
         self._log.info("removed taint %s", names.UNINITIALIZED_TAINT)
         self.emit(ev.node_initialized(delay), node)
-
-    async def _write(self, patch: Patch, key: object) -> Obj:
-        """One PATCH; the Node it returns becomes the cached one."""
-        self.cache.node = await self._writer.write(patch, key)
-        return self.cache.node

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -26,6 +26,7 @@ from local_ccm.agent.core.candidates import (
 )
 from local_ccm.agent.core.config import (
     ADDRESS_TYPES,
+    DETECTORS,
     FAMILIES,
     AddressType,
     AgentConfig,
@@ -183,7 +184,7 @@ def _taint_reasons(
 
 def render_text(report: DetectionReport, config: AgentConfig, plan: Plan = None) -> str:
     rows = [["TYPE", "FAMILY", "ADDRESS", "SOURCE", "DETAIL"]]
-    rows += [_detection_row(report, config, kind, f) for kind, f in _detectors()]
+    rows += [_detection_row(report, config, kind, f) for kind, f in DETECTORS]
     lines = _table(rows, _DETECTION_WIDTHS)
     lines.append("CANDIDATES")
     candidates = [
@@ -193,10 +194,6 @@ def render_text(report: DetectionReport, config: AgentConfig, plan: Plan = None)
     if plan is not None:
         lines += _plan_text(plan)
     return "\n".join(lines) + "\n"
-
-
-def _detectors() -> Iterable[tuple[AddressType, Family]]:
-    return ((kind, family) for kind in ADDRESS_TYPES for family in FAMILIES)
 
 
 def _detection_row(
@@ -306,7 +303,7 @@ def _provider_id_text(action: ProviderIDAction) -> str:
 
 def render_json(report: DetectionReport, config: AgentConfig, plan: Plan = None) -> str:
     document = {
-        "detections": [_detection_json(report, config, k, f) for k, f in _detectors()],
+        "detections": [_detection_json(report, config, k, f) for k, f in DETECTORS],
         "candidates": [_candidate_json(report, config, c) for c in report.candidates],
         "plan": _plan_json(plan),
     }
