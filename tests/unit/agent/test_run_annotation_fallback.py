@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +17,7 @@ from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.run import Agent
 from tests.fakes import FakeClock
 from tests.unit.agent.builders import EXT4, INT4, found
-from tests.unit.agent.fakes import FakeDetector, FakeNodeApi
+from tests.unit.agent.fakes import FakeDetector, FakeNodeApi, run, start_loop, stop
 from tests.unit.agent.test_run_loop import BOTH, CONFIG, SETTINGS, tainted_node
 
 Obj = dict[str, Any]
@@ -40,10 +39,6 @@ class MetadataDroppingApi(FakeNodeApi):
 
 def _is_metadata_write(op: Obj) -> bool:
     return op["op"] != "test" and str(op["path"]).startswith("/metadata/")
-
-
-def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(scenario())
 
 
 def writes(api: MetadataDroppingApi) -> list[str]:
@@ -68,15 +63,9 @@ def owned(api: FakeNodeApi) -> str | None:
 
 async def started(api: FakeNodeApi, detector: FakeDetector, clock: FakeClock) -> asyncio.Task[int]:
     agent = Agent(SETTINGS, CONFIG, api, detector, clock=clock, metrics=AgentMetrics())
-    task = asyncio.get_running_loop().create_task(agent.run_loop(check_access=False))
-    await clock.run_until(lambda: agent.health.first_pass, timeout=5)
+    task = await start_loop(agent, clock)
     await clock.advance(0)
     return task
-
-
-async def stop(task: asyncio.Task[int]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
 
 
 def errors(caplog: pytest.LogCaptureFixture) -> list[str]:

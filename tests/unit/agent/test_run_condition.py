@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
 from dataclasses import replace
-from typing import Any
 
 import pytest
 
@@ -21,17 +19,13 @@ from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.run import Agent
 from tests.fakes import FakeClock
 from tests.unit.agent.builders import EXT4, addrs, detections, found
-from tests.unit.agent.fakes import FakeDetector, FakeNodeApi
+from tests.unit.agent.fakes import FakeDetector, FakeNodeApi, run, start_loop, stop
 from tests.unit.agent.test_run_loop import SETTINGS, tainted_node
 
 EXTERNAL_ONLY = AgentConfig(  # the original's documented default: ExternalIP detection only
     internal=TypeSettings(), external=TypeSettings(targets=(found("203.0.113.1").address,))
 )
 EXT: dict[DetectorKey, Detection] = {EXT4: found("198.51.100.10")}
-
-
-def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(scenario())
 
 
 def condition(api: FakeNodeApi) -> tuple[str, str]:
@@ -46,15 +40,9 @@ async def started(
     config: AgentConfig, api: FakeNodeApi, clock: FakeClock
 ) -> tuple[Agent, asyncio.Task[int]]:
     agent = Agent(SETTINGS, config, api, FakeDetector(EXT), clock=clock, metrics=AgentMetrics())
-    task = asyncio.get_running_loop().create_task(agent.run_loop(check_access=False))
-    await clock.run_until(lambda: agent.health.first_pass, timeout=5)
+    task = await start_loop(agent, clock)
     await clock.advance(2)
     return agent, task
-
-
-async def stop(task: asyncio.Task[int]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
 
 
 def no_internal_warnings(caplog: pytest.LogCaptureFixture) -> int:

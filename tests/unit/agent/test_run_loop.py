@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
 from typing import Any
 
 from local_ccm import names
@@ -15,7 +14,7 @@ from local_ccm.agent.nodeapi import ConflictError, InvalidError, TransientError
 from local_ccm.agent.run import EXIT_PRECONDITION, Agent, LoopSettings
 from tests.fakes import FakeClock
 from tests.unit.agent.builders import EXT4, INT4, UNINITIALIZED, found, no_route, node
-from tests.unit.agent.fakes import FakeDetector, FakeNodeApi
+from tests.unit.agent.fakes import FakeDetector, FakeNodeApi, run, start_loop, stop
 
 CONFIG = AgentConfig(
     internal=TypeSettings(targets=(found("192.0.2.1").address,)),
@@ -25,10 +24,6 @@ SETTINGS = LoopSettings(
     node_name="n1", reconcile_interval=1.0, resync_interval=60.0, settle_time=1.0
 )
 BOTH: dict[DetectorKey, Detection] = {INT4: found("192.0.2.10"), EXT4: found("198.51.100.10")}
-
-
-def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(scenario())
 
 
 def make(
@@ -45,15 +40,9 @@ async def started(
     api: FakeNodeApi, detector: FakeDetector, clock: FakeClock
 ) -> tuple[Agent, asyncio.Task[int]]:
     agent = make(api, detector, clock)
-    task = asyncio.get_running_loop().create_task(agent.run_loop(check_access=False))
-    await clock.run_until(lambda: agent.health.first_pass, timeout=5)
+    task = await start_loop(agent, clock)
     await clock.advance(0)
     return agent, task
-
-
-async def stop(task: asyncio.Task[int]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
 
 
 def paths(patch: Patch) -> list[str]:
@@ -107,8 +96,7 @@ def test_a_burst_of_triggers_is_debounced_into_one_pass() -> None:
         api.put(tainted_node())
         settings = LoopSettings(node_name="n1", reconcile_interval=100.0, resync_interval=600.0)
         agent = make(api, detector, clock, settings)
-        task = asyncio.get_running_loop().create_task(agent.run_loop(check_access=False))
-        await clock.run_until(lambda: agent.health.first_pass, timeout=5)
+        task = await start_loop(agent, clock)
         await clock.advance(2)
         runs = detector.runs
         for _ in range(5):
@@ -129,8 +117,7 @@ def test_a_continuous_burst_still_passes_at_most_one_second_after_its_first_trig
         api.put(tainted_node())
         settings = LoopSettings(node_name="n1", reconcile_interval=100.0, resync_interval=600.0)
         agent = make(api, detector, clock, settings)
-        task = asyncio.get_running_loop().create_task(agent.run_loop(check_access=False))
-        await clock.run_until(lambda: agent.health.first_pass, timeout=5)
+        task = await start_loop(agent, clock)
         await clock.advance(2)
         runs = detector.runs
         for _ in range(15):  # a trigger every 100 ms for 1.5 s

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from local_ccm.agent.core.plan import Patch
 from local_ccm.agent.metrics import AgentMetrics
@@ -16,7 +15,7 @@ from local_ccm.agent.providerid import AzureImds, ProviderIdError
 from local_ccm.agent.run import Agent, build_agent
 from local_ccm.kube.config import ClusterConfig
 from tests.fakes import FakeClock
-from tests.unit.agent.fakes import FakeDetector, FakeNodeApi
+from tests.unit.agent.fakes import FakeDetector, FakeNodeApi, run, start_loop, stop
 from tests.unit.agent.test_run_loop import BOTH, CONFIG, SETTINGS, tainted_node
 
 AZURE_ID = "azure:///subscriptions/s-1/resourceGroups/rg/providers/Microsoft.Compute/vm/n1"
@@ -45,10 +44,6 @@ def http_500() -> ProviderIdError:
     return ProviderIdError("HTTP 500 Internal Server Error", transport=False)
 
 
-def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(scenario())
-
-
 def agent_with(source: ScriptedSource, api: FakeNodeApi, clock: FakeClock) -> Agent:
     return Agent(
         SETTINGS,
@@ -63,15 +58,9 @@ def agent_with(source: ScriptedSource, api: FakeNodeApi, clock: FakeClock) -> Ag
 
 
 async def started(agent: Agent, clock: FakeClock) -> asyncio.Task[int]:
-    task = asyncio.get_running_loop().create_task(agent.run_loop(check_access=False))
-    await clock.run_until(lambda: agent.health.first_pass, timeout=60)
+    task = await start_loop(agent, clock, timeout=60)
     await clock.advance(0)
     return task
-
-
-async def stop(task: asyncio.Task[int]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
 
 
 def main_patches(api: FakeNodeApi) -> list[Patch]:

@@ -6,21 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Coroutine
-from typing import Any
 
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.nodeapi import TransientError
 from local_ccm.agent.run import Agent, LoopSettings
 from tests.fakes import FakeClock
-from tests.unit.agent.fakes import FakeDetector, FakeNodeApi
+from tests.unit.agent.fakes import FakeDetector, FakeNodeApi, run, start_loop, stop
 from tests.unit.agent.test_run_loop import BOTH, CONFIG, tainted_node
 
 QUIET = LoopSettings(node_name="n1", reconcile_interval=100.0, resync_interval=3600.0)
-
-
-def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(scenario())
 
 
 async def started(api: FakeNodeApi, clock: FakeClock) -> tuple[Agent, asyncio.Task[int]]:
@@ -28,15 +22,9 @@ async def started(api: FakeNodeApi, clock: FakeClock) -> tuple[Agent, asyncio.Ta
         QUIET, CONFIG, api, FakeDetector(BOTH), clock=clock, metrics=AgentMetrics(),
         rng=random.Random(3),
     )  # fmt: skip
-    task = asyncio.get_running_loop().create_task(agent.run_loop(check_access=False))
-    await clock.run_until(lambda: agent.health.first_pass, timeout=5)
+    task = await start_loop(agent, clock)
     await clock.advance(2)
     return agent, task
-
-
-async def stop(task: asyncio.Task[int]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
 
 
 def end_stream(api: FakeNodeApi, item: TransientError | None = None) -> None:

@@ -39,8 +39,7 @@ from local_ccm.agent.core.gates import (
     TaintDecision,
     decide_taint,
     desired_condition,
-    provider_id_action,
-    render_provider_id,
+    desired_provider_id,
 )
 from local_ccm.agent.core.plan import (
     Condition,
@@ -124,8 +123,7 @@ def plan_node(
     lands (gate 2); Azure IMDS is not queried in detect mode and never blocks."""
     addresses = plan_addresses(node, detected, config)
     template = provider_id
-    desired_id = render_provider_id(template, node) if template else None
-    action = provider_id_action(node, desired_id, configured=bool(template))
+    action = desired_provider_id(node, template=template, fetched=None)
     blocks = action.kind == "unavailable"
     tainted = is_tainted(node)
     taint = decide_taint(
