@@ -16,35 +16,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from local_ccm import names
+from local_ccm.agent import nodeapi as na
 from local_ccm.agent.core import events as ev
 from local_ccm.agent.core import fight as ft
 from local_ccm.agent.core import plan as pl
+from local_ccm.agent.core import timing
 from local_ccm.agent.core.addresses import AddressPlan
 from local_ccm.agent.core.candidates import Detection, DetectorKey
 from local_ccm.agent.core.config import INTERNAL, AgentConfig, LoopSettings, family_name
-from local_ccm.agent.core.gates import (
-    Gates,
-    advise_no_internal_ip,
-    decide_gates,
-    desired_condition,
-)
+from local_ccm.agent.core.gates import Gates, advise_no_internal_ip, decide_gates, desired_condition
 from local_ccm.agent.core.passes import creation_delay, gate_report, plan_settle
-from local_ccm.agent.core.timing import (
-    API_BACKOFF,
-    MAX_CONFLICTS,
-    NO_INTERNAL_IP_WARNING_EVERY,
-    Settle,
-    is_due,
-)
 from local_ccm.agent.metrics import BLOCK_REASONS, AgentMetrics
-from local_ccm.agent.nodeapi import (
-    ConflictError,
-    ForbiddenError,
-    InvalidError,
-    NodeApi,
-    NodeApiError,
-    NotFoundError,
-)
 from local_ccm.agent.nodecache import NodeCache
 from local_ccm.agent.triggers import Health, Triggers
 from local_ccm.clock import Clock
@@ -64,7 +46,7 @@ class NodeState:
 
     fight: ft.FightState = field(default_factory=ft.FightState)
     conflict_manager: str | None = None  # set while address writes pause for a fight
-    settle: Settle | None = None
+    settle: timing.Settle | None = None
 
 
 @dataclass
@@ -74,7 +56,7 @@ class Retry:
 
     failures: int = 0
     until: float = 0.0
-    last_error: NodeApiError | None = None
+    last_error: na.NodeApiError | None = None
 
 
 class Reconciler:
@@ -82,7 +64,7 @@ class Reconciler:
     (``health``, ``events``). ``fetched_provider_id`` comes from instance metadata."""
 
     def __init__(
-        self, settings: LoopSettings, config: AgentConfig, api: NodeApi, detect: DetectFn, *,
+        self, settings: LoopSettings, config: AgentConfig, api: na.NodeApi, detect: DetectFn, *,
         clock: Clock, metrics: AgentMetrics, rng: random.Random,
     ) -> None:  # fmt: skip
         self.settings, self.config, self._detect = settings, config, detect
@@ -93,7 +75,7 @@ class Reconciler:
         self.triggers = Triggers(clock, settings.debounce_quiet, settings.debounce_max)
         self.events = EventOutbox(
             api, clock, Reporter(names.AGENT, name, host=name), namespace=settings.event_namespace,
-            budget=ev.budget(), errors=(NodeApiError,),
+            budget=ev.budget(), errors=(na.NodeApiError,),
         )  # fmt: skip
         self.cache = NodeCache(
             api, name, clock=clock, rng=rng, metrics=metrics, health=self.health,
@@ -148,7 +130,7 @@ class Reconciler:
             if self._clock.monotonic() < self.retry.until and "retry" not in triggers:
                 return "deferred"  # backing off: ticks and watch echoes must not retry early
             return await self._reconcile(detected)
-        except NodeApiError as exc:
+        except na.NodeApiError as exc:
             return self._on_error(exc)
 
     def _observe_detection(self, detected: Detected) -> None:
@@ -163,10 +145,10 @@ class Reconciler:
         self.detected = detected
 
     async def _reconcile(self, detected: Detected) -> str:
-        for _ in range(MAX_CONFLICTS):
+        for _ in range(timing.MAX_CONFLICTS):
             try:
                 outcome = await self._reconcile_once(detected)
-            except ConflictError:
+            except na.ConflictError:
                 await self.cache.relist()  # re-read and recompute from scratch; never resend
                 if self.cache.node is None:
                     return "noop"
@@ -174,21 +156,21 @@ class Reconciler:
             self.retry.failures = 0
             self.health.forbidden = None
             return outcome
-        self._log.warning("%d conflicts in a row; backing off", MAX_CONFLICTS)
-        self.retry.last_error = ConflictError("too many conflicts")
+        self._log.warning("%d conflicts in a row; backing off", timing.MAX_CONFLICTS)
+        self.retry.last_error = na.ConflictError("too many conflicts")
         self._back_off(None)
         return "failed"
 
-    def _on_error(self, exc: NodeApiError) -> str:
+    def _on_error(self, exc: na.NodeApiError) -> str:
         """The error policy for everything but conflicts: an invalid patch waits for new inputs,
         forbidden and transient errors back off."""
         self.retry.last_error = exc
-        if isinstance(exc, NotFoundError):
+        if isinstance(exc, na.NotFoundError):
             self.cache.gone()
             return "noop"
-        if isinstance(exc, InvalidError):
+        if isinstance(exc, na.InvalidError):
             return "failed"  # not retried until the inputs change (NodeCache.rejected)
-        if isinstance(exc, ForbiddenError):
+        if isinstance(exc, na.ForbiddenError):
             self.health.forbidden = exc.message
             self._log.error("write forbidden: %s", exc.message)
         else:
@@ -197,7 +179,7 @@ class Reconciler:
         return "failed"
 
     def _back_off(self, retry_after: float | None) -> None:
-        delay = API_BACKOFF.next_delay(self.retry.failures, retry_after, self._rng)
+        delay = timing.API_BACKOFF.next_delay(self.retry.failures, retry_after, self._rng)
         self.retry.failures += 1
         self.retry.until = self._clock.monotonic() + delay
         self._log.log(V2, "retrying in %.1fs", delay)
@@ -220,11 +202,12 @@ class Reconciler:
     def _after_pass(self, plan: AddressPlan) -> None:
         node = self.cache.node
         assert node is not None
-        if pl.addresses_match(node, plan) and not pl.is_tainted(node):
+        tainted = pl.is_tainted(node)
+        if pl.addresses_match(node, plan) and not tainted:
             self._metrics.last_sync.set(self._clock.now().timestamp())
-        now, every = self._clock.monotonic(), NO_INTERNAL_IP_WARNING_EVERY
+        now, every = self._clock.monotonic(), timing.NO_INTERNAL_IP_WARNING_EVERY
         no_internal = not any(a.type == INTERNAL for a in pl.current_addresses(node))
-        if no_internal and not pl.is_tainted(node) and is_due(self._no_ip_warned_at, now, every):
+        if no_internal and not tainted and timing.is_due(self._no_ip_warned_at, now, every):
             self._no_ip_warned_at = now
             self._log.warning(
                 "the Node is initialised without an InternalIP (NoInternalIP): %s",
