@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -176,8 +177,14 @@ class FakeDetector:
 
 
 # ------------------------------------------------------------------ driving the loop
-def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(scenario())
+def run_async(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """A coroutine test as a plain one: pytest passes its fixtures, ``asyncio.run`` awaits it."""
+
+    @functools.wraps(test)
+    def sync(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(test(*args, **kwargs))
+
+    return sync
 
 
 async def start_loop(agent: Agent, clock: FakeClock, *, timeout: float = 5) -> asyncio.Task[int]:

@@ -19,7 +19,7 @@ from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.run import Agent
 from tests.fakes import FakeClock
 from tests.unit.agent.builders import EXT4, addrs, detections, found
-from tests.unit.agent.fakes import FakeDetector, FakeNodeApi, run, start_loop, stop
+from tests.unit.agent.fakes import FakeDetector, FakeNodeApi, run_async, start_loop, stop
 from tests.unit.agent.test_run_loop import SETTINGS, tainted_node
 
 EXTERNAL_ONLY = AgentConfig(  # the original's documented default: ExternalIP detection only
@@ -73,50 +73,46 @@ def test_no_internal_ip_when_there_is_no_ip_at_all() -> None:
 
 
 # ------------------------------------------------------------------ in the loop
-def test_an_external_only_node_is_initialised_with_condition_true_and_one_warning(
+@run_async
+async def test_an_external_only_node_is_initialised_with_condition_true_and_one_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    async def scenario() -> None:
-        api, clock = FakeNodeApi("n1"), FakeClock()
-        api.put(tainted_node())
-        with caplog.at_level(logging.WARNING):
-            _agent, task = await started(EXTERNAL_ONLY, api, clock)
-            assert api.node is not None
-            assert not api.node["spec"].get("taints")
-            assert condition(api) == ("True", "AddressesSynced")
-            assert no_internal_warnings(caplog) == 1
-            await clock.advance(300)  # passes on every tick: still one warning
-            assert no_internal_warnings(caplog) == 1
-            await clock.advance(301)  # once per 10 min
-            assert no_internal_warnings(caplog) == 2
-        assert "InitializationBlocked" not in api.reasons()
-        await stop(task)
-
-    run(scenario)
-
-
-def test_require_internal_ip_holds_an_external_only_node_with_no_internal_ip() -> None:
-    async def scenario() -> None:
-        api, clock = FakeNodeApi("n1"), FakeClock()
-        api.put(tainted_node())
-        agent, task = await started(replace(EXTERNAL_ONLY, require_internal_ip=True), api, clock)
+    api, clock = FakeNodeApi("n1"), FakeClock()
+    api.put(tainted_node())
+    with caplog.at_level(logging.WARNING):
+        _agent, task = await started(EXTERNAL_ONLY, api, clock)
         assert api.node is not None
-        assert api.node["spec"]["taints"]
-        assert condition(api) == ("False", "NoInternalIP")
-        assert "InitializationBlocked" in api.reasons()
-        assert agent.metrics.blocked.labels("no_internal_ip")._value.get() == 1
-        await stop(task)
+        assert not api.node["spec"].get("taints")
+        assert condition(api) == ("True", "AddressesSynced")
+        assert no_internal_warnings(caplog) == 1
+        await clock.advance(300)  # passes on every tick: still one warning
+        assert no_internal_warnings(caplog) == 1
+        await clock.advance(301)  # once per 10 min
+        assert no_internal_warnings(caplog) == 2
+    assert "InitializationBlocked" not in api.reasons()
+    await stop(task)
 
-    run(scenario)
+
+@run_async
+async def test_require_internal_ip_holds_an_external_only_node_with_no_internal_ip() -> None:
+    api, clock = FakeNodeApi("n1"), FakeClock()
+    api.put(tainted_node())
+    agent, task = await started(replace(EXTERNAL_ONLY, require_internal_ip=True), api, clock)
+    assert api.node is not None
+    assert api.node["spec"]["taints"]
+    assert condition(api) == ("False", "NoInternalIP")
+    assert "InitializationBlocked" in api.reasons()
+    assert agent.metrics.blocked.labels("no_internal_ip")._value.get() == 1
+    await stop(task)
 
 
-def test_with_remove_taint_false_a_tainted_external_only_node_is_not_reported_as_held() -> None:
-    async def scenario() -> None:
-        api, clock = FakeNodeApi("n1"), FakeClock()
-        api.put(tainted_node())
-        config = replace(EXTERNAL_ONLY, remove_taint=False, require_internal_ip=True)
-        _agent, task = await started(config, api, clock)
-        assert condition(api) == ("True", "AddressesSynced")  # nothing holds the taint
-        await stop(task)
-
-    run(scenario)
+@run_async
+async def test_with_remove_taint_false_a_tainted_external_only_node_is_not_reported_as_held() -> (
+    None
+):
+    api, clock = FakeNodeApi("n1"), FakeClock()
+    api.put(tainted_node())
+    config = replace(EXTERNAL_ONLY, remove_taint=False, require_internal_ip=True)
+    _agent, task = await started(config, api, clock)
+    assert condition(api) == ("True", "AddressesSynced")  # nothing holds the taint
+    await stop(task)
