@@ -16,19 +16,12 @@ from functools import partial
 from typing import Any, TypeVar
 
 from local_ccm import names
+from local_ccm.agent import nodeapi as na
 from local_ccm.agent.core.config import AgentConfig, LoopSettings
 from local_ccm.agent.core.passes import unmet_run_once
 from local_ccm.agent.core.plan import plan_addresses
 from local_ccm.agent.core.timing import API_BACKOFF, MONITOR_BACKOFF
 from local_ccm.agent.metrics import AgentMetrics
-from local_ccm.agent.nodeapi import (
-    ConflictError,
-    ForbiddenError,
-    NodeApi,
-    NodeApiError,
-    TransientError,
-    UnauthorizedError,
-)
 from local_ccm.agent.providerid import ProviderIdSource, fetch_provider_id
 from local_ccm.agent.reconcile import Detected, DetectFn, Reconciler
 from local_ccm.clock import Clock, SystemClock
@@ -70,7 +63,7 @@ class Agent:
         self,
         settings: LoopSettings,
         config: AgentConfig,
-        api: NodeApi,
+        api: na.NodeApi,
         detect: DetectFn,
         *,
         clock: Clock | None = None,
@@ -179,9 +172,9 @@ class Agent:
         while True:
             try:
                 return await call()
-            except (UnauthorizedError, ForbiddenError) as exc:
+            except (na.UnauthorizedError, na.ForbiddenError) as exc:
                 raise PreconditionError(f"{what} was refused: {exc.message}") from exc
-            except NodeApiError as exc:
+            except na.NodeApiError as exc:
                 delay = API_BACKOFF.next_delay(failures, exc.retry_after, self.rng)
                 failures += 1
                 self._log.warning("%s failed (%s); retry in %.1fs", what, exc, delay)
@@ -215,7 +208,7 @@ class Agent:
         for attempt in range(RUN_ONCE_TRANSIENT_RETRIES + 1):
             try:
                 await passes.cache.relist()
-            except NodeApiError as exc:
+            except na.NodeApiError as exc:
                 passes.retry.last_error = exc
             else:
                 if passes.cache.node is None:
@@ -224,7 +217,7 @@ class Agent:
                 passes.retry.until = 0.0  # run-once keeps its own retry count
                 await passes.run_pass(["startup"])
             error = passes.retry.last_error
-            if not isinstance(error, TransientError | ConflictError):
+            if not isinstance(error, na.TransientError | na.ConflictError):
                 break
             await self.clock.sleep(API_BACKOFF.next_delay(attempt, error.retry_after, self.rng))
         await self.events.flush(5.0)

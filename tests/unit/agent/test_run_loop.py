@@ -36,6 +36,13 @@ def tainted_node() -> dict[str, Any]:
     return node("", taints=[UNINITIALIZED])
 
 
+def tainted() -> tuple[FakeNodeApi, FakeDetector, FakeClock]:
+    """A tainted Node ``n1``, both detectors finding an address, a fake clock."""
+    api = FakeNodeApi("n1")
+    api.put(tainted_node())
+    return api, FakeDetector(BOTH), FakeClock()
+
+
 async def started(
     api: FakeNodeApi, detector: FakeDetector, clock: FakeClock
 ) -> tuple[Agent, asyncio.Task[int]]:
@@ -58,8 +65,7 @@ def addresses(api: FakeNodeApi) -> list[tuple[str, str]]:
 async def test_startup_lists_writes_addresses_then_removes_taint_then_watches_from_the_write() -> (
     None
 ):
-    api, detector, clock = FakeNodeApi("n1"), FakeDetector(BOTH), FakeClock()
-    api.put(tainted_node())
+    api, detector, clock = tainted()
     _agent, task = await started(api, detector, clock)
     assert api.calls[0] == "list"
     assert [p.subresource for p in api.patches] == ["status", None]
@@ -75,8 +81,7 @@ async def test_startup_lists_writes_addresses_then_removes_taint_then_watches_fr
 
 @run_async
 async def test_ticks_make_no_api_request_when_nothing_changed() -> None:
-    api, detector, clock = FakeNodeApi("n1"), FakeDetector(BOTH), FakeClock()
-    api.put(tainted_node())
+    api, detector, clock = tainted()
     agent, task = await started(api, detector, clock)
     await clock.advance(5)  # let the echo of our writes and the Events settle
     before, runs = api.api_calls(), detector.runs
@@ -90,8 +95,7 @@ async def test_ticks_make_no_api_request_when_nothing_changed() -> None:
 
 @run_async
 async def test_a_burst_of_triggers_is_debounced_into_one_pass() -> None:
-    api, detector, clock = FakeNodeApi("n1"), FakeDetector(BOTH), FakeClock()
-    api.put(tainted_node())
+    api, detector, clock = tainted()
     settings = LoopSettings(node_name="n1", reconcile_interval=100.0, resync_interval=600.0)
     agent = make(api, detector, clock, settings)
     task = await start_loop(agent, clock)
@@ -109,8 +113,7 @@ async def test_a_burst_of_triggers_is_debounced_into_one_pass() -> None:
 
 @run_async
 async def test_a_continuous_burst_still_passes_at_most_one_second_after_its_first_trigger() -> None:
-    api, detector, clock = FakeNodeApi("n1"), FakeDetector(BOTH), FakeClock()
-    api.put(tainted_node())
+    api, detector, clock = tainted()
     settings = LoopSettings(node_name="n1", reconcile_interval=100.0, resync_interval=600.0)
     agent = make(api, detector, clock, settings)
     task = await start_loop(agent, clock)
@@ -125,8 +128,7 @@ async def test_a_continuous_burst_still_passes_at_most_one_second_after_its_firs
 
 @run_async
 async def test_conflict_rereads_and_recomputes_and_never_resends_the_stale_patch() -> None:
-    api, detector, clock = FakeNodeApi("n1"), FakeDetector(BOTH), FakeClock()
-    api.put(tainted_node())
+    api, detector, clock = tainted()
     raced: list[bool] = []
 
     def racer(fake: FakeNodeApi) -> None:
@@ -150,8 +152,7 @@ async def test_conflict_rereads_and_recomputes_and_never_resends_the_stale_patch
 
 @run_async
 async def test_five_conflicts_in_a_row_fall_back_to_backoff() -> None:
-    api, detector, clock = FakeNodeApi("n1"), FakeDetector(BOTH), FakeClock()
-    api.put(tainted_node())
+    api, detector, clock = tainted()
     api.fail_next = [ConflictError("conflict", status=409) for _ in range(5)]
     agent, task = await started(api, detector, clock)
     assert api.calls.count("patch status") == 5
@@ -164,8 +165,7 @@ async def test_five_conflicts_in_a_row_fall_back_to_backoff() -> None:
 
 @run_async
 async def test_transient_error_is_retried_after_a_backoff_honouring_retry_after() -> None:
-    api, detector, clock = FakeNodeApi("n1"), FakeDetector(BOTH), FakeClock()
-    api.put(tainted_node())
+    api, detector, clock = tainted()
     api.fail_next = [TransientError("busy", status=429, retry_after=7.0)]
     _agent, task = await started(api, detector, clock)
     assert api.calls.count("patch status") == 1
@@ -178,8 +178,7 @@ async def test_transient_error_is_retried_after_a_backoff_honouring_retry_after(
 
 @run_async
 async def test_an_invalid_write_is_not_retried_until_the_inputs_change() -> None:
-    api, detector, clock = FakeNodeApi("n1"), FakeDetector(BOTH), FakeClock()
-    api.put(tainted_node())
+    api, detector, clock = tainted()
     api.fail_next = [InvalidError("Node is invalid", status=422)]
     _agent, task = await started(api, detector, clock)
     await clock.advance(10)
@@ -193,8 +192,7 @@ async def test_an_invalid_write_is_not_retried_until_the_inputs_change() -> None
 
 @run_async
 async def test_a_replacement_is_written_only_after_the_settle_time() -> None:
-    api, detector, clock = FakeNodeApi("n1"), FakeDetector(BOTH), FakeClock()
-    api.put(tainted_node())
+    api, detector, clock = tainted()
     agent, task = await started(api, detector, clock)
     await clock.advance(3)
     writes = api.calls.count("patch status")
@@ -210,8 +208,7 @@ async def test_a_replacement_is_written_only_after_the_settle_time() -> None:
 
 @run_async
 async def test_an_address_dropped_and_readded_within_the_settle_time_is_never_written() -> None:
-    api, detector, clock = FakeNodeApi("n1"), FakeDetector(BOTH), FakeClock()
-    api.put(tainted_node())
+    api, detector, clock = tainted()
     agent, task = await started(api, detector, clock)
     await clock.advance(3)
     before = agent.metrics.writes.labels("addresses", "success")._value.get()
@@ -229,8 +226,7 @@ async def test_an_address_dropped_and_readded_within_the_settle_time_is_never_wr
 
 @run_async
 async def test_a_failed_detector_keeps_the_last_good_address_and_reports_the_failure_once() -> None:
-    api, detector, clock = FakeNodeApi("n1"), FakeDetector(BOTH), FakeClock()
-    api.put(tainted_node())
+    api, detector, clock = tainted()
     _agent, task = await started(api, detector, clock)
     detector.set({INT4: found("192.0.2.10"), EXT4: no_route()})
     await clock.advance(5)
@@ -249,8 +245,7 @@ async def test_a_failed_detector_keeps_the_last_good_address_and_reports_the_fai
 
 @run_async
 async def test_node_deleted_sends_nothing_and_a_recreated_node_is_initialised() -> None:
-    api, detector, clock = FakeNodeApi("n1"), FakeDetector(BOTH), FakeClock()
-    api.put(tainted_node())
+    api, detector, clock = tainted()
     agent, task = await started(api, detector, clock)
     await clock.advance(2)
     api.put(None)
@@ -272,8 +267,7 @@ async def test_node_deleted_sends_nothing_and_a_recreated_node_is_initialised() 
 
 @run_async
 async def test_missing_permissions_exit_4() -> None:
-    api, detector, clock = FakeNodeApi("n1"), FakeDetector(BOTH), FakeClock()
-    api.put(tainted_node())
+    api, detector, clock = tainted()
     api.denied = {"patch nodes/status", "create events"}
     agent = make(api, detector, clock)
     assert await agent.run_loop() == EXIT_PRECONDITION
@@ -282,8 +276,7 @@ async def test_missing_permissions_exit_4() -> None:
 
 @run_async
 async def test_an_unreachable_api_server_during_the_permission_check_is_waited_for() -> None:
-    api, detector, clock = FakeNodeApi("n1"), FakeDetector(BOTH), FakeClock()
-    api.put(tainted_node())
+    api, detector, clock = tainted()
     api.ssar_fail_next = [TransientError("connection refused", status=0) for _ in range(3)]
     agent = make(api, detector, clock)
     task = asyncio.get_running_loop().create_task(agent.run_loop())
@@ -297,8 +290,7 @@ async def test_an_unreachable_api_server_during_the_permission_check_is_waited_f
 
 @run_async
 async def test_run_once_succeeds_when_the_final_state_is_reached() -> None:
-    api, detector, clock = FakeNodeApi("n1"), FakeDetector(BOTH), FakeClock()
-    api.put(tainted_node())
+    api, detector, clock = tainted()
     assert await make(api, detector, clock).run_once() == 0
     assert api.node is not None
     assert not api.node["spec"].get("taints")
@@ -317,8 +309,7 @@ async def test_run_once_fails_without_any_address_and_for_a_missing_node() -> No
 
 @run_async
 async def test_run_once_retries_transient_errors_a_bounded_number_of_times() -> None:
-    api, detector, clock = FakeNodeApi("n1"), FakeDetector(BOTH), FakeClock()
-    api.put(tainted_node())
+    api, detector, clock = tainted()
     api.fail_next = [TransientError("down", status=503) for _ in range(10)]
     agent = make(api, detector, clock)
     task = asyncio.get_running_loop().create_task(agent.run_once())
