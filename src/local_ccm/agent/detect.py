@@ -17,6 +17,7 @@ from local_ccm import netlink
 from local_ccm.agent.core.candidates import (
     DISABLED,
     Candidate,
+    Detected,
     Detection,
     DetectorKey,
     Failed,
@@ -68,7 +69,7 @@ class KernelNetlink:
 class DetectionReport:
     """One pass of detection: a result per (type, family) plus what detect mode prints."""
 
-    results: Mapping[DetectorKey, Detection]  # all four detectors, Disabled included
+    results: Detected  # all four detectors, Disabled included
     candidates: tuple[Candidate, ...]
     verdicts: Mapping[AddressType, tuple[Verdict, ...]]  # hygiene per type, for detect mode
     lookups: Mapping[IPAddress, RouteLookup | LookupFailed]

@@ -17,13 +17,14 @@ from typing import Any, TypeVar
 
 from local_ccm import names
 from local_ccm.agent import nodeapi as na
+from local_ccm.agent.core.candidates import Detected
 from local_ccm.agent.core.config import AgentConfig, LoopSettings
 from local_ccm.agent.core.passes import unmet_run_once
 from local_ccm.agent.core.plan import plan_addresses
 from local_ccm.agent.core.timing import API_BACKOFF, MONITOR_BACKOFF
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.providerid import ProviderIdSource, fetch_provider_id
-from local_ccm.agent.reconcile import Detected, DetectFn, Reconciler
+from local_ccm.agent.reconcile import DetectFn, Reconciler
 from local_ccm.clock import Clock, SystemClock
 from local_ccm.logs import kv
 from local_ccm.netlink import Change

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,7 @@ from local_ccm.agent.core import fight as ft
 from local_ccm.agent.core import plan as pl
 from local_ccm.agent.core import timing
 from local_ccm.agent.core.addresses import AddressPlan
-from local_ccm.agent.core.candidates import Detection, DetectorKey
+from local_ccm.agent.core.candidates import Detected
 from local_ccm.agent.core.config import INTERNAL, AgentConfig, LoopSettings, family_name
 from local_ccm.agent.core.gates import Gates, advise_no_internal_ip, decide_gates, desired_condition
 from local_ccm.agent.core.passes import creation_delay, gate_report, plan_settle
@@ -36,7 +36,6 @@ from local_ccm.runtime.outbox import EventOutbox
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
-Detected = Mapping[DetectorKey, Detection]
 DetectFn = Callable[[], Awaitable[Detected]]
 
 

@@ -6,12 +6,12 @@ Pure, no I/O, no clock. ``decide_gates`` is the one call a pass (and detect mode
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from local_ccm.agent.core.addresses import AddressPlan, Finding, NodeAddress
-from local_ccm.agent.core.candidates import Detection, DetectorKey, Failed
+from local_ccm.agent.core.candidates import Detected, Failed
 from local_ccm.agent.core.config import EXTERNAL, INTERNAL, AgentConfig, IPAddress, family_name
 from local_ccm.agent.core.plan import Condition, Obj, addresses_match, is_tainted, node_inputs
 
@@ -153,7 +153,7 @@ _REASON_ORDER = (
 
 def desired_condition(
     plan: AddressPlan,
-    detected: Mapping[DetectorKey, Detection],
+    detected: Detected,
     *,
     blocked: Sequence[BlockReason] = (),
     conflict_manager: str | None = None,

@@ -14,7 +14,7 @@ from typing import Any, get_args
 from local_ccm import names
 from local_ccm.agent.core import events as ev
 from local_ccm.agent.core.addresses import AddressPlan, parse_owned
-from local_ccm.agent.core.candidates import Detection, DetectorKey, Disabled, Found
+from local_ccm.agent.core.candidates import Detected, Disabled, Found
 from local_ccm.agent.core.config import FAMILIES, AgentConfig, family_name
 from local_ccm.agent.core.gates import BlockReason, Gates
 from local_ccm.agent.core.plan import Patch, addresses_match, current_addresses, is_tainted
@@ -22,7 +22,6 @@ from local_ccm.agent.core.timing import Settle, settle_step
 from local_ccm.runtime.events import EventSpec
 
 Obj = Mapping[str, Any]
-Detected = Mapping[DetectorKey, Detection]
 BLOCK_REASONS: tuple[BlockReason, ...] = get_args(BlockReason)
 
 

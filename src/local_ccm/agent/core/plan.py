@@ -25,7 +25,7 @@ from local_ccm.agent.core.addresses import (
     parse_owned,
     parse_provided,
 )
-from local_ccm.agent.core.candidates import Detection, DetectorKey
+from local_ccm.agent.core.candidates import Detected
 from local_ccm.agent.core.config import AgentConfig, IPAddress
 
 Obj = Mapping[str, Any]
@@ -92,9 +92,7 @@ def node_inputs(node: Obj) -> NodeInputs:
     return NodeInputs(current_addresses(node), provided, owned, (*bad_provided, *bad_owned))
 
 
-def plan_addresses(
-    node: Obj, detected: Mapping[DetectorKey, Detection], config: AgentConfig
-) -> AddressPlan:
+def plan_addresses(node: Obj, detected: Detected, config: AgentConfig) -> AddressPlan:
     """desired_addresses() for this Node, with the annotation-parsing findings first."""
     inputs = node_inputs(node)
     policy = address_policy(config, inputs.provided)
@@ -123,24 +121,18 @@ class Condition:
 
 def _condition_operations(node: Obj, condition: Condition | None, now: str) -> list[Operation]:
     """Replace ours by index with a type test; add it; or (reporting off) remove it once."""
+    ours = names.ADDRESSES_SYNCED_CONDITION
     conditions = (node.get("status") or {}).get("conditions")
-    index = next(
-        (
-            i
-            for i, c in enumerate(conditions or ())
-            if c.get("type") == names.ADDRESSES_SYNCED_CONDITION
-        ),
-        None,
-    )
+    index = next((i for i, c in enumerate(conditions or ()) if c.get("type") == ours), None)
     path = pointer("status", "conditions", index) if index is not None else ""
-    test = {"op": "test", "path": path + "/type", "value": names.ADDRESSES_SYNCED_CONDITION}
+    test = {"op": "test", "path": path + "/type", "value": ours}
     if condition is None:
         return [] if index is None else [test, {"op": "remove", "path": path}]
     old = conditions[index] if conditions is not None and index is not None else None
     if old is not None and _same_condition(old, condition):
         return []
     body = {
-        "type": names.ADDRESSES_SYNCED_CONDITION,
+        "type": ours,
         "status": condition.status,
         "reason": condition.reason,
         "message": condition.message,

@@ -17,8 +17,7 @@ from typing import Any, Protocol
 from local_ccm.agent.core.addresses import Finding, NodeAddress
 from local_ccm.agent.core.candidates import (
     Candidate,
-    Detection,
-    DetectorKey,
+    Detected,
     Disabled,
     Failed,
     Found,
@@ -63,7 +62,7 @@ class DetectionReport(Protocol):
     """What ``agent.detect.detect_addresses`` returns (its ``DetectionReport``), read-only."""
 
     @property
-    def results(self) -> Mapping[DetectorKey, Detection]: ...
+    def results(self) -> Detected: ...
 
     @property
     def candidates(self) -> Sequence[Candidate]: ...
@@ -112,7 +111,7 @@ Plan = NodePlan | PlanUnavailable | None
 
 def plan_node(
     node: Obj,
-    detected: Mapping[DetectorKey, Detection],
+    detected: Detected,
     config: AgentConfig,
     *,
     provider_id: str = "",
