@@ -18,7 +18,7 @@ from local_ccm.agent.run import Agent
 from tests.fakes import FakeClock
 from tests.unit.agent.builders import EXT4, INT4, found
 from tests.unit.agent.fakes import FakeDetector, FakeNodeApi, run_async, start_loop, stop
-from tests.unit.agent.test_run_loop import BOTH, CONFIG, SETTINGS, tainted_node
+from tests.unit.agent.test_run_loop import BOTH, CONFIG, SETTINGS, tainted_api
 
 Obj = dict[str, Any]
 
@@ -76,8 +76,7 @@ def errors(caplog: pytest.LogCaptureFixture) -> list[str]:
 async def test_a_dropped_annotation_is_logged_once_and_written_on_the_main_resource(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    api, detector, clock = MetadataDroppingApi("n1"), FakeDetector(BOTH), FakeClock()
-    api.put(tainted_node())
+    api, detector, clock = tainted_api(MetadataDroppingApi("n1")), FakeDetector(BOTH), FakeClock()
     with caplog.at_level(logging.ERROR):
         task = await started(api, detector, clock)
         await clock.advance(3)
@@ -92,8 +91,7 @@ async def test_a_dropped_annotation_is_logged_once_and_written_on_the_main_resou
 async def test_from_then_on_the_annotation_patch_precedes_an_address_status_patch(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    api, detector, clock = MetadataDroppingApi("n1"), FakeDetector(BOTH), FakeClock()
-    api.put(tainted_node())
+    api, detector, clock = tainted_api(MetadataDroppingApi("n1")), FakeDetector(BOTH), FakeClock()
     with caplog.at_level(logging.ERROR):
         task = await started(api, detector, clock)
         await clock.advance(3)
@@ -110,8 +108,7 @@ async def test_from_then_on_the_annotation_patch_precedes_an_address_status_patc
 
 @run_async
 async def test_run_once_reaches_the_final_state_through_the_fallback() -> None:
-    api, detector, clock = MetadataDroppingApi("n1"), FakeDetector(BOTH), FakeClock()
-    api.put(tainted_node())
+    api, detector, clock = tainted_api(MetadataDroppingApi("n1")), FakeDetector(BOTH), FakeClock()
     agent = Agent(SETTINGS, CONFIG, api, detector, clock=clock, metrics=AgentMetrics())
     assert await agent.run_once() == 0
     assert owned(api) == "InternalIP=192.0.2.10,ExternalIP=198.51.100.10"
@@ -119,8 +116,7 @@ async def test_run_once_reaches_the_final_state_through_the_fallback() -> None:
 
 @run_async
 async def test_an_apiserver_that_keeps_the_annotation_gets_a_single_status_patch() -> None:
-    api, detector, clock = FakeNodeApi("n1"), FakeDetector(BOTH), FakeClock()
-    api.put(tainted_node())
+    api, detector, clock = tainted_api(FakeNodeApi("n1")), FakeDetector(BOTH), FakeClock()
     task = await started(api, detector, clock)
     assert [p.subresource for p in api.patches] == ["status", None]
     assert any(_is_metadata_write(op) for op in api.patches[0].operations)

@@ -20,7 +20,7 @@ from local_ccm.agent.run import Agent
 from tests.fakes import FakeClock
 from tests.unit.agent.builders import EXT4, addrs, detections, found
 from tests.unit.agent.fakes import FakeDetector, FakeNodeApi, run_async, start_loop, stop
-from tests.unit.agent.test_run_loop import SETTINGS, tainted_node
+from tests.unit.agent.test_run_loop import SETTINGS, tainted_api
 
 EXTERNAL_ONLY = AgentConfig(  # the original's documented default: ExternalIP detection only
     internal=TypeSettings(), external=TypeSettings(targets=(found("203.0.113.1").address,))
@@ -77,8 +77,7 @@ def test_no_internal_ip_when_there_is_no_ip_at_all() -> None:
 async def test_an_external_only_node_is_initialised_with_condition_true_and_one_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    api, clock = FakeNodeApi("n1"), FakeClock()
-    api.put(tainted_node())
+    api, clock = tainted_api(FakeNodeApi("n1")), FakeClock()
     with caplog.at_level(logging.WARNING):
         _agent, task = await started(EXTERNAL_ONLY, api, clock)
         assert api.node is not None
@@ -95,8 +94,7 @@ async def test_an_external_only_node_is_initialised_with_condition_true_and_one_
 
 @run_async
 async def test_require_internal_ip_holds_an_external_only_node_with_no_internal_ip() -> None:
-    api, clock = FakeNodeApi("n1"), FakeClock()
-    api.put(tainted_node())
+    api, clock = tainted_api(FakeNodeApi("n1")), FakeClock()
     agent, task = await started(replace(EXTERNAL_ONLY, require_internal_ip=True), api, clock)
     assert api.node is not None
     assert api.node["spec"]["taints"]
@@ -110,8 +108,7 @@ async def test_require_internal_ip_holds_an_external_only_node_with_no_internal_
 async def test_with_remove_taint_false_a_tainted_external_only_node_is_not_reported_as_held() -> (
     None
 ):
-    api, clock = FakeNodeApi("n1"), FakeClock()
-    api.put(tainted_node())
+    api, clock = tainted_api(FakeNodeApi("n1")), FakeClock()
     config = replace(EXTERNAL_ONLY, remove_taint=False, require_internal_ip=True)
     _agent, task = await started(config, api, clock)
     assert condition(api) == ("True", "AddressesSynced")  # nothing holds the taint

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, TypeVar
 
 from local_ccm import names
 from local_ccm.agent.core.candidates import Detection, DetectorKey
@@ -36,11 +36,18 @@ def tainted_node() -> dict[str, Any]:
     return node("", taints=[UNINITIALIZED])
 
 
+A = TypeVar("A", bound=FakeNodeApi)
+
+
+def tainted_api(api: A) -> A:
+    """``api`` holding a tainted Node."""
+    api.put(tainted_node())
+    return api
+
+
 def tainted() -> tuple[FakeNodeApi, FakeDetector, FakeClock]:
     """A tainted Node ``n1``, both detectors finding an address, a fake clock."""
-    api = FakeNodeApi("n1")
-    api.put(tainted_node())
-    return api, FakeDetector(BOTH), FakeClock()
+    return tainted_api(FakeNodeApi("n1")), FakeDetector(BOTH), FakeClock()
 
 
 async def started(
@@ -298,8 +305,11 @@ async def test_run_once_succeeds_when_the_final_state_is_reached() -> None:
 
 @run_async
 async def test_run_once_fails_without_any_address_and_for_a_missing_node() -> None:
-    api, detector, clock = FakeNodeApi("n1"), FakeDetector({INT4: no_route()}), FakeClock()
-    api.put(tainted_node())
+    api, detector, clock = (
+        tainted_api(FakeNodeApi("n1")),
+        FakeDetector({INT4: no_route()}),
+        FakeClock(),
+    )
     assert await make(api, detector, clock).run_once() == 1
     assert api.node is not None
     assert api.node["spec"]["taints"]

@@ -16,7 +16,7 @@ from local_ccm.agent.run import Agent, build_agent
 from local_ccm.kube.config import ClusterConfig
 from tests.fakes import FakeClock
 from tests.unit.agent.fakes import FakeDetector, FakeNodeApi, run_async, start_loop, stop
-from tests.unit.agent.test_run_loop import BOTH, CONFIG, SETTINGS, tainted_node
+from tests.unit.agent.test_run_loop import BOTH, CONFIG, SETTINGS, tainted_api, tainted_node
 
 AZURE_ID = "azure:///subscriptions/s-1/resourceGroups/rg/providers/Microsoft.Compute/vm/n1"
 
@@ -75,8 +75,7 @@ def provider_id(api: FakeNodeApi) -> str | None:
 
 @run_async
 async def test_fetched_provider_id_is_set_in_the_taint_removal_patch() -> None:
-    api, clock, source = FakeNodeApi("n1"), FakeClock(), ScriptedSource([AZURE_ID])
-    api.put(tainted_node())
+    api, clock, source = tainted_api(FakeNodeApi("n1")), FakeClock(), ScriptedSource([AZURE_ID])
     task = await started(agent_with(source, api, clock), clock)
     [patch] = main_patches(api)
     ops = [(op["op"], op["path"]) for op in patch.operations]
@@ -89,8 +88,7 @@ async def test_fetched_provider_id_is_set_in_the_taint_removal_patch() -> None:
 
 @run_async
 async def test_transport_error_means_not_azure_asks_once_and_blocks_nothing() -> None:
-    api, clock, source = FakeNodeApi("n1"), FakeClock(), ScriptedSource([refused()])
-    api.put(tainted_node())
+    api, clock, source = tainted_api(FakeNodeApi("n1")), FakeClock(), ScriptedSource([refused()])
     agent = agent_with(source, api, clock)
     task = await started(agent, clock)
     await clock.advance(120)
@@ -132,8 +130,7 @@ async def test_an_error_answer_then_a_value_sets_the_provider_id() -> None:
 
 @run_async
 async def test_the_result_is_cached_for_the_process_and_reused_for_a_recreated_node() -> None:
-    api, clock, source = FakeNodeApi("n1"), FakeClock(), ScriptedSource([AZURE_ID])
-    api.put(tainted_node())
+    api, clock, source = tainted_api(FakeNodeApi("n1")), FakeClock(), ScriptedSource([AZURE_ID])
     task = await started(agent_with(source, api, clock), clock)
     api.put(None)
     await clock.advance(2)
@@ -148,16 +145,14 @@ async def test_the_result_is_cached_for_the_process_and_reused_for_a_recreated_n
 
 @run_async
 async def test_run_once_sets_the_fetched_provider_id_and_exits_0() -> None:
-    api, clock, source = FakeNodeApi("n1"), FakeClock(), ScriptedSource([AZURE_ID])
-    api.put(tainted_node())
+    api, clock, source = tainted_api(FakeNodeApi("n1")), FakeClock(), ScriptedSource([AZURE_ID])
     assert await agent_with(source, api, clock).run_once() == 0
     assert provider_id(api) == AZURE_ID
 
 
 @run_async
 async def test_run_once_on_a_machine_without_instance_metadata_still_exits_0() -> None:
-    api, clock, source = FakeNodeApi("n1"), FakeClock(), ScriptedSource([refused()])
-    api.put(tainted_node())
+    api, clock, source = tainted_api(FakeNodeApi("n1")), FakeClock(), ScriptedSource([refused()])
     assert await agent_with(source, api, clock).run_once() == 0
     assert provider_id(api) is None
 

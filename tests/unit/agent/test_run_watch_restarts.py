@@ -12,7 +12,7 @@ from local_ccm.agent.nodeapi import TransientError
 from local_ccm.agent.run import Agent, LoopSettings
 from tests.fakes import FakeClock
 from tests.unit.agent.fakes import FakeDetector, FakeNodeApi, run_async, start_loop, stop
-from tests.unit.agent.test_run_loop import BOTH, CONFIG, tainted_node
+from tests.unit.agent.test_run_loop import BOTH, CONFIG, tainted_api
 
 QUIET = LoopSettings(node_name="n1", reconcile_interval=100.0, resync_interval=3600.0)
 
@@ -50,8 +50,7 @@ def watches(api: FakeNodeApi) -> int:
 
 @run_async
 async def test_a_server_close_before_the_requested_timeout_counts_as_closed() -> None:
-    api, clock = FakeNodeApi("n1"), FakeClock()
-    api.put(tainted_node())
+    api, clock = tainted_api(FakeNodeApi("n1")), FakeClock()
     agent, task = await started(api, clock)
     touch(api)
     opened = watches(api)
@@ -65,8 +64,7 @@ async def test_a_server_close_before_the_requested_timeout_counts_as_closed() ->
 
 @run_async
 async def test_an_end_after_the_shortest_requested_timeout_counts_as_timeout() -> None:
-    api, clock = FakeNodeApi("n1"), FakeClock()
-    api.put(tainted_node())
+    api, clock = tainted_api(FakeNodeApi("n1")), FakeClock()
     agent, task = await started(api, clock)
     await clock.advance(300)
     end_stream(api)
@@ -77,8 +75,7 @@ async def test_an_end_after_the_shortest_requested_timeout_counts_as_timeout() -
 
 @run_async
 async def test_a_watch_closed_at_once_without_events_reconnects_after_a_backoff() -> None:
-    api, clock = FakeNodeApi("n1"), FakeClock()
-    api.put(tainted_node())
+    api, clock = tainted_api(FakeNodeApi("n1")), FakeClock()
     agent, task = await started(api, clock)
     opened = watches(api)
     end_stream(api)  # the watch delivered nothing: a server that hangs up at once
@@ -92,8 +89,7 @@ async def test_a_watch_closed_at_once_without_events_reconnects_after_a_backoff(
 
 @run_async
 async def test_a_failed_watch_counts_as_error() -> None:
-    api, clock = FakeNodeApi("n1"), FakeClock()
-    api.put(tainted_node())
+    api, clock = tainted_api(FakeNodeApi("n1")), FakeClock()
     agent, task = await started(api, clock)
     end_stream(api, TransientError("connection reset"))
     await clock.advance(1.0)
