@@ -11,7 +11,7 @@ Patches are RFC 6902 JSON Patches, never strategic merge: ``status.addresses`` m
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, astuple, dataclass, replace
 from typing import Any, Literal
 
 from local_ccm import names
@@ -133,9 +133,7 @@ def _condition_operations(node: Obj, condition: Condition | None, now: str) -> l
         return []
     body = {
         "type": ours,
-        "status": condition.status,
-        "reason": condition.reason,
-        "message": condition.message,
+        **asdict(condition),
         "lastHeartbeatTime": now,
         "lastTransitionTime": _transition_time(old, condition, now),
     }
@@ -147,11 +145,7 @@ def _condition_operations(node: Obj, condition: Condition | None, now: str) -> l
 
 
 def _same_condition(old: Obj, new: Condition) -> bool:
-    return (old.get("status"), old.get("reason"), old.get("message")) == (
-        new.status,
-        new.reason,
-        new.message,
-    )
+    return (old.get("status"), old.get("reason"), old.get("message")) == astuple(new)
 
 
 def _transition_time(old: Obj | None, new: Condition, now: str) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from local_ccm.agent.core.addresses import Finding, NodeAddress
@@ -369,6 +369,4 @@ def _plan_json(plan: Plan) -> dict[str, Any] | None:
 
 
 def _condition_json(condition: Condition | None) -> dict[str, str] | None:
-    if condition is None:
-        return None
-    return {"status": condition.status, "reason": condition.reason, "message": condition.message}
+    return None if condition is None else asdict(condition)
