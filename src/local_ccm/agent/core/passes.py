@@ -13,11 +13,11 @@ from typing import Any, get_args
 
 from local_ccm import names
 from local_ccm.agent.core import events as ev
-from local_ccm.agent.core.addresses import AddressPlan, parse_owned
+from local_ccm.agent.core.addresses import AddressPlan
 from local_ccm.agent.core.candidates import Detected, Disabled, Found
 from local_ccm.agent.core.config import FAMILIES, AgentConfig, family_name
 from local_ccm.agent.core.gates import BlockReason, Gates
-from local_ccm.agent.core.plan import Patch, addresses_match, current_addresses, is_tainted
+from local_ccm.agent.core.plan import Patch, addresses_match, is_tainted, node_inputs
 from local_ccm.agent.core.timing import Settle, settle_step
 from local_ccm.runtime.events import EventSpec
 
@@ -40,15 +40,11 @@ def creation_delay(node: Obj, now: datetime) -> float | None:
 def is_settle_needed(node: Obj, plan: AddressPlan) -> bool:
     """The plan removes or replaces an owned address already on the (initialised)
     Node. The first write (nothing owned yet, or still tainted) is immediate."""
-    if is_tainted(node):
+    inputs = node_inputs(node)
+    if is_tainted(node) or not inputs.owned:
         return False
-    annotations = (node.get("metadata") or {}).get("annotations") or {}
-    owned, _ = parse_owned(annotations.get(names.OWNED_ADDRESSES_ANNOTATION))
-    if not owned:
-        return False
-    current = {a.key for a in current_addresses(node)}
-    desired = {a.key for a in plan.addresses}
-    return any(o.key in current and o.key not in desired for o in owned)
+    current, desired = {a.key for a in inputs.current}, {a.key for a in plan.addresses}
+    return any(o.key in current and o.key not in desired for o in inputs.owned)
 
 
 def plan_settle(
