@@ -17,14 +17,16 @@ from tests.unit.agent.test_run_loop import BOTH, CONFIG, tainted_api
 QUIET = LoopSettings(node_name="n1", reconcile_interval=100.0, resync_interval=3600.0)
 
 
-async def started(api: FakeNodeApi, clock: FakeClock) -> tuple[Agent, asyncio.Task[int]]:
+async def started() -> tuple[FakeNodeApi, FakeClock, Agent, asyncio.Task[int]]:
+    """The loop over a tainted Node, 2 s after its first pass."""
+    api, clock = tainted_api(FakeNodeApi("n1")), FakeClock()
     agent = Agent(
         QUIET, CONFIG, api, FakeDetector(BOTH), clock=clock, metrics=AgentMetrics(),
         rng=random.Random(3),
     )  # fmt: skip
     task = await start_loop(agent, clock)
     await clock.advance(2)
-    return agent, task
+    return api, clock, agent, task
 
 
 def end_stream(api: FakeNodeApi, item: TransientError | None = None) -> None:
@@ -50,8 +52,7 @@ def watches(api: FakeNodeApi) -> int:
 
 @run_async
 async def test_a_server_close_before_the_requested_timeout_counts_as_closed() -> None:
-    api, clock = tainted_api(FakeNodeApi("n1")), FakeClock()
-    agent, task = await started(api, clock)
+    api, clock, agent, task = await started()
     touch(api)
     opened = watches(api)
     await clock.advance(60)
@@ -64,8 +65,7 @@ async def test_a_server_close_before_the_requested_timeout_counts_as_closed() ->
 
 @run_async
 async def test_an_end_after_the_shortest_requested_timeout_counts_as_timeout() -> None:
-    api, clock = tainted_api(FakeNodeApi("n1")), FakeClock()
-    agent, task = await started(api, clock)
+    api, clock, agent, task = await started()
     await clock.advance(300)
     end_stream(api)
     await clock.advance(0)
@@ -75,8 +75,7 @@ async def test_an_end_after_the_shortest_requested_timeout_counts_as_timeout() -
 
 @run_async
 async def test_a_watch_closed_at_once_without_events_reconnects_after_a_backoff() -> None:
-    api, clock = tainted_api(FakeNodeApi("n1")), FakeClock()
-    agent, task = await started(api, clock)
+    api, clock, agent, task = await started()
     opened = watches(api)
     end_stream(api)  # the watch delivered nothing: a server that hangs up at once
     await clock.advance(0.3)
@@ -89,8 +88,7 @@ async def test_a_watch_closed_at_once_without_events_reconnects_after_a_backoff(
 
 @run_async
 async def test_a_failed_watch_counts_as_error() -> None:
-    api, clock = tainted_api(FakeNodeApi("n1")), FakeClock()
-    agent, task = await started(api, clock)
+    api, clock, agent, task = await started()
     end_stream(api, TransientError("connection reset"))
     await clock.advance(1.0)
     assert (restarts(agent, "error"), restarts(agent, "closed")) == (1, 0)
