@@ -84,9 +84,6 @@ def decide_gates(
 
 
 # ------------------------------------------------------------------ provider ID
-_PLACEHOLDERS = ("{node_name}", "{system_uuid}", "{machine_id}")
-
-
 def render_provider_id(template: str, node: Obj) -> str | None:
     """Fill placeholders from the Node; None when a used placeholder is empty."""
     info = (node.get("status") or {}).get("nodeInfo") or {}
@@ -95,13 +92,12 @@ def render_provider_id(template: str, node: Obj) -> str | None:
         "{system_uuid}": str(info.get("systemUUID") or "").lower(),
         "{machine_id}": str(info.get("machineID") or ""),
     }
-    result = template
-    for placeholder in _PLACEHOLDERS:
-        if placeholder in result:
-            if not values[placeholder]:
+    for placeholder, value in values.items():
+        if placeholder in template:
+            if not value:
                 return None
-            result = result.replace(placeholder, values[placeholder])
-    return result
+            template = template.replace(placeholder, value)
+    return template
 
 
 @dataclass(frozen=True)
