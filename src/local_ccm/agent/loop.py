@@ -110,8 +110,7 @@ class Agent:
             await passes.run_pass(["startup"])
             self.health.first_pass = True
             passes.cache.start_watch()
-            for job in self._jobs():
-                jobs.append(loop.create_task(job))
+            jobs += [loop.create_task(job) for job in self._jobs()]
             while True:  # passes never overlap: one worker consumes coalesced triggers
                 await passes.run_pass(await self.triggers.next_burst())
         except PreconditionError as exc:
