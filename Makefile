@@ -48,12 +48,13 @@ release: image manifests ## write dist/: wheel, sdist, image archive, chart, man
 		print(ensure(["helm"], report=lambda _: None).path("helm"))')"
 
 .PHONY: lint
-lint: ## ruff, ruff format --check, mypy --strict, import contracts
+lint: ## ruff, ruff format --check, mypy --strict, import contracts, no import cycle
 	$(VENV)/bin/ruff check src tests scripts
 	$(VENV)/bin/ruff format --check src tests scripts
 	$(VENV)/bin/mypy
 	MYPYPATH=scripts $(VENV)/bin/mypy scripts
 	$(VENV)/bin/lint-imports
+	$(PY) tests/unit/test_import_graph.py
 	$(PY) scripts/version.py check
 	$(PY) tests/unit/test_repository_stands_alone.py
 	$(MAKE) check-chart-docs

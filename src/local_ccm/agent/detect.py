@@ -17,6 +17,7 @@ from local_ccm import netlink
 from local_ccm.agent.core.candidates import (
     DISABLED,
     Candidate,
+    Detected,
     Detection,
     DetectorKey,
     Failed,
@@ -28,7 +29,7 @@ from local_ccm.agent.core.candidates import (
 )
 from local_ccm.agent.core.config import (
     ADDRESS_TYPES,
-    FAMILIES,
+    DETECTORS,
     AddressType,
     AgentConfig,
     IPAddress,
@@ -68,7 +69,7 @@ class KernelNetlink:
 class DetectionReport:
     """One pass of detection: a result per (type, family) plus what detect mode prints."""
 
-    results: Mapping[DetectorKey, Detection]  # all four detectors, Disabled included
+    results: Detected  # all four detectors, Disabled included
     candidates: tuple[Candidate, ...]
     verdicts: Mapping[AddressType, tuple[Verdict, ...]]  # hygiene per type, for detect mode
     lookups: Mapping[IPAddress, RouteLookup | LookupFailed]
@@ -85,34 +86,22 @@ def detect_addresses(
     except OSError as exc:
         log.warning("netlink address dump failed: %s", exc)
         failed = Failed("netlink_error", f"address dump failed: {exc}")
-        return _report_failed(config, failed, lookups)
+        failures = {(k, f): failed if config.enabled(k, f) else DISABLED for k, f in DETECTORS}
+        return DetectionReport(failures, (), dict.fromkeys(ADDRESS_TYPES, ()), lookups)
     results: dict[DetectorKey, Detection] = {}
-    for kind in ADDRESS_TYPES:
-        for family in FAMILIES:
-            target = config.settings(kind).target(family)
-            lookup = lookups.get(target) if target is not None else None
-            results[kind, family] = choose_address(kind, family, config, lookup, candidates)
-            log.debug("detector %s %s: %s", kind, family_name(family), results[kind, family])
+    for kind, family in DETECTORS:
+        target = config.settings(kind).target(family)
+        lookup = lookups.get(target) if target is not None else None
+        results[kind, family] = choose_address(kind, family, config, lookup, candidates)
+        log.debug("detector %s %s: %s", kind, family_name(family), results[kind, family])
     verdicts = {k: evaluate_candidates(k, config, candidates) for k in ADDRESS_TYPES}
     return DetectionReport(results, candidates, verdicts, lookups)
 
 
 def _targets(config: AgentConfig) -> list[IPAddress]:
     """Each configured target once, even if both types use it."""
-    targets = (config.settings(k).target(f) for k in ADDRESS_TYPES for f in FAMILIES)
+    targets = (config.settings(k).target(f) for k, f in DETECTORS)
     return list(dict.fromkeys(t for t in targets if t is not None))
-
-
-def _report_failed(
-    config: AgentConfig,
-    failed: Failed,
-    lookups: Mapping[IPAddress, RouteLookup | LookupFailed],
-) -> DetectionReport:
-    results: dict[DetectorKey, Detection] = {}
-    for kind in ADDRESS_TYPES:
-        for family in FAMILIES:
-            results[kind, family] = failed if config.enabled(kind, family) else DISABLED
-    return DetectionReport(results, (), dict.fromkeys(ADDRESS_TYPES, ()), lookups)
 
 
 def lookup_route(reader: NetlinkReader, target: IPAddress) -> RouteLookup | LookupFailed:

@@ -2,7 +2,7 @@
 netlink monitor, the Node API over the kube layer, instance metadata, the HTTP servers,
 signals, and the entry point the CLI calls for loop and run-once modes.
 
-The loop itself is ``agent.loop`` (state and the pass) and ``agent.tasks`` (jobs and modes);
+The loop itself is ``agent.loop`` (the two modes) and ``agent.reconcile`` (one pass);
 its pure timing decisions are ``agent.timing`` and ``agent.passes``. Their public names are
 re-exported here, where tests and tools have always imported them.
 """
@@ -21,20 +21,24 @@ from local_ccm.agent.core.candidates import DetectorKey
 from local_ccm.agent.core.config import ADDRESS_TYPES, FAMILIES, AgentConfig
 from local_ccm.agent.core.passes import is_settle_needed, unmet_run_once
 from local_ccm.agent.core.timing import API_BACKOFF, MAX_CONFLICTS, MONITOR_BACKOFF
-from local_ccm.agent.loop import Agent, ChangeSource, Detected, DetectFn, LoopSettings
-from local_ccm.agent.metrics import AgentMetrics
-from local_ccm.agent.nodeapi import NodeApi
-from local_ccm.agent.options import AgentOptions
-from local_ccm.agent.providerid import AzureImds, ProviderIdSource
-from local_ccm.agent.tasks import (
+from local_ccm.agent.loop import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_PRECONDITION,
     REQUIRED_ACCESS,
     RUN_ONCE_DEADLINE,
     RUN_ONCE_TRANSIENT_RETRIES,
+    Agent,
+    ChangeSource,
+    Detected,
+    DetectFn,
+    LoopSettings,
     PreconditionError,
 )
+from local_ccm.agent.metrics import AgentMetrics
+from local_ccm.agent.nodeapi import NodeApi
+from local_ccm.agent.options import AgentOptions
+from local_ccm.agent.providerid import AzureImds, ProviderIdSource
 from local_ccm.agent.triggers import WATCH_GRACE, Health, Triggers
 from local_ccm.clock import Clock
 from local_ccm.logs import kv

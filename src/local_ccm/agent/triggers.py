@@ -1,13 +1,15 @@
 """What wakes the agent's worker and what its health checks read.
 
-:class:`Triggers` coalesces triggers into bursts (the timing is ``timing.debounce_wait``);
-:class:`Health` holds plain timestamps the HTTP thread reads and the loop writes. Both take
-an injected :class:`Clock`, so unit tests never sleep on the wall clock.
+:class:`Triggers` coalesces triggers into bursts (the timing is ``timing.debounce_wait``) and
+runs the timers that fire them; :class:`Health` holds plain timestamps the HTTP thread reads
+and the loop writes. Both take an injected :class:`Clock`, so unit tests never sleep on the
+wall clock.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from local_ccm.agent.core.timing import debounce_wait
 from local_ccm.clock import Clock
@@ -25,12 +27,32 @@ class Triggers:
         self._pending: list[str] = []
         self._last = 0.0
         self._event = asyncio.Event()
+        self._later: asyncio.Task[None] | None = None
 
     def fire(self, kind: str) -> None:
         if kind not in self._pending:
             self._pending.append(kind)
         self._last = self._clock.monotonic()
         self._event.set()
+
+    def fire_later(self, delay: float, kind: str = "retry") -> None:
+        """One pending delayed trigger (a settle wait, a backoff): a new one replaces it."""
+        self.cancel_later()
+        self._later = asyncio.get_running_loop().create_task(self._fire_after(delay, kind))
+
+    def cancel_later(self) -> None:
+        if self._later is not None:
+            self._later.cancel()
+
+    async def _fire_after(self, delay: float, kind: str) -> None:
+        await self._clock.sleep(delay)
+        self.fire(kind)
+
+    async def fire_every(self, kind: str, interval: Callable[[], float]) -> None:
+        """A timer: ``kind`` after every ``interval()`` seconds, until cancelled."""
+        while True:
+            await self._clock.sleep(interval())
+            self.fire(kind)
 
     async def next_burst(self) -> list[str]:
         await self._event.wait()
@@ -57,6 +79,12 @@ class Health:
         self.first_pass = False
         self.watch_down_since: float | None = None
         self.forbidden: str | None = None
+
+    async def run_watchdog(self) -> None:
+        """Proves to /healthz that the event loop runs."""
+        while True:
+            self.beat = self._clock.monotonic()
+            await self._clock.sleep(1.0)
 
     def loop_ok(self) -> tuple[bool, str]:
         age = self._clock.monotonic() - self.beat

@@ -11,20 +11,17 @@ import errno as errno_mod
 import os
 import struct
 from dataclasses import dataclass
-from ipaddress import (
-    IPv4Address,
-    IPv4Interface,
-    IPv4Network,
-    IPv6Address,
-    IPv6Interface,
-    IPv6Network,
-    ip_address,
-    ip_interface,
-    ip_network,
-)
-from typing import Literal
+from ipaddress import IPv4Address, IPv6Address, ip_address, ip_interface, ip_network
 
-IPAddress = IPv4Address | IPv6Address
+from local_ccm.netlink.model import (
+    Address,
+    Change,
+    IPAddress,
+    Link,
+    MalformedMessageError,
+    NoRouteError,
+    Route,
+)
 
 # ------------------------------------------------------------------ constants
 AF_UNSPEC, AF_INET, AF_INET6 = 0, 2, 10
@@ -42,14 +39,8 @@ RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK = 16, 17, 18
 RTM_NEWADDR, RTM_DELADDR, RTM_GETADDR = 20, 21, 22
 RTM_NEWROUTE, RTM_DELROUTE, RTM_GETROUTE = 24, 25, 26
 
-RTMGRP_LINK = 0x1
-RTMGRP_IPV4_IFADDR = 0x10
-RTMGRP_IPV4_ROUTE = 0x40
-RTMGRP_IPV6_IFADDR = 0x100
-RTMGRP_IPV6_ROUTE = 0x400
-DEFAULT_GROUPS = (
-    RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE
-)
+# RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE
+DEFAULT_GROUPS = 0x1 | 0x10 | 0x100 | 0x40 | 0x400
 
 RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_PREFSRC = 1, 4, 5, 6, 7
 RTA_TABLE, RTA_MARK, RTA_VIA = 15, 16, 18
@@ -67,7 +58,6 @@ ROUTE_TYPES = (
     "unspec", "unicast", "local", "broadcast", "anycast", "multicast",
     "blackhole", "unreachable", "prohibit", "throw", "nat", "xresolve",
 )  # fmt: skip
-SCOPES = {0: "global", 200: "site", 253: "link", 254: "host", 255: "nowhere"}
 OPERSTATES = ("unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up")
 LINK_FLAGS = {
     0x1: "up", 0x2: "broadcast", 0x8: "loopback", 0x10: "pointopoint", 0x40: "running",
@@ -104,18 +94,6 @@ _CACHEINFO = struct.Struct("=IIII")  # preferred, valid, cstamp, tstamp
 
 
 # ------------------------------------------------------------------ errors
-class NetlinkError(OSError):
-    """A netlink request failed; ``errno`` is the kernel's (positive) error number."""
-
-
-class NoRouteError(NetlinkError):
-    """The kernel has no usable route to the destination (ENETUNREACH, EHOSTUNREACH, ...)."""
-
-
-class MalformedMessageError(ValueError):
-    """The kernel sent bytes that do not parse as the expected message."""
-
-
 def error_name(err: int) -> str:
     return errno_mod.errorcode.get(err, f"errno {err}")
 
@@ -125,7 +103,6 @@ def no_route_error(dst: IPAddress, err: int, detail: str = "") -> NoRouteError:
     return NoRouteError(err, f"no route to {dst}: {why}{detail}")
 
 
-# ------------------------------------------------------------------ data
 @dataclass(frozen=True)
 class Message:
     type: int
@@ -133,84 +110,6 @@ class Message:
     seq: int
     pid: int
     payload: bytes
-
-
-@dataclass(frozen=True)
-class Route:
-    """One route: a reply to RTM_GETROUTE, or a route change notification."""
-
-    family: int  # 4 or 6
-    dst: IPv4Network | IPv6Network
-    type: str  # "unicast", "local", "unreachable", ... (ROUTE_TYPES)
-    table: int
-    protocol: int
-    scope: int
-    oif: int | None
-    ifname: str | None
-    gateway: IPAddress | None
-    prefsrc: IPAddress | None
-    priority: int | None
-
-
-@dataclass(frozen=True)
-class Address:
-    """One interface address from RTM_GETADDR / RTM_NEWADDR / RTM_DELADDR."""
-
-    family: int  # 4 or 6
-    ifindex: int
-    ifname: str | None  # None only in change notifications for IPv6 (no IFA_LABEL)
-    address: IPv4Interface | IPv6Interface
-    peer: IPAddress | None  # point-to-point peer, when it differs from the local address
-    scope: int
-    label: str | None  # IPv4 only, e.g. "eth0:1"
-    flags: frozenset[str]
-    valid_lft: int | None  # seconds; None = forever
-    preferred_lft: int | None  # seconds; None = forever; 0 = deprecated
-
-    @property
-    def prefixlen(self) -> int:
-        return self.address.network.prefixlen
-
-    @property
-    def scope_name(self) -> str:
-        return SCOPES.get(self.scope, str(self.scope))
-
-
-@dataclass(frozen=True)
-class Link:
-    index: int
-    name: str
-    flags: frozenset[str]  # LINK_FLAGS names: "up", "running", "loopback", "lower_up", ...
-    kind: str | None  # IFLA_INFO_KIND: "veth", "bridge", "wireguard", ...; None for physical
-    operstate: str  # OPERSTATES name
-    mtu: int | None
-    master: int | None
-
-    @property
-    def is_up(self) -> bool:
-        return "up" in self.flags
-
-    @property
-    def is_running(self) -> bool:
-        return "running" in self.flags
-
-    @property
-    def is_loopback(self) -> bool:
-        return "loopback" in self.flags
-
-
-ChangeKind = Literal["link", "address", "route", "resync"]
-
-
-@dataclass(frozen=True)
-class Change:
-    """A change notification. ``resync`` means events were lost: the caller must re-read."""
-
-    kind: ChangeKind
-    deleted: bool = False
-    link: Link | None = None
-    address: Address | None = None
-    route: Route | None = None
 
 
 # ------------------------------------------------------------------ building
@@ -389,10 +288,9 @@ def _route_family_known(payload: bytes) -> bool:
 
 
 def _version(af: int) -> int:
-    try:
-        return _VERSION_BY_AF[af]
-    except KeyError:
-        raise MalformedMessageError(f"unexpected address family {af}") from None
+    if af not in _VERSION_BY_AF:
+        raise MalformedMessageError(f"unexpected address family {af}")
+    return _VERSION_BY_AF[af]
 
 
 def _ip(raw: bytes) -> IPAddress:

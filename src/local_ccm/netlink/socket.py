@@ -16,14 +16,16 @@ import socket
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import replace
 from types import TracebackType
+from typing import Self
 
 from local_ccm.netlink import messages as m
-from local_ccm.netlink.messages import (
+from local_ccm.netlink.messages import Message
+from local_ccm.netlink.model import (
     Address,
     Change,
     IPAddress,
     Link,
-    Message,
+    MalformedMessageError,
     NetlinkError,
     Route,
 )
@@ -53,22 +55,9 @@ class NetlinkSocket:
         self._portid: int = sock.getsockname()[0]
 
     @classmethod
-    def open(
-        cls,
-        *,
-        netns: str | None = None,
-        groups: int = 0,
-        rcvbuf: int | None = None,
-        timeout: float = REQUEST_TIMEOUT,
-    ) -> NetlinkSocket:
-        """A bound socket; ``timeout=0`` makes it non-blocking (for monitors)."""
-        sock = _create(netns)
-        try:
-            _configure(sock, groups, rcvbuf, timeout)
-        except OSError:
-            sock.close()
-            raise
-        return cls(sock)
+    def open(cls, *, netns: str | None = None) -> NetlinkSocket:
+        """A bound socket for requests."""
+        return cls(_open(netns, 0, None, REQUEST_TIMEOUT))
 
     def fileno(self) -> int:
         return self._sock.fileno()
@@ -76,7 +65,7 @@ class NetlinkSocket:
     def close(self) -> None:
         self._sock.close()
 
-    def __enter__(self) -> NetlinkSocket:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -185,34 +174,20 @@ def dump_links(*, netns: str | None = None) -> list[Link]:
         return nl.links()
 
 
-class Monitor:
-    """Subscription to link, address and route changes; ``read_events`` never blocks."""
+class Monitor(NetlinkSocket):
+    """A non-blocking socket subscribed to link, address and route changes."""
 
     def __init__(
         self, *, groups: int = m.DEFAULT_GROUPS, netns: str | None = None, rcvbuf: int | None = None
     ) -> None:
-        self._nl = NetlinkSocket.open(netns=netns, groups=groups, rcvbuf=rcvbuf, timeout=0)
-
-    def fileno(self) -> int:
-        return self._nl.fileno()
-
-    def close(self) -> None:
-        self._nl.close()
-
-    def __enter__(self) -> Monitor:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
+        super().__init__(_open(netns, groups, rcvbuf, 0))
 
     def read_events(self) -> list[Change]:
         """Changes queued so far; a ``resync`` Change when the kernel dropped some (ENOBUFS)."""
         changes: list[Change] = []
         for _ in range(MONITOR_MAX_READS):
             try:
-                data = self._nl.recv()
+                data = self.recv()
             except BlockingIOError:
                 break
             except OSError as exc:
@@ -247,7 +222,7 @@ def _changes(data: bytes) -> list[Change]:
     for msg in m.parse_messages(data):
         try:
             change = m.parse_change(msg)
-        except m.MalformedMessageError as exc:
+        except MalformedMessageError as exc:
             log.warning("ignoring malformed netlink notification type %d: %s", msg.type, exc)
             continue
         if change is not None:
@@ -255,12 +230,20 @@ def _changes(data: bytes) -> list[Change]:
     return changes
 
 
-def _create(netns: str | None) -> socket.socket:
+def _open(netns: str | None, groups: int, rcvbuf: int | None, timeout: float) -> socket.socket:
+    """A bound socket; ``timeout=0`` makes it non-blocking (for monitors)."""
+
     def make() -> socket.socket:
         kind = socket.SOCK_RAW | socket.SOCK_CLOEXEC
         return socket.socket(socket.AF_NETLINK, kind, NETLINK_ROUTE)
 
-    return make() if netns is None else run_in_netns(netns, make)
+    sock = make() if netns is None else run_in_netns(netns, make)
+    try:
+        _configure(sock, groups, rcvbuf, timeout)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def _configure(sock: socket.socket, groups: int, rcvbuf: int | None, timeout: float) -> None:

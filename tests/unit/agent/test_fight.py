@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from local_ccm.agent.core.plan import (
+from local_ccm.agent.core.fight import (
     FIRST_PAUSE,
     MAX_PAUSE,
     FightState,

@@ -12,16 +12,14 @@ from local_ccm.agent.core.addresses import (
     AddressPlan,
 )
 from local_ccm.agent.core.config import AgentConfig, TypeSettings
+from local_ccm.agent.core.gates import ProviderIDAction, provider_id_action, render_provider_id
 from local_ccm.agent.core.plan import (
     Condition,
     Patch,
-    ProviderIDAction,
     plan_addresses,
     plan_status_patch,
     plan_taint_patch,
     pointer,
-    provider_id_action,
-    render_provider_id,
 )
 from tests.unit.agent.builders import UNINITIALIZED, addrs, detections, found, node
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,8 +17,8 @@ from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.run import Agent
 from tests.fakes import FakeClock
 from tests.unit.agent.builders import EXT4, INT4, found
-from tests.unit.agent.fakes import FakeDetector, FakeNodeApi
-from tests.unit.agent.test_run_loop import BOTH, CONFIG, SETTINGS, tainted_node
+from tests.unit.agent.fakes import FakeDetector, FakeNodeApi, run_async, start_loop, stop
+from tests.unit.agent.test_run_loop import BOTH, CONFIG, SETTINGS, tainted_api
 
 Obj = dict[str, Any]
 
@@ -40,10 +39,6 @@ class MetadataDroppingApi(FakeNodeApi):
 
 def _is_metadata_write(op: Obj) -> bool:
     return op["op"] != "test" and str(op["path"]).startswith("/metadata/")
-
-
-def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(scenario())
 
 
 def writes(api: MetadataDroppingApi) -> list[str]:
@@ -68,79 +63,61 @@ def owned(api: FakeNodeApi) -> str | None:
 
 async def started(api: FakeNodeApi, detector: FakeDetector, clock: FakeClock) -> asyncio.Task[int]:
     agent = Agent(SETTINGS, CONFIG, api, detector, clock=clock, metrics=AgentMetrics())
-    task = asyncio.get_running_loop().create_task(agent.run_loop(check_access=False))
-    await clock.run_until(lambda: agent.health.first_pass, timeout=5)
+    task = await start_loop(agent, clock)
     await clock.advance(0)
     return task
-
-
-async def stop(task: asyncio.Task[int]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
 
 
 def errors(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
 
-def test_a_dropped_annotation_is_logged_once_and_written_on_the_main_resource(
+@run_async
+async def test_a_dropped_annotation_is_logged_once_and_written_on_the_main_resource(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    async def scenario() -> None:
-        api, detector, clock = MetadataDroppingApi("n1"), FakeDetector(BOTH), FakeClock()
-        api.put(tainted_node())
-        with caplog.at_level(logging.ERROR):
-            task = await started(api, detector, clock)
-            await clock.advance(3)
-        assert writes(api)[:3] == ["status", "annotation", "main"]
-        assert owned(api) == "InternalIP=192.0.2.10,ExternalIP=198.51.100.10"
-        assert len(errors(caplog)) == 1
-        assert names.OWNED_ADDRESSES_ANNOTATION in errors(caplog)[0]
-        await stop(task)
-
-    run(scenario)
-
-
-def test_from_then_on_the_annotation_patch_precedes_an_address_status_patch(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    async def scenario() -> None:
-        api, detector, clock = MetadataDroppingApi("n1"), FakeDetector(BOTH), FakeClock()
-        api.put(tainted_node())
-        with caplog.at_level(logging.ERROR):
-            task = await started(api, detector, clock)
-            await clock.advance(3)
-            before = len(api.sent)
-            detector.set({INT4: found("192.0.2.10"), EXT4: found("198.51.100.20")})
-            await clock.advance(5)  # past the settle time
-        later = api.sent[before:]
-        assert writes(api)[before:] == ["annotation", "status"]
-        assert not any(_is_metadata_write(op) for op in later[1].operations)
-        assert owned(api) == "InternalIP=192.0.2.10,ExternalIP=198.51.100.20"
-        assert len(errors(caplog)) == 1  # logged once, not per write
-        await stop(task)
-
-    run(scenario)
-
-
-def test_run_once_reaches_the_final_state_through_the_fallback() -> None:
-    async def scenario() -> None:
-        api, detector, clock = MetadataDroppingApi("n1"), FakeDetector(BOTH), FakeClock()
-        api.put(tainted_node())
-        agent = Agent(SETTINGS, CONFIG, api, detector, clock=clock, metrics=AgentMetrics())
-        assert await agent.run_once() == 0
-        assert owned(api) == "InternalIP=192.0.2.10,ExternalIP=198.51.100.10"
-
-    run(scenario)
-
-
-def test_an_apiserver_that_keeps_the_annotation_gets_a_single_status_patch() -> None:
-    async def scenario() -> None:
-        api, detector, clock = FakeNodeApi("n1"), FakeDetector(BOTH), FakeClock()
-        api.put(tainted_node())
+    api, detector, clock = tainted_api(MetadataDroppingApi("n1")), FakeDetector(BOTH), FakeClock()
+    with caplog.at_level(logging.ERROR):
         task = await started(api, detector, clock)
-        assert [p.subresource for p in api.patches] == ["status", None]
-        assert any(_is_metadata_write(op) for op in api.patches[0].operations)
-        await stop(task)
+        await clock.advance(3)
+    assert writes(api)[:3] == ["status", "annotation", "main"]
+    assert owned(api) == "InternalIP=192.0.2.10,ExternalIP=198.51.100.10"
+    assert len(errors(caplog)) == 1
+    assert names.OWNED_ADDRESSES_ANNOTATION in errors(caplog)[0]
+    await stop(task)
 
-    run(scenario)
+
+@run_async
+async def test_from_then_on_the_annotation_patch_precedes_an_address_status_patch(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    api, detector, clock = tainted_api(MetadataDroppingApi("n1")), FakeDetector(BOTH), FakeClock()
+    with caplog.at_level(logging.ERROR):
+        task = await started(api, detector, clock)
+        await clock.advance(3)
+        before = len(api.sent)
+        detector.set({INT4: found("192.0.2.10"), EXT4: found("198.51.100.20")})
+        await clock.advance(5)  # past the settle time
+    later = api.sent[before:]
+    assert writes(api)[before:] == ["annotation", "status"]
+    assert not any(_is_metadata_write(op) for op in later[1].operations)
+    assert owned(api) == "InternalIP=192.0.2.10,ExternalIP=198.51.100.20"
+    assert len(errors(caplog)) == 1  # logged once, not per write
+    await stop(task)
+
+
+@run_async
+async def test_run_once_reaches_the_final_state_through_the_fallback() -> None:
+    api, detector, clock = tainted_api(MetadataDroppingApi("n1")), FakeDetector(BOTH), FakeClock()
+    agent = Agent(SETTINGS, CONFIG, api, detector, clock=clock, metrics=AgentMetrics())
+    assert await agent.run_once() == 0
+    assert owned(api) == "InternalIP=192.0.2.10,ExternalIP=198.51.100.10"
+
+
+@run_async
+async def test_an_apiserver_that_keeps_the_annotation_gets_a_single_status_patch() -> None:
+    api, detector, clock = tainted_api(FakeNodeApi("n1")), FakeDetector(BOTH), FakeClock()
+    task = await started(api, detector, clock)
+    assert [p.subresource for p in api.patches] == ["status", None]
+    assert any(_is_metadata_write(op) for op in api.patches[0].operations)
+    await stop(task)

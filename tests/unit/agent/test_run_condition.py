@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
 from dataclasses import replace
-from typing import Any
 
 import pytest
 
@@ -16,22 +14,18 @@ from local_ccm import names
 from local_ccm.agent.core.addresses import AddressPlan
 from local_ccm.agent.core.candidates import Detection, DetectorKey
 from local_ccm.agent.core.config import AgentConfig, TypeSettings
-from local_ccm.agent.core.plan import desired_condition
+from local_ccm.agent.core.gates import desired_condition
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.run import Agent
 from tests.fakes import FakeClock
 from tests.unit.agent.builders import EXT4, addrs, detections, found
-from tests.unit.agent.fakes import FakeDetector, FakeNodeApi
-from tests.unit.agent.test_run_loop import SETTINGS, tainted_node
+from tests.unit.agent.fakes import FakeDetector, FakeNodeApi, run_async, start_loop, stop
+from tests.unit.agent.test_run_loop import SETTINGS, tainted_api
 
 EXTERNAL_ONLY = AgentConfig(  # the original's documented default: ExternalIP detection only
     internal=TypeSettings(), external=TypeSettings(targets=(found("203.0.113.1").address,))
 )
 EXT: dict[DetectorKey, Detection] = {EXT4: found("198.51.100.10")}
-
-
-def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(scenario())
 
 
 def condition(api: FakeNodeApi) -> tuple[str, str]:
@@ -46,15 +40,9 @@ async def started(
     config: AgentConfig, api: FakeNodeApi, clock: FakeClock
 ) -> tuple[Agent, asyncio.Task[int]]:
     agent = Agent(SETTINGS, config, api, FakeDetector(EXT), clock=clock, metrics=AgentMetrics())
-    task = asyncio.get_running_loop().create_task(agent.run_loop(check_access=False))
-    await clock.run_until(lambda: agent.health.first_pass, timeout=5)
+    task = await start_loop(agent, clock)
     await clock.advance(2)
     return agent, task
-
-
-async def stop(task: asyncio.Task[int]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
 
 
 def no_internal_warnings(caplog: pytest.LogCaptureFixture) -> int:
@@ -85,50 +73,43 @@ def test_no_internal_ip_when_there_is_no_ip_at_all() -> None:
 
 
 # ------------------------------------------------------------------ in the loop
-def test_an_external_only_node_is_initialised_with_condition_true_and_one_warning(
+@run_async
+async def test_an_external_only_node_is_initialised_with_condition_true_and_one_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    async def scenario() -> None:
-        api, clock = FakeNodeApi("n1"), FakeClock()
-        api.put(tainted_node())
-        with caplog.at_level(logging.WARNING):
-            _agent, task = await started(EXTERNAL_ONLY, api, clock)
-            assert api.node is not None
-            assert not api.node["spec"].get("taints")
-            assert condition(api) == ("True", "AddressesSynced")
-            assert no_internal_warnings(caplog) == 1
-            await clock.advance(300)  # passes on every tick: still one warning
-            assert no_internal_warnings(caplog) == 1
-            await clock.advance(301)  # once per 10 min
-            assert no_internal_warnings(caplog) == 2
-        assert "InitializationBlocked" not in api.reasons()
-        await stop(task)
-
-    run(scenario)
-
-
-def test_require_internal_ip_holds_an_external_only_node_with_no_internal_ip() -> None:
-    async def scenario() -> None:
-        api, clock = FakeNodeApi("n1"), FakeClock()
-        api.put(tainted_node())
-        agent, task = await started(replace(EXTERNAL_ONLY, require_internal_ip=True), api, clock)
+    api, clock = tainted_api(FakeNodeApi("n1")), FakeClock()
+    with caplog.at_level(logging.WARNING):
+        _agent, task = await started(EXTERNAL_ONLY, api, clock)
         assert api.node is not None
-        assert api.node["spec"]["taints"]
-        assert condition(api) == ("False", "NoInternalIP")
-        assert "InitializationBlocked" in api.reasons()
-        assert agent.metrics.blocked.labels("no_internal_ip")._value.get() == 1
-        await stop(task)
+        assert not api.node["spec"].get("taints")
+        assert condition(api) == ("True", "AddressesSynced")
+        assert no_internal_warnings(caplog) == 1
+        await clock.advance(300)  # passes on every tick: still one warning
+        assert no_internal_warnings(caplog) == 1
+        await clock.advance(301)  # once per 10 min
+        assert no_internal_warnings(caplog) == 2
+    assert "InitializationBlocked" not in api.reasons()
+    await stop(task)
 
-    run(scenario)
+
+@run_async
+async def test_require_internal_ip_holds_an_external_only_node_with_no_internal_ip() -> None:
+    api, clock = tainted_api(FakeNodeApi("n1")), FakeClock()
+    agent, task = await started(replace(EXTERNAL_ONLY, require_internal_ip=True), api, clock)
+    assert api.node is not None
+    assert api.node["spec"]["taints"]
+    assert condition(api) == ("False", "NoInternalIP")
+    assert "InitializationBlocked" in api.reasons()
+    assert agent.metrics.blocked.labels("no_internal_ip")._value.get() == 1
+    await stop(task)
 
 
-def test_with_remove_taint_false_a_tainted_external_only_node_is_not_reported_as_held() -> None:
-    async def scenario() -> None:
-        api, clock = FakeNodeApi("n1"), FakeClock()
-        api.put(tainted_node())
-        config = replace(EXTERNAL_ONLY, remove_taint=False, require_internal_ip=True)
-        _agent, task = await started(config, api, clock)
-        assert condition(api) == ("True", "AddressesSynced")  # nothing holds the taint
-        await stop(task)
-
-    run(scenario)
+@run_async
+async def test_with_remove_taint_false_a_tainted_external_only_node_is_not_reported_as_held() -> (
+    None
+):
+    api, clock = tainted_api(FakeNodeApi("n1")), FakeClock()
+    config = replace(EXTERNAL_ONLY, remove_taint=False, require_internal_ip=True)
+    _agent, task = await started(config, api, clock)
+    assert condition(api) == ("True", "AddressesSynced")  # nothing holds the taint
+    await stop(task)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from local_ccm.agent.core.plan import Patch
 from local_ccm.agent.metrics import AgentMetrics
@@ -16,8 +15,8 @@ from local_ccm.agent.providerid import AzureImds, ProviderIdError
 from local_ccm.agent.run import Agent, build_agent
 from local_ccm.kube.config import ClusterConfig
 from tests.fakes import FakeClock
-from tests.unit.agent.fakes import FakeDetector, FakeNodeApi
-from tests.unit.agent.test_run_loop import BOTH, CONFIG, SETTINGS, tainted_node
+from tests.unit.agent.fakes import FakeDetector, FakeNodeApi, run_async, start_loop, stop
+from tests.unit.agent.test_run_loop import BOTH, CONFIG, SETTINGS, tainted_api, tainted_node
 
 AZURE_ID = "azure:///subscriptions/s-1/resourceGroups/rg/providers/Microsoft.Compute/vm/n1"
 
@@ -45,10 +44,6 @@ def http_500() -> ProviderIdError:
     return ProviderIdError("HTTP 500 Internal Server Error", transport=False)
 
 
-def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(scenario())
-
-
 def agent_with(source: ScriptedSource, api: FakeNodeApi, clock: FakeClock) -> Agent:
     return Agent(
         SETTINGS,
@@ -63,15 +58,9 @@ def agent_with(source: ScriptedSource, api: FakeNodeApi, clock: FakeClock) -> Ag
 
 
 async def started(agent: Agent, clock: FakeClock) -> asyncio.Task[int]:
-    task = asyncio.get_running_loop().create_task(agent.run_loop(check_access=False))
-    await clock.run_until(lambda: agent.health.first_pass, timeout=60)
+    task = await start_loop(agent, clock, timeout=60)
     await clock.advance(0)
     return task
-
-
-async def stop(task: asyncio.Task[int]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
 
 
 def main_patches(api: FakeNodeApi) -> list[Patch]:
@@ -84,123 +73,102 @@ def provider_id(api: FakeNodeApi) -> str | None:
     return None if value is None else str(value)
 
 
-def test_fetched_provider_id_is_set_in_the_taint_removal_patch() -> None:
-    async def scenario() -> None:
-        api, clock, source = FakeNodeApi("n1"), FakeClock(), ScriptedSource([AZURE_ID])
-        api.put(tainted_node())
-        task = await started(agent_with(source, api, clock), clock)
-        [patch] = main_patches(api)
-        ops = [(op["op"], op["path"]) for op in patch.operations]
-        assert ("add", "/spec/providerID") in ops
-        assert ("remove", "/spec/taints/0") in ops
-        assert provider_id(api) == AZURE_ID
-        assert "ProviderIDSet" in api.reasons()
-        await stop(task)
-
-    run(scenario)
+@run_async
+async def test_fetched_provider_id_is_set_in_the_taint_removal_patch() -> None:
+    api, clock, source = tainted_api(FakeNodeApi("n1")), FakeClock(), ScriptedSource([AZURE_ID])
+    task = await started(agent_with(source, api, clock), clock)
+    [patch] = main_patches(api)
+    ops = [(op["op"], op["path"]) for op in patch.operations]
+    assert ("add", "/spec/providerID") in ops
+    assert ("remove", "/spec/taints/0") in ops
+    assert provider_id(api) == AZURE_ID
+    assert "ProviderIDSet" in api.reasons()
+    await stop(task)
 
 
-def test_transport_error_means_not_azure_asks_once_and_blocks_nothing() -> None:
-    async def scenario() -> None:
-        api, clock, source = FakeNodeApi("n1"), FakeClock(), ScriptedSource([refused()])
-        api.put(tainted_node())
-        agent = agent_with(source, api, clock)
-        task = await started(agent, clock)
-        await clock.advance(120)
-        assert source.calls == 1
-        assert provider_id(api) is None
-        assert api.node is not None
-        assert not api.node["spec"].get("taints")
-        blocked = agent.metrics.blocked.labels("provider_id_unavailable")._value.get()
-        assert blocked == 0
-        await stop(task)
-
-    run(scenario)
+@run_async
+async def test_transport_error_means_not_azure_asks_once_and_blocks_nothing() -> None:
+    api, clock, source = tainted_api(FakeNodeApi("n1")), FakeClock(), ScriptedSource([refused()])
+    agent = agent_with(source, api, clock)
+    task = await started(agent, clock)
+    await clock.advance(120)
+    assert source.calls == 1
+    assert provider_id(api) is None
+    assert api.node is not None
+    assert not api.node["spec"].get("taints")
+    blocked = agent.metrics.blocked.labels("provider_id_unavailable")._value.get()
+    assert blocked == 0
+    await stop(task)
 
 
-def test_error_answers_are_retried_with_backoff_and_given_up_after_three() -> None:
-    async def scenario() -> None:
-        api, clock = FakeNodeApi("n1"), FakeClock()
-        source = ScriptedSource([http_500(), http_500(), http_500()])
-        api.put(tainted_node())
-        start = clock.monotonic()
-        task = await started(agent_with(source, api, clock), clock)
-        assert clock.monotonic() - start >= 0.8 + 1.6  # two backoff waits (±20 % jitter)
-        await clock.advance(600)
-        assert source.calls == 3
-        assert provider_id(api) is None
-        assert api.node is not None
-        assert not api.node["spec"].get("taints")  # giving up does not block the taint
-        await stop(task)
-
-    run(scenario)
+@run_async
+async def test_error_answers_are_retried_with_backoff_and_given_up_after_three() -> None:
+    api, clock = FakeNodeApi("n1"), FakeClock()
+    source = ScriptedSource([http_500(), http_500(), http_500()])
+    api.put(tainted_node())
+    start = clock.monotonic()
+    task = await started(agent_with(source, api, clock), clock)
+    assert clock.monotonic() - start >= 0.8 + 1.6  # two backoff waits (±20 % jitter)
+    await clock.advance(600)
+    assert source.calls == 3
+    assert provider_id(api) is None
+    assert api.node is not None
+    assert not api.node["spec"].get("taints")  # giving up does not block the taint
+    await stop(task)
 
 
-def test_an_error_answer_then_a_value_sets_the_provider_id() -> None:
-    async def scenario() -> None:
-        api, clock = FakeNodeApi("n1"), FakeClock()
-        source = ScriptedSource([http_500(), AZURE_ID])
-        api.put(tainted_node())
-        task = await started(agent_with(source, api, clock), clock)
-        assert source.calls == 2
-        assert provider_id(api) == AZURE_ID
-        await stop(task)
-
-    run(scenario)
+@run_async
+async def test_an_error_answer_then_a_value_sets_the_provider_id() -> None:
+    api, clock = FakeNodeApi("n1"), FakeClock()
+    source = ScriptedSource([http_500(), AZURE_ID])
+    api.put(tainted_node())
+    task = await started(agent_with(source, api, clock), clock)
+    assert source.calls == 2
+    assert provider_id(api) == AZURE_ID
+    await stop(task)
 
 
-def test_the_result_is_cached_for_the_process_and_reused_for_a_recreated_node() -> None:
-    async def scenario() -> None:
-        api, clock, source = FakeNodeApi("n1"), FakeClock(), ScriptedSource([AZURE_ID])
-        api.put(tainted_node())
-        task = await started(agent_with(source, api, clock), clock)
-        api.put(None)
-        await clock.advance(2)
-        fresh = tainted_node()
-        fresh["metadata"]["uid"] = "uid-2"
-        api.put(fresh, "ADDED")
-        await clock.advance(3)
-        assert source.calls == 1
-        assert provider_id(api) == AZURE_ID
-        await stop(task)
-
-    run(scenario)
+@run_async
+async def test_the_result_is_cached_for_the_process_and_reused_for_a_recreated_node() -> None:
+    api, clock, source = tainted_api(FakeNodeApi("n1")), FakeClock(), ScriptedSource([AZURE_ID])
+    task = await started(agent_with(source, api, clock), clock)
+    api.put(None)
+    await clock.advance(2)
+    fresh = tainted_node()
+    fresh["metadata"]["uid"] = "uid-2"
+    api.put(fresh, "ADDED")
+    await clock.advance(3)
+    assert source.calls == 1
+    assert provider_id(api) == AZURE_ID
+    await stop(task)
 
 
-def test_run_once_sets_the_fetched_provider_id_and_exits_0() -> None:
-    async def scenario() -> None:
-        api, clock, source = FakeNodeApi("n1"), FakeClock(), ScriptedSource([AZURE_ID])
-        api.put(tainted_node())
-        assert await agent_with(source, api, clock).run_once() == 0
-        assert provider_id(api) == AZURE_ID
-
-    run(scenario)
+@run_async
+async def test_run_once_sets_the_fetched_provider_id_and_exits_0() -> None:
+    api, clock, source = tainted_api(FakeNodeApi("n1")), FakeClock(), ScriptedSource([AZURE_ID])
+    assert await agent_with(source, api, clock).run_once() == 0
+    assert provider_id(api) == AZURE_ID
 
 
-def test_run_once_on_a_machine_without_instance_metadata_still_exits_0() -> None:
-    async def scenario() -> None:
-        api, clock, source = FakeNodeApi("n1"), FakeClock(), ScriptedSource([refused()])
-        api.put(tainted_node())
-        assert await agent_with(source, api, clock).run_once() == 0
-        assert provider_id(api) is None
-
-    run(scenario)
+@run_async
+async def test_run_once_on_a_machine_without_instance_metadata_still_exits_0() -> None:
+    api, clock, source = tainted_api(FakeNodeApi("n1")), FakeClock(), ScriptedSource([refused()])
+    assert await agent_with(source, api, clock).run_once() == 0
+    assert provider_id(api) is None
 
 
-def test_an_existing_different_provider_id_is_reported_and_not_changed() -> None:
-    async def scenario() -> None:
-        api, clock, source = FakeNodeApi("n1"), FakeClock(), ScriptedSource([AZURE_ID])
-        node = tainted_node()
-        node["spec"]["providerID"] = "local://elsewhere"
-        api.put(node)
-        task = await started(agent_with(source, api, clock), clock)
-        assert provider_id(api) == "local://elsewhere"
-        assert "ProviderIDMismatch" in api.reasons()
-        assert api.node is not None
-        assert not api.node["spec"].get("taints")
-        await stop(task)
-
-    run(scenario)
+@run_async
+async def test_an_existing_different_provider_id_is_reported_and_not_changed() -> None:
+    api, clock, source = FakeNodeApi("n1"), FakeClock(), ScriptedSource([AZURE_ID])
+    node = tainted_node()
+    node["spec"]["providerID"] = "local://elsewhere"
+    api.put(node)
+    task = await started(agent_with(source, api, clock), clock)
+    assert provider_id(api) == "local://elsewhere"
+    assert "ProviderIDMismatch" in api.reasons()
+    assert api.node is not None
+    assert not api.node["spec"].get("taints")
+    await stop(task)
 
 
 def fake_resolve(kubeconfig: str, apiserver: str, env: Mapping[str, str]) -> ClusterConfig:

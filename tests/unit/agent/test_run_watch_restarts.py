@@ -6,37 +6,27 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Coroutine
-from typing import Any
 
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.nodeapi import TransientError
 from local_ccm.agent.run import Agent, LoopSettings
 from tests.fakes import FakeClock
-from tests.unit.agent.fakes import FakeDetector, FakeNodeApi
-from tests.unit.agent.test_run_loop import BOTH, CONFIG, tainted_node
+from tests.unit.agent.fakes import FakeDetector, FakeNodeApi, run_async, start_loop, stop
+from tests.unit.agent.test_run_loop import BOTH, CONFIG, tainted_api
 
 QUIET = LoopSettings(node_name="n1", reconcile_interval=100.0, resync_interval=3600.0)
 
 
-def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(scenario())
-
-
-async def started(api: FakeNodeApi, clock: FakeClock) -> tuple[Agent, asyncio.Task[int]]:
+async def started() -> tuple[FakeNodeApi, FakeClock, Agent, asyncio.Task[int]]:
+    """The loop over a tainted Node, 2 s after its first pass."""
+    api, clock = tainted_api(FakeNodeApi("n1")), FakeClock()
     agent = Agent(
         QUIET, CONFIG, api, FakeDetector(BOTH), clock=clock, metrics=AgentMetrics(),
         rng=random.Random(3),
     )  # fmt: skip
-    task = asyncio.get_running_loop().create_task(agent.run_loop(check_access=False))
-    await clock.run_until(lambda: agent.health.first_pass, timeout=5)
+    task = await start_loop(agent, clock)
     await clock.advance(2)
-    return agent, task
-
-
-async def stop(task: asyncio.Task[int]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    return api, clock, agent, task
 
 
 def end_stream(api: FakeNodeApi, item: TransientError | None = None) -> None:
@@ -60,62 +50,46 @@ def watches(api: FakeNodeApi) -> int:
     return sum(1 for c in api.calls if c.startswith("watch"))
 
 
-def test_a_server_close_before_the_requested_timeout_counts_as_closed() -> None:
-    async def scenario() -> None:
-        api, clock = FakeNodeApi("n1"), FakeClock()
-        api.put(tainted_node())
-        agent, task = await started(api, clock)
-        touch(api)
-        opened = watches(api)
-        await clock.advance(60)
-        end_stream(api)
-        await clock.advance(0)
-        assert (restarts(agent, "closed"), restarts(agent, "timeout")) == (1, 0)
-        assert watches(api) == opened + 1  # events were seen: reconnect at once
-        await stop(task)
-
-    run(scenario)
+@run_async
+async def test_a_server_close_before_the_requested_timeout_counts_as_closed() -> None:
+    api, clock, agent, task = await started()
+    touch(api)
+    opened = watches(api)
+    await clock.advance(60)
+    end_stream(api)
+    await clock.advance(0)
+    assert (restarts(agent, "closed"), restarts(agent, "timeout")) == (1, 0)
+    assert watches(api) == opened + 1  # events were seen: reconnect at once
+    await stop(task)
 
 
-def test_an_end_after_the_shortest_requested_timeout_counts_as_timeout() -> None:
-    async def scenario() -> None:
-        api, clock = FakeNodeApi("n1"), FakeClock()
-        api.put(tainted_node())
-        agent, task = await started(api, clock)
-        await clock.advance(300)
-        end_stream(api)
-        await clock.advance(0)
-        assert (restarts(agent, "timeout"), restarts(agent, "closed")) == (1, 0)
-        await stop(task)
-
-    run(scenario)
+@run_async
+async def test_an_end_after_the_shortest_requested_timeout_counts_as_timeout() -> None:
+    api, clock, agent, task = await started()
+    await clock.advance(300)
+    end_stream(api)
+    await clock.advance(0)
+    assert (restarts(agent, "timeout"), restarts(agent, "closed")) == (1, 0)
+    await stop(task)
 
 
-def test_a_watch_closed_at_once_without_events_reconnects_after_a_backoff() -> None:
-    async def scenario() -> None:
-        api, clock = FakeNodeApi("n1"), FakeClock()
-        api.put(tainted_node())
-        agent, task = await started(api, clock)
-        opened = watches(api)
-        end_stream(api)  # the watch delivered nothing: a server that hangs up at once
-        await clock.advance(0.3)
-        assert watches(api) == opened  # WATCH_BACKOFF: 0.5 s ±20 %
-        await clock.advance(1.0)
-        assert watches(api) == opened + 1
-        assert restarts(agent, "closed") == 1
-        await stop(task)
-
-    run(scenario)
+@run_async
+async def test_a_watch_closed_at_once_without_events_reconnects_after_a_backoff() -> None:
+    api, clock, agent, task = await started()
+    opened = watches(api)
+    end_stream(api)  # the watch delivered nothing: a server that hangs up at once
+    await clock.advance(0.3)
+    assert watches(api) == opened  # WATCH_BACKOFF: 0.5 s ±20 %
+    await clock.advance(1.0)
+    assert watches(api) == opened + 1
+    assert restarts(agent, "closed") == 1
+    await stop(task)
 
 
-def test_a_failed_watch_counts_as_error() -> None:
-    async def scenario() -> None:
-        api, clock = FakeNodeApi("n1"), FakeClock()
-        api.put(tainted_node())
-        agent, task = await started(api, clock)
-        end_stream(api, TransientError("connection reset"))
-        await clock.advance(1.0)
-        assert (restarts(agent, "error"), restarts(agent, "closed")) == (1, 0)
-        await stop(task)
-
-    run(scenario)
+@run_async
+async def test_a_failed_watch_counts_as_error() -> None:
+    api, clock, agent, task = await started()
+    end_stream(api, TransientError("connection reset"))
+    await clock.advance(1.0)
+    assert (restarts(agent, "error"), restarts(agent, "closed")) == (1, 0)
+    await stop(task)

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from local_ccm.netlink import messages as m
+from local_ccm.netlink import model
 
 NLMSGHDR = struct.Struct("=IHHII")
 
@@ -52,7 +53,7 @@ def test_parse_attrs_strips_the_nested_and_byte_order_bits() -> None:
 
 
 def test_parse_attrs_rejects_an_attribute_running_past_the_end() -> None:
-    with pytest.raises(m.MalformedMessageError):
+    with pytest.raises(model.MalformedMessageError):
         m.parse_attrs(struct.pack("=HH", 20, 1) + b"abcd")
 
 
@@ -70,7 +71,7 @@ def test_parse_messages_splits_aligned_messages_in_one_datagram() -> None:
 
 @pytest.mark.parametrize("length", [8, 64])
 def test_parse_messages_rejects_impossible_lengths(length: int) -> None:
-    with pytest.raises(m.MalformedMessageError):
+    with pytest.raises(model.MalformedMessageError):
         m.parse_messages(NLMSGHDR.pack(length, 24, 0, 1, 0) + b"\0" * 16)
 
 
@@ -143,7 +144,7 @@ def test_done_carries_the_dump_error_code() -> None:
 def test_no_route_error_is_readable_and_keeps_the_errno() -> None:
     err = m.no_route_error(IPv4Address("8.8.8.8"), errno.ENETUNREACH)
 
-    assert isinstance(err, m.NetlinkError)
+    assert isinstance(err, model.NetlinkError)
     assert err.errno == errno.ENETUNREACH
     assert "no route to 8.8.8.8" in str(err)
     assert "(ENETUNREACH)" in str(err)
@@ -158,7 +159,7 @@ def test_route_reply_with_gateway_source_interface_and_large_table() -> None:
 
     route = m.parse_route(payload)
 
-    assert route == m.Route(
+    assert route == model.Route(
         family=4, dst=ip_network("8.8.8.8/32"), type="unicast", table=1000, protocol=4,
         scope=0, oif=2, ifname=None, gateway=ip_address("192.0.2.1"),
         prefsrc=ip_address("192.0.2.10"), priority=None,
@@ -235,7 +236,7 @@ def test_every_address_flag_has_its_name(bit: int, name: str) -> None:
 
 
 def test_address_without_any_address_attribute_is_malformed() -> None:
-    with pytest.raises(m.MalformedMessageError):
+    with pytest.raises(model.MalformedMessageError):
         m.parse_address(ifaddrmsg(m.AF_INET, 24))
 
 
@@ -250,7 +251,7 @@ def test_link_with_kind_operstate_and_flags() -> None:
 
     link = m.parse_link(payload)
 
-    assert link == m.Link(
+    assert link == model.Link(
         index=4, name="cilium_host", flags=frozenset({"up", "running", "lower_up"}), kind="veth",
         operstate="up", mtu=1450, master=None,
     )  # fmt: skip

@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 from local_ccm.agent.core.candidates import (
     DISABLED,
+    Detected,
     Detection,
-    DetectorKey,
     Disabled,
     Failed,
 )
@@ -173,7 +173,7 @@ class _Entry:
 def desired_addresses(
     current: Sequence[NodeAddress],
     provided: Sequence[IPAddress],
-    detected: Mapping[DetectorKey, Detection],
+    detected: Detected,
     owned: Sequence[NodeAddress] | None,
     policy: AddressPolicy,
 ) -> AddressPlan:
@@ -197,7 +197,7 @@ def desired_addresses(
 def _classify(
     current: Sequence[NodeAddress],
     provided_ips: Sequence[IPAddress],
-    detected: Mapping[DetectorKey, Detection],
+    detected: Detected,
     owned: Sequence[NodeAddress] | None,
 ) -> list[_Entry]:
     """Classify the current entries as provided, managed (owned or adopted) or foreign.
@@ -278,7 +278,7 @@ class _Rules:
         return kind == INTERNAL and a in self.provided_ips
 
 
-def _enabled(detected: Mapping[DetectorKey, Detection], kind: str, family: int) -> bool:
+def _enabled(detected: Detected, kind: str, family: int) -> bool:
     return any(k == (kind, family) and not isinstance(d, Disabled) for k, d in detected.items())
 
 

@@ -7,7 +7,7 @@ Pure, no I/O, no clock. The netlink adapter (``agent.detect``) turns kernel stat
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from ipaddress import IPv4Interface, IPv6Interface
@@ -49,6 +49,7 @@ class Disabled:
 
 DISABLED = Disabled()
 Detection = Found | Failed | Disabled
+Detected = Mapping[DetectorKey, Detection]  # one pass's results, by detector
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The agent's detection and policy settings, already parsed.
+"""The agent's detection and policy settings and the loop's timing, already parsed.
 
 Pure, no I/O. Nothing here parses argv: the flag loader builds an :class:`AgentConfig` from
 validated values, so every address and CIDR is an ``ipaddress`` object from here on.
@@ -19,6 +19,10 @@ AddressType = Literal["InternalIP", "ExternalIP"]
 INTERNAL: AddressType = "InternalIP"
 EXTERNAL: AddressType = "ExternalIP"
 ADDRESS_TYPES: tuple[AddressType, ...] = (INTERNAL, EXTERNAL)
+# The four detectors, InternalIP first: the order of detect mode's rows and of detection.
+DETECTORS: tuple[tuple[AddressType, Family], ...] = tuple(
+    (kind, family) for kind in ADDRESS_TYPES for family in FAMILIES
+)
 ProvidedPolicy = Literal["prefer", "strict", "ignore"]
 
 # CNI, overlay and tunnel devices pick wrong addresses (squat/kilo#403,
@@ -80,3 +84,18 @@ class AgentConfig:
 
     def enabled(self, kind: AddressType, family: int) -> bool:
         return self.settings(kind).enabled(family)
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """The loop's timing and identity; durations in seconds."""
+
+    node_name: str
+    reconcile_interval: float = 10.0
+    resync_interval: float = 1800.0
+    settle_time: float = 5.0
+    api_timeout: float = 15.0
+    event_namespace: str = "default"
+    provider_id: str = ""  # --provider-id template
+    debounce_quiet: float = 0.25  # quiet time before a pass (see timing.debounce_wait)
+    debounce_max: float = 1.0  # ... and at most 1 s after the first trigger of a burst

@@ -14,7 +14,7 @@ from local_ccm import names
 from local_ccm.agent.core.addresses import Finding, NodeAddress
 from local_ccm.agent.core.candidates import Detection, DetectorKey, Failed, Found
 from local_ccm.agent.core.config import AgentConfig, family_name
-from local_ccm.agent.core.plan import NO_INTERNAL_IP, BlockReason
+from local_ccm.agent.core.gates import NO_INTERNAL_IP, BlockReason
 from local_ccm.runtime.events import EventBudget, EventSpec, Subject, node
 
 ADDRESSES_UPDATED = "AddressesUpdated"

@@ -1,6 +1,5 @@
-"""Small decisions of one pass of the agent:
-reading the cached Node, whether a write must settle, metric labels of a PATCH, what a held
-taint reports, and run-once's verdict.
+"""Small decisions of one pass of the agent: the Node's age, whether a write must settle,
+metric labels of a PATCH, what a held taint reports, and run-once's verdict.
 
 Pure, no I/O, no clock: times are parameters.
 """
@@ -14,46 +13,19 @@ from typing import Any, get_args
 
 from local_ccm import names
 from local_ccm.agent.core import events as ev
-from local_ccm.agent.core.addresses import AddressPlan, NodeAddress, node_addresses, parse_owned
-from local_ccm.agent.core.candidates import Detection, DetectorKey, Disabled, Found
+from local_ccm.agent.core.addresses import AddressPlan
+from local_ccm.agent.core.candidates import Detected, Disabled, Found
 from local_ccm.agent.core.config import FAMILIES, AgentConfig, family_name
-from local_ccm.agent.core.plan import (
-    NO_INTERNAL_IP,
-    BlockReason,
-    Patch,
-    ProviderIDAction,
-    TaintDecision,
-    addresses_match,
-    is_tainted,
-)
+from local_ccm.agent.core.gates import BlockReason, Gates
+from local_ccm.agent.core.plan import Patch, addresses_match, is_tainted, node_inputs
+from local_ccm.agent.core.timing import Settle, settle_step
 from local_ccm.runtime.events import EventSpec
 
 Obj = Mapping[str, Any]
-Detected = Mapping[DetectorKey, Detection]
 BLOCK_REASONS: tuple[BlockReason, ...] = get_args(BlockReason)
 
 
-# ------------------------------------------------------------------ the cached Node
-def node_rv(node: Obj | None) -> str:
-    return str(((node or {}).get("metadata") or {}).get("resourceVersion", ""))
-
-
-def node_uid(node: Obj | None) -> str:
-    return str(((node or {}).get("metadata") or {}).get("uid", ""))
-
-
-def is_older(rv: str, than: str) -> bool:
-    """An event older than the response of our own write (the newest Node is kept)."""
-    try:
-        return int(rv) < int(than)
-    except ValueError:  # resourceVersions are opaque; etcd's are integers
-        return False
-
-
-def current_addresses(node: Obj) -> tuple[NodeAddress, ...]:
-    return node_addresses((node.get("status") or {}).get("addresses"))
-
-
+# ------------------------------------------------------------------ the Node
 def creation_delay(node: Obj, now: datetime) -> float | None:
     """Seconds since ``metadata.creationTimestamp``, for the NodeInitialized Event and the
     time-to-initialise histogram."""
@@ -68,15 +40,21 @@ def creation_delay(node: Obj, now: datetime) -> float | None:
 def is_settle_needed(node: Obj, plan: AddressPlan) -> bool:
     """The plan removes or replaces an owned address already on the (initialised)
     Node. The first write (nothing owned yet, or still tainted) is immediate."""
-    if is_tainted(node):
+    inputs = node_inputs(node)
+    if is_tainted(node) or not inputs.owned:
         return False
-    annotations = (node.get("metadata") or {}).get("annotations") or {}
-    owned, _ = parse_owned(annotations.get(names.OWNED_ADDRESSES_ANNOTATION))
-    if not owned:
-        return False
-    current = {a.key for a in current_addresses(node)}
-    desired = {a.key for a in plan.addresses}
-    return any(o.key in current and o.key not in desired for o in owned)
+    current, desired = {a.key for a in inputs.current}, {a.key for a in plan.addresses}
+    return any(o.key in current and o.key not in desired for o in inputs.owned)
+
+
+def plan_settle(
+    settle: Settle | None, node: Obj, plan: AddressPlan, now: float, settle_time: float
+) -> tuple[Settle | None, float]:
+    """:func:`~local_ccm.agent.core.timing.settle_step` when the plan needs to settle: the new
+    state and the seconds still to wait (0: write now)."""
+    if not is_settle_needed(node, plan):
+        return None, 0.0
+    return settle_step(settle, plan.owned, now, settle_time)
 
 
 # ------------------------------------------------------------------ metrics
@@ -105,20 +83,14 @@ class GateReport:
     events: tuple[EventSpec, ...]
 
 
-def gate_report(
-    node: Obj,
-    decision: TaintDecision,
-    plan: AddressPlan,
-    provider: ProviderIDAction,
-    *,
-    no_internal_ip: str = NO_INTERNAL_IP,
-) -> GateReport:
-    """Never block silently: every held gate, mismatch and provider-ID conflict is reported.
-    `no_internal_ip` is the remedy that fits this Node (``plan.no_internal_ip_advice``)."""
-    held = set(decision.blocked) if is_tainted(node) else set()
+def gate_report(node: Obj, plan: AddressPlan, gates: Gates) -> GateReport:
+    """Never block silently: every held gate, mismatch and provider-ID conflict is reported,
+    a missing InternalIP with the remedy that fits this Node."""
+    blocked, provider = gates.taint.blocked, gates.provider
+    held = set(blocked) if is_tainted(node) else set()
     mismatched = {f.family for f in plan.findings if f.kind == "provided_mismatch"}
     events = [
-        *ev.initialization_blocked(decision.blocked if held else (), no_internal_ip=no_internal_ip),
+        *ev.initialization_blocked(blocked if held else (), no_internal_ip=gates.advice),
         *ev.provided_mismatches(plan.findings),
     ]
     if provider.kind == "mismatch" and provider.existing:

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from local_ccm.agent.core.addresses import Finding, NodeAddress
 from local_ccm.agent.core.candidates import (
     Candidate,
-    Detection,
-    DetectorKey,
+    Detected,
     Disabled,
     Failed,
     Found,
@@ -26,29 +25,31 @@ from local_ccm.agent.core.candidates import (
 )
 from local_ccm.agent.core.config import (
     ADDRESS_TYPES,
+    DETECTORS,
     FAMILIES,
     AddressType,
     AgentConfig,
     Family,
     family_name,
 )
-from local_ccm.agent.core.plan import (
+from local_ccm.agent.core.gates import (
     NO_INTERNAL_IP,
-    Condition,
-    Obj,
-    Patch,
     ProviderIDAction,
     TaintDecision,
     decide_taint,
     desired_condition,
+    desired_provider_id,
+)
+from local_ccm.agent.core.plan import (
+    Condition,
+    Obj,
+    Patch,
+    current_addresses,
     is_tainted,
-    node_inputs,
     owned_annotation,
     plan_addresses,
     plan_status_patch,
     plan_taint_patch,
-    provider_id_action,
-    render_provider_id,
 )
 
 # Minimum column widths, the layout of the README's example; longer values widen a column.
@@ -61,7 +62,7 @@ class DetectionReport(Protocol):
     """What ``agent.detect.detect_addresses`` returns (its ``DetectionReport``), read-only."""
 
     @property
-    def results(self) -> Mapping[DetectorKey, Detection]: ...
+    def results(self) -> Detected: ...
 
     @property
     def candidates(self) -> Sequence[Candidate]: ...
@@ -110,7 +111,7 @@ Plan = NodePlan | PlanUnavailable | None
 
 def plan_node(
     node: Obj,
-    detected: Mapping[DetectorKey, Detection],
+    detected: Detected,
     config: AgentConfig,
     *,
     provider_id: str = "",
@@ -121,14 +122,13 @@ def plan_node(
     lands (gate 2); Azure IMDS is not queried in detect mode and never blocks."""
     addresses = plan_addresses(node, detected, config)
     template = provider_id
-    desired_id = render_provider_id(template, node) if template else None
-    action = provider_id_action(node, desired_id, configured=bool(template))
+    action = desired_provider_id(node, template=template, fetched=None)
     blocks = action.kind == "unavailable"
     tainted = is_tainted(node)
     taint = decide_taint(
         config, tainted=tainted, addresses_synced=True, plan=addresses, provider_id_blocks=blocks
     )
-    # The same gates the loop passes (agent.writes), so detect mode shows what the loop writes.
+    # The same gates the loop passes (agent.reconcile), so detect mode shows what the loop writes.
     condition = desired_condition(addresses, detected, blocked=taint.blocked)
     status = plan_status_patch(
         node, addresses, condition=condition if config.report_condition else None, now=now
@@ -136,7 +136,7 @@ def plan_node(
     set_id = action.value if action.kind == "set" else None
     return NodePlan(
         node_name=str(node.get("metadata", {}).get("name", "")),
-        current=node_inputs(node).current,
+        current=current_addresses(node),
         desired=addresses.addresses,
         owned_current=owned_annotation(node),
         owned_desired=addresses.annotation,
@@ -181,7 +181,7 @@ def _taint_reasons(
 
 def render_text(report: DetectionReport, config: AgentConfig, plan: Plan = None) -> str:
     rows = [["TYPE", "FAMILY", "ADDRESS", "SOURCE", "DETAIL"]]
-    rows += [_detection_row(report, config, kind, f) for kind, f in _detectors()]
+    rows += [_detection_row(report, config, kind, f) for kind, f in DETECTORS]
     lines = _table(rows, _DETECTION_WIDTHS)
     lines.append("CANDIDATES")
     candidates = [
@@ -191,10 +191,6 @@ def render_text(report: DetectionReport, config: AgentConfig, plan: Plan = None)
     if plan is not None:
         lines += _plan_text(plan)
     return "\n".join(lines) + "\n"
-
-
-def _detectors() -> Iterable[tuple[AddressType, Family]]:
-    return ((kind, family) for kind in ADDRESS_TYPES for family in FAMILIES)
 
 
 def _detection_row(
@@ -304,7 +300,7 @@ def _provider_id_text(action: ProviderIDAction) -> str:
 
 def render_json(report: DetectionReport, config: AgentConfig, plan: Plan = None) -> str:
     document = {
-        "detections": [_detection_json(report, config, k, f) for k, f in _detectors()],
+        "detections": [_detection_json(report, config, k, f) for k, f in DETECTORS],
         "candidates": [_candidate_json(report, config, c) for c in report.candidates],
         "plan": _plan_json(plan),
     }
@@ -373,6 +369,4 @@ def _plan_json(plan: Plan) -> dict[str, Any] | None:
 
 
 def _condition_json(condition: Condition | None) -> dict[str, str] | None:
-    if condition is None:
-        return None
-    return {"status": condition.status, "reason": condition.reason, "message": condition.message}
+    return None if condition is None else asdict(condition)

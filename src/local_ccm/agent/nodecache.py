@@ -1,0 +1,149 @@
+"""The agent's copy of its own Node, read and written through: one LIST by field selector,
+then one watch (an Informer) from that LIST's version; every write is a JSON Patch (guarded by
+``test`` operations, planned by ``core.plan``), counted by kind and result, and the Node it
+returns replaces the copy. Steady state costs no API request per pass.
+
+A new or vanished Node object (another uid) calls ``replaced``, so the pass starts that
+Node's state over; a watch update of the same object calls ``updated`` first (fight detection).
+What the API rejects as invalid is remembered, so the same write is not sent again until its
+inputs change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from typing import Any
+
+from local_ccm.agent.core import events as ev
+from local_ccm.agent.core.passes import patch_kinds
+from local_ccm.agent.core.plan import Patch, is_older, node_rv, node_uid
+from local_ccm.agent.metrics import AgentMetrics
+from local_ccm.agent.nodeapi import (
+    INFORMER_ERRORS,
+    ForbiddenError,
+    InvalidError,
+    NodeApi,
+    NodeApiError,
+    OwnNode,
+)
+from local_ccm.agent.triggers import Health, Triggers
+from local_ccm.clock import Clock
+from local_ccm.kube import informer as inf
+from local_ccm.logs import V1, V2, kv
+from local_ccm.runtime.events import EventSpec
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+_RESULTS = {"conflict": "conflict", "invalid": "invalid", "forbidden": "forbidden"}
+
+
+class NodeCache:
+    """The newest Node seen (``None``: absent); ``present`` is None until the first read."""
+
+    def __init__(
+        self,
+        api: NodeApi,
+        name: str,
+        *,
+        clock: Clock,
+        rng: random.Random,
+        metrics: AgentMetrics,
+        health: Health,
+        triggers: Triggers,
+        replaced: Callable[[], None],
+        updated: Callable[[Obj], None],
+        emit: Callable[[EventSpec], bool],
+    ) -> None:
+        self._api, self.name, self._clock, self._metrics = api, name, clock, metrics
+        self._health, self._triggers = health, triggers
+        self._replaced, self._updated, self._emit = replaced, updated, emit
+        self._log = logging.LoggerAdapter(log, kv(node=name))
+        self.node: Obj | None = None
+        self.present: bool | None = None
+        self._listed_rv = ""
+        self.rejected: object = None  # the key of a write rejected as invalid
+        self.watch_task: asyncio.Task[None] | None = None
+        self._informer: inf.Informer[Obj] = inf.Informer(
+            OwnNode(api, name), dict, clock=clock, rng=rng, name="Node",
+            errors=INFORMER_ERRORS, on_end=self._watch_ended,
+        )  # fmt: skip
+        self._informer.add_handler(self._on_change)
+
+    async def relist(self) -> None:
+        """LIST by field selector (a consistent read) and adopt the result."""
+        listed = await self._api.list_node(self.name)
+        self._listed_rv = listed.resource_version
+        if listed.node is None:
+            self.gone()
+        else:
+            self._adopt(listed.node, watch=False)
+
+    def start_watch(self) -> None:
+        """The informer, from the start-up LIST's version: it watches at once."""
+        self._informer.prime([] if self.node is None else [self.node], self._listed_rv)
+        self.watch_task = asyncio.get_running_loop().create_task(self._informer.run())
+
+    async def write(self, patch: Patch, key: object) -> Obj:
+        """One PATCH; the Node it stored becomes the copy. ``key`` names the write's inputs."""
+        kinds = patch_kinds(patch)
+        self._log.debug("PATCH %s %s", patch.subresource or "node", patch.body())
+        try:
+            self.node = await self._api.patch_node(self.name, patch)
+        except NodeApiError as exc:
+            for kind in kinds:
+                self._metrics.writes.labels(kind, _RESULTS.get(exc.kind, "error")).inc()
+            if isinstance(exc, InvalidError | ForbiddenError):
+                self._emit(ev.update_rejected(f"PATCH of {'/'.join(kinds)}", exc.message))
+            if isinstance(exc, InvalidError):
+                self.rejected = key
+                self._log.warning("write rejected: %s", exc.message)
+            raise
+        for kind in kinds:
+            self._metrics.writes.labels(kind, "success").inc()
+        return self.node
+
+    def _adopt(self, node: Obj, *, watch: bool) -> None:
+        if self.node is not None and node_uid(node) == node_uid(self.node):
+            if is_older(node_rv(node), node_rv(self.node)):
+                return  # an event older than the response of our own write
+            if watch:
+                self._updated(node)
+        elif self.node is not None or self.present is False:
+            self._log.info("Node %s present (uid %s)", self.name, node_uid(node))
+            self.rejected = None
+            self._replaced()
+        self.node, self.present = node, True
+        self._metrics.node_present.set(1)
+
+    def gone(self) -> None:
+        if self.present is not False:
+            self._log.info("Node %s is absent; waiting for it", self.name)
+        self.node, self.present = None, False
+        self._metrics.node_present.set(0)
+        self.rejected = None
+        self._replaced()
+
+    def _on_change(self, change: inf.Change[Obj]) -> None:
+        self._health.watch_down_since = None
+        node = change.new if change.new is not None else change.old
+        if node is None:
+            return  # BOOKMARK, SYNCED
+        self._log.log(V2 - 3, "watch event %s rv=%s", change.type, node_rv(node))
+        if change.type == "DELETED":
+            if self.node is None or node_uid(node) in ("", node_uid(self.node)):
+                self.gone()
+        else:
+            self._adopt(node, watch=True)
+        self._triggers.fire("watch")
+
+    def _watch_ended(self, end: inf.StreamEnd) -> None:
+        if end.reason == "stopped":
+            return
+        self._metrics.watch_restarts.labels(end.reason).inc()
+        if end.reason == "error":
+            if self._health.watch_down_since is None:
+                self._health.watch_down_since = self._clock.monotonic()
+            self._log.log(V1, "watch failed (%s); reconnecting in %.1fs", end.error, end.delay)
