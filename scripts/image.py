@@ -60,7 +60,12 @@ KEEP = frozenset((
 # fmt: on
 PYTHON = "/usr/bin/python3.11"
 VENV = "/opt/local-ccm"
-SCRIPTS = ("local-ccm", "node-lifecycle-controller", "node-ipam-controller")
+SCRIPTS = (
+    "local-ccm",
+    "node-lifecycle-controller",
+    "node-ipam-controller",
+    "local-ccm-controller-manager",
+)
 # The paths the manifests and the upstream node-ipam-controller image use.
 ENTRY_POINTS = (*(f"usr/local/bin/{s}" for s in SCRIPTS), "node-ipam-controller")
 UID = 65532

@@ -1,4 +1,4 @@
-"""The three binaries as processes, in the faults an operator meets first: SIGTERM while the
+"""The four binaries as processes, in the faults an operator meets first: SIGTERM while the
 API server hangs during start-up, a listen address that cannot be bound, and run-once against a
 hung API server. Each binary is its real console script, started like a Deployment or DaemonSet
 would start it.
@@ -47,7 +47,11 @@ LIFECYCLE = Binary(
 IPAM = Binary(
     "node-ipam-controller", ("--metrics-bind-address=0", "--leader-elect-namespace=kube-system")
 )
-BINARIES = (AGENT, LIFECYCLE, IPAM)
+MANAGER = Binary(
+    "local-ccm-controller-manager",
+    ("--metrics-bind-address=0", "--health-probe-bind-address=0", "--ping-count=0"),
+)
+BINARIES = (AGENT, LIFECYCLE, IPAM, MANAGER)
 
 
 def _start(binary: Binary, argv: Sequence[str], log: Path) -> Child:
@@ -99,7 +103,7 @@ SLACK = 2.0
 SHORT_DEADLINE_AGENT = (
     "import sys; from local_ccm.agent import loop; "
     f"loop.RUN_ONCE_DEADLINE = {RUN_ONCE_DEADLINE}; "
-    "from local_ccm.cli import agent_main; sys.exit(agent_main())"
+    "from local_ccm.cli.agent import agent_main; sys.exit(agent_main())"
 )
 
 
@@ -133,6 +137,8 @@ LISTEN_FLAGS = [
     (IPAM, "webserver-bind-address", None),
     (IPAM, "health-probe-address", None),
     (IPAM, "metrics-bind-address", "webserver-bind-address"),
+    (MANAGER, "metrics-bind-address", "health-probe-bind-address"),
+    (MANAGER, "health-probe-bind-address", "metrics-bind-address"),
 ]
 
 

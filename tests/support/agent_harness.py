@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from local_ccm.agent.loop import Agent
 from local_ccm.agent.options import AgentOptions, load_options
-from local_ccm.agent.run import Agent, agent_main
+from local_ccm.cli.agent import serve_agent
 from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import ApiError
@@ -66,7 +67,7 @@ class InProcessAgent:
             self.agent = agent
             self._started.set()
 
-        return await agent_main(self.options, stop=self._stop, netns=self.netns, on_start=started)
+        return await serve_agent(self.options, stop=self._stop, netns=self.netns, on_start=started)
 
     def start(self) -> InProcessAgent:
         self._thread.start()
@@ -96,7 +97,7 @@ class InProcessAgent:
 
 def run_once(opts: AgentOptions, *, netns: str | None) -> int:
     """``--run-once`` in-process (its own event loop in this thread)."""
-    return asyncio.run(agent_main(opts, netns=netns))
+    return asyncio.run(serve_agent(opts, netns=netns))
 
 
 # ------------------------------------------------------------------ reading results

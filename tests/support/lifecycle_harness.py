@@ -23,10 +23,10 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from local_ccm.cli.lifecycle import Started, run_lifecycle
 from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import NotFound
-from local_ccm.lifecycle.main import Started, run_lifecycle
 from local_ccm.lifecycle.nodeapi import Access, NodeApi, NodeEvent, NodeList, Obj
 from local_ccm.lifecycle.options import LifecycleOptions, load_options
 from local_ccm.lifecycle.probe import Prober

@@ -14,7 +14,7 @@ import pytest
 
 from local_ccm import __version__
 from local_ccm.agent.options import AgentOptions
-from local_ccm.cli import agent_main
+from local_ccm.cli.agent import agent_main
 from local_ccm.kube.config import ClusterConfig, ConfigError
 
 IN_CLUSTER = {"KUBERNETES_SERVICE_HOST": "192.0.2.1", "KUBERNETES_SERVICE_PORT": "6443"}

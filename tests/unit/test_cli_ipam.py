@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from local_ccm.cli import ipam_main
+from local_ccm.cli.ipam import main as ipam_main
 
 HELP_LINE = "run 'node-ipam-controller --help' for usage"
 

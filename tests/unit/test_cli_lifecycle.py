@@ -1,18 +1,17 @@
 """`node-lifecycle-controller` entry point: --help, exit 2 with every
-problem, exit 4 without credentials; and the start-up access check."""
+problem, exit 4 without credentials; what it needs and what /readyz says meanwhile (the check
+itself is tests/unit/runtime/test_access.py)."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 
 from local_ccm import __version__
-from local_ccm.kube import errors as ke
-from local_ccm.lifecycle.main import check_access, main
-from local_ccm.lifecycle.nodeapi import Access, required_access
-from local_ccm.lifecycle.process import Status, health_checks
+from local_ccm.cli.lifecycle import main
+from local_ccm.lifecycle.health import Status, health_checks
+from local_ccm.lifecycle.nodeapi import required_access
 from tests.fakes import FakeClock
 
 
@@ -54,75 +53,11 @@ def test_an_unusable_metrics_cert_dir_exits_2_in_one_line(
     assert f"--metrics-cert-dir={tmp_path / 'none'}: cannot load tls.crt and tls.key" in line
 
 
-class AccessApi:
-    def __init__(self, denied: set[str], error: ke.ApiError | None = None) -> None:
-        self.denied, self.error = denied, error
-
-    async def can_i(self, access: Access) -> bool:
-        if self.error is not None:
-            raise self.error
-        return str(access) not in self.denied
-
-
-NEEDED = required_access(event_namespace="default", lease_namespace="kube-system",
-                         lease_name="nlc", out_of_service=False)  # fmt: skip
-
-
-def check(api: AccessApi) -> str | None:
-    return asyncio.run(check_access(api, NEEDED, asyncio.Event(), FakeClock()))  # type: ignore[arg-type]
-
-
-def test_missing_permissions_are_listed() -> None:
-    problem = check(AccessApi({"delete nodes", "update leases.coordination.k8s.io/nlc in "
-                                               "namespace kube-system"}))  # fmt: skip
-    assert problem is not None
-    assert "delete nodes" in problem
-    assert "update leases.coordination.k8s.io/nlc" in problem
-
-
-def test_rejected_credentials_are_a_precondition_failure() -> None:
-    problem = check(AccessApi(set(), ke.Unauthorized(401, "Unauthorized", "bad token")))
-    assert problem is not None
-    assert "401" in problem
-
-
-def test_all_permissions_present_passes() -> None:
-    assert check(AccessApi(set())) is None
-
-
 def test_out_of_service_needs_patch_and_volume_attachments() -> None:
     needed = {str(a) for a in required_access(event_namespace="e", lease_namespace="n",
                                                lease_name=None, out_of_service=True)}  # fmt: skip
     assert {"patch nodes", "list volumeattachments.storage.k8s.io"} <= needed
     assert not any("leases" in a for a in needed)
-
-
-class FlakyApi:
-    """Answers `can_i` only after `failures` transient errors (the API server coming up)."""
-
-    def __init__(self, failures: int) -> None:
-        self.failures = failures
-
-    async def can_i(self, access: Access) -> bool:
-        if self.failures:
-            self.failures -= 1
-            raise ke.Transient(0, "StreamBroken", "connection refused")
-        return True
-
-
-def test_transient_errors_are_retried_and_reported_until_the_api_answers() -> None:
-    clock, seen = FakeClock(), list[str]()
-
-    async def scenario() -> str | None:
-        check = asyncio.ensure_future(check_access(
-            FlakyApi(5), NEEDED, asyncio.Event(), clock, on_error=seen.append  # type: ignore[arg-type]
-        ))  # fmt: skip
-        await clock.advance(600)  # far beyond a minute: no give-up
-        return await check
-
-    assert asyncio.run(scenario()) is None
-    assert len(seen) == 5
-    assert "connection refused" in seen[-1]
 
 
 def test_readiness_names_the_wait_for_the_api_server_and_liveness_passes() -> None:

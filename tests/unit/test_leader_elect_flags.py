@@ -11,12 +11,12 @@ import random
 import pytest
 
 from local_ccm import flags
+from local_ccm.cli import ipam as ipam_main
+from local_ccm.cli import lifecycle as lifecycle_main
 from local_ccm.flags import Flag, FlagSet, Problem
-from local_ccm.ipam import main as ipam_main
 from local_ccm.ipam import options as ipam
 from local_ccm.ipam.options import FLAGS as IPAM_FLAGS
 from local_ccm.lease.election import choose_identity
-from local_ccm.lifecycle import main as lifecycle_main
 from local_ccm.lifecycle import options as lifecycle
 from local_ccm.lifecycle.options import FLAGS as LIFECYCLE_FLAGS
 

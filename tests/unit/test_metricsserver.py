@@ -173,8 +173,8 @@ def test_the_certificate_is_made_in_a_child_process() -> None:
 def test_no_binary_imports_cryptography() -> None:
     """Its import would stay resident (about 12.6 MiB); only the certificate child loads it."""
     code = (
-        "import sys, local_ccm.cli, local_ccm.agent.run, local_ccm.lifecycle.main, "
-        "local_ccm.ipam.main; print(sorted(m for m in sys.modules if 'cryptography' in m))"
+        "import sys, local_ccm.cli.agent, local_ccm.cli.lifecycle, local_ccm.cli.ipam, "
+        "local_ccm.cli.manager; print(sorted(m for m in sys.modules if 'cryptography' in m))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

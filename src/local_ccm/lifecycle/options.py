@@ -3,7 +3,7 @@ new ones [beyond], each declared once with its parser, and a loader that validat
 once into a frozen :class:`LifecycleOptions`.
 
 Pure, no I/O: argv and the environment are parameters. Credentials are resolved later by the
-composition root, so validation never touches a file or the API.
+composition root (`local_ccm.cli.lifecycle`), so validation never touches a file or the API.
 """
 
 from __future__ import annotations

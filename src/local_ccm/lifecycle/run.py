@@ -8,8 +8,8 @@ pure core (`health.assess` → `plan.plan_deletions`) and performs the plan: Eve
 (fresh GET, re-check, optional out-of-service taint, DELETE with uid + resourceVersion
 preconditions).
 Results flow back through `record_probe`, `record_self_check` and `record_attempt`; one
-deletion attempt is `local_ccm.lifecycle.attempt`, leadership and health checks
-`local_ccm.lifecycle.process`.
+deletion attempt is `local_ccm.lifecycle.attempt`, its health checks
+`local_ccm.lifecycle.health`; leadership and the process are `local_ccm.runtime.process`.
 
 One event loop, no locks: state is only changed by code running on it, between awaits.
 Time comes from an injected `Clock`, the API from a `NodeApi`, probes from a `Prober`, so
@@ -46,10 +46,10 @@ from local_ccm.lifecycle.core.model import (
     summarize,
 )
 from local_ccm.lifecycle.core.plan import plan_deletions
+from local_ccm.lifecycle.health import Status
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.nodeapi import NodeApi, Obj
 from local_ccm.lifecycle.probe import Prober
-from local_ccm.lifecycle.process import Status
 from local_ccm.logs import kv
 from local_ccm.runtime.events import EventBudget, Reporter, admit, forget, node
 from local_ccm.runtime.outbox import EventOutbox

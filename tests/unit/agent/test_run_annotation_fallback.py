@@ -13,8 +13,8 @@ import pytest
 
 from local_ccm import names
 from local_ccm.agent.core.plan import Patch
+from local_ccm.agent.loop import Agent
 from local_ccm.agent.metrics import AgentMetrics
-from local_ccm.agent.run import Agent
 from tests.fakes import FakeClock
 from tests.unit.agent.builders import EXT4, INT4, found
 from tests.unit.agent.fakes import FakeDetector, FakeNodeApi, run_async, start_loop, stop

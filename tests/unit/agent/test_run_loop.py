@@ -9,9 +9,9 @@ from local_ccm import names
 from local_ccm.agent.core.candidates import Detection, DetectorKey
 from local_ccm.agent.core.config import AgentConfig, TypeSettings
 from local_ccm.agent.core.plan import Patch
+from local_ccm.agent.loop import EXIT_PRECONDITION, Agent, LoopSettings
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.nodeapi import ConflictError, InvalidError, TransientError
-from local_ccm.agent.run import EXIT_PRECONDITION, Agent, LoopSettings
 from tests.fakes import FakeClock
 from tests.unit.agent.builders import EXT4, INT4, UNINITIALIZED, found, no_route, node
 from tests.unit.agent.fakes import FakeDetector, FakeNodeApi, run_async, start_loop, stop

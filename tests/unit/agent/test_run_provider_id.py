@@ -9,10 +9,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from local_ccm.agent.core.plan import Patch
+from local_ccm.agent.loop import Agent
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.options import AgentOptions, load_options
 from local_ccm.agent.providerid import AzureImds, ProviderIdError
-from local_ccm.agent.run import Agent, build_agent
+from local_ccm.cli.agent import build_agent
 from local_ccm.kube.config import ClusterConfig
 from tests.fakes import FakeClock
 from tests.unit.agent.fakes import FakeDetector, FakeNodeApi, run_async, start_loop, stop

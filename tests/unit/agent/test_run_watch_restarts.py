@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import random
 
+from local_ccm.agent.loop import Agent, LoopSettings
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.nodeapi import TransientError
-from local_ccm.agent.run import Agent, LoopSettings
 from tests.fakes import FakeClock
 from tests.unit.agent.fakes import FakeDetector, FakeNodeApi, run_async, start_loop, stop
 from tests.unit.agent.test_run_loop import BOTH, CONFIG, tainted_api

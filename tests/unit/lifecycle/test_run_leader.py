@@ -1,4 +1,4 @@
-"""The process around the loop (local_ccm.lifecycle.process.run_controller):
+"""The process around the loop (local_ccm.runtime.process.run_elected):
 graceful stop releases the Lease and exits 0; a lost lease exits 3; only the leader acts."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ import random
 
 from local_ccm.lease.election import ElectionConfig
 from local_ccm.lease.elector import LeaderContext, LeaderElector
+from local_ccm.lifecycle.health import Status, leader_callback
 from local_ccm.lifecycle.metrics import LifecycleMetrics
-from local_ccm.lifecycle.process import Status, leader_callback, run_controller
 from local_ccm.lifecycle.run import Controller
+from local_ccm.runtime.process import run_elected
 from tests.fakes import FakeClock, FakeLeaseApi, settle
 from tests.unit.lifecycle.fakes import FakeProber, raw_node
 from tests.unit.lifecycle.test_run_loop import FakeNodeApi, config
@@ -31,12 +32,12 @@ class World:
             self.lease, ELECTION, self.clock, random.Random(1), on_leader_change=changed
         )
 
-    def make(self, context: LeaderContext | None) -> Controller:
+    async def work(self, context: LeaderContext | None) -> None:
         self.contexts.append(context)
-        return Controller(
+        await Controller(
             config(), self.nodes, FakeProber(), self.clock, metrics=self.metrics,
             status=self.status, identity=ELECTION.identity,
-        )  # fmt: skip
+        ).run()  # fmt: skip
 
     def leader(self) -> float:
         return self.metrics.registry.get_sample_value("node_lifecycle_controller_leader") or 0.0
@@ -45,8 +46,7 @@ class World:
 def test_graceful_stop_releases_the_lease_and_exits_0() -> None:
     async def main() -> tuple[int, World]:
         world, stop = World(), asyncio.Event()
-        run = asyncio.create_task(run_controller(world.make, world.clock, world.status,
-                                                 elector=world.elector, stop=stop))  # fmt: skip
+        run = asyncio.create_task(run_elected(world.work, elector=world.elector, stop=stop))
         await world.clock.run_until(lambda: world.status.synced, timeout=5)
         assert world.leader() == 1
         stop.set()
@@ -65,8 +65,7 @@ def test_failed_renewals_for_the_renew_deadline_exit_3() -> None:
     async def main() -> tuple[int, World]:
         world = World()
         stop = asyncio.Event()
-        run = asyncio.create_task(run_controller(world.make, world.clock, world.status,
-                                                 elector=world.elector, stop=stop))  # fmt: skip
+        run = asyncio.create_task(run_elected(world.work, elector=world.elector, stop=stop))
         await world.clock.run_until(lambda: world.status.synced, timeout=5)
         world.lease.outage = True
         await world.clock.run_until(run.done, timeout=10)
@@ -81,8 +80,7 @@ def test_failed_renewals_for_the_renew_deadline_exit_3() -> None:
 def test_without_leader_election_it_acts_at_once_and_stops_with_0() -> None:
     async def main() -> int:
         world, stop = World(), asyncio.Event()
-        run = asyncio.create_task(run_controller(world.make, world.clock, world.status,
-                                                 elector=None, stop=stop))  # fmt: skip
+        run = asyncio.create_task(run_elected(world.work, elector=None, stop=stop))
         await world.clock.run_until(lambda: world.status.synced, timeout=5)
         assert world.contexts == [None]
         stop.set()

@@ -13,9 +13,9 @@ from typing import Any
 from local_ccm.kube import errors as ke
 from local_ccm.lifecycle.core.health import Scope
 from local_ccm.lifecycle.core.state import LoopConfig, PipelineSettings
+from local_ccm.lifecycle.health import Status, health_checks
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.nodeapi import Access, NodeEvent, NodeList, Obj
-from local_ccm.lifecycle.process import Status, health_checks
 from local_ccm.lifecycle.run import Controller
 from local_ccm.validate import CountOrPercent
 from tests.fakes import START_WALL, FakeClock, settle

@@ -1,0 +1,289 @@
+"""`local-ccm`, the node agent: loop and run-once modes, and the `detect` subcommand.
+
+The wiring of the kernel detector and netlink monitor, the Node API over the kube layer,
+instance metadata and the HTTP servers; loop mode runs in the process runtime (health first,
+one access review, graceful stop). Components are imported inside the entry points, so each
+binary loads only its own modules (memory budget).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from local_ccm import names
+from local_ccm.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    guarded,
+    log,
+    parse_args,
+    refuse,
+    start_logging,
+)
+from local_ccm.logs import kv
+
+if TYPE_CHECKING:
+    from local_ccm.agent.core.candidates import Detection, DetectorKey
+    from local_ccm.agent.core.report import Plan
+    from local_ccm.agent.loop import Agent, ChangeSource, DetectFn
+    from local_ccm.agent.metrics import AgentMetrics
+    from local_ccm.agent.nodeapi import NodeApi
+    from local_ccm.agent.options import AgentOptions, ConfigResolver
+    from local_ccm.agent.providerid import ProviderIdSource
+    from local_ccm.netlink import Change
+    from local_ccm.runtime.access import Permission
+    from local_ccm.runtime.serve import Checks, Servers
+
+Mode = Callable[["AgentOptions"], int]
+SHUTDOWN_GRACE = 5.0
+
+
+def agent_main(
+    argv: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    run: Mode | None = None,
+    detect: Mode | None = None,
+    resolve: ConfigResolver | None = None,
+) -> int:
+    """`local-ccm`. Tests inject argv, env, the two modes and the credentials resolver; the
+    console script passes nothing."""
+    from local_ccm.agent import options  # noqa: PLC0415
+
+    env = os.environ if env is None else env
+    parsed = parse_args(options.FLAGS, sys.argv[1:] if argv is None else argv, env)
+    if isinstance(parsed, int):
+        return parsed
+    loaded = options.options_from(parsed, env, resolve=resolve)
+    if isinstance(loaded, list):
+        return refuse(options.PROG, loaded)
+    start_logging(
+        names.AGENT,
+        loaded,
+        options.startup_fields(loaded),
+        bound={"node": loaded.node_name or ""},
+        announce=not loaded.detect,
+    )  # detect mode's output is its own report
+    mode = (detect or detect_mode) if loaded.detect else (run or run_agent)
+    return guarded(lambda: mode(loaded), traceback=loaded.verbosity >= 4)
+
+
+# ---------------------------------------------------------------- detect
+
+
+def detect_mode(options: AgentOptions) -> int:
+    """Detect, read the Node when possible, print, exit 0/1."""
+    from local_ccm.agent.core.report import detect_exit_code, render_json, render_text  # noqa: PLC0415
+    from local_ccm.agent.detect import detect_addresses  # noqa: PLC0415
+
+    report = detect_addresses(options.config)
+    plan = _read_plan(options, report.results)
+    render = render_json if options.output == "json" else render_text
+    sys.stdout.write(render(report, options.config, plan))
+    return detect_exit_code(report)
+
+
+def _read_plan(options: AgentOptions, detected: Mapping[DetectorKey, Detection]) -> Plan:
+    """One read-only GET of the Node; any failure becomes part of the report."""
+    from local_ccm.agent.core.report import PlanUnavailable, plan_node  # noqa: PLC0415
+    from local_ccm.kube.client import Client  # noqa: PLC0415
+    from local_ccm.kube.errors import ApiError  # noqa: PLC0415
+    from local_ccm.kube.resources import NODES  # noqa: PLC0415
+
+    if options.node_name is None:
+        return None
+    if options.cluster is None:
+        reason = f"no Kubernetes credentials: {options.credentials_error}"
+        return PlanUnavailable(options.node_name, reason)
+    try:
+        with Client(options.cluster, field_manager=names.AGENT, timeout=options.api_timeout) as c:
+            node = c.get(NODES, options.node_name)
+    except (ApiError, OSError) as exc:
+        log.warning("cannot read Node %s: %s", options.node_name, exc)
+        return PlanUnavailable(options.node_name, f"cannot read the Node: {exc}")
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return plan_node(node, detected, options.config, provider_id=options.provider_id, now=now)
+
+
+# ---------------------------------------------------------------- loop and run-once
+
+
+def run_agent(options: AgentOptions) -> int:
+    """Loop and run-once modes; the exit code."""
+    try:
+        return asyncio.run(serve_agent(options))
+    except OSError as exc:
+        print(f"{names.AGENT}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+async def serve_agent(
+    options: AgentOptions,
+    *,
+    stop: asyncio.Event | None = None,
+    netns: str | None = None,
+    on_start: Callable[[Agent], None] | None = None,
+    provider_ids: ProviderIdSource | None = None,
+) -> int:
+    """Loop or run-once for validated `options`. `stop` (default: SIGTERM/SIGINT) ends the
+    loop; `netns`, `on_start` and `provider_ids` exist for in-process tests."""
+    from local_ccm.agent.metrics import AgentMetrics  # noqa: PLC0415
+    from local_ccm.agent.nodeapi import KubeNodeApi  # noqa: PLC0415
+    from local_ccm.kube.aio import AsyncClient  # noqa: PLC0415
+    from local_ccm.kube.client import Client  # noqa: PLC0415
+    from local_ccm.runtime.access import KubeReviews  # noqa: PLC0415
+    from local_ccm.runtime.process import Process, run_process  # noqa: PLC0415
+
+    assert options.cluster is not None
+    metrics = AgentMetrics()
+    agent_name = f"{names.AGENT}/{options.node_name}"
+    client = Client(options.cluster, field_manager=names.AGENT, user_agent=agent_name,
+                    timeout=options.api_timeout)  # fmt: skip
+    aio = AsyncClient(client)
+    api = KubeNodeApi(aio, observe=metrics.observe_request)
+    agent = build_agent(options, api, metrics=metrics, netns=netns, provider_ids=provider_ids)
+    try:
+        if options.run_once:
+            return await agent.run_once()
+        stop = stop or install_signal_handlers()
+        process = Process(
+            prog=names.AGENT, clock=agent.clock, stop=stop,
+            serve=lambda healthz, readyz: start_http(options, agent, healthz, readyz),
+            reviews=KubeReviews(aio, timeout=options.api_timeout), permissions=permissions(options),
+            work=lambda _: serve_until(agent, stop), on_stop=lambda: None,
+            grace=SHUTDOWN_GRACE + 1, on_running=lambda _: on_start(agent) if on_start else None,
+        )  # fmt: skip
+        return await run_process(process)
+    finally:
+        # Closing first ends the requests still waiting in worker threads (a start-up check
+        # against an API server that never answers); then those threads can be joined.
+        client.close()
+        await asyncio.get_running_loop().shutdown_default_executor()
+
+
+def permissions(options: AgentOptions) -> list[Permission]:
+    from local_ccm.agent.loop import REQUIRED_ACCESS  # noqa: PLC0415
+    from local_ccm.runtime.access import Permission  # noqa: PLC0415
+
+    return [
+        Permission(verb, resource, namespace=options.event_namespace if namespaced else "",
+                   subresource=sub)
+        for verb, resource, sub, namespaced in REQUIRED_ACCESS
+    ]  # fmt: skip
+
+
+async def serve_until(agent: Agent, stop: asyncio.Event) -> int:
+    """Run the loop until `stop` is set: an in-flight pass may finish (bounded)."""
+    loop = asyncio.get_running_loop()
+    main = loop.create_task(agent.run_loop(check_access=False))
+    stopper = loop.create_task(stop.wait())
+    done, _ = await asyncio.wait({main, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    if main in done:
+        stopper.cancel()
+        return main.result()
+    deadline = loop.time() + min(agent.settings.api_timeout, SHUTDOWN_GRACE)
+    while agent.in_pass and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    main.cancel()
+    await asyncio.gather(main, return_exceptions=True)
+    log.info("stopped", extra=kv(node=agent.name))
+    return EXIT_OK
+
+
+def install_signal_handlers() -> asyncio.Event:
+    """First SIGTERM/SIGINT: graceful stop; a second one exits at once."""
+    import signal  # noqa: PLC0415
+
+    stop, loop = asyncio.Event(), asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if stop.is_set():
+            os._exit(EXIT_FAILED)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+    return stop
+
+
+def start_http(options: AgentOptions, agent: Agent, healthz: Checks, readyz: Checks) -> Servers:
+    """/healthz, /readyz and /metrics (not ready until the first pass)."""
+    from local_ccm.runtime.serve import start_servers  # noqa: PLC0415
+
+    healthz.add("passes", agent.health.pass_ok)
+    readyz.add("first-pass", agent.health.first_pass_ok)
+    readyz.add("watch", agent.health.watch_ok)
+    readyz.add("writes", agent.health.writes_ok)
+    return start_servers(
+        metrics_address=str(options.metrics_bind or "0"),
+        health_address=str(options.health_bind or "0"),
+        registry=agent.metrics.registry, healthz=healthz, readyz=readyz,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------- the agent over the kernel
+
+
+def build_agent(
+    options: AgentOptions,
+    api: NodeApi,
+    *,
+    metrics: AgentMetrics | None = None,
+    netns: str | None = None,
+    provider_ids: ProviderIdSource | None = None,
+) -> Agent:
+    """The agent over the real kernel; `netns` runs the netlink side in a namespace.
+    `provider_ids` replaces Azure IMDS (used with --enable-azure-provider-id) in tests."""
+    from local_ccm.agent.loop import Agent, LoopSettings  # noqa: PLC0415
+    from local_ccm.agent.providerid import AzureImds  # noqa: PLC0415
+
+    assert options.node_name is not None
+    if provider_ids is None and options.azure_provider_id:
+        provider_ids = AzureImds()
+    settings = LoopSettings(
+        node_name=options.node_name, reconcile_interval=options.reconcile_interval,
+        resync_interval=options.resync_interval, settle_time=options.settle_time,
+        api_timeout=options.api_timeout, event_namespace=options.event_namespace,
+        provider_id=options.provider_id,
+    )  # fmt: skip
+    return Agent(settings, options.config, api, kernel_detector(options, netns), metrics=metrics,
+                 changes=kernel_changes(netns), provider_ids=provider_ids)  # fmt: skip
+
+
+def kernel_detector(options: AgentOptions, netns: str | None = None) -> DetectFn:
+    """Detection in a worker thread (netlink calls block)."""
+    from local_ccm.agent.detect import detect_addresses  # noqa: PLC0415
+
+    async def detect() -> Mapping[DetectorKey, Detection]:
+        report = await asyncio.to_thread(detect_addresses, options.config, netns=netns)
+        return report.results
+
+    return detect
+
+
+def kernel_changes(netns: str | None = None) -> ChangeSource:
+    """Each call opens a netlink subscription at once and iterates it."""
+    from local_ccm.netlink import Monitor  # noqa: PLC0415
+
+    def open_changes() -> AsyncIterator[Sequence[Change]]:
+        monitor = Monitor(netns=netns)
+
+        async def iterate() -> AsyncIterator[Sequence[Change]]:
+            try:
+                async for batch in monitor.changes():
+                    yield batch
+            finally:
+                monitor.close()
+
+        return iterate()
+
+    return open_changes
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(agent_main())

@@ -1,0 +1,257 @@
+"""What every binary's composition does the same way: flags to options, logging, the last line
+of defence, and the central controllers' process: one API client per controller, one health and
+metrics server, one access review, one Lease, the controllers run side by side while leading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import platform
+import random
+import signal
+import socket
+import sys
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from prometheus_client import CollectorRegistry
+
+from local_ccm import __version__, flags
+from local_ccm.clock import Clock, SystemClock
+from local_ccm.flags import FlagSet, Parsed, Problem
+from local_ccm.kube.aio import AsyncClient
+from local_ccm.kube.client import Client
+from local_ccm.lease.election import ElectionConfig, choose_identity
+from local_ccm.lease.elector import KubeLeaseApi, LeaderContext, LeaderElector
+from local_ccm.logs import configure_logging, kv
+from local_ccm.runtime import process as proc
+from local_ccm.runtime.access import KubeReviews, Permission, lease_permissions
+from local_ccm.runtime.metricsserver import (
+    REVIEWS,
+    TlsContext,
+    certificate_name,
+    metrics_auth,
+    server_tls,
+    start_secure_servers,
+)
+from local_ccm.runtime.serve import Checks, Servers, start_servers
+
+log = logging.getLogger("local_ccm.cli")
+T = TypeVar("T")
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = proc.EXIT_OK, proc.EXIT_FAILED, proc.EXIT_USAGE
+STOP_GRACE = 10.0  # a stopping leader's last writes, then the Lease is released
+METRICS_REVIEWS = tuple(Permission("create", res, group) for group, res in REVIEWS)
+
+
+# ---------------------------------------------------------------- flags and logging
+
+
+def parse_args(table: FlagSet, argv: Sequence[str], env: Mapping[str, str]) -> Parsed | int:
+    """The parsed flags, or the exit status once --help or --version is answered."""
+    parsed = flags.parse(table, argv, env)
+    if parsed.help_requested:
+        sys.stdout.write(flags.format_usage(table))
+        return EXIT_OK
+    if parsed.version_requested:
+        print(flags.format_version(table, platform.python_version()))
+        return EXIT_OK
+    return parsed
+
+
+def refuse(prog: str, problems: Sequence[Problem]) -> int:
+    print(flags.usage_error(prog, problems), file=sys.stderr)
+    return EXIT_USAGE
+
+
+def start_logging(
+    prog: str,
+    options: Any,
+    fields: Mapping[str, object],
+    *,
+    bound: Mapping[str, str] | None = None,
+    announce: bool = True,
+) -> None:
+    """Logging as the options say; the ignored klog flags and option warnings; the start line."""
+    configure_logging(fmt=options.log_format, verbosity=options.verbosity, component=prog,
+                      bound=bound or {})  # fmt: skip
+    ignored = getattr(options, "ignored_klog", ())
+    if ignored:
+        given = ", ".join(f"--{name}" for name in ignored)
+        log.warning("ignoring klog flags %s: logging is set by --v and --log-format", given)
+    for warning in getattr(options, "warnings", ()):
+        log.warning("%s", warning)
+    if announce:
+        log.info("starting %s %s", prog, __version__, extra=kv(**fields))
+
+
+def guarded(run: Callable[[], int], *, traceback: bool = True) -> int:
+    """`run()`, with any unexpected exception as one line and exit 1."""
+    try:
+        return run()
+    except Exception as exc:  # the last line of defence
+        log.error("internal error: %s: %s", type(exc).__name__, exc, exc_info=traceback)
+        return EXIT_FAILED
+
+
+async def with_signals(main: Callable[[asyncio.Event], Coroutine[Any, Any, T]]) -> T:
+    """`main(stop)` with SIGTERM/SIGINT setting `stop`."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return await main(stop)
+
+
+# ---------------------------------------------------------------- the central controllers
+
+
+@dataclass(frozen=True)
+class Lease:
+    """`--leader-elect*`: the Lease and its timing; `identity` "" = generated."""
+
+    namespace: str
+    name: str
+    lease_duration: float
+    renew_deadline: float
+    retry_period: float
+    identity: str = ""
+
+    def config(self, identity: str) -> ElectionConfig:
+        return ElectionConfig(self.lease_duration, self.renew_deadline, self.retry_period, identity)
+
+
+@dataclass(frozen=True)
+class Serving:
+    """The health and metrics listen addresses as given, and how /metrics is protected."""
+
+    health_address: str
+    metrics_address: str
+    secure: bool = False
+    cert_dir: str = ""
+    health_flag: str = "health-probe-bind-address"
+    metrics_flag: str = "metrics-bind-address"
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One controller, built: what it needs, what it adds to the health checks and metrics,
+    and the work it does for a leadership term."""
+
+    name: str
+    client: Client
+    permissions: Sequence[Permission]
+    registry: CollectorRegistry
+    work: Callable[[LeaderContext | None], Coroutine[Any, Any, None]]
+    checks: Callable[[Checks, Checks], None] = lambda healthz, readyz: None
+    on_leading: Callable[[bool], None] = lambda leading: None
+
+
+@dataclass(frozen=True)
+class Host:
+    """The process around the units."""
+
+    prog: str
+    serving: Serving
+    lease: Lease | None  # None: --leader-elect=false
+    stop: asyncio.Event
+    identity: str  # the holder identity (also the Events' reporting instance)
+    clock: Clock = field(default_factory=SystemClock)
+    status: proc.Status = field(default_factory=proc.Status)
+    tls: TlsContext | None = None
+    on_running: Callable[[Servers], None] | None = None
+
+
+def identity_of(given: str, pod_name: str) -> str:
+    """Verbatim, else the lower-cased POD_NAME or hostname plus a random suffix."""
+    return choose_identity(given, pod_name, socket.gethostname(), random.SystemRandom())
+
+
+def metrics_tls_of(serving: Serving) -> TlsContext | None:
+    """The /metrics server's TLS context when it serves HTTPS; raises CertError."""
+    if not serving.secure or serving.metrics_address in {"", "0"}:
+        return None
+    return server_tls(serving.cert_dir, certificate_name())
+
+
+def united_registry(units: Sequence[Unit]) -> CollectorRegistry:
+    """One registry collecting every unit's (a single unit's own when alone)."""
+    if len(units) == 1:
+        return units[0].registry
+    united = CollectorRegistry(auto_describe=False)
+    for unit in units:
+        united.register(unit.registry)
+    return united
+
+
+def _serve(host: Host, units: Sequence[Unit]) -> Callable[[Checks, Checks], Servers]:
+    s, registry = host.serving, united_registry(units)
+
+    def serve(healthz: Checks, readyz: Checks) -> Servers:
+        for unit in units:
+            unit.checks(healthz, readyz)
+        if host.tls is None:
+            return start_servers(
+                metrics_address=s.metrics_address, health_address=s.health_address,
+                registry=registry, healthz=healthz, readyz=readyz,
+                metrics_flag=s.metrics_flag, health_flag=s.health_flag,
+            )  # fmt: skip
+        return start_secure_servers(
+            metrics_address=s.metrics_address, health_address=s.health_address,
+            registry=registry, healthz=healthz, readyz=readyz, tls=host.tls,
+            auth=metrics_auth(units[0].client), metrics_flag=s.metrics_flag,
+            health_flag=s.health_flag,
+        )  # fmt: skip
+
+    return serve
+
+
+def _elector(host: Host, units: Sequence[Unit]) -> LeaderElector | None:
+    if host.lease is None:
+        return None
+    config = host.lease.config(host.identity)
+    api = KubeLeaseApi(AsyncClient(units[0].client), host.lease.namespace, host.lease.name,
+                       timeout=config.write_timeout)  # fmt: skip
+
+    def changed(leading: bool) -> None:
+        host.status.leading = leading
+        for unit in units:
+            unit.on_leading(leading)
+
+    return LeaderElector(api, config, host.clock, random.Random(), on_leader_change=changed)
+
+
+def _permissions(host: Host, units: Sequence[Unit]) -> list[Permission]:
+    wanted = [p for unit in units for p in unit.permissions]
+    if host.lease is not None:
+        wanted += lease_permissions(host.lease.namespace, host.lease.name)
+    return sorted(set(wanted))
+
+
+async def run_units(host: Host, units: Sequence[Unit]) -> int:
+    """The runtime's process around the units; every unit's client is closed at the end."""
+
+    async def work(context: LeaderContext | None) -> None:
+        if len(units) == 1:
+            await units[0].work(context)
+            return
+        async with asyncio.TaskGroup() as group:
+            for unit in units:
+                group.create_task(unit.work(context), name=unit.name)
+
+    elector = _elector(host, units)
+    if elector is None:
+        for unit in units:
+            unit.on_leading(True)
+    p = proc.Process(
+        prog=host.prog, clock=host.clock, stop=host.stop, serve=_serve(host, units),
+        reviews=KubeReviews(AsyncClient(units[0].client)), permissions=_permissions(host, units),
+        work=work, elector=elector, status=host.status, grace=STOP_GRACE,
+        optional=METRICS_REVIEWS if host.tls is not None else (), on_running=host.on_running,
+    )  # fmt: skip
+    try:
+        return await proc.run_process(p)
+    finally:
+        for unit in units:
+            unit.client.close()

@@ -1,0 +1,114 @@
+"""`node-ipam-controller`: the controller manager with the node-ipam controller alone.
+
+Exit codes: 0 graceful stop or --help; 1 internal error; 2 invalid flags or environment; 3
+leadership lost; 4 start-up precondition failed (credentials, RBAC).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+
+from local_ccm import __version__, names
+from local_ccm.cli.common import Lease, Serving, Unit, guarded
+from local_ccm.clock import SystemClock
+from local_ccm.ipam.core.model import default_pool
+from local_ccm.ipam.metrics import IpamMetrics
+from local_ccm.ipam.nodeapi import KubeIpamApi, TokenBucket
+from local_ccm.ipam.options import PROG, IpamOptions
+from local_ccm.ipam.run import Controller, Settings
+from local_ccm.kube.aio import AsyncClient
+from local_ccm.kube.client import Client
+from local_ccm.kube.config import ClusterConfig
+from local_ccm.lease.elector import LeaderContext
+from local_ccm.runtime.access import Permission
+from local_ccm.runtime.serve import Checks
+
+GROUP = "networking.x-k8s.io"
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    """Run node-ipam-controller: `argv` without the program name; the exit status."""
+    from local_ccm.cli.manager import run_main  # noqa: PLC0415
+
+    return run_main(PROG, argv, env, ("node-ipam",))
+
+
+def lease_of(options: IpamOptions) -> Lease | None:
+    if not options.leader_election:
+        return None
+    return Lease(options.lease_namespace, options.lease_name, options.lease_duration,
+                 options.renew_deadline, options.retry_period, options.identity)  # fmt: skip
+
+
+def serving_of(options: IpamOptions) -> Serving:
+    """Health on the web server; metrics there too, on their own address, or nowhere."""
+    web = str(options.web_bind) if options.web_bind else "0"
+    metrics = {"web": web, "off": "0"}.get(options.metrics_mode, str(options.metrics_bind))
+    separate = options.metrics_mode == "separate"
+    secure, flag = options.metrics_secure and separate, options.web_flag
+    return Serving(web, metrics, secure, options.metrics_cert_dir, health_flag=flag,
+                   metrics_flag="metrics-bind-address" if separate else flag)  # fmt: skip
+
+
+def permissions(options: IpamOptions) -> list[Permission]:
+    """The RBAC the controller needs with this configuration (what the chart ships)."""
+    verbs = ("get", "list", "watch", "patch")
+    return [
+        *(Permission(verb, "nodes") for verb in verbs),
+        *(Permission(verb, "clustercidrs", GROUP) for verb in verbs),
+        Permission("patch", "clustercidrs", GROUP, subresource="status"),
+        Permission("create", "events", namespace=options.event_namespace),
+    ]
+
+
+def settings_from(options: IpamOptions, identity: str) -> Settings:
+    pool = None
+    if options.cluster_cidrs:
+        pool = default_pool(options.cluster_cidrs, options.mask_v4, options.mask_v6)
+    return Settings(
+        event_namespace=options.event_namespace,
+        concurrent_node_syncs=options.concurrent_node_syncs,
+        status_interval=options.status_interval,
+        default_pool=pool,
+        reserved=options.reserved,
+        legacy_and_terms=options.legacy_and_terms,
+        reuse_delay=options.reuse_delay,
+        instance=identity,
+    )
+
+
+def build_unit(options: IpamOptions, cluster: ClusterConfig, identity: str) -> Unit:
+    metrics = IpamMetrics()
+    client = Client(cluster, field_manager=names.IPAM, user_agent=f"{names.IPAM}/{__version__}")
+    api = KubeIpamApi(
+        AsyncClient(client),
+        count=lambda verb, res, code: metrics.api_requests.labels(verb, res, code).inc(),
+        limiter=TokenBucket(options.qps, options.burst),
+    )
+    running: list[Controller] = []  # the leader's controller, read by /readyz
+
+    async def work(context: LeaderContext | None) -> None:
+        may_write = context.may_write if context else lambda: True
+        controller = Controller(api, settings_from(options, identity), metrics, SystemClock(),
+                                may_write=may_write)  # fmt: skip
+        running.append(controller)
+        try:
+            await controller.run()
+        finally:
+            running.remove(controller)
+
+    def ready() -> tuple[bool, str]:
+        return running[0].ready() if running else (True, "standby")
+
+    def checks(healthz: Checks, readyz: Checks) -> None:
+        readyz.add("controller", ready)
+
+    def leading(value: bool) -> None:
+        metrics.leader.set(1 if value else 0)
+
+    return Unit("node-ipam", client, permissions(options), metrics.registry, work, checks, leading)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(guarded(main))

@@ -1,0 +1,220 @@
+"""`node-lifecycle-controller`: the controller manager with the node-lifecycle controller alone.
+
+Exit codes: 0 graceful stop or --help, 1 internal error, 2 invalid command line, 3 leadership
+lost, 4 start-up precondition failed (credentials, RBAC, no usable probe).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from local_ccm import __version__, names
+from local_ccm.cli.common import (
+    Host,
+    Lease,
+    Serving,
+    Unit,
+    guarded,
+    identity_of,
+    metrics_tls_of,
+    run_units,
+)
+from local_ccm.clock import Clock, SystemClock
+from local_ccm.kube.aio import AsyncClient
+from local_ccm.kube.client import Client
+from local_ccm.kube.config import ClusterConfig, ConfigError, resolve_config
+from local_ccm.lease.elector import LeaderContext
+from local_ccm.lifecycle.core.state import LoopConfig
+from local_ccm.lifecycle.health import Status, add_checks, leader_callback
+from local_ccm.lifecycle.metrics import LifecycleMetrics
+from local_ccm.lifecycle.nodeapi import KubeNodeApi, NodeApi, required_access
+from local_ccm.lifecycle.options import PROG, LifecycleOptions
+from local_ccm.lifecycle.probe import (
+    Capabilities,
+    ProbeCapabilityError,
+    Prober,
+    SocketProber,
+    detect_capabilities,
+    require_usable,
+)
+from local_ccm.lifecycle.run import Controller
+from local_ccm.runtime.access import Permission
+from local_ccm.runtime.metricsserver import CertError, TlsContext
+from local_ccm.runtime.process import EXIT_PRECONDITION, EXIT_USAGE
+from local_ccm.runtime.serve import Checks, Servers
+
+log = logging.getLogger("local_ccm.cli")
+API_TIMEOUT = 15.0  # reads; writes use the election's write timeout
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    """Run node-lifecycle-controller: `argv` without the program name; the exit status."""
+    from local_ccm.cli.manager import run_main  # noqa: PLC0415
+
+    return run_main(PROG, argv, env, ("node-lifecycle",))
+
+
+# ---------------------------------------------------------------- the unit
+
+
+@dataclass(frozen=True)
+class Extras:
+    """What in-process tests may inject or narrow (see tests/support/lifecycle_harness.py)."""
+
+    prober: Prober | None = None
+    clock: Clock | None = None
+    watch_selector: str | None = None
+    wrap_api: Callable[[NodeApi], NodeApi] | None = None
+    status: Status = field(default_factory=Status)
+    metrics: LifecycleMetrics = field(default_factory=LifecycleMetrics)
+
+
+def lease_of(options: LifecycleOptions) -> Lease | None:
+    e = options.election
+    if not e.enabled:
+        return None
+    return Lease(e.namespace, e.lease_name, e.lease_duration, e.renew_deadline, e.retry_period,
+                 e.identity)  # fmt: skip
+
+
+def serving_of(options: LifecycleOptions) -> Serving:
+    return Serving(options.health_address, options.metrics_address, options.metrics_secure,
+                   options.metrics_cert_dir)  # fmt: skip
+
+
+def build_unit(
+    options: LifecycleOptions,
+    cluster: ClusterConfig,
+    identity: str,
+    extras: Extras | None = None,
+) -> Unit | str:
+    """The lifecycle controller as a unit; the problem text (exit 4) when no probe is usable."""
+    extras = extras or Extras()
+    clock, status, metrics = extras.clock or SystemClock(), extras.status, extras.metrics
+    prober = extras.prober or build_prober(options, metrics)
+    if isinstance(prober, str):
+        return prober
+    metrics.unprobed.set(1 if options.unprobed else 0)
+    client = Client(cluster, field_manager=names.LIFECYCLE, user_agent=f"{PROG}/{__version__}",
+                    timeout=API_TIMEOUT)  # fmt: skip
+    lease = lease_of(options)
+    write_timeout = lease.config("-").write_timeout if lease else API_TIMEOUT
+    api: NodeApi = KubeNodeApi(AsyncClient(client), write_timeout=write_timeout,
+                               observe=metrics.observe_request)  # fmt: skip
+    api = extras.wrap_api(api) if extras.wrap_api else api
+    config = loop_config(options)
+    if extras.watch_selector is not None:
+        config = replace(config, selector=extras.watch_selector)
+
+    async def work(context: LeaderContext | None) -> None:
+        await Controller(
+            config, api, prober, clock, metrics=metrics, status=status, identity=identity,
+            rng=random.Random(), may_write=context.may_write if context else lambda: True,
+            write_timeout=context.write_timeout if context else API_TIMEOUT,
+        ).run()  # fmt: skip
+
+    def checks(healthz: Checks, readyz: Checks) -> None:
+        add_checks(healthz, readyz, status, clock, options.interval)
+
+    return Unit("node-lifecycle", client, permissions(options), metrics.registry, work,
+                checks, leader_callback(status, metrics))  # fmt: skip
+
+
+def permissions(options: LifecycleOptions) -> list[Permission]:
+    needed = required_access(
+        event_namespace=options.event_namespace, lease_namespace="", lease_name=None,
+        out_of_service=options.settings.out_of_service_taint,
+    )  # fmt: skip
+    return [Permission(a.verb, a.resource, a.group, a.namespace, a.name) for a in needed]
+
+
+def loop_config(options: LifecycleOptions) -> LoopConfig:
+    return LoopConfig(
+        scope=options.scope,
+        settings=options.settings,
+        timeout=options.not_ready_timeout,
+        selector=options.node_selector or None,
+        event_namespace=options.event_namespace,
+        out_of_service_timeout=options.out_of_service_timeout,
+    )
+
+
+def build_prober(options: LifecycleOptions, metrics: LifecycleMetrics) -> Prober | str:
+    """A test socket per configured (kind, family); the problem text when none is
+    usable. Unprobed mode needs no socket at all."""
+    kinds = options.settings.kinds
+    if not kinds:
+        log.warning(
+            "unprobed mode (--ping-count=0 without --probe, or --probe=none): eligible Nodes "
+            "are deleted on NotReady age alone, without any reachability probe"
+        )
+        return SocketProber(options.probe, Capabilities(()))
+    capabilities = detect_capabilities(kinds, options.settings.families, options.icmp_mode)
+    for entry in capabilities.entries:
+        metrics.capability.labels(entry.kind, entry.family).set(1 if entry.usable else 0)
+    try:
+        require_usable(capabilities)
+    except ProbeCapabilityError as exc:
+        return str(exc)
+    return SocketProber(options.probe, capabilities)
+
+
+# ---------------------------------------------------------------- in-process (tests)
+
+
+@dataclass(frozen=True)
+class Started:
+    """Handed to `on_start` (in-process tests): what the running controller is made of."""
+
+    identity: str
+    metrics: LifecycleMetrics
+    status: Status
+    health_port: int | None
+    metrics_port: int | None
+
+
+async def run_lifecycle(
+    options: LifecycleOptions,
+    env: Mapping[str, str],
+    *,
+    stop: asyncio.Event,
+    prober: Prober | None = None,
+    clock: Clock | None = None,
+    on_start: Callable[[Started], None] | None = None,
+    watch_selector: str | None = None,
+    wrap_api: Callable[[NodeApi], NodeApi] | None = None,
+    metrics_tls: TlsContext | None = None,
+) -> int:
+    """The binary after flag parsing, for tests in a thread with their own loop."""
+    try:
+        cluster = resolve_config(options.kubeconfig, "", env)
+        tls = metrics_tls or metrics_tls_of(serving_of(options))
+    except (ConfigError, CertError) as exc:
+        log.error("%s", exc)
+        return EXIT_PRECONDITION if isinstance(exc, ConfigError) else EXIT_USAGE
+    extras = Extras(prober, clock, watch_selector, wrap_api)
+    status, metrics = extras.status, extras.metrics
+    identity = identity_of(options.election.identity, env.get("POD_NAME", ""))
+    unit = build_unit(options, cluster, identity, extras)
+    if isinstance(unit, str):
+        log.error("%s", unit)
+        return EXIT_PRECONDITION
+
+    def running(servers: Servers) -> None:
+        if on_start is not None:
+            health, scrape = servers.health, servers.metrics
+            on_start(Started(identity, metrics, status, health.port if health else None,
+                             scrape.port if scrape else None))  # fmt: skip
+
+    host = Host(PROG, serving_of(options), lease_of(options), stop, identity,
+                clock or SystemClock(), tls=tls, on_running=running)  # fmt: skip
+    return await run_units(host, [unit])
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(guarded(main))

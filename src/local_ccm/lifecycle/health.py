@@ -1,0 +1,71 @@
+"""What node-lifecycle-controller adds to the process runtime's health checks (its evaluations
+and its Node cache) and its leader gauge. The process itself (health server first, access
+check, election, graceful stop) is `local_ccm.runtime.process`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from local_ccm.clock import Clock
+from local_ccm.lifecycle.metrics import LifecycleMetrics
+from local_ccm.runtime import process
+from local_ccm.runtime.serve import Checks
+
+
+@dataclass
+class Status(process.Status):
+    """The runtime's status plus what the loop reports."""
+
+    synced: bool = False
+    connected: bool = False
+    disconnected_at: float | None = None
+    last_evaluation: float | None = None
+
+
+def health_checks(status: Status, clock: Clock, interval: float) -> tuple[Checks, Checks]:
+    """(/healthz, /readyz): the runtime's and the loop's. API outages fail readiness, never
+    liveness."""
+    healthz, readyz = process.process_checks(status, clock)
+    add_checks(healthz, readyz, status, clock, interval)
+    return healthz, readyz
+
+
+def add_checks(
+    healthz: Checks, readyz: Checks, status: Status, clock: Clock, interval: float
+) -> None:
+    """The loop's checks: evaluations keep coming while leading, the Node cache is fresh."""
+
+    def evaluating() -> tuple[bool, str]:
+        limit = max(3 * interval, 60.0)
+        last = status.last_evaluation
+        if not status.leading or not status.synced or last is None:
+            return True, ""
+        ok = clock.monotonic() - last < limit
+        return ok, "" if ok else f"no evaluation completed within {limit:g}s"
+
+    def node_cache() -> tuple[bool, str]:
+        if not status.leading:
+            return True, ""  # a standing-by candidate is ready
+        if not status.synced:
+            return False, "the Node cache is not synced"
+        gone = status.disconnected_at
+        if status.connected or gone is None or clock.monotonic() - gone < 2 * interval:
+            return True, ""
+        return False, "the Node watch is disconnected"
+
+    healthz.add("evaluation", evaluating)
+    readyz.add("node-cache", node_cache)
+
+
+def leader_callback(status: Status, metrics: LifecycleMetrics) -> Callable[[bool], None]:
+    def changed(leading: bool) -> None:
+        status.leading = leading
+        metrics.leader.set(1 if leading else 0)
+        if leading:
+            metrics.transitions.inc()
+        else:
+            status.synced = False
+
+    return changed

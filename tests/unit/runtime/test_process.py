@@ -1,0 +1,113 @@
+"""The process runtime's order (local_ccm.runtime.process): the health server first, /readyz
+503 with the reason while the permission check waits, exit 2 on a listen address, exit 4 on a
+missing permission, a warning only for an optional one, the work after the check."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from local_ccm.kube import errors as ke
+from local_ccm.lease.elector import LeaderContext
+from local_ccm.runtime.access import Permission
+from local_ccm.runtime.process import Process, Status, run_process
+from local_ccm.runtime.serve import BindError, Checks, Servers
+from tests.fakes import FakeClock
+from tests.unit.runtime.test_access import FakeReviews
+
+NODES = Permission("list", "nodes")
+REVIEWS = Permission("create", "tokenreviews", "authentication.k8s.io")
+
+
+class World:
+    def __init__(self, reviews: FakeReviews) -> None:
+        self.clock, self.stop, self.reviews = FakeClock(), asyncio.Event(), reviews
+        self.events: list[str] = []
+        self.readyz: Checks | None = None
+        self.status = Status()
+
+    def serve(self, healthz: Checks, readyz: Checks) -> Servers:
+        self.events.append("serve")
+        self.readyz = readyz
+        return Servers([], None, None)
+
+    async def work(self, context: LeaderContext | None) -> int | None:
+        self.events.append("work")
+        await self.stop.wait()
+        return None
+
+    def process(self, permissions: Sequence[Permission], **kw: object) -> Process:
+        return Process(prog="p", clock=self.clock, stop=self.stop, serve=self.serve,
+                       reviews=self.reviews, permissions=permissions, work=self.work,
+                       status=self.status, **kw)  # type: ignore[arg-type]  # fmt: skip
+
+
+def failing(readyz: Checks | None) -> list[tuple[str, str]]:
+    assert readyz is not None
+    return [(name, detail) for name, ok, detail in readyz.run() if not ok]
+
+
+def test_health_first_then_the_check_then_the_work_until_stopped() -> None:
+    errors: list[ke.ApiError] = [ke.Transient(0, "ConnectionError", "refused")]
+    world = World(FakeReviews(errors=errors))
+
+    async def scenario() -> int:
+        run = asyncio.ensure_future(run_process(world.process([NODES])))
+        await world.clock.run_until(lambda: bool(world.events), timeout=5)
+        assert failing(world.readyz) == [
+            ("start-up", "waiting for the API server: ConnectionError: refused")
+        ]
+        await world.clock.run_until(lambda: "work" in world.events, timeout=60)
+        assert failing(world.readyz) == []
+        world.stop.set()
+        return await run
+
+    assert asyncio.run(scenario()) == 0
+    assert world.events == ["serve", "work"]
+
+
+def test_a_missing_permission_exits_4_without_working(caplog: pytest.LogCaptureFixture) -> None:
+    world = World(FakeReviews(denied={"list nodes"}))
+    assert asyncio.run(run_process(world.process([NODES]))) == 4
+    assert world.events == ["serve"]
+    assert "missing RBAC permissions: list nodes" in caplog.text
+
+
+def test_a_missing_optional_permission_is_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    world = World(FakeReviews(denied={str(REVIEWS)}))
+
+    async def scenario() -> int:
+        run = asyncio.ensure_future(run_process(world.process([NODES], optional=[REVIEWS])))
+        await world.clock.run_until(lambda: "work" in world.events, timeout=5)
+        world.stop.set()
+        return await run
+
+    assert asyncio.run(scenario()) == 0
+    assert "/metrics answers 503 to every scrape" in caplog.text
+
+
+def test_a_listen_address_that_cannot_be_bound_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    world = World(FakeReviews())
+
+    def serve(healthz: Checks, readyz: Checks) -> Servers:
+        raise BindError("--health-probe-bind-address=:1: address already in use")
+
+    world.serve = serve  # type: ignore[method-assign]
+    assert asyncio.run(run_process(world.process([NODES]))) == 2
+    assert capsys.readouterr().err == "p: --health-probe-bind-address=:1: address already in use\n"
+    assert world.reviews.requests == []
+
+
+def test_a_stop_during_the_check_exits_0() -> None:
+    world = World(FakeReviews(errors=[ke.Transient(0, "E", "down")] * 100))
+
+    async def scenario() -> int:
+        run = asyncio.ensure_future(run_process(world.process([NODES])))
+        await world.clock.run_until(lambda: bool(world.reviews.requests), timeout=5)
+        world.stop.set()
+        return await run
+
+    assert asyncio.run(scenario()) == 0
+    assert "work" not in world.events
