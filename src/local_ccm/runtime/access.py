@@ -1,13 +1,14 @@
 """The start-up permission check every binary runs: one list of permissions, as few API requests
 as possible.
 
-A SelfSubjectRulesReview lists what the credentials may do in one request. With namespace ""
-it holds only the cluster-wide grants (ClusterRoleBindings), so a Role naming a cluster-scoped
-resource never passes for a cluster grant; namespaced permissions not covered there are looked
-up once per namespace. Rules reviews may be incomplete (webhook authorizers answer only
-SelfSubjectAccessReviews), so a permission no rule grants is asked with one
-SelfSubjectAccessReview before it counts as missing. With RBAC alone that is one or two requests
-where one review per permission took six (the agent) to eleven (the IPAM controller).
+A SelfSubjectRulesReview lists what the credentials may do in one namespace in one request:
+the cluster-wide grants and that namespace's. One review per namespace the permissions name
+(cluster-scoped permissions are looked up in the first). Rules reviews may be incomplete
+(webhook authorizers answer only SelfSubjectAccessReviews) or refused, so a permission no rule
+grants is asked with one SelfSubjectAccessReview before it counts as missing. With RBAC alone
+that is one or two requests where one review per permission took six (the agent) to eleven (the
+IPAM controller). A Role naming a cluster-scoped resource would pass for a grant here (RBAC
+ignores it): the first real request then gets 403, which every loop already handles.
 
 Policy: rejected credentials (401) end the check at once; any other error (the API server
 unreachable, hung, answering errors) is retried with backoff until it passes or `stop` is set.
@@ -34,7 +35,7 @@ ACCESS_BACKOFF = Backoff(initial=1.0, factor=2.0, cap=30.0, jitter=0.2)
 SELF_SUBJECT_RULES_REVIEWS = r.Resource(
     "authorization.k8s.io", "v1", "selfsubjectrulesreviews", "SelfSubjectRulesReview", False
 )
-CLUSTER = ""  # the rules review namespace that yields the cluster-wide grants only
+DEFAULT_NAMESPACE = "default"  # where cluster-scoped permissions are looked up when none is named
 
 
 @dataclass(frozen=True, order=True)
@@ -156,22 +157,27 @@ class KubeReviews:
 
 
 async def read_missing(reviews: Reviews, permissions: Sequence[Permission]) -> list[Permission]:
-    """The permissions these credentials lack: one rules review for the cluster-wide grants,
-    one per namespace still uncovered, one access review per permission no rule grants."""
+    """The permissions these credentials lack: one rules review per namespace, one access
+    review per permission no rule grants."""
+    first = next((p.namespace for p in permissions if p.namespace), DEFAULT_NAMESPACE)
     rules: dict[str, Sequence[Mapping[str, Any]]] = {}
-
-    async def granted(p: Permission, namespace: str) -> bool:
-        if namespace not in rules:
-            rules[namespace] = await reviews.rules(namespace)
-        return is_granted(p, rules[namespace])
-
     missing = []
     for p in permissions:
-        if await granted(p, CLUSTER) or (p.namespace and await granted(p, p.namespace)):
-            continue
-        if not await reviews.allowed(p):
+        namespace = p.namespace or first
+        if namespace not in rules:
+            rules[namespace] = await _rules(reviews, namespace)
+        if not is_granted(p, rules[namespace]) and not await reviews.allowed(p):
             missing.append(p)
     return missing
+
+
+async def _rules(reviews: Reviews, namespace: str) -> Sequence[Mapping[str, Any]]:
+    """No rules when the API refuses rules reviews (every permission is then asked alone)."""
+    try:
+        return await reviews.rules(namespace)
+    except (ke.Forbidden, ke.NotFound, ke.Invalid) as exc:
+        log.info("no rules review in namespace %s (%s): asking per permission", namespace, exc)
+        return ()
 
 
 async def check_access(

@@ -142,27 +142,38 @@ LEASE_ROLE: list[Rule] = [
 ]  # fmt: skip
 
 
-def test_cluster_wide_grants_take_one_request() -> None:
-    reviews = FakeReviews({"": EVERYTHING})
+def test_one_rules_review_per_namespace_and_no_access_review() -> None:
+    reviews = FakeReviews({"default": CONTROLLER_ROLE, "kube-system": LEASE_ROLE})
     assert check(reviews) == []
-    assert reviews.requests == ["rules "]
+    assert reviews.requests == ["rules default", "rules kube-system"]
 
 
-def test_a_namespaced_role_costs_one_more_request_per_namespace() -> None:
-    reviews = FakeReviews({"": CONTROLLER_ROLE, "kube-system": CONTROLLER_ROLE + LEASE_ROLE})
-    assert check(reviews) == []
-    assert reviews.requests == ["rules ", "rules kube-system"]
+def test_cluster_scoped_permissions_alone_take_one_request() -> None:
+    reviews = FakeReviews({"default": EVERYTHING})
+    nodes = [Permission("list", "nodes"), Permission("patch", "nodes", subresource="status")]
+    assert asyncio.run(check_access(reviews, nodes, asyncio.Event(), FakeClock())) == []
+    assert reviews.requests == ["rules default"]
 
 
 def test_what_no_rule_grants_is_asked_with_an_access_review() -> None:
-    reviews = FakeReviews({"": CONTROLLER_ROLE}, denied={"create leases.coordination.k8s.io "
-                                                          "in namespace kube-system"})  # fmt: skip
+    lease = "create leases.coordination.k8s.io in namespace kube-system"
+    reviews = FakeReviews({"default": CONTROLLER_ROLE}, denied={lease})
     missing = check(reviews)
-    assert [str(m) for m in missing] == [
-        "create leases.coordination.k8s.io in namespace kube-system"
-    ]
+    assert [str(m) for m in missing] == [lease]
     assert reviews.requests.count("rules kube-system") == 1
     assert len([r for r in reviews.requests if r.startswith("access ")]) == 3
+
+
+class RefusedRules(FakeReviews):
+    async def rules(self, namespace: str) -> Sequence[Rule]:
+        self.requests.append(f"rules {namespace}")
+        raise ke.Invalid(400, "BadRequest", "no rules reviews here")
+
+
+def test_a_refused_rules_review_falls_back_to_one_access_review_each() -> None:
+    reviews = RefusedRules()
+    assert check(reviews) == []
+    assert len([r for r in reviews.requests if r.startswith("access ")]) == len(NEEDED)
 
 
 def test_rules_match_verbs_groups_subresources_and_names() -> None:
