@@ -64,7 +64,20 @@ node-ipam-controller
 {{- end -}}
 
 {{- define "local-ccm.ipam.serviceAccountName" -}}
+{{- if .Values.controllerManager.enabled -}}
+{{- include "local-ccm.nlc.serviceAccountName" . -}}
+{{- else -}}
 {{- .Values.nodeIpamController.serviceAccount.name | default (include "local-ccm.ipam.name" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* The Lease of the Deployment in the lifecycle controller's place. */}}
+{{- define "local-ccm.nlc.leaseName" -}}
+{{- if .Values.controllerManager.enabled -}}
+{{- .Values.controllerManager.leaderElection.resourceName -}}
+{{- else -}}
+{{- .Values.nodeLifecycleController.leaderElection.resourceName -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "local-ccm.agent.clusterRoleName" -}}
@@ -454,6 +467,9 @@ true
 {{- if and $nlc.enabled (not $nlc.leaderElection.enabled) (gt (int $nlc.replicaCount) 1) -}}
 {{- fail "nodeLifecycleController.replicaCount > 1 needs nodeLifecycleController.leaderElection.enabled=true" -}}
 {{- end -}}
+{{- if and .Values.controllerManager.enabled (not $nlc.enabled) -}}
+{{- fail "controllerManager.enabled runs in nodeLifecycleController's place: it needs nodeLifecycleController.enabled=true" -}}
+{{- end -}}
 {{- $ipam := .Values.nodeIpamController -}}
 {{- if and $ipam.enabled (not (semverCompare ">=1.31.0-0" .Capabilities.KubeVersion.Version)) -}}
 {{- fail "nodeIpamController requires Kubernetes >= 1.31: the ClusterCIDR CRD's validation rules use the CEL CIDR library, which older API servers refuse; set nodeIpamController.enabled=false" -}}
@@ -536,4 +552,16 @@ volumes:
       key: {{ $pm.bearerTokenSecret.key }}
   {{- end }}
   {{- end }}
+{{- end -}}
+
+{{- /* node-ipam-controller's pool flags (its Deployment and the controller manager's). */}}
+{{- define "local-ccm.ipam.poolArgs" -}}
+{{- with .clusterCIDRs }}
+- {{ printf "--cluster-cidr=%s" (join "," .) | quote }}
+{{- end }}
+- --node-cidr-mask-size-ipv4={{ .nodeCIDRMaskSizeIPv4 }}
+- --node-cidr-mask-size-ipv6={{ .nodeCIDRMaskSizeIPv6 }}
+{{- with .serviceClusterIPRanges }}
+- {{ printf "--service-cluster-ip-range=%s" (join "," .) | quote }}
+{{- end }}
 {{- end -}}

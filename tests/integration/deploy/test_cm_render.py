@@ -1,0 +1,74 @@
+"""The chart's controller-manager mode (`controllerManager.enabled`): one Deployment of
+local-ccm-controller-manager in the lifecycle controller's place, running both controllers
+under one ServiceAccount bound to the union of their RBAC, one Lease, one PodMonitor.
+Needs only the helm binary, no API server."""
+
+from __future__ import annotations
+
+from tests.support.chart import CI_DIR, Helm, Obj, args_of, flag, parse, select
+
+VALUES = [CI_DIR / "controller-manager-values.yaml"]
+
+
+def render(helm: Helm, kube_version: str, **set_values: str) -> list[Obj]:
+    return parse(helm.template(kube_version=kube_version, values=VALUES, set_values=set_values))
+
+
+def component(objs: list[Obj], kind: str, name: str) -> list[Obj]:
+    label = "app.kubernetes.io/component"
+    return [o for o in select(objs, kind) if o["metadata"].get("labels", {}).get(label) == name]
+
+
+def test_one_deployment_runs_both_controllers(chart_helm: Helm, kube_version: str) -> None:
+    objs = render(chart_helm, kube_version)
+    (deployment,) = select(objs, "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["/usr/local/bin/local-ccm-controller-manager"]
+    assert flag(deployment, "controllers") == "node-lifecycle,node-ipam"
+    assert flag(deployment, "cluster-cidr") == "10.244.0.0/16"
+    assert flag(deployment, "leader-elect-id") == "local-ccm-controller-manager"
+    assert flag(deployment, "metrics-secure") == "true"
+    assert "--enable-leader-election=true" not in args_of(deployment)
+    tolerated = {t["key"] for t in deployment["spec"]["template"]["spec"]["tolerations"]}
+    assert "node.cloudprovider.kubernetes.io/uninitialized" in tolerated  # IPAM runs first
+
+
+def test_ipam_objects_of_its_own_are_not_rendered(chart_helm: Helm, kube_version: str) -> None:
+    objs = render(chart_helm, kube_version, **{"metrics.podMonitor.enabled": "true"})
+    for kind in ("Deployment", "PodDisruptionBudget", "ServiceAccount", "PodMonitor"):
+        assert component(objs, kind, "node-ipam-controller") == [], kind
+    assert len(select(objs, "PodMonitor")) == 1
+
+
+def test_the_service_account_is_bound_to_the_union_of_rbac(
+    chart_helm: Helm, kube_version: str
+) -> None:
+    objs = render(chart_helm, kube_version)
+    (deployment,) = select(objs, "Deployment")
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    bindings = select(objs, "ClusterRoleBinding") + select(objs, "RoleBinding")
+    bound = {b["roleRef"]["name"] for b in bindings
+             if any(s["name"] == account for s in b["subjects"])}  # fmt: skip
+    rules = [rule for kind in ("ClusterRole", "Role") for role in select(objs, kind)
+             if role["metadata"]["name"] in bound for rule in role["rules"]]  # fmt: skip
+    granted = {(g, res, v) for r in rules for g in r["apiGroups"] for res in r["resources"]
+               for v in r["verbs"]}  # fmt: skip
+    ipam = "networking.x-k8s.io"
+    wanted = [("", "nodes", "delete"), ("", "nodes", "patch"), (ipam, "clustercidrs", "watch"),
+              (ipam, "clustercidrs/status", "patch"), ("", "events", "create"),
+              ("coordination.k8s.io", "leases", "update")]  # fmt: skip
+    for needed in wanted:
+        assert needed in granted, needed
+    lease_names = {
+        n for r in rules if "leases" in r["resources"] for n in r.get("resourceNames", [])
+    }
+    assert lease_names == {"local-ccm-controller-manager"}
+
+
+def test_it_needs_the_lifecycle_controller(chart_helm: Helm, kube_version: str) -> None:
+    result = chart_helm.template_result(
+        kube_version=kube_version, values=VALUES,
+        set_values={"nodeLifecycleController.enabled": "false"},
+    )  # fmt: skip
+    assert result.code != 0
+    assert "needs nodeLifecycleController.enabled=true" in result.output
