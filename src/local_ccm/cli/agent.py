@@ -2,20 +2,36 @@
 
 The wiring of the kernel detector and netlink monitor, the Node API over the kube layer,
 instance metadata and the HTTP servers; loop mode runs in the process runtime (health first,
-one access review, graceful stop). Components are imported inside the entry points, so each
-binary loads only its own modules (memory budget).
+one access review, graceful stop). Only this binary loads this module, so the agent's modules
+are imported at the top (the controllers never load them: memory budget).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 from local_ccm import names
+from local_ccm.agent import options
+from local_ccm.agent.core.candidates import Detection, DetectorKey
+from local_ccm.agent.core.report import (
+    Plan,
+    PlanUnavailable,
+    detect_exit_code,
+    plan_node,
+    render_json,
+    render_text,
+)
+from local_ccm.agent.detect import detect_addresses
+from local_ccm.agent.loop import REQUIRED_ACCESS, Agent, ChangeSource, DetectFn, LoopSettings
+from local_ccm.agent.metrics import AgentMetrics
+from local_ccm.agent.nodeapi import KubeNodeApi, NodeApi
+from local_ccm.agent.options import AgentOptions, ConfigResolver
+from local_ccm.agent.providerid import AzureImds, ProviderIdSource
 from local_ccm.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -25,19 +41,15 @@ from local_ccm.cli.common import (
     refuse,
     start_logging,
 )
+from local_ccm.kube.aio import AsyncClient
+from local_ccm.kube.client import Client
+from local_ccm.kube.errors import ApiError
+from local_ccm.kube.resources import NODES
 from local_ccm.logs import kv
-
-if TYPE_CHECKING:
-    from local_ccm.agent.core.candidates import Detection, DetectorKey
-    from local_ccm.agent.core.report import Plan
-    from local_ccm.agent.loop import Agent, ChangeSource, DetectFn
-    from local_ccm.agent.metrics import AgentMetrics
-    from local_ccm.agent.nodeapi import NodeApi
-    from local_ccm.agent.options import AgentOptions, ConfigResolver
-    from local_ccm.agent.providerid import ProviderIdSource
-    from local_ccm.netlink import Change
-    from local_ccm.runtime.access import Permission
-    from local_ccm.runtime.serve import Checks, Servers
+from local_ccm.netlink import Change, Monitor
+from local_ccm.runtime.access import KubeReviews, Permission
+from local_ccm.runtime.process import Process, run_process
+from local_ccm.runtime.serve import Checks, Servers, start_servers
 
 Mode = Callable[["AgentOptions"], int]
 SHUTDOWN_GRACE = 5.0
@@ -53,7 +65,6 @@ def agent_main(
 ) -> int:
     """`local-ccm`. Tests inject argv, env, the two modes and the credentials resolver; the
     console script passes nothing."""
-    from local_ccm.agent import options  # noqa: PLC0415
 
     env = os.environ if env is None else env
     parsed = parse_args(options.FLAGS, sys.argv[1:] if argv is None else argv, env)
@@ -78,8 +89,6 @@ def agent_main(
 
 def detect_mode(options: AgentOptions) -> int:
     """Detect, read the Node when possible, print, exit 0/1."""
-    from local_ccm.agent.core.report import detect_exit_code, render_json, render_text  # noqa: PLC0415
-    from local_ccm.agent.detect import detect_addresses  # noqa: PLC0415
 
     report = detect_addresses(options.config)
     plan = _read_plan(options, report.results)
@@ -90,10 +99,6 @@ def detect_mode(options: AgentOptions) -> int:
 
 def _read_plan(options: AgentOptions, detected: Mapping[DetectorKey, Detection]) -> Plan:
     """One read-only GET of the Node; any failure becomes part of the report."""
-    from local_ccm.agent.core.report import PlanUnavailable, plan_node  # noqa: PLC0415
-    from local_ccm.kube.client import Client  # noqa: PLC0415
-    from local_ccm.kube.errors import ApiError  # noqa: PLC0415
-    from local_ccm.kube.resources import NODES  # noqa: PLC0415
 
     if options.node_name is None:
         return None
@@ -132,12 +137,6 @@ async def serve_agent(
 ) -> int:
     """Loop or run-once for validated `options`. `stop` (default: SIGTERM/SIGINT) ends the
     loop; `netns`, `on_start` and `provider_ids` exist for in-process tests."""
-    from local_ccm.agent.metrics import AgentMetrics  # noqa: PLC0415
-    from local_ccm.agent.nodeapi import KubeNodeApi  # noqa: PLC0415
-    from local_ccm.kube.aio import AsyncClient  # noqa: PLC0415
-    from local_ccm.kube.client import Client  # noqa: PLC0415
-    from local_ccm.runtime.access import KubeReviews  # noqa: PLC0415
-    from local_ccm.runtime.process import Process, run_process  # noqa: PLC0415
 
     assert options.cluster is not None
     metrics = AgentMetrics()
@@ -167,9 +166,6 @@ async def serve_agent(
 
 
 def permissions(options: AgentOptions) -> list[Permission]:
-    from local_ccm.agent.loop import REQUIRED_ACCESS  # noqa: PLC0415
-    from local_ccm.runtime.access import Permission  # noqa: PLC0415
-
     return [
         Permission(verb, resource, namespace=options.event_namespace if namespaced else "",
                    subresource=sub)
@@ -197,7 +193,6 @@ async def serve_until(agent: Agent, stop: asyncio.Event) -> int:
 
 def install_signal_handlers() -> asyncio.Event:
     """First SIGTERM/SIGINT: graceful stop; a second one exits at once."""
-    import signal  # noqa: PLC0415
 
     stop, loop = asyncio.Event(), asyncio.get_running_loop()
 
@@ -213,7 +208,6 @@ def install_signal_handlers() -> asyncio.Event:
 
 def start_http(options: AgentOptions, agent: Agent, healthz: Checks, readyz: Checks) -> Servers:
     """/healthz, /readyz and /metrics (not ready until the first pass)."""
-    from local_ccm.runtime.serve import start_servers  # noqa: PLC0415
 
     healthz.add("passes", agent.health.pass_ok)
     readyz.add("first-pass", agent.health.first_pass_ok)
@@ -239,8 +233,6 @@ def build_agent(
 ) -> Agent:
     """The agent over the real kernel; `netns` runs the netlink side in a namespace.
     `provider_ids` replaces Azure IMDS (used with --enable-azure-provider-id) in tests."""
-    from local_ccm.agent.loop import Agent, LoopSettings  # noqa: PLC0415
-    from local_ccm.agent.providerid import AzureImds  # noqa: PLC0415
 
     assert options.node_name is not None
     if provider_ids is None and options.azure_provider_id:
@@ -257,7 +249,6 @@ def build_agent(
 
 def kernel_detector(options: AgentOptions, netns: str | None = None) -> DetectFn:
     """Detection in a worker thread (netlink calls block)."""
-    from local_ccm.agent.detect import detect_addresses  # noqa: PLC0415
 
     async def detect() -> Mapping[DetectorKey, Detection]:
         report = await asyncio.to_thread(detect_addresses, options.config, netns=netns)
@@ -268,7 +259,6 @@ def kernel_detector(options: AgentOptions, netns: str | None = None) -> DetectFn
 
 def kernel_changes(netns: str | None = None) -> ChangeSource:
     """Each call opens a netlink subscription at once and iterates it."""
-    from local_ccm.netlink import Monitor  # noqa: PLC0415
 
     def open_changes() -> AsyncIterator[Sequence[Change]]:
         monitor = Monitor(netns=netns)
@@ -283,7 +273,3 @@ def kernel_changes(netns: str | None = None) -> ChangeSource:
         return iterate()
 
     return open_changes
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(agent_main())

@@ -6,11 +6,10 @@ leadership lost; 4 start-up precondition failed (credentials, RBAC).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping, Sequence
 
 from local_ccm import __version__, names
-from local_ccm.cli.common import Lease, Serving, Unit, guarded
+from local_ccm.cli.common import Lease, Serving, Unit
 from local_ccm.clock import SystemClock
 from local_ccm.ipam.core.model import default_pool
 from local_ccm.ipam.metrics import IpamMetrics
@@ -108,7 +107,3 @@ def build_unit(options: IpamOptions, cluster: ClusterConfig, identity: str) -> U
         metrics.leader.set(1 if value else 0)
 
     return Unit("node-ipam", client, permissions(options), metrics.registry, work, checks, leading)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(guarded(main))

@@ -9,25 +9,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from local_ccm import __version__, names
 from local_ccm.cli.common import (
-    Host,
     Lease,
     Serving,
     Unit,
-    guarded,
-    identity_of,
-    metrics_tls_of,
-    run_units,
 )
 from local_ccm.clock import Clock, SystemClock
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
-from local_ccm.kube.config import ClusterConfig, ConfigError, resolve_config
+from local_ccm.kube.config import ClusterConfig
 from local_ccm.lease.elector import LeaderContext
 from local_ccm.lifecycle.core.state import LoopConfig
 from local_ccm.lifecycle.health import Status, add_checks, leader_callback
@@ -44,8 +38,7 @@ from local_ccm.lifecycle.probe import (
 )
 from local_ccm.lifecycle.run import Controller
 from local_ccm.runtime.access import Permission
-from local_ccm.runtime.metricsserver import CertError, TlsContext
-from local_ccm.runtime.process import EXIT_PRECONDITION, EXIT_USAGE
+from local_ccm.runtime.metricsserver import TlsContext
 from local_ccm.runtime.serve import Checks, Servers
 
 log = logging.getLogger("local_ccm.cli")
@@ -190,31 +183,23 @@ async def run_lifecycle(
     wrap_api: Callable[[NodeApi], NodeApi] | None = None,
     metrics_tls: TlsContext | None = None,
 ) -> int:
-    """The binary after flag parsing, for tests in a thread with their own loop."""
-    try:
-        cluster = resolve_config(options.kubeconfig, "", env)
-        tls = metrics_tls or metrics_tls_of(serving_of(options))
-    except (ConfigError, CertError) as exc:
-        log.error("%s", exc)
-        return EXIT_PRECONDITION if isinstance(exc, ConfigError) else EXIT_USAGE
+    """The binary after flag parsing, for tests in a thread with their own loop: the manager's
+    path with this controller alone, built with what the test injects."""
+    from local_ccm.cli.manager import CONTROLLERS, run_loaded  # noqa: PLC0415
+
     extras = Extras(prober, clock, watch_selector, wrap_api)
-    status, metrics = extras.status, extras.metrics
-    identity = identity_of(options.election.identity, env.get("POD_NAME", ""))
-    unit = build_unit(options, cluster, identity, extras)
-    if isinstance(unit, str):
-        log.error("%s", unit)
-        return EXIT_PRECONDITION
+    made: list[str] = []
+
+    def build(opts: LifecycleOptions, cluster: ClusterConfig, identity: str) -> Unit | str:
+        made.append(identity)
+        return build_unit(opts, cluster, identity, extras)
 
     def running(servers: Servers) -> None:
         if on_start is not None:
             health, scrape = servers.health, servers.metrics
-            on_start(Started(identity, metrics, status, health.port if health else None,
-                             scrape.port if scrape else None))  # fmt: skip
+            ports = health.port if health else None, scrape.port if scrape else None
+            on_start(Started(made[0], extras.metrics, extras.status, *ports))
 
-    host = Host(PROG, serving_of(options), lease_of(options), stop, identity,
-                clock or SystemClock(), tls=tls, on_running=running)  # fmt: skip
-    return await run_units(host, [unit])
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(guarded(main))
+    controller = replace(CONTROLLERS["node-lifecycle"](), build=build)
+    return await run_loaded(PROG, env, [(controller, options)], stop, tls=metrics_tls,
+                            on_running=running)  # fmt: skip

@@ -33,8 +33,9 @@ from local_ccm.cli.common import (
 )
 from local_ccm.flags import Flag, FlagSet, Parsed, Problem, unite
 from local_ccm.kube.config import ClusterConfig, ConfigError, resolve_config
-from local_ccm.runtime.metricsserver import CertError
+from local_ccm.runtime.metricsserver import CertError, TlsContext
 from local_ccm.runtime.process import EXIT_PRECONDITION, EXIT_USAGE
+from local_ccm.runtime.serve import Servers
 
 PROG = "local-ccm-controller-manager"
 Env = tuple[Mapping[str, str], Sequence[str], Sequence[Problem]]  # fixed env, warnings, problems
@@ -176,32 +177,36 @@ def _load(parsed: Parsed, env: Env, chosen: Sequence[Controller]) -> Any:
 
 
 def _run(prog: str, env: Mapping[str, str], loaded: Sequence[tuple[Controller, Any]]) -> int:
+    return asyncio.run(with_signals(lambda stop: run_loaded(prog, env, loaded, stop)))
+
+
+async def run_loaded(
+    prog: str,
+    env: Mapping[str, str],
+    loaded: Sequence[tuple[Controller, Any]],
+    stop: asyncio.Event,
+    *,
+    tls: TlsContext | None = None,
+    on_running: Callable[[Servers], None] | None = None,
+) -> int:
+    """The loaded controllers in the process runtime; the first one's options give the
+    credentials, the Lease and the servers (`tls` is made from them when not given)."""
     controller, options = loaded[0]
     serving, lease = controller.serving(options), controller.lease(options)
     try:
-        tls = metrics_tls_of(serving)
+        tls = tls or metrics_tls_of(serving)
+        cluster = resolve_config(options.kubeconfig, controller.apiserver(options), env)
     except CertError as exc:
         log.error("%s", exc)
         return EXIT_USAGE
-    try:
-        cluster = resolve_config(options.kubeconfig, controller.apiserver(options), env)
     except (ConfigError, OSError, ValueError) as exc:
         log.error("start-up precondition failed: no usable credentials: %s", exc)
         return EXIT_PRECONDITION
     identity = identity_of(lease.identity if lease else "", env.get("POD_NAME", ""))
-    units = []
-    for controller, options in loaded:
-        unit = controller.build(options, cluster, identity)
+    units = [controller.build(options, cluster, identity) for controller, options in loaded]
+    for unit in units:
         if isinstance(unit, str):
             log.error("%s", unit)
             return EXIT_PRECONDITION
-        units.append(unit)
-
-    async def main(stop: asyncio.Event) -> int:
-        return await run_units(Host(prog, serving, lease, stop, identity, tls=tls), units)
-
-    return asyncio.run(with_signals(main))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(guarded(main))
+    host = Host(prog, serving, lease, stop, identity, tls=tls, on_running=on_running)
+    return await run_units(host, [u for u in units if not isinstance(u, str)])

@@ -28,8 +28,6 @@ from prometheus_client import CollectorRegistry
 from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import ApiError, Forbidden
-from local_ccm.kube.request import access_review
-from local_ccm.kube.request import review_allowed as self_review_allowed
 from local_ccm.logs import V4
 from local_ccm.runtime.metricsauth import (
     MetricsAuth,
@@ -110,34 +108,11 @@ def metrics_auth(client: Client) -> MetricsAuth:
     return MetricsAuth(KubeReviewer(client), VerdictCache(time.monotonic))
 
 
+# What secure /metrics asks the API server; in the start-up access review, only warned about.
 REVIEWS = (
     ("authentication.k8s.io", "tokenreviews"),
     ("authorization.k8s.io", "subjectaccessreviews"),
 )
-
-
-def read_missing_review_access(client: Client) -> list[str]:
-    """The review permissions secure /metrics needs and these credentials lack (empty when the
-    API server does not answer: the start-up check has just passed, a hiccup is no news)."""
-    missing = []
-    for group, resource in REVIEWS:
-        body = access_review("create", resource, group=group)
-        try:
-            review = client.create(r.SELF_SUBJECT_ACCESS_REVIEWS, body, timeout=REVIEW_TIMEOUT)
-        except (ApiError, OSError):
-            return []
-        if not self_review_allowed(review):
-            missing.append(f"create {resource}.{group}")
-    return missing
-
-
-def warn_without_review_access(client: Client) -> None:
-    """A WARNING, not an exit: manifests written before secure metrics lack these permissions
-    and must keep starting; their scrapes answer 503 until the permissions are granted."""
-    missing = read_missing_review_access(client)
-    if missing:
-        log.warning("/metrics answers 503 to every scrape: the controller's ClusterRole lacks %s "
-                    "(or run with --metrics-secure=false)", " and ".join(missing))  # fmt: skip
 
 
 # ---------------------------------------------------------------- TLS
