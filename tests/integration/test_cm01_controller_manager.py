@@ -1,10 +1,10 @@
 """CM01–CM03: `local-ccm-controller-manager` on a real apiserver (a dedicated, audited plane).
 
-CM01: with node-lifecycle and node-ipam it holds one Lease, asks for its permissions in a
-handful of requests, assigns pod CIDRs to a new Node from a ClusterCIDR and deletes a NotReady
-Node whose addresses do not answer (addresses inside the test's own network namespace: probes
-never leave the machine). CM02: `--controllers=node-ipam` runs IPAM alone. CM03: SIGTERM exits 0
-and releases the Lease.
+CM01: with node-lifecycle and node-ipam it holds one Node watch and one Lease, asks for its
+permissions in a handful of requests, assigns pod CIDRs to a new Node from a ClusterCIDR and
+deletes a NotReady Node whose addresses do not answer (addresses inside the test's own network
+namespace: probes never leave the machine). CM02: `--controllers=node-ipam` runs IPAM alone.
+CM03: SIGTERM exits 0 and releases the Lease.
 """
 
 from __future__ import annotations
@@ -124,6 +124,8 @@ def test_cm01_one_process_one_lease_both_jobs(
         assert child.exited() is None, tail(child.log_path)
     finally:
         child.stop(grace=5)
+    watches = [str(e) for e in _requests(world, "nodes") if e.verb == "watch"]
+    assert len(watches) == 1, watches  # one Node informer for both controllers
     leases = {e.name for e in _requests(world, "leases") if e.name}
     assert leases == {world.lease}, leases
     reviews = _requests(world, "selfsubjectrulesreviews") + _requests(

@@ -19,6 +19,7 @@ from local_ccm.ipam.run import Controller, Settings
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig
+from local_ccm.kube.informer import ListWatch
 from local_ccm.lease.elector import LeaderContext
 from local_ccm.runtime.access import Permission
 from local_ccm.runtime.serve import Checks
@@ -77,7 +78,9 @@ def settings_from(options: IpamOptions, identity: str) -> Settings:
     )
 
 
-def build_unit(options: IpamOptions, cluster: ClusterConfig, identity: str) -> Unit:
+def build_unit(
+    options: IpamOptions, cluster: ClusterConfig, identity: str, nodes: ListWatch | None = None
+) -> Unit:
     metrics = IpamMetrics()
     client = Client(cluster, field_manager=names.IPAM, user_agent=f"{names.IPAM}/{__version__}")
     api = KubeIpamApi(
@@ -90,7 +93,7 @@ def build_unit(options: IpamOptions, cluster: ClusterConfig, identity: str) -> U
     async def work(context: LeaderContext | None) -> None:
         may_write = context.may_write if context else lambda: True
         controller = Controller(api, settings_from(options, identity), metrics, SystemClock(),
-                                may_write=may_write)  # fmt: skip
+                                may_write=may_write, nodes=nodes)  # fmt: skip
         running.append(controller)
         try:
             await controller.run()

@@ -22,6 +22,7 @@ from local_ccm.clock import Clock, SystemClock
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig
+from local_ccm.kube.informer import ListWatch
 from local_ccm.lease.elector import LeaderContext
 from local_ccm.lifecycle.core.state import LoopConfig
 from local_ccm.lifecycle.health import Status, add_checks, leader_callback
@@ -84,6 +85,7 @@ def build_unit(
     options: LifecycleOptions,
     cluster: ClusterConfig,
     identity: str,
+    nodes: ListWatch | None = None,
     extras: Extras | None = None,
 ) -> Unit | str:
     """The lifecycle controller as a unit; the problem text (exit 4) when no probe is usable."""
@@ -108,7 +110,7 @@ def build_unit(
         await Controller(
             config, api, prober, clock, metrics=metrics, status=status, identity=identity,
             rng=random.Random(), may_write=context.may_write if context else lambda: True,
-            write_timeout=context.write_timeout if context else API_TIMEOUT,
+            write_timeout=context.write_timeout if context else API_TIMEOUT, nodes=nodes,
         ).run()  # fmt: skip
 
     def checks(healthz: Checks, readyz: Checks) -> None:
@@ -190,9 +192,11 @@ async def run_lifecycle(
     extras = Extras(prober, clock, watch_selector, wrap_api)
     made: list[str] = []
 
-    def build(opts: LifecycleOptions, cluster: ClusterConfig, identity: str) -> Unit | str:
+    def build(
+        opts: LifecycleOptions, cluster: ClusterConfig, identity: str, nodes: ListWatch | None
+    ) -> Unit | str:
         made.append(identity)
-        return build_unit(opts, cluster, identity, extras)
+        return build_unit(opts, cluster, identity, nodes, extras)
 
     def running(servers: Servers) -> None:
         if on_start is not None:

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
+
+from prometheus_client import CollectorRegistry
 
 from local_ccm import __version__, flags
 from local_ccm.cli.common import (
@@ -31,11 +34,18 @@ from local_ccm.cli.common import (
     start_logging,
     with_signals,
 )
+from local_ccm.clock import SystemClock
 from local_ccm.flags import Flag, FlagSet, Parsed, Problem, unite
+from local_ccm.kube.aio import AsyncClient, KubeListWatch
+from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig, ConfigError, resolve_config
+from local_ccm.kube.informer import ListWatch
+from local_ccm.kube.resources import NODES
+from local_ccm.runtime.access import Permission
 from local_ccm.runtime.metricsserver import CertError, TlsContext
 from local_ccm.runtime.process import EXIT_PRECONDITION, EXIT_USAGE
 from local_ccm.runtime.serve import Servers
+from local_ccm.runtime.shared import SharedWatch
 
 PROG = "local-ccm-controller-manager"
 Env = tuple[Mapping[str, str], Sequence[str], Sequence[Problem]]  # fixed env, warnings, problems
@@ -52,7 +62,7 @@ class Controller:
     fields: Callable[[Any], Mapping[str, object]]  # for the start-up line
     lease: Callable[[Any], Lease | None]
     serving: Callable[[Any], Serving]
-    build: Callable[[Any, ClusterConfig, str], Unit | str]
+    build: Callable[[Any, ClusterConfig, str, ListWatch | None], Unit | str]
     apiserver: Callable[[Any], str] = lambda options: ""
     fix_env: Callable[[Mapping[str, str]], Env] = lambda env: (env, (), ())
     default_on: bool = True
@@ -120,6 +130,15 @@ def manager_flags() -> FlagSet:
 
 
 # ---------------------------------------------------------------- the binaries
+
+
+def _node_watch(cluster: ClusterConfig) -> tuple[Unit, SharedWatch]:
+    """One Node list and watch for every controller of the process, as a unit of its own."""
+    client = Client(cluster, field_manager=PROG, user_agent=f"{PROG}/{__version__}")
+    source = KubeListWatch(AsyncClient(client), NODES)
+    shared = SharedWatch(source, SystemClock(), random.Random(), "nodes")
+    needed = [Permission("list", "nodes"), Permission("watch", "nodes")]
+    return Unit("node-watch", client, needed, CollectorRegistry(), shared.run), shared
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -203,7 +222,10 @@ async def run_loaded(
         log.error("start-up precondition failed: no usable credentials: %s", exc)
         return EXIT_PRECONDITION
     identity = identity_of(lease.identity if lease else "", env.get("POD_NAME", ""))
-    units = [controller.build(options, cluster, identity) for controller, options in loaded]
+    shared = _node_watch(cluster) if len(loaded) > 1 else None
+    nodes = shared[1].view() if shared else None
+    units = [c.build(options, cluster, identity, nodes) for c, options in loaded]
+    units += [shared[0]] if shared else []
     for unit in units:
         if isinstance(unit, str):
             log.error("%s", unit)

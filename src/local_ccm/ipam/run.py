@@ -34,7 +34,7 @@ from local_ccm.ipam.nodes import NodeWork
 from local_ccm.ipam.readiness import WatchState, observe_watch, readiness, watch_problems
 from local_ccm.ipam.upkeep import PoolKeeper, Shared
 from local_ccm.kube.errors import ApiError
-from local_ccm.kube.informer import Change, Informer, StreamEnd
+from local_ccm.kube.informer import Change, Informer, ListWatch, StreamEnd
 from local_ccm.kube.request import WatchEvent
 from local_ccm.logs import V2, kv
 from local_ccm.runtime.events import Reporter, node
@@ -75,8 +75,10 @@ class Controller:
         *,
         may_write: Callable[[], bool] = lambda: True,
         rng: random.Random | None = None,
+        nodes: ListWatch | None = None,  # the Nodes' list and watch, else the API's own
     ) -> None:
         self.api, self.settings, self.metrics, self.clock = api, settings, metrics, clock
+        self.nodes = nodes
         self.may_write = may_write
         self.allocator = Allocator(
             reserved=settings.reserved,
@@ -130,7 +132,8 @@ class Controller:
 
         project: Callable[[Obj], Any] = project_node if what == "nodes" else dict
         informer: Informer[Any] = Informer(
-            self.api.list_watch(what), project, clock=self.clock, rng=self.rng, name=what,
+            (what == "nodes" and self.nodes) or self.api.list_watch(what), project,
+            clock=self.clock, rng=self.rng, name=what,
             on_end=ended,
         )  # fmt: skip
         informer.add_handler(self._on_node_change if what == "nodes" else self._on_pool_change)

@@ -30,7 +30,7 @@ from typing import Any
 from local_ccm import names
 from local_ccm.clock import Clock
 from local_ccm.kube import errors as ke
-from local_ccm.kube.informer import Change, Informer, Page, StreamEnd
+from local_ccm.kube.informer import Change, Informer, ListWatch, Page, StreamEnd
 from local_ccm.kube.request import WatchEvent
 from local_ccm.lifecycle.attempt import run_attempt
 from local_ccm.lifecycle.core import events as ev
@@ -98,13 +98,14 @@ class Controller:
         rng: random.Random | None = None,
         may_write: Callable[[], bool] = _always,
         write_timeout: float = 10.0,
+        nodes: ListWatch | None = None,
     ) -> None:
         self.config, self.api, self.prober, self.clock = config, api, prober, clock
         self.metrics, self.status, self.identity = metrics, status, identity
         self.rng = rng or random.Random()
         self.may_write, self.write_timeout = may_write, write_timeout
         self.informer = Informer(
-            _NodeSource(api, config.selector), self.project, clock=clock, rng=self.rng,
+            nodes or _NodeSource(api, config.selector), self.project, clock=clock, rng=self.rng,
             name="Nodes", on_end=self._stream_ended, on_watch=self._watching,
         )  # fmt: skip
         self.informer.add_handler(self._changed)

@@ -1,0 +1,120 @@
+"""One list and watch of a resource, served to several informers in the same process.
+
+The controller manager runs the lifecycle and IPAM controllers side by side; each keeps its own
+`Informer` (its projection, its handlers, its cache), but their `ListWatch` is a view of one
+shared informer: a LIST answers from the shared cache once it is synced, a WATCH is fed by the
+shared informer's changes. When the shared watch relists or its stream ends, every view's stream
+ends with 410 Gone, so the consumers relist from the shared cache (no request to the API server).
+A view stream reports `is_open` from the shared watch, so readiness follows the real stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from local_ccm.clock import Clock
+from local_ccm.kube.backoff import Rng
+from local_ccm.kube.errors import Gone
+from local_ccm.kube.informer import Change, Informer, ListWatch, Page, StreamEnd
+from local_ccm.kube.request import Obj, WatchEvent
+
+_END = None  # a stream's end marker in its queue
+
+
+class SharedWatch:
+    """`run()` for one leadership term; `view()` for each consumer."""
+
+    def __init__(self, source: ListWatch, clock: Clock, rng: Rng, name: str) -> None:
+        self._source, self._clock, self._rng, self.name = source, clock, rng, name
+        self.informer: Informer[Obj] | None = None
+        self._started = asyncio.Event()
+        self._streams: set[_Stream] = set()
+
+    def view(self) -> ListWatch:
+        return _View(self)
+
+    async def run(self, context: object = None) -> None:
+        informer: Informer[Obj] = Informer(self._source, dict, clock=self._clock, rng=self._rng,
+                                           name=self.name, on_end=self._ended)  # fmt: skip
+        informer.add_handler(self._changed)
+        self.informer = informer
+        self._started.set()
+        try:
+            await informer.run()
+        finally:
+            self._started.clear()
+            self.informer = None
+            self._end_all()
+
+    async def synced(self) -> Informer[Obj]:
+        while True:
+            await self._started.wait()
+            informer = self.informer
+            if informer is not None:
+                await informer.wait_synced()
+                return informer
+
+    def _changed(self, change: Change[Obj]) -> None:
+        if change.type == "SYNCED":  # a relist: the consumers relist from the new cache
+            self._end_all()
+            return
+        informer = self.informer
+        obj = change.new if change.new is not None else change.old
+        if change.type == "BOOKMARK" and informer is not None:
+            obj = {"metadata": {"resourceVersion": informer.resource_version}}
+        for stream in list(self._streams):
+            stream.queue.put_nowait(WatchEvent(change.type, obj or {}))
+
+    def _ended(self, end: StreamEnd) -> None:
+        if end.reason != "stopped":
+            self._end_all()
+
+    def _end_all(self) -> None:
+        for stream in list(self._streams):
+            stream.queue.put_nowait(_END)
+        self._streams.clear()
+
+
+class _View:
+    def __init__(self, shared: SharedWatch) -> None:
+        self._shared = shared
+
+    async def list_page(self, continue_token: str | None) -> Page:
+        informer = await self._shared.synced()
+        return Page(list(informer.cache.values()), informer.resource_version)
+
+    def watch(self, resource_version: str, timeout_seconds: int) -> _Stream:
+        return _Stream(self._shared, resource_version)
+
+
+class _Stream:
+    """One consumer's stream: Gone at once when the shared watch moved past its version."""
+
+    def __init__(self, shared: SharedWatch, resource_version: str) -> None:
+        self._shared, self._version = shared, resource_version
+        self.queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
+        self._joined = False
+
+    @property
+    def is_open(self) -> bool:
+        informer = self._shared.informer
+        return informer is not None and informer.status() == "connected"
+
+    def __aiter__(self) -> _Stream:
+        return self
+
+    async def __anext__(self) -> WatchEvent:
+        if not self._joined:
+            self._joined = True
+            informer = self._shared.informer
+            if informer is None or informer.resource_version != self._version:
+                raise Gone(410, "Expired", "the shared watch has moved on")
+            self._shared._streams.add(self)
+        try:
+            event = await self.queue.get()
+        except BaseException:
+            self._shared._streams.discard(self)
+            raise
+        if event is _END:
+            raise Gone(410, "Expired", "the shared watch relisted or reconnects")
+        return event
