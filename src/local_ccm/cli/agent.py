@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -40,6 +39,7 @@ from local_ccm.cli.common import (
     parse_args,
     refuse,
     start_logging,
+    with_signals,
 )
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
@@ -121,7 +121,9 @@ def _read_plan(options: AgentOptions, detected: Mapping[DetectorKey, Detection])
 def run_agent(options: AgentOptions) -> int:
     """Loop and run-once modes; the exit code."""
     try:
-        return asyncio.run(serve_agent(options))
+        if options.run_once:  # no graceful stop: a signal ends it as it would any tool
+            return asyncio.run(serve_agent(options))
+        return asyncio.run(with_signals(lambda stop: serve_agent(options, stop=stop)))
     except OSError as exc:
         print(f"{names.AGENT}: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -135,9 +137,8 @@ async def serve_agent(
     on_start: Callable[[Agent], None] | None = None,
     provider_ids: ProviderIdSource | None = None,
 ) -> int:
-    """Loop or run-once for validated `options`. `stop` (default: SIGTERM/SIGINT) ends the
-    loop; `netns`, `on_start` and `provider_ids` exist for in-process tests."""
-
+    """Loop or run-once for validated `options`; `stop` ends the loop. `netns`, `on_start`
+    and `provider_ids` exist for in-process tests."""
     assert options.cluster is not None
     metrics = AgentMetrics()
     agent_name = f"{names.AGENT}/{options.node_name}"
@@ -149,7 +150,7 @@ async def serve_agent(
     try:
         if options.run_once:
             return await agent.run_once()
-        stop = stop or install_signal_handlers()
+        stop = stop or asyncio.Event()
         process = Process(
             prog=names.AGENT, clock=agent.clock, stop=stop,
             serve=lambda healthz, readyz: start_http(options, agent, healthz, readyz),
@@ -189,21 +190,6 @@ async def serve_until(agent: Agent, stop: asyncio.Event) -> int:
     await asyncio.gather(main, return_exceptions=True)
     log.info("stopped", extra=kv(node=agent.name))
     return EXIT_OK
-
-
-def install_signal_handlers() -> asyncio.Event:
-    """First SIGTERM/SIGINT: graceful stop; a second one exits at once."""
-
-    stop, loop = asyncio.Event(), asyncio.get_running_loop()
-
-    def on_signal() -> None:
-        if stop.is_set():
-            os._exit(EXIT_FAILED)
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal)
-    return stop
 
 
 def start_http(options: AgentOptions, agent: Agent, healthz: Checks, readyz: Checks) -> Servers:

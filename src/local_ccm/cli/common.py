@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import platform
 import random
 import signal
@@ -96,11 +97,18 @@ def guarded(run: Callable[[], int], *, traceback: bool = True) -> int:
 
 
 async def with_signals(main: Callable[[asyncio.Event], Coroutine[Any, Any, T]]) -> T:
-    """`main(stop)` with SIGTERM/SIGINT setting `stop`."""
+    """`main(stop)`: the first SIGTERM/SIGINT sets `stop` (a graceful stop), a second one
+    exits at once."""
     stop = asyncio.Event()
+
+    def on_signal() -> None:
+        if stop.is_set():
+            os._exit(EXIT_FAILED)
+        stop.set()
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     return await main(stop)
 
 
