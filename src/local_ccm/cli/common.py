@@ -248,6 +248,11 @@ async def run_units(host: Host, units: Sequence[Unit]) -> int:
             for unit in units:
                 group.create_task(unit.work(context), name=unit.name)
 
+    def running(servers: Servers) -> None:
+        log.info("running", extra=kv(identity=host.identity))
+        if host.on_running is not None:
+            host.on_running(servers)
+
     elector = _elector(host, units)
     if elector is None:
         for unit in units:
@@ -256,7 +261,7 @@ async def run_units(host: Host, units: Sequence[Unit]) -> int:
         prog=host.prog, clock=host.clock, stop=host.stop, serve=_serve(host, units),
         reviews=KubeReviews(AsyncClient(units[0].client)), permissions=_permissions(host, units),
         work=work, elector=elector, status=host.status, grace=STOP_GRACE,
-        optional=METRICS_REVIEWS if host.tls is not None else (), on_running=host.on_running,
+        optional=METRICS_REVIEWS if host.tls is not None else (), on_running=running,
     )  # fmt: skip
     try:
         return await proc.run_process(p)
