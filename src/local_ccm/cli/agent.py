@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 
 from local_ccm import names
@@ -26,7 +26,8 @@ from local_ccm.agent.core.report import (
     render_text,
 )
 from local_ccm.agent.detect import detect_addresses
-from local_ccm.agent.loop import REQUIRED_ACCESS, Agent, ChangeSource, DetectFn, LoopSettings
+from local_ccm.agent.kernel import kernel_changes, kernel_detector
+from local_ccm.agent.loop import REQUIRED_ACCESS, Agent, LoopSettings
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.nodeapi import KubeNodeApi, NodeApi
 from local_ccm.agent.options import AgentOptions, ConfigResolver
@@ -46,7 +47,6 @@ from local_ccm.kube.client import Client
 from local_ccm.kube.errors import ApiError
 from local_ccm.kube.resources import NODES
 from local_ccm.logs import kv
-from local_ccm.netlink import Change, Monitor
 from local_ccm.runtime.access import KubeReviews, Permission
 from local_ccm.runtime.process import Process, run_process
 from local_ccm.runtime.serve import Checks, Servers, start_servers
@@ -206,9 +206,6 @@ def start_http(options: AgentOptions, agent: Agent, healthz: Checks, readyz: Che
     )  # fmt: skip
 
 
-# ---------------------------------------------------------------- the agent over the kernel
-
-
 def build_agent(
     options: AgentOptions,
     api: NodeApi,
@@ -219,7 +216,6 @@ def build_agent(
 ) -> Agent:
     """The agent over the real kernel; `netns` runs the netlink side in a namespace.
     `provider_ids` replaces Azure IMDS (used with --enable-azure-provider-id) in tests."""
-
     assert options.node_name is not None
     if provider_ids is None and options.azure_provider_id:
         provider_ids = AzureImds()
@@ -229,33 +225,6 @@ def build_agent(
         api_timeout=options.api_timeout, event_namespace=options.event_namespace,
         provider_id=options.provider_id,
     )  # fmt: skip
-    return Agent(settings, options.config, api, kernel_detector(options, netns), metrics=metrics,
+    detect = kernel_detector(options.config, netns)
+    return Agent(settings, options.config, api, detect, metrics=metrics,
                  changes=kernel_changes(netns), provider_ids=provider_ids)  # fmt: skip
-
-
-def kernel_detector(options: AgentOptions, netns: str | None = None) -> DetectFn:
-    """Detection in a worker thread (netlink calls block)."""
-
-    async def detect() -> Mapping[DetectorKey, Detection]:
-        report = await asyncio.to_thread(detect_addresses, options.config, netns=netns)
-        return report.results
-
-    return detect
-
-
-def kernel_changes(netns: str | None = None) -> ChangeSource:
-    """Each call opens a netlink subscription at once and iterates it."""
-
-    def open_changes() -> AsyncIterator[Sequence[Change]]:
-        monitor = Monitor(netns=netns)
-
-        async def iterate() -> AsyncIterator[Sequence[Change]]:
-            try:
-                async for batch in monitor.changes():
-                    yield batch
-            finally:
-                monitor.close()
-
-        return iterate()
-
-    return open_changes
