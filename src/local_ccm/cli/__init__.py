@@ -2,9 +2,9 @@
 them to the process runtime (`local_ccm.runtime.process`).
 
 - `cli.agent`: `local-ccm` (loop, run-once, `detect`);
-- `cli.manager`: `local-ccm-controller-manager`, and the path of the two central binaries;
+- `cli.manager`: `local-ccm-controller-manager` and its table of controllers;
 - `cli.lifecycle`, `cli.ipam`: `node-lifecycle-controller`, `node-ipam-controller`;
-- `cli.common`: what they share.
+- `cli.central`: the path of the three central binaries; `cli.common`: what all share.
 
 Nothing is imported here, so each binary loads only its own modules (memory budget).
 """

@@ -7,14 +7,18 @@ leadership lost; 4 start-up precondition failed (credentials, RBAC).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from local_ccm import __version__, names
+from local_ccm.cli import central
 from local_ccm.cli.common import Lease, Serving, Unit
 from local_ccm.clock import SystemClock
+from local_ccm.flags import Parsed
+from local_ccm.ipam import options as ipam_options
 from local_ccm.ipam.core.model import default_pool
 from local_ccm.ipam.metrics import IpamMetrics
 from local_ccm.ipam.nodeapi import KubeIpamApi, TokenBucket
-from local_ccm.ipam.options import PROG, IpamOptions
+from local_ccm.ipam.options import FLAGS, PROG, IpamOptions
 from local_ccm.ipam.run import Controller, Settings
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
@@ -29,9 +33,21 @@ GROUP = "networking.x-k8s.io"
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     """Run node-ipam-controller: `argv` without the program name; the exit status."""
-    from local_ccm.cli.manager import run_main  # noqa: PLC0415
+    return central.run_main(PROG, argv, env, [controller()], table=FLAGS,
+                            choose=lambda parsed: ("node-ipam",))  # fmt: skip
 
-    return run_main(PROG, argv, env, ("node-ipam",))
+
+def controller() -> central.Controller:
+    """The IPAM controller's entry in the controller manager's table."""
+
+    def load(parsed: Parsed, env: central.Env) -> Any:
+        return ipam_options.options_from(parsed, env[0], warnings=env[1], problems=env[2])
+
+    return central.Controller(
+        "node-ipam", PROG, lambda: FLAGS, load, ipam_options.startup_fields,
+        lease_of, serving_of, build_unit, lambda opts: opts.apiserver,
+        ipam_options.resolve_resource_lock_env,
+    )  # fmt: skip
 
 
 def lease_of(options: IpamOptions) -> Lease | None:

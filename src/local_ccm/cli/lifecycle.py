@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from local_ccm import __version__, names
+from local_ccm.cli import central
 from local_ccm.cli.common import (
     Lease,
     Serving,
@@ -28,7 +29,13 @@ from local_ccm.lifecycle.core.state import LoopConfig
 from local_ccm.lifecycle.health import Status, add_checks, leader_callback
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.nodeapi import KubeNodeApi, NodeApi, required_access
-from local_ccm.lifecycle.options import PROG, LifecycleOptions
+from local_ccm.lifecycle.options import (
+    FLAGS,
+    PROG,
+    LifecycleOptions,
+    options_from,
+    startup_fields,
+)
 from local_ccm.lifecycle.probe import (
     Capabilities,
     ProbeCapabilityError,
@@ -48,9 +55,17 @@ API_TIMEOUT = 15.0  # reads; writes use the election's write timeout
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     """Run node-lifecycle-controller: `argv` without the program name; the exit status."""
-    from local_ccm.cli.manager import run_main  # noqa: PLC0415
+    return central.run_main(PROG, argv, env, [controller()], table=FLAGS,
+                            choose=lambda parsed: ("node-lifecycle",))  # fmt: skip
 
-    return run_main(PROG, argv, env, ("node-lifecycle",))
+
+def controller() -> central.Controller:
+    """The lifecycle controller's entry in the controller manager's table."""
+    return central.Controller(
+        "node-lifecycle", PROG, lambda: FLAGS,
+        lambda parsed, env: options_from(parsed), startup_fields,
+        lease_of, serving_of, build_unit,
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------- the unit
@@ -187,8 +202,6 @@ async def run_lifecycle(
 ) -> int:
     """The binary after flag parsing, for tests in a thread with their own loop: the manager's
     path with this controller alone, built with what the test injects."""
-    from local_ccm.cli.manager import CONTROLLERS, run_loaded  # noqa: PLC0415
-
     extras = Extras(prober, clock, watch_selector, wrap_api)
     made: list[str] = []
 
@@ -204,6 +217,6 @@ async def run_lifecycle(
             ports = health.port if health else None, scrape.port if scrape else None
             on_start(Started(made[0], extras.metrics, extras.status, *ports))
 
-    controller = replace(CONTROLLERS["node-lifecycle"](), build=build)
-    return await run_loaded(PROG, env, [(controller, options)], stop, tls=metrics_tls,
+    entry = replace(controller(), build=build)
+    return await central.run_loaded(PROG, env, [(entry, options)], stop, tls=metrics_tls,
                             on_running=running)  # fmt: skip

@@ -1,0 +1,164 @@
+"""The central controllers' path, for `local-ccm-controller-manager` and the two binaries that
+run one controller each: flags to options per controller, then the process runtime with one
+unit per controller (and one shared Node watch when there are several).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from local_ccm import __version__, flags
+from local_ccm.cli.common import (
+    Host,
+    Lease,
+    Serving,
+    Unit,
+    guarded,
+    identity_of,
+    log,
+    metrics_tls_of,
+    parse_args,
+    refuse,
+    run_units,
+    start_logging,
+    with_signals,
+)
+from local_ccm.clock import SystemClock
+from local_ccm.flags import FlagSet, Parsed, Problem
+from local_ccm.kube.aio import AsyncClient, KubeListWatch
+from local_ccm.kube.client import Client
+from local_ccm.kube.config import ClusterConfig, ConfigError, resolve_config
+from local_ccm.kube.informer import ListWatch
+from local_ccm.kube.resources import NODES
+from local_ccm.runtime.access import Permission
+from local_ccm.runtime.metricsserver import CertError, TlsContext
+from local_ccm.runtime.process import EXIT_PRECONDITION, EXIT_USAGE
+from local_ccm.runtime.serve import Servers
+from local_ccm.runtime.shared import SharedWatch
+
+MANAGER = "local-ccm-controller-manager"
+Env = tuple[Mapping[str, str], Sequence[str], Sequence[Problem]]  # fixed env, warnings, problems
+
+
+@dataclass(frozen=True)
+class Controller:
+    """One central controller: its flags, how its options load, and how it becomes a unit."""
+
+    name: str
+    prog: str  # its own binary
+    flags: Callable[[], FlagSet]
+    load: Callable[[Parsed, Env], Any]  # options or list[Problem]
+    fields: Callable[[Any], Mapping[str, object]]  # for the start-up line
+    lease: Callable[[Any], Lease | None]
+    serving: Callable[[Any], Serving]
+    build: Callable[[Any, ClusterConfig, str, ListWatch | None], Unit | str]
+    apiserver: Callable[[Any], str] = lambda options: ""
+    fix_env: Callable[[Mapping[str, str]], Env] = lambda env: (env, (), ())
+    default_on: bool = True
+
+
+def run_main(
+    prog: str,
+    argv: Sequence[str] | None,
+    env: Mapping[str, str] | None,
+    known: Sequence[Controller],
+    *,
+    table: FlagSet,
+    choose: Callable[[Parsed], tuple[str, ...] | str],
+) -> int:
+    """The binary `prog`: parse `table`, run the `known` controllers `choose` names."""
+    argv = sys.argv[1:] if argv is None else argv
+    env = os.environ if env is None else env
+    fixed = _fix_env(env, known)
+    parsed = parse_args(table, argv, fixed[0])
+    if isinstance(parsed, int):
+        return parsed
+    names = choose(parsed)
+    if isinstance(names, str):
+        return refuse(prog, [flags.invalid("controllers", names)])
+    loaded = _load(parsed, fixed, [c for c in known if c.name in names])
+    if isinstance(loaded, list):
+        return refuse(prog, loaded)
+    first = loaded[0][1]
+    fields = {k: v for c, o in loaded for k, v in c.fields(o).items()}
+    chosen = {} if len(known) == 1 else {"controllers": ",".join(names)}
+    start_logging(prog, first, {**chosen, **fields})
+    return guarded(lambda: _run(prog, env, loaded))
+
+
+def _fix_env(env: Mapping[str, str], known: Sequence[Controller]) -> Env:
+    warnings: list[str] = []
+    problems: list[Problem] = []
+    for controller in known:
+        env, more_warnings, more_problems = controller.fix_env(env)
+        warnings += more_warnings
+        problems += more_problems
+    return env, warnings, problems
+
+
+def _load(parsed: Parsed, env: Env, chosen: Sequence[Controller]) -> Any:
+    """((controller, options), …) or the list of every problem (each once)."""
+    loaded, problems = [], {}
+    for controller in chosen:
+        options = controller.load(parsed, env)
+        if isinstance(options, list):
+            problems.update({str(p): p for p in options})
+        else:
+            loaded.append((controller, options))
+    return list(problems.values()) if problems else tuple(loaded)
+
+
+def _run(prog: str, env: Mapping[str, str], loaded: Sequence[tuple[Controller, Any]]) -> int:
+    return asyncio.run(with_signals(lambda stop: run_loaded(prog, env, loaded, stop)))
+
+
+async def run_loaded(
+    prog: str,
+    env: Mapping[str, str],
+    loaded: Sequence[tuple[Controller, Any]],
+    stop: asyncio.Event,
+    *,
+    tls: TlsContext | None = None,
+    on_running: Callable[[Servers], None] | None = None,
+) -> int:
+    """The loaded controllers in the process runtime; the first one's options give the
+    credentials, the Lease and the servers (`tls` is made from them when not given)."""
+    controller, options = loaded[0]
+    serving, lease = controller.serving(options), controller.lease(options)
+    try:
+        tls = tls or metrics_tls_of(serving)
+        cluster = resolve_config(options.kubeconfig, controller.apiserver(options), env)
+    except CertError as exc:
+        log.error("%s", exc)
+        return EXIT_USAGE
+    except (ConfigError, OSError, ValueError) as exc:
+        log.error("start-up precondition failed: no usable credentials: %s", exc)
+        return EXIT_PRECONDITION
+    identity = identity_of(lease.identity if lease else "", env.get("POD_NAME", ""))
+    shared = _node_watch(cluster) if len(loaded) > 1 else None
+    nodes = shared[1].view() if shared else None
+    units = [c.build(options, cluster, identity, nodes) for c, options in loaded]
+    units += [shared[0]] if shared else []
+    for unit in units:
+        if isinstance(unit, str):
+            log.error("%s", unit)
+            return EXIT_PRECONDITION
+    host = Host(prog, serving, lease, stop, identity, tls=tls, on_running=on_running)
+    return await run_units(host, [u for u in units if not isinstance(u, str)])
+
+
+def _node_watch(cluster: ClusterConfig) -> tuple[Unit, SharedWatch]:
+    """One Node list and watch for every controller of the process, as a unit of its own."""
+    client = Client(cluster, field_manager=MANAGER, user_agent=f"{MANAGER}/{__version__}")
+    source = KubeListWatch(AsyncClient(client), NODES)
+    shared = SharedWatch(source, SystemClock(), random.Random(), "nodes")
+    needed = [Permission("list", "nodes"), Permission("watch", "nodes")]
+    return Unit("node-watch", client, needed, CollectorRegistry(), shared.run), shared
