@@ -71,6 +71,10 @@ def _write_query(field_manager: str, dry_run: bool) -> list[tuple[str, str | Non
     return [("fieldManager", field_manager), ("dryRun", "All" if dry_run else None)]
 
 
+def _number(value: int | None) -> str | None:
+    return None if value is None else str(value)
+
+
 def get_request(
     res: Resource, name: str, *, namespace: str | None = None, subresource: str | None = None
 ) -> Request:
@@ -87,15 +91,11 @@ def list_request(
     continue_token: str | None = None,
     resource_version: str | None = None,
 ) -> Request:
-    query = encode_query(
-        [
-            ("labelSelector", label_selector),
-            ("fieldSelector", field_selector),
-            ("limit", str(limit) if limit is not None else None),
-            ("continue", continue_token),
-            ("resourceVersion", resource_version),
-        ]
-    )
+    query = encode_query([
+        ("labelSelector", label_selector), ("fieldSelector", field_selector),
+        ("limit", _number(limit)), ("continue", continue_token),
+        ("resourceVersion", resource_version),
+    ])  # fmt: skip
     return Request("GET", res.path(namespace) + query)
 
 
@@ -109,16 +109,11 @@ def watch_request(
     timeout_seconds: int | None = None,
     allow_bookmarks: bool = True,
 ) -> Request:
-    query = encode_query(
-        [
-            ("watch", "1"),
-            ("allowWatchBookmarks", "true" if allow_bookmarks else None),
-            ("labelSelector", label_selector),
-            ("fieldSelector", field_selector),
-            ("resourceVersion", resource_version),
-            ("timeoutSeconds", str(timeout_seconds) if timeout_seconds is not None else None),
-        ]
-    )
+    query = encode_query([
+        ("watch", "1"), ("allowWatchBookmarks", "true" if allow_bookmarks else None),
+        ("labelSelector", label_selector), ("fieldSelector", field_selector),
+        ("resourceVersion", resource_version), ("timeoutSeconds", _number(timeout_seconds)),
+    ])  # fmt: skip
     return Request("GET", res.path(namespace) + query)
 
 
@@ -133,8 +128,7 @@ def create_request(
     dry_run: bool = False,
 ) -> Request:
     path = res.path(_namespace_of(res, body, namespace), name, subresource)
-    query = encode_query(_write_query(field_manager, dry_run))
-    return Request("POST", path + query, _json_body(body), JSON)
+    return _write("POST", path, body, field_manager, dry_run)
 
 
 def update_request(
@@ -150,8 +144,12 @@ def update_request(
     if not name:
         raise ValueError("update needs metadata.name in the body")
     path = res.path(_namespace_of(res, body, namespace), name, subresource)
+    return _write("PUT", path, body, field_manager, dry_run)
+
+
+def _write(method: str, path: str, body: Obj, field_manager: str, dry_run: bool) -> Request:
     query = encode_query(_write_query(field_manager, dry_run))
-    return Request("PUT", path + query, _json_body(body), JSON)
+    return Request(method, path + query, _json_body(body), JSON)
 
 
 def patch_request(
