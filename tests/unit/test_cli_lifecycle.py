@@ -13,7 +13,7 @@ from local_ccm.kube import errors as ke
 from local_ccm.lifecycle.main import check_access, main
 from local_ccm.lifecycle.nodeapi import Access, required_access
 from local_ccm.lifecycle.process import Status, health_checks
-from tests.fakes import FakeClock
+from tests.fakes.clock import FakeClock
 
 
 def test_help_prints_usage_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:

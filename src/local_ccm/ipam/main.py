@@ -22,7 +22,7 @@ from local_ccm.clock import Clock, Stopped, SystemClock, sleep_unless_stopped, u
 from local_ccm.ipam import options as opts
 from local_ccm.ipam.core.model import default_pool
 from local_ccm.ipam.metrics import IpamMetrics
-from local_ccm.ipam.nodeapi import IpamApi, KubeIpamApi, TokenBucket
+from local_ccm.ipam.nodeapi import Access, IpamApi, KubeIpamApi, TokenBucket
 from local_ccm.ipam.options import FLAGS, PROG, resolve_resource_lock_env
 from local_ccm.ipam.run import Controller, Settings
 from local_ccm.kube.aio import AsyncClient
@@ -116,10 +116,9 @@ async def check_access(
 
 
 async def _allowed(api: IpamApi, perm: Permission) -> bool:
-    return await api.allowed(
-        perm.verb, perm.group, perm.resource, namespace=perm.namespace,
-        subresource=perm.subresource, name=perm.name,
-    )  # fmt: skip
+    return await api.can_i(
+        Access(perm.verb, perm.resource, perm.group, perm.namespace, perm.name, perm.subresource)
+    )
 
 
 def main(argv: Sequence[str], env: Mapping[str, str]) -> int:

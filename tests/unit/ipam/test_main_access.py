@@ -17,19 +17,14 @@ from local_ccm.ipam import options as opts
 from local_ccm.ipam.main import Health, PreconditionFailed, check_access
 from local_ccm.ipam.options import FLAGS
 from local_ccm.kube.errors import ApiError, Transient, Unauthorized
+from tests.fakes.nodes import FakeNodeApi
 
 
-class ScriptedReviews:
-    """`allowed` raises the scripted errors first, then answers; records each review."""
-
-    def __init__(self, errors: list[ApiError], denied: frozenset[str] = frozenset()) -> None:
-        self.errors, self.denied, self.reviews = errors, denied, 0
-
-    async def allowed(self, verb: str, group: str, resource: str, **_: str) -> bool:
-        self.reviews += 1
-        if self.errors:
-            raise self.errors.pop(0)
-        return f"{verb} {resource}" not in self.denied
+def scripted(errors: list[ApiError], denied: frozenset[str] = frozenset()) -> FakeNodeApi:
+    """Reviews raise the scripted errors first, then answer."""
+    api = FakeNodeApi()
+    api.ssar_fail_next, api.denied = errors, set(denied)
+    return api
 
 
 def options() -> opts.IpamOptions:
@@ -55,7 +50,7 @@ class InstantClock(SystemClock):
         await asyncio.sleep(0)
 
 
-def check(api: ScriptedReviews, stop: asyncio.Event, clock: InstantClock) -> bool:
+def check(api: FakeNodeApi, stop: asyncio.Event, clock: InstantClock) -> bool:
     return run(check_access(api, options(), stop, clock, random.Random(1)))  # type: ignore[arg-type]
 
 
@@ -64,7 +59,7 @@ def refused() -> Transient:
 
 
 def test_an_unanswering_api_server_is_retried_until_the_review_passes() -> None:
-    api = ScriptedReviews([refused() for _ in range(5)])
+    api = scripted([refused() for _ in range(5)])
     clock = InstantClock()
     assert check(api, asyncio.Event(), clock) is True
     assert api.reviews > 5
@@ -73,19 +68,19 @@ def test_an_unanswering_api_server_is_retried_until_the_review_passes() -> None:
 
 def test_a_stop_while_waiting_for_the_api_server_ends_the_check_without_a_verdict() -> None:
     stop = asyncio.Event()
-    api = ScriptedReviews([refused() for _ in range(1000)])
+    api = scripted([refused() for _ in range(1000)])
     assert check(api, stop, InstantClock(stop)) is False
     assert api.reviews == 1
 
 
 def test_rejected_credentials_end_the_process() -> None:
-    api = ScriptedReviews([Unauthorized(401, "Unauthorized", "token expired")])
+    api = scripted([Unauthorized(401, "Unauthorized", "token expired")])
     with pytest.raises(PreconditionFailed, match="rejected the credentials"):
         check(api, asyncio.Event(), InstantClock())
 
 
 def test_missing_permissions_end_the_process_listing_them() -> None:
-    api = ScriptedReviews([], denied=frozenset({"patch nodes"}))
+    api = scripted([], denied=frozenset({"patch nodes"}))
     with pytest.raises(PreconditionFailed, match=r"missing RBAC permissions: .*patch nodes"):
         check(api, asyncio.Event(), InstantClock())
 

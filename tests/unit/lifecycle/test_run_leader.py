@@ -11,8 +11,9 @@ from local_ccm.lease.elector import LeaderContext, LeaderElector
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.process import Status, leader_callback, run_controller
 from local_ccm.lifecycle.run import Controller
-from tests.fakes import FakeClock, FakeLeaseApi, settle
-from tests.unit.lifecycle.fakes import FakeProber, raw_node
+from tests.fakes.clock import FakeClock, settle
+from tests.fakes.lease import FakeLeaseApi
+from tests.fakes.lifecycle import FakeProber, raw_node
 from tests.unit.lifecycle.test_run_loop import FakeNodeApi, config
 
 ELECTION = ElectionConfig(4.0, 3.0, 0.5, "me_0000000000000001")

@@ -18,8 +18,8 @@ from local_ccm.lifecycle.nodeapi import Access, NodeEvent, NodeList, Obj
 from local_ccm.lifecycle.process import Status, health_checks
 from local_ccm.lifecycle.run import Controller
 from local_ccm.validate import CountOrPercent
-from tests.fakes import START_WALL, FakeClock, settle
-from tests.unit.lifecycle.fakes import FakeProber, raw_node
+from tests.fakes.clock import START_WALL, FakeClock, settle
+from tests.fakes.lifecycle import FakeProber, raw_node
 
 INTERVAL = 1.0
 SETTINGS = PipelineSettings(interval=INTERVAL, max_unhealthy=CountOrPercent(100, percent=True))
