@@ -145,6 +145,10 @@ class FakeNodeApi:
             queue.put_nowait(item)
 
     @property
+    def lists(self) -> int:
+        return self.calls.count("list")
+
+    @property
     def reviews(self) -> int:
         """SelfSubjectAccessReviews asked so far."""
         return self.calls.count("ssar")
@@ -159,19 +163,15 @@ class FakeNodeApi:
         ]
 
     async def list_nodes(
-        self,
-        selector: str | None = None,
-        continue_token: str | None = None,
-        *,
-        field_selector: str | None = None,
+        self, selector: str | None = None, token: str | None = None, *, fields: str | None = None
     ) -> NodeList:
         self.calls.append("list")
-        wanted = (field_selector or "").removeprefix("metadata.name=") or None
+        wanted = (fields or "").removeprefix("metadata.name=") or None
         items = tuple(copy.deepcopy(n) for key, n in self.nodes.items() if wanted in (None, key))
         return NodeList(items, str(self.rv))
 
     async def watch_nodes(
-        self, selector: str | None, resource_version: str, *, field_selector: str | None = None
+        self, selector: str | None, resource_version: str, *, fields: str | None = None
     ) -> AsyncIterator[NodeEvent]:
         self.calls.append(f"watch {resource_version}")
         queue: asyncio.Queue[NodeEvent | BaseException | None] = asyncio.Queue()

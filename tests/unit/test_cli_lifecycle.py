@@ -11,9 +11,10 @@ import pytest
 from local_ccm import __version__
 from local_ccm.kube import errors as ke
 from local_ccm.lifecycle.main import check_access, main
-from local_ccm.lifecycle.nodeapi import Access, required_access
+from local_ccm.lifecycle.nodeapi import required_access
 from local_ccm.lifecycle.process import Status, health_checks
 from tests.fakes.clock import FakeClock
+from tests.fakes.nodes import FakeNodeApi
 
 
 def test_help_prints_usage_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
@@ -54,26 +55,23 @@ def test_an_unusable_metrics_cert_dir_exits_2_in_one_line(
     assert f"--metrics-cert-dir={tmp_path / 'none'}: cannot load tls.crt and tls.key" in line
 
 
-class AccessApi:
-    def __init__(self, denied: set[str], error: ke.ApiError | None = None) -> None:
-        self.denied, self.error = denied, error
-
-    async def can_i(self, access: Access) -> bool:
-        if self.error is not None:
-            raise self.error
-        return str(access) not in self.denied
+def access_api(denied: set[str], *errors: ke.ApiError) -> FakeNodeApi:
+    """Reviews raise `errors` first, then answer False for `denied`."""
+    api = FakeNodeApi()
+    api.denied, api.ssar_fail_next = denied, list(errors)
+    return api
 
 
 NEEDED = required_access(event_namespace="default", lease_namespace="kube-system",
                          lease_name="nlc", out_of_service=False)  # fmt: skip
 
 
-def check(api: AccessApi) -> str | None:
-    return asyncio.run(check_access(api, NEEDED, asyncio.Event(), FakeClock()))  # type: ignore[arg-type]
+def check(api: FakeNodeApi) -> str | None:
+    return asyncio.run(check_access(api, NEEDED, asyncio.Event(), FakeClock()))
 
 
 def test_missing_permissions_are_listed() -> None:
-    problem = check(AccessApi({"delete nodes", "update leases.coordination.k8s.io/nlc in "
+    problem = check(access_api({"delete nodes", "update leases.coordination.k8s.io/nlc in "
                                                "namespace kube-system"}))  # fmt: skip
     assert problem is not None
     assert "delete nodes" in problem
@@ -81,13 +79,13 @@ def test_missing_permissions_are_listed() -> None:
 
 
 def test_rejected_credentials_are_a_precondition_failure() -> None:
-    problem = check(AccessApi(set(), ke.Unauthorized(401, "Unauthorized", "bad token")))
+    problem = check(access_api(set(), ke.Unauthorized(401, "Unauthorized", "bad token")))
     assert problem is not None
     assert "401" in problem
 
 
 def test_all_permissions_present_passes() -> None:
-    assert check(AccessApi(set())) is None
+    assert check(access_api(set())) is None
 
 
 def test_out_of_service_needs_patch_and_volume_attachments() -> None:
@@ -97,25 +95,14 @@ def test_out_of_service_needs_patch_and_volume_attachments() -> None:
     assert not any("leases" in a for a in needed)
 
 
-class FlakyApi:
-    """Answers `can_i` only after `failures` transient errors (the API server coming up)."""
-
-    def __init__(self, failures: int) -> None:
-        self.failures = failures
-
-    async def can_i(self, access: Access) -> bool:
-        if self.failures:
-            self.failures -= 1
-            raise ke.Transient(0, "StreamBroken", "connection refused")
-        return True
-
-
 def test_transient_errors_are_retried_and_reported_until_the_api_answers() -> None:
     clock, seen = FakeClock(), list[str]()
 
+    flaky = access_api(set(), *[ke.Transient(0, "StreamBroken", "connection refused")] * 5)
+
     async def scenario() -> str | None:
         check = asyncio.ensure_future(check_access(
-            FlakyApi(5), NEEDED, asyncio.Event(), clock, on_error=seen.append  # type: ignore[arg-type]
+            flaky, NEEDED, asyncio.Event(), clock, on_error=seen.append
         ))  # fmt: skip
         await clock.advance(600)  # far beyond a minute: no give-up
         return await check

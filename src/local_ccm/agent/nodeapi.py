@@ -32,10 +32,10 @@ class OwnNodeList:
 
 async def list_own_node(api: NodeApi, name: str) -> OwnNodeList:
     """LIST by field selector: a consistent read of one Node."""
-    listed = await api.list_nodes(field_selector=_selector(name))
+    listed = await api.list_nodes(fields=_selector(name))
     return OwnNodeList(listed.items[0] if listed.items else None, listed.resource_version)
 
 
 def own_node(api: NodeApi, name: str) -> NodeListWatch:
     """The Informer's ``ListWatch`` of the agent's own Node."""
-    return NodeListWatch(api, field_selector=_selector(name))
+    return NodeListWatch(api, fields=_selector(name))

@@ -14,9 +14,12 @@ from typing import Any
 
 class ApiError(Exception):
     """An error answer from the apiserver, or a transport failure (status 0); ``kind`` names
-    the class in metrics labels."""
+    the class in metrics labels (``not_found`` for NotFound)."""
 
     kind = "error"
+
+    def __init_subclass__(cls) -> None:
+        cls.kind = re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
 
     def __init__(
         self,
@@ -38,37 +41,25 @@ class ApiError(Exception):
 class NotFound(ApiError):  # noqa: N818 (the API's own reason names)
     """404."""
 
-    kind = "not_found"
-
 
 class Conflict(ApiError):  # noqa: N818 (the API's own reason names)
     """409 (Conflict, AlreadyExists), and a failed JSON Patch ``test`` operation."""
-
-    kind = "conflict"
 
 
 class Forbidden(ApiError):  # noqa: N818 (the API's own reason names)
     """403: RBAC or admission denied the request."""
 
-    kind = "forbidden"
-
 
 class Unauthorized(ApiError):  # noqa: N818 (the API's own reason names)
     """401: credentials missing, expired or rejected (also a failing exec plugin)."""
-
-    kind = "unauthorized"
 
 
 class Invalid(ApiError):  # noqa: N818 (the API's own reason names)
     """422 Invalid and 400 BadRequest: retrying the same request cannot help."""
 
-    kind = "invalid"
-
 
 class Gone(ApiError):  # noqa: N818 (the API's own reason names)
     """410: the resourceVersion is too old (compacted); the caller must relist."""
-
-    kind = "gone"
 
 
 class Transient(ApiError):  # noqa: N818 (the API's own reason names)
@@ -77,8 +68,6 @@ class Transient(ApiError):  # noqa: N818 (the API's own reason names)
     ``request_sent`` is False only when the failure happened before any byte of the
     request left (connection refused, TLS handshake): then even a write is safe to retry.
     """
-
-    kind = "transient"
 
     def __init__(
         self,

@@ -67,17 +67,13 @@ class NodeEvent:
 
 class NodeApi(Protocol):
     async def list_nodes(
-        self,
-        selector: str | None = None,
-        continue_token: str | None = None,
-        *,
-        field_selector: str | None = None,
+        self, selector: str | None = None, token: str | None = None, *, fields: str | None = None
     ) -> NodeList:
-        """One page of the Nodes matching the label (and field) selector."""
+        """One page (from continue `token`) of the Nodes the label and field selectors pick."""
         ...
 
     def watch_nodes(
-        self, selector: str | None, resource_version: str, *, field_selector: str | None = None
+        self, selector: str | None, resource_version: str, *, fields: str | None = None
     ) -> AsyncIterator[NodeEvent]:
         """One watch stream from `resource_version`, with bookmarks and a `timeoutSeconds` in
         `WATCH_TIMEOUT`; ends when the server ends it; raises Gone when the version is too old."""
@@ -109,21 +105,15 @@ class NodeApi(Protocol):
 class NodeListWatch:
     """An Informer's ``ListWatch`` of the Nodes a selector picks, over a :class:`NodeApi`."""
 
-    def __init__(
-        self, api: NodeApi, selector: str | None = None, *, field_selector: str | None = None
-    ) -> None:
-        self._api, self._selector, self._fields = api, selector, field_selector
+    def __init__(self, api: NodeApi, selector: str | None = None, *, fields: str | None = None):
+        self._api, self._selector, self._fields = api, selector, fields
 
     async def list_page(self, continue_token: str | None) -> Page:
-        listed = await self._api.list_nodes(
-            self._selector, continue_token, field_selector=self._fields
-        )
+        listed = await self._api.list_nodes(self._selector, continue_token, fields=self._fields)
         return Page(listed.items, listed.resource_version, listed.continue_token)
 
     async def watch(self, resource_version: str, timeout_seconds: int) -> AsyncIterator[WatchEvent]:
-        events = self._api.watch_nodes(
-            self._selector, resource_version, field_selector=self._fields
-        )
+        events = self._api.watch_nodes(self._selector, resource_version, fields=self._fields)
         async for event in events:
             yield WatchEvent(event.type, event.node)
 
@@ -165,7 +155,8 @@ def translate(error: ke.ApiError) -> ke.ApiError:
 class KubeNodeApi:
     """:class:`NodeApi` over :class:`AsyncClient`. ``observe`` is told every request's verb
     (GET, LIST, WATCH, PATCH, POST, DELETE), resource, code and duration; ``limiter``, when
-    given, rate-limits every request but the watches."""
+    given, rate-limits every request but the watches; ``slim`` projects each listed Node (so
+    the full objects of a large LIST never all sit in memory at once)."""
 
     def __init__(
         self,
@@ -174,9 +165,10 @@ class KubeNodeApi:
         write_timeout: float | None = None,
         observe: RequestObserver = _no_observer,
         limiter: TokenBucket | None = None,
+        slim: Callable[[Obj], Obj] = lambda node: node,
         rng: random.Random | None = None,
     ) -> None:
-        self.client = client
+        self.client, self._slim = client, slim
         self._write_timeout = write_timeout
         self._observe, self._limiter = observe, limiter
         self._rng = rng or random.Random()
@@ -195,27 +187,24 @@ class KubeNodeApi:
         return result
 
     async def list_nodes(
-        self,
-        selector: str | None = None,
-        continue_token: str | None = None,
-        *,
-        field_selector: str | None = None,
+        self, selector: str | None = None, token: str | None = None, *, fields: str | None = None
     ) -> NodeList:
         page = await self.call("LIST", "nodes", lambda: self.client.list(
-            r.NODES, label_selector=selector or None, field_selector=field_selector,
-            limit=PAGE_SIZE, continue_token=continue_token,
+            r.NODES, label_selector=selector or None, field_selector=fields, limit=PAGE_SIZE,
+            continue_token=token,
         ))  # fmt: skip
         # list items carry no kind/apiVersion; a Node used as an Event's subject needs them
-        items = tuple({"apiVersion": "v1", "kind": "Node", **i} for i in page.get("items") or ())
+        nodes = ({"apiVersion": "v1", "kind": "Node", **i} for i in page.get("items") or ())
+        items = tuple(map(self._slim, nodes))
         meta = page.get("metadata") or {}
         token = meta.get("continue") or None
         return NodeList(items, str(meta.get("resourceVersion", "")), token)
 
     async def watch_nodes(
-        self, selector: str | None, resource_version: str, *, field_selector: str | None = None
+        self, selector: str | None, resource_version: str, *, fields: str | None = None
     ) -> AsyncIterator[NodeEvent]:
         stream = self.client.watch(
-            r.NODES, label_selector=selector or None, field_selector=field_selector,
+            r.NODES, label_selector=selector or None, field_selector=fields,
             resource_version=resource_version or None,
             timeout_seconds=self._rng.randint(*WATCH_TIMEOUT), allow_bookmarks=True,
         )  # fmt: skip

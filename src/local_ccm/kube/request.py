@@ -200,28 +200,15 @@ def delete_options(
 
 
 def delete_request(
-    res: Resource,
-    name: str,
-    *,
-    namespace: str | None = None,
-    uid: str | None = None,
-    resource_version: str | None = None,
-    propagation_policy: str | None = None,
-    grace_period_seconds: int | None = None,
-    dry_run: bool = False,
+    res: Resource, name: str, *, namespace: str | None = None, dry_run: bool = False, **kw: Any
 ) -> Request:
+    """DELETE; `kw` are the options of `delete_options` (preconditions, propagation, grace)."""
     # DeleteOptions has no fieldManager: a delete manages no fields. When a DeleteOptions body
     # is sent, the apiserver takes every option from the body and ignores the query, so dryRun
     # must be in the body too: with it only in the query, a dry-run delete with preconditions
     # deleted the object for real.
     path = res.path(namespace, name) + encode_query([("dryRun", "All" if dry_run else None)])
-    options = delete_options(
-        uid=uid,
-        resource_version=resource_version,
-        propagation_policy=propagation_policy,
-        grace_period_seconds=grace_period_seconds,
-        dry_run=dry_run,
-    )
+    options = delete_options(dry_run=dry_run, **kw)
     if options is None:
         return Request("DELETE", path)
     return Request("DELETE", path, _json_body(options), JSON)

@@ -60,23 +60,9 @@ class KubeNodeApi(kn.KubeNodeApi):
     ) -> None:
         count = observe or (lambda verb, resource, code: None)
         super().__init__(
-            client,
-            write_timeout=write_timeout,
-            rng=rng,
-            observe=lambda v, res, c, _: count(v, res, c),
-        )
-
-    async def list_nodes(
-        self,
-        selector: str | None = None,
-        continue_token: str | None = None,
-        *,
-        field_selector: str | None = None,
-    ) -> NodeList:
-        page = await super().list_nodes(selector, continue_token, field_selector=field_selector)
-        return NodeList(
-            tuple(map(slim_node, page.items)), page.resource_version, page.continue_token
-        )
+            client, write_timeout=write_timeout, slim=slim_node, rng=rng,
+            observe=lambda verb, resource, code, _: count(verb, resource, code),
+        )  # fmt: skip
 
     async def count_volume_attachments(self, node_name: str) -> int:
         listed = await self.call(
