@@ -29,6 +29,7 @@ class ApiError(Exception):
         *,
         retry_after: float | None = None,
         body: dict[str, Any] | None = None,
+        request_sent: bool = True,  # see Transient
     ) -> None:
         super().__init__(f"{status} {reason}: {message}" if status else f"{reason}: {message}")
         self.status = status
@@ -36,6 +37,7 @@ class ApiError(Exception):
         self.message = message
         self.retry_after = retry_after
         self.body = body
+        self.request_sent = request_sent
 
 
 class NotFound(ApiError):  # noqa: N818 (the API's own reason names)
@@ -68,19 +70,6 @@ class Transient(ApiError):  # noqa: N818 (the API's own reason names)
     ``request_sent`` is False only when the failure happened before any byte of the
     request left (connection refused, TLS handshake): then even a write is safe to retry.
     """
-
-    def __init__(
-        self,
-        status: int,
-        reason: str,
-        message: str,
-        *,
-        retry_after: float | None = None,
-        body: dict[str, Any] | None = None,
-        request_sent: bool = True,
-    ) -> None:
-        super().__init__(status, reason, message, retry_after=retry_after, body=body)
-        self.request_sent = request_sent
 
 
 _BY_STATUS: Mapping[int, type[ApiError]] = {

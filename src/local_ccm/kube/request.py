@@ -90,31 +90,23 @@ def list_request(
     limit: int | None = None,
     continue_token: str | None = None,
     resource_version: str | None = None,
-) -> Request:
-    query = encode_query([
-        ("labelSelector", label_selector), ("fieldSelector", field_selector),
-        ("limit", _number(limit)), ("continue", continue_token),
-        ("resourceVersion", resource_version),
-    ])  # fmt: skip
-    return Request("GET", res.path(namespace) + query)
-
-
-def watch_request(
-    res: Resource,
-    *,
-    namespace: str | None = None,
-    label_selector: str | None = None,
-    field_selector: str | None = None,
-    resource_version: str | None = None,
+    watch: bool = False,
     timeout_seconds: int | None = None,
     allow_bookmarks: bool = True,
 ) -> Request:
+    """A LIST, or with `watch` a WATCH (with bookmarks unless `allow_bookmarks` is False)."""
     query = encode_query([
-        ("watch", "1"), ("allowWatchBookmarks", "true" if allow_bookmarks else None),
+        ("watch", "1" if watch else None),
+        ("allowWatchBookmarks", "true" if watch and allow_bookmarks else None),
         ("labelSelector", label_selector), ("fieldSelector", field_selector),
+        ("limit", _number(limit)), ("continue", continue_token),
         ("resourceVersion", resource_version), ("timeoutSeconds", _number(timeout_seconds)),
     ])  # fmt: skip
     return Request("GET", res.path(namespace) + query)
+
+
+def watch_request(res: Resource, **kw: Any) -> Request:
+    return list_request(res, watch=True, **kw)
 
 
 def create_request(
@@ -126,30 +118,20 @@ def create_request(
     name: str | None = None,
     subresource: str | None = None,
     dry_run: bool = False,
+    method: Literal["POST", "PUT"] = "POST",
 ) -> Request:
+    """POST `body` (PUT: see update_request)."""
     path = res.path(_namespace_of(res, body, namespace), name, subresource)
-    return _write("POST", path, body, field_manager, dry_run)
+    query = encode_query(_write_query(field_manager, dry_run))
+    return Request(method, path + query, _json_body(body), JSON)
 
 
-def update_request(
-    res: Resource,
-    body: Obj,
-    *,
-    field_manager: str,
-    namespace: str | None = None,
-    subresource: str | None = None,
-    dry_run: bool = False,
-) -> Request:
+def update_request(res: Resource, body: Obj, **kw: Any) -> Request:
+    """PUT `body` to the object its metadata.name names."""
     name = body.get("metadata", {}).get("name")
     if not name:
         raise ValueError("update needs metadata.name in the body")
-    path = res.path(_namespace_of(res, body, namespace), name, subresource)
-    return _write("PUT", path, body, field_manager, dry_run)
-
-
-def _write(method: str, path: str, body: Obj, field_manager: str, dry_run: bool) -> Request:
-    query = encode_query(_write_query(field_manager, dry_run))
-    return Request(method, path + query, _json_body(body), JSON)
+    return create_request(res, body, name=name, method="PUT", **kw)
 
 
 def patch_request(
