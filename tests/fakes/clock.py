@@ -75,6 +75,10 @@ class FakeClock:
         future.set_result(None)
         await settle()
 
+    def step(self, seconds: float) -> None:
+        """Move time forward without running the loop (for synchronous tests)."""
+        self._move_to(self._mono + seconds)
+
     def jump(self) -> None:
         """Move time to the earliest pending deadline and wake every sleeper due by then
         (for a task that moves time whenever the loop is idle)."""
