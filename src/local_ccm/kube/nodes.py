@@ -26,6 +26,7 @@ from local_ccm.kube.request import WatchEvent, access_review, review_allowed
 Obj = dict[str, Any]
 T = TypeVar("T")
 RequestObserver = Callable[[str, str, str, float | None], None]  # verb, resource, code, seconds
+PAGE_SIZE = 500
 
 
 @dataclass(frozen=True)
@@ -252,6 +253,3 @@ class KubeNodeApi:
         res = r.SELF_SUBJECT_ACCESS_REVIEWS
         review = await self.call("POST", res.plural, lambda: self.client.create(res, body))
         return review_allowed(review)
-
-
-PAGE_SIZE = 500
