@@ -12,7 +12,7 @@ from local_ccm import __version__
 from local_ccm.cli.lifecycle import main
 from local_ccm.lifecycle.health import Status, health_checks
 from local_ccm.lifecycle.nodeapi import required_access
-from tests.fakes import FakeClock
+from tests.fakes.clock import FakeClock
 
 
 def test_help_prints_usage_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:

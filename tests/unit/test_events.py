@@ -10,7 +10,7 @@ import pytest
 from local_ccm.kube.errors import Transient
 from local_ccm.runtime import events as ev
 from local_ccm.runtime.outbox import EventOutbox
-from tests.fakes import START_WALL, FakeClock, settle
+from tests.fakes.clock import START_WALL, FakeClock, settle
 
 Obj = dict[str, Any]
 WARNING = ev.EventSpec("Warning", "Broken", "it broke")

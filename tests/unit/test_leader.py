@@ -14,7 +14,8 @@ import pytest
 from local_ccm.kube.errors import Conflict, Transient
 from local_ccm.lease.election import ElectionConfig, format_micro_time
 from local_ccm.lease.elector import LeaderContext, LeaderElector, LeadershipLost
-from tests.fakes import START_WALL, FakeClock, FakeLeaseApi, FakeLeaseServer, settle
+from tests.fakes.clock import START_WALL, FakeClock, settle
+from tests.fakes.lease import FakeLeaseApi, FakeLeaseServer
 
 LEASE, DEADLINE, RETRY = 4.0, 3.0, 0.5
 MAX_CANDIDATE_WAIT = RETRY * 2.2

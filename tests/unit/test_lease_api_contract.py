@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from tests.contracts.lease_api import CHECKS, Check, check_id
-from tests.fakes import FakeLeaseApi
+from tests.fakes.lease import FakeLeaseApi
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=check_id)

@@ -1,6 +1,6 @@
 """Who may read /metrics: the 401/403/200 decision, the review bodies and the verdict cache.
 
-Pure: the reviewer is an in-memory fake of the `Reviewer` protocol, time is a counter.
+Pure: the reviewer is an in-memory fake of the `Reviewer` protocol, time a fake clock.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from local_ccm.runtime.metricsauth import (
     ALLOWED_TTL,
     DENIED_TTL,
     MetricsAuth,
-    ReviewUnavailable,
     User,
     Verdict,
     VerdictCache,
@@ -23,37 +22,12 @@ from local_ccm.runtime.metricsauth import (
     token_key,
     token_review,
 )
+from tests.fakes.clock import FakeClock
+from tests.fakes.reviewer import FakeReviewer
 
 pytestmark = pytest.mark.unit
 
 READER = User("system:serviceaccount:monitoring:prometheus", "u1", ("system:authenticated",))
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class FakeReviewer:
-    """Tokens it knows authenticate as their user; `allowed` names who may get /metrics."""
-
-    def __init__(self, users: dict[str, User], allowed: set[str]) -> None:
-        self.users, self.allowed = users, allowed
-        self.calls: list[str] = []
-        self.down = False
-
-    def authenticate(self, token: str) -> User | None:
-        self.calls.append("TokenReview")
-        if self.down:
-            raise ReviewUnavailable("connection refused")
-        return self.users.get(token)
-
-    def may_get(self, user: User, path: str) -> bool:
-        self.calls.append(f"SubjectAccessReview {path}")
-        return user.name in self.allowed
 
 
 @pytest.fixture
@@ -69,7 +43,7 @@ def reviewer() -> FakeReviewer:
 
 @pytest.fixture
 def auth(reviewer: FakeReviewer, clock: FakeClock) -> MetricsAuth:
-    return MetricsAuth(reviewer, VerdictCache(clock))
+    return MetricsAuth(reviewer, VerdictCache(clock.monotonic))
 
 
 @pytest.mark.parametrize(
@@ -136,9 +110,9 @@ def test_an_allowed_token_is_reviewed_once_per_ttl(
 ) -> None:
     for _ in range(8):  # two minutes of scrapes every 15 s
         assert auth.check("Bearer good").allowed
-        clock.now += 15
+        clock.step(15)
     assert reviewer.calls == ["TokenReview", "SubjectAccessReview /metrics"]
-    clock.now += ALLOWED_TTL
+    clock.step(ALLOWED_TTL)
     assert auth.check("Bearer good").allowed
     assert len(reviewer.calls) == 4
 
@@ -150,7 +124,7 @@ def test_a_denial_is_kept_briefly_so_a_new_binding_takes_effect(
     assert auth.check("Bearer other").status == 403
     assert len(reviewer.calls) == 2
     reviewer.allowed.add("system:serviceaccount:default:other")
-    clock.now += DENIED_TTL
+    clock.step(DENIED_TTL)
     assert auth.check("Bearer other").status == 200
 
 
@@ -164,7 +138,7 @@ def test_an_unavailable_api_is_503_and_not_cached(
 
 
 def test_the_cache_is_bounded_and_keyed_by_a_hash(clock: FakeClock) -> None:
-    cache = VerdictCache(clock, size=3)
+    cache = VerdictCache(clock.monotonic, size=3)
     for i in range(5):
         cache.put(token_key(f"t{i}"), Verdict(200, "ok"), 60)
     assert len(cache) == 3
@@ -175,10 +149,10 @@ def test_the_cache_is_bounded_and_keyed_by_a_hash(clock: FakeClock) -> None:
 
 
 def test_cache_entries_expire(clock: FakeClock) -> None:
-    cache = VerdictCache(clock)
+    cache = VerdictCache(clock.monotonic)
     cache.put("k", Verdict(403, "no"), 10)
-    clock.now += 9.9
+    clock.step(9.9)
     assert cache.get("k") == Verdict(403, "no")
-    clock.now += 0.1
+    clock.step(0.1)
     assert cache.get("k") is None
     assert len(cache) == 0

@@ -26,6 +26,8 @@ from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.providerid import ProviderIdSource, fetch_provider_id
 from local_ccm.agent.reconcile import DetectFn, Reconciler
 from local_ccm.clock import Clock, SystemClock
+from local_ccm.kube import errors as ke
+from local_ccm.kube.nodes import Access
 from local_ccm.logs import kv
 from local_ccm.netlink import Change
 
@@ -159,7 +161,9 @@ class Agent:
         missing = []
         for verb, resource, sub, namespaced in REQUIRED_ACCESS:
             namespace = self.settings.event_namespace if namespaced else ""
-            ask = partial(self.api.can_i, verb, resource, subresource=sub, namespace=namespace)
+            ask = partial(
+                self.api.can_i, Access(verb, resource, namespace=namespace, subresource=sub)
+            )
             if not await self._until_answered("checking permissions", ask):
                 missing.append(f"{verb} {resource}{'/' + sub if sub else ''}")
         if missing:
@@ -172,9 +176,9 @@ class Agent:
         while True:
             try:
                 return await call()
-            except (na.UnauthorizedError, na.ForbiddenError) as exc:
+            except (ke.Unauthorized, ke.Forbidden) as exc:
                 raise PreconditionError(f"{what} was refused: {exc.message}") from exc
-            except na.NodeApiError as exc:
+            except ke.ApiError as exc:
                 delay = API_BACKOFF.next_delay(failures, exc.retry_after, self.rng)
                 failures += 1
                 self._log.warning("%s failed (%s); retry in %.1fs", what, exc, delay)
@@ -208,7 +212,7 @@ class Agent:
         for attempt in range(RUN_ONCE_TRANSIENT_RETRIES + 1):
             try:
                 await passes.cache.relist()
-            except na.NodeApiError as exc:
+            except ke.ApiError as exc:
                 passes.retry.last_error = exc
             else:
                 if passes.cache.node is None:
@@ -217,7 +221,7 @@ class Agent:
                 passes.retry.until = 0.0  # run-once keeps its own retry count
                 await passes.run_pass(["startup"])
             error = passes.retry.last_error
-            if not isinstance(error, na.TransientError | na.ConflictError):
+            if not isinstance(error, ke.Transient | ke.Conflict):
                 break
             await self.clock.sleep(API_BACKOFF.next_delay(attempt, error.retry_after, self.rng))
         await self.events.flush(5.0)

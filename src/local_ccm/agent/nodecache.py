@@ -21,17 +21,11 @@ from local_ccm.agent.core import events as ev
 from local_ccm.agent.core.passes import patch_kinds
 from local_ccm.agent.core.plan import Patch, is_older, node_rv, node_uid
 from local_ccm.agent.metrics import AgentMetrics
-from local_ccm.agent.nodeapi import (
-    INFORMER_ERRORS,
-    ForbiddenError,
-    InvalidError,
-    NodeApi,
-    NodeApiError,
-    OwnNode,
-)
+from local_ccm.agent.nodeapi import INFORMER_ERRORS, NodeApi, list_own_node, own_node
 from local_ccm.agent.triggers import Health, Triggers
 from local_ccm.clock import Clock
 from local_ccm.kube import informer as inf
+from local_ccm.kube.errors import ApiError, Forbidden, Invalid
 from local_ccm.logs import V1, V2, kv
 from local_ccm.runtime.events import EventSpec
 
@@ -67,14 +61,14 @@ class NodeCache:
         self.rejected: object = None  # the key of a write rejected as invalid
         self.watch_task: asyncio.Task[None] | None = None
         self._informer: inf.Informer[Obj] = inf.Informer(
-            OwnNode(api, name), dict, clock=clock, rng=rng, name="Node",
+            own_node(api, name), dict, clock=clock, rng=rng, name="Node",
             errors=INFORMER_ERRORS, on_end=self._watch_ended,
         )  # fmt: skip
         self._informer.add_handler(self._on_change)
 
     async def relist(self) -> None:
         """LIST by field selector (a consistent read) and adopt the result."""
-        listed = await self._api.list_node(self.name)
+        listed = await list_own_node(self._api, self.name)
         self._listed_rv = listed.resource_version
         if listed.node is None:
             self.gone()
@@ -91,13 +85,15 @@ class NodeCache:
         kinds = patch_kinds(patch)
         self._log.debug("PATCH %s %s", patch.subresource or "node", patch.body())
         try:
-            self.node = await self._api.patch_node(self.name, patch)
-        except NodeApiError as exc:
+            self.node = await self._api.patch_node(
+                self.name, patch.body(), subresource=patch.subresource
+            )
+        except ApiError as exc:
             for kind in kinds:
                 self._metrics.writes.labels(kind, _RESULTS.get(exc.kind, "error")).inc()
-            if isinstance(exc, InvalidError | ForbiddenError):
+            if isinstance(exc, Invalid | Forbidden):
                 self._emit(ev.update_rejected(f"PATCH of {'/'.join(kinds)}", exc.message))
-            if isinstance(exc, InvalidError):
+            if isinstance(exc, Invalid):
                 self.rejected = key
                 self._log.warning("write rejected: %s", exc.message)
             raise

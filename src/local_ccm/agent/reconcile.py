@@ -30,6 +30,7 @@ from local_ccm.agent.metrics import BLOCK_REASONS, AgentMetrics
 from local_ccm.agent.nodecache import NodeCache
 from local_ccm.agent.triggers import Health, Triggers
 from local_ccm.clock import Clock
+from local_ccm.kube import errors as ke
 from local_ccm.logs import V2, V3, kv
 from local_ccm.runtime.events import EventSpec, Reporter, rfc3339
 from local_ccm.runtime.outbox import EventOutbox
@@ -55,7 +56,7 @@ class Retry:
 
     failures: int = 0
     until: float = 0.0
-    last_error: na.NodeApiError | None = None
+    last_error: ke.ApiError | None = None
 
 
 class Reconciler:
@@ -74,7 +75,7 @@ class Reconciler:
         self.triggers = Triggers(clock, settings.debounce_quiet, settings.debounce_max)
         self.events = EventOutbox(
             api, clock, Reporter(names.AGENT, name, host=name), namespace=settings.event_namespace,
-            budget=ev.budget(), errors=(na.NodeApiError,),
+            budget=ev.budget(), errors=(ke.ApiError,),
         )  # fmt: skip
         self.cache = NodeCache(
             api, name, clock=clock, rng=rng, metrics=metrics, health=self.health,
@@ -129,7 +130,7 @@ class Reconciler:
             if self._clock.monotonic() < self.retry.until and "retry" not in triggers:
                 return "deferred"  # backing off: ticks and watch echoes must not retry early
             return await self._reconcile(detected)
-        except na.NodeApiError as exc:
+        except ke.ApiError as exc:
             return self._on_error(exc)
 
     def _observe_detection(self, detected: Detected) -> None:
@@ -147,7 +148,7 @@ class Reconciler:
         for _ in range(timing.MAX_CONFLICTS):
             try:
                 outcome = await self._reconcile_once(detected)
-            except na.ConflictError:
+            except ke.Conflict:
                 await self.cache.relist()  # re-read and recompute from scratch; never resend
                 if self.cache.node is None:
                     return "noop"
@@ -156,20 +157,20 @@ class Reconciler:
             self.health.forbidden = None
             return outcome
         self._log.warning("%d conflicts in a row; backing off", timing.MAX_CONFLICTS)
-        self.retry.last_error = na.ConflictError("too many conflicts")
+        self.retry.last_error = ke.Conflict(0, "Conflict", "too many conflicts")
         self._back_off(None)
         return "failed"
 
-    def _on_error(self, exc: na.NodeApiError) -> str:
+    def _on_error(self, exc: ke.ApiError) -> str:
         """The error policy for everything but conflicts: an invalid patch waits for new inputs,
         forbidden and transient errors back off."""
         self.retry.last_error = exc
-        if isinstance(exc, na.NotFoundError):
+        if isinstance(exc, ke.NotFound):
             self.cache.gone()
             return "noop"
-        if isinstance(exc, na.InvalidError):
+        if isinstance(exc, ke.Invalid):
             return "failed"  # not retried until the inputs change (NodeCache.rejected)
-        if isinstance(exc, na.ForbiddenError):
+        if isinstance(exc, ke.Forbidden):
             self.health.forbidden = exc.message
             self._log.error("write forbidden: %s", exc.message)
         else:

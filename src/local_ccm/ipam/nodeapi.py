@@ -1,35 +1,29 @@
-"""The API seam of node-ipam-controller: a Protocol and its adapter on `local_ccm.kube`.
+"""What node-ipam-controller adds to the Node API adapter: ClusterCIDRs and the Informers'
+lists and watches.
 
 Errors stay `local_ccm.kube.errors` kinds (NotFound, Conflict, Invalid, Forbidden, Transient…);
-the loop has one policy per kind. The adapter counts every request in
-`api_requests_total{verb,resource,code}` and applies the client-side rate limit
-(`--kube-api-qps`, `--kube-api-burst`) to writes and reads alike; the lists and watches of the
-Informers (`list_watch`) are neither counted nor limited.
+the loop has one policy per kind. Every request is counted in
+`api_requests_total{verb,resource,code}` and goes through the client-side rate limit
+(`--kube-api-qps`, `--kube-api-burst`); the lists and watches of the Informers (`list_watch`)
+are neither counted nor limited.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Literal, Protocol
 
 from local_ccm.kube.aio import AsyncClient, KubeListWatch
-from local_ccm.kube.errors import ApiError, NotFound
+from local_ccm.kube.errors import NotFound
 from local_ccm.kube.informer import ListWatch
-from local_ccm.kube.request import access_review, review_allowed
-from local_ccm.kube.resources import (
-    CLUSTER_CIDRS,
-    EVENTS,
-    NODES,
-    SELF_SUBJECT_ACCESS_REVIEWS,
-    Resource,
-)
+from local_ccm.kube.nodes import Access, KubeNodeApi, Obj, TokenBucket
+from local_ccm.kube.resources import CLUSTER_CIDRS, NODES
 
-Obj = dict[str, Any]
-T = TypeVar("T")
+__all__ = ["Access", "IpamApi", "KubeIpamApi", "Obj", "TokenBucket", "Watched"]
+
 Watched = Literal["nodes", "clustercidrs"]
 RequestCounter = Callable[[str, str, str], None]  # (verb, resource, code)
+_VERBS = {"GET": "get", "PATCH": "patch", "POST": "create", "DELETE": "delete", "LIST": "list"}
 
 
 class IpamApi(Protocol):
@@ -43,13 +37,8 @@ class IpamApi(Protocol):
         """The paged LIST and the WATCH of Nodes or ClusterCIDRs, for an Informer."""
         ...
 
-    async def get_node(self, name: str) -> Obj:
-        """A quorum read (no resourceVersion)."""
-        ...
-
-    async def patch_node(self, name: str, ops: list[Obj]) -> Obj:
-        """JSON Patch on the Node's main resource."""
-        ...
+    async def get_node(self, name: str) -> Obj: ...
+    async def patch_node(self, name: str, operations: Sequence[Obj]) -> Obj: ...
 
     async def patch_cluster_cidr(self, name: str, ops: list[Obj]) -> Obj:
         """JSON Patch (finalizers)."""
@@ -60,46 +49,12 @@ class IpamApi(Protocol):
         ...
 
     async def create_event(self, namespace: str, body: Obj) -> Obj: ...
-
-    async def allowed(
-        self,
-        verb: str,
-        group: str,
-        resource: str,
-        *,
-        namespace: str = "",
-        subresource: str = "",
-        name: str = "",
-    ) -> bool:
-        """SelfSubjectAccessReview."""
-        ...  # fmt: skip
+    async def can_i(self, access: Access) -> bool: ...
 
 
-class TokenBucket:
-    """Client-side rate limit: `qps` tokens per second, at most `burst` stored."""
-
-    def __init__(self, qps: float, burst: int, now: Callable[[], float] = time.monotonic) -> None:
-        self._qps, self._burst, self._now = qps, max(1, burst), now
-        self._tokens = float(self._burst)
-        self._stamp = now()
-        self._lock = asyncio.Lock()
-
-    def _refill(self) -> None:
-        now = self._now()
-        self._tokens = min(self._burst, self._tokens + (now - self._stamp) * self._qps)
-        self._stamp = now
-
-    async def take(self) -> None:
-        async with self._lock:
-            self._refill()
-            while self._tokens < 1:
-                await asyncio.sleep((1 - self._tokens) / self._qps)
-                self._refill()
-            self._tokens -= 1
-
-
-class KubeIpamApi:
-    """`IpamApi` on the project's REST client."""
+class KubeIpamApi(KubeNodeApi):
+    """`IpamApi` on the project's REST client; `count` is told (verb, resource, code) in
+    the API's verbs (get, patch, create) and codes (201 for a create)."""
 
     def __init__(
         self,
@@ -108,67 +63,33 @@ class KubeIpamApi:
         count: RequestCounter | None = None,
         limiter: TokenBucket | None = None,
     ) -> None:
-        self._client = client
-        self._count = count or (lambda verb, resource, code: None)
-        self._limiter = limiter
+        counter = count or (lambda verb, resource, code: None)
 
-    async def _call(self, verb: str, res: Resource, call: Callable[[], Awaitable[T]], ok: str) -> T:
-        if self._limiter is not None:
-            await self._limiter.take()
-        try:
-            result = await call()
-        except ApiError as exc:
-            self._count(verb, res.plural, str(exc.status or "error"))
-            raise
-        self._count(verb, res.plural, ok)
-        return result
+        def observe(verb: str, resource: str, code: str, seconds: float | None) -> None:
+            ok = "201" if verb == "POST" and code == "200" else code
+            counter(_VERBS.get(verb, verb.lower()), resource, ok)
+
+        super().__init__(client, observe=observe, limiter=limiter)
 
     async def cluster_cidrs_served(self) -> bool:
         path = f"/apis/{CLUSTER_CIDRS.group}/{CLUSTER_CIDRS.version}"
         try:
-            listing = await self._client.request("GET", path)
+            listing = await self.client.request("GET", path)
         except NotFound:
             return False
         resources = listing.get("resources") if isinstance(listing, dict) else None
         return any(r.get("name") == CLUSTER_CIDRS.plural for r in resources or ())
 
     def list_watch(self, what: Watched) -> ListWatch:
-        return KubeListWatch(self._client, NODES if what == "nodes" else CLUSTER_CIDRS)
+        return KubeListWatch(self.client, NODES if what == "nodes" else CLUSTER_CIDRS)
 
-    async def get_node(self, name: str) -> Obj:
-        return await self._call("get", NODES, lambda: self._client.get(NODES, name), "200")
-
-    async def patch_node(self, name: str, ops: list[Obj]) -> Obj:
-        return await self._call(
-            "patch", NODES, lambda: self._client.patch(NODES, name, ops, patch_type="json"), "200"
-        )
+    def _patch(self, name: str, body: Any, **kw: Any) -> Awaitable[Obj]:
+        res = CLUSTER_CIDRS
+        return self.call("PATCH", res.plural, lambda: self.client.patch(res, name, body, **kw))
 
     async def patch_cluster_cidr(self, name: str, ops: list[Obj]) -> Obj:
-        res = CLUSTER_CIDRS
-        return await self._call(
-            "patch", res, lambda: self._client.patch(res, name, ops, patch_type="json"), "200"
-        )
+        return await self._patch(name, ops, patch_type="json")
 
     async def patch_cluster_cidr_status(self, name: str, status: Mapping[str, Any]) -> Obj:
-        res, body = CLUSTER_CIDRS, {"status": dict(status)}
-
-        def call() -> Awaitable[Obj]:
-            return self._client.patch(res, name, body, patch_type="merge", subresource="status")
-
-        return await self._call("patch", res, call, "200")
-
-    async def create_event(self, namespace: str, body: Obj) -> Obj:
-        return await self._call(
-            "create", EVENTS, lambda: self._client.create(EVENTS, body, namespace=namespace), "201"
-        )
-
-    async def allowed(
-        self, verb: str, group: str, resource: str, *, namespace: str = "",
-        subresource: str = "", name: str = "",
-    ) -> bool:  # fmt: skip
-        body = access_review(
-            verb, resource, group=group, namespace=namespace, subresource=subresource, name=name
-        )
-        res = SELF_SUBJECT_ACCESS_REVIEWS
-        review = await self._call("create", res, lambda: self._client.create(res, body), "201")
-        return review_allowed(review)
+        body = {"status": dict(status)}
+        return await self._patch(name, body, patch_type="merge", subresource="status")

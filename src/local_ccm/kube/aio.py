@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 from local_ccm.kube.client import Client, WatchStream
-from local_ccm.kube.errors import ApiError
 from local_ccm.kube.informer import Page
 from local_ccm.kube.request import Obj, WatchEvent
 from local_ccm.kube.resources import Resource
@@ -154,44 +153,28 @@ class AsyncClient:
     async def request(self, method: str, path: str, **kw: Any) -> Any:
         return await asyncio.to_thread(self.client.request, method, path, **kw)
 
-    def watch(self, res: Resource, **kw: Any) -> ThreadedIterator[WatchEvent]:
+    def watch(self, res: Resource, **kw: Any) -> WatchIterator:
         """One raw watch stream (``Client.watch``) as an async iterator."""
-        stream = self.client.watch(res, **kw)
-        return ThreadedIterator(stream, stream.close, f"watch-{res.plural}")
+        return WatchIterator(self.client.watch(res, **kw), f"watch-{res.plural}")
 
     async def close(self) -> None:
         await asyncio.to_thread(self.client.close)
 
 
-RequestObserver = Callable[[str, str], None]  # verb (LIST, WATCH), code
+class WatchIterator(ThreadedIterator[WatchEvent]):
+    """A raw watch stream read by its thread; ``is_open`` while its connection is up."""
 
-
-class _WatchIterator(ThreadedIterator[WatchEvent]):
-    """A raw watch stream read by its thread; ``is_open`` while its connection is up; the
-    stream's outcome is observed once, when it ends."""
-
-    def __init__(self, stream: WatchStream, name: str, observe: RequestObserver) -> None:
+    def __init__(self, stream: WatchStream, name: str) -> None:
         super().__init__(stream, stream.close, name)
-        self._raw, self._observe = stream, observe
+        self._raw = stream
 
     @property
     def is_open(self) -> bool:
         return self._raw.is_open
 
-    async def __anext__(self) -> WatchEvent:
-        try:
-            return await super().__anext__()
-        except StopAsyncIteration:
-            self._observe("WATCH", "200")
-            raise
-        except ApiError as exc:
-            self._observe("WATCH", str(exc.status or "error"))
-            raise
-
 
 class KubeListWatch:
-    """An Informer's ``ListWatch`` of one resource over the client, selectors bound;
-    ``observe(verb, code)`` is told the outcome of every page and stream."""
+    """An Informer's ``ListWatch`` of one resource over the client, selectors bound."""
 
     def __init__(
         self,
@@ -201,28 +184,20 @@ class KubeListWatch:
         label_selector: str | None = None,
         field_selector: str | None = None,
         page_size: int = 500,
-        observe: RequestObserver | None = None,
     ) -> None:
         self._client, self._res, self._page_size = client, res, page_size
         self._selectors = {"label_selector": label_selector, "field_selector": field_selector}
-        self._observe = observe or (lambda verb, code: None)
 
     async def list_page(self, continue_token: str | None) -> Page:
-        try:
-            page = await self._client.list(
-                self._res, limit=self._page_size, continue_token=continue_token, **self._selectors
-            )
-        except ApiError as exc:
-            self._observe("LIST", str(exc.status or "error"))
-            raise
-        self._observe("LIST", "200")
+        page = await self._client.list(
+            self._res, limit=self._page_size, continue_token=continue_token, **self._selectors
+        )
         meta = page.get("metadata") or {}
         rv, token = str(meta.get("resourceVersion", "")), meta.get("continue") or None
         return Page(page.get("items") or [], rv, token)
 
-    def watch(self, resource_version: str, timeout_seconds: int) -> _WatchIterator:
-        raw = self._client.client.watch(
+    def watch(self, resource_version: str, timeout_seconds: int) -> WatchIterator:
+        return self._client.watch(
             self._res, resource_version=resource_version or None,
             timeout_seconds=timeout_seconds, allow_bookmarks=True, **self._selectors,
         )  # fmt: skip
-        return _WatchIterator(raw, f"watch-{self._res.plural}", self._observe)

@@ -16,7 +16,7 @@ from local_ccm.kube import request as rq
 from local_ccm.kube.backoff import RetryPolicy
 from local_ccm.kube.config import ClusterConfig, load_kubeconfig
 from local_ccm.kube.errors import ApiError, Transient
-from local_ccm.kube.request import Obj, PatchType, Request, Response, WatchEvent
+from local_ccm.kube.request import Obj, Request, Response, WatchEvent
 from local_ccm.kube.resources import Resource
 
 __all__ = ["Client", "Obj", "Stream", "Transport", "WatchEvent", "WatchStream"]
@@ -180,157 +180,44 @@ class Client:
         return self.send(req, timeout=timeout)
 
     # ------------------------------------------------------------------ verbs
+    # Keyword options are those of the matching ``local_ccm.kube.request`` builder; writes
+    # get this client's field manager.
 
-    def get(
-        self,
-        res: Resource,
-        name: str,
-        *,
-        namespace: str | None = None,
-        subresource: str | None = None,
-        timeout: float | None = None,
-    ) -> Obj:
-        req = rq.get_request(res, name, namespace=namespace, subresource=subresource)
-        return _obj(self.send(req, timeout=timeout))
+    def _obj(self, req: Request, timeout: float | None) -> Obj:
+        value = self.send(req, timeout=timeout)
+        if not isinstance(value, dict):
+            kind = type(value).__name__
+            raise Transient(0, "BadResponse", f"expected a JSON object, got {kind}")
+        return value
 
-    def list(
-        self,
-        res: Resource,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        limit: int | None = None,
-        continue_token: str | None = None,
-        resource_version: str | None = None,
-        timeout: float | None = None,
-    ) -> Obj:
-        req = rq.list_request(
-            res,
-            namespace=namespace,
-            label_selector=label_selector,
-            field_selector=field_selector,
-            limit=limit,
-            continue_token=continue_token,
-            resource_version=resource_version,
-        )
-        return _obj(self.send(req, timeout=timeout))
+    def get(self, res: Resource, name: str, *, timeout: float | None = None, **kw: Any) -> Obj:
+        return self._obj(rq.get_request(res, name, **kw), timeout)
 
-    def create(
-        self,
-        res: Resource,
-        body: Obj,
-        *,
-        namespace: str | None = None,
-        name: str | None = None,
-        subresource: str | None = None,
-        dry_run: bool = False,
-        timeout: float | None = None,
-    ) -> Obj:
-        req = rq.create_request(
-            res,
-            body,
-            field_manager=self.field_manager,
-            namespace=namespace,
-            name=name,
-            subresource=subresource,
-            dry_run=dry_run,
-        )
-        return _obj(self.send(req, timeout=timeout))
+    def list(self, res: Resource, *, timeout: float | None = None, **kw: Any) -> Obj:
+        return self._obj(rq.list_request(res, **kw), timeout)
 
-    def update(
-        self,
-        res: Resource,
-        body: Obj,
-        *,
-        namespace: str | None = None,
-        subresource: str | None = None,
-        dry_run: bool = False,
-        timeout: float | None = None,
-    ) -> Obj:
-        req = rq.update_request(
-            res,
-            body,
-            field_manager=self.field_manager,
-            namespace=namespace,
-            subresource=subresource,
-            dry_run=dry_run,
-        )
-        return _obj(self.send(req, timeout=timeout))
+    def create(self, res: Resource, body: Obj, *, timeout: float | None = None, **kw: Any) -> Obj:
+        req = rq.create_request(res, body, field_manager=self.field_manager, **kw)
+        return self._obj(req, timeout)
+
+    def update(self, res: Resource, body: Obj, *, timeout: float | None = None, **kw: Any) -> Obj:
+        req = rq.update_request(res, body, field_manager=self.field_manager, **kw)
+        return self._obj(req, timeout)
 
     def patch(
-        self,
-        res: Resource,
-        name: str,
-        body: Any,
-        *,
-        patch_type: PatchType = "json",
-        namespace: str | None = None,
-        subresource: str | None = None,
-        dry_run: bool = False,
-        force: bool = False,
-        timeout: float | None = None,
+        self, res: Resource, name: str, body: Any, *, timeout: float | None = None, **kw: Any
     ) -> Obj:
-        req = rq.patch_request(
-            res,
-            name,
-            body,
-            field_manager=self.field_manager,
-            patch_type=patch_type,
-            namespace=namespace,
-            subresource=subresource,
-            dry_run=dry_run,
-            force=force,
-        )
-        return _obj(self.send(req, timeout=timeout))
+        req = rq.patch_request(res, name, body, field_manager=self.field_manager, **kw)
+        return self._obj(req, timeout)
 
-    def delete(
-        self,
-        res: Resource,
-        name: str,
-        *,
-        namespace: str | None = None,
-        uid: str | None = None,
-        resource_version: str | None = None,
-        propagation_policy: str | None = None,
-        grace_period_seconds: int | None = None,
-        dry_run: bool = False,
-        timeout: float | None = None,
-    ) -> Obj:
-        req = rq.delete_request(
-            res,
-            name,
-            namespace=namespace,
-            uid=uid,
-            resource_version=resource_version,
-            propagation_policy=propagation_policy,
-            grace_period_seconds=grace_period_seconds,
-            dry_run=dry_run,
-        )
-        return _obj(self.send(req, timeout=timeout))
+    def delete(self, res: Resource, name: str, *, timeout: float | None = None, **kw: Any) -> Obj:
+        return self._obj(rq.delete_request(res, name, **kw), timeout)
 
-    def watch(
-        self,
-        res: Resource,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        resource_version: str | None = None,
-        timeout_seconds: int | None = None,
-        allow_bookmarks: bool = True,
-    ) -> WatchStream:
+    def watch(self, res: Resource, **kw: Any) -> WatchStream:
         """One raw watch stream (opened lazily, on the first ``next``); see WatchStream."""
-        req = rq.watch_request(
-            res,
-            namespace=namespace,
-            label_selector=label_selector,
-            field_selector=field_selector,
-            resource_version=resource_version,
-            timeout_seconds=timeout_seconds,
-            allow_bookmarks=allow_bookmarks,
-        )
-        read_timeout = timeout_seconds + WATCH_READ_SLACK if timeout_seconds else WATCH_READ_DEFAULT
+        req = rq.watch_request(res, **kw)
+        seconds = kw.get("timeout_seconds")
+        read_timeout = seconds + WATCH_READ_SLACK if seconds else WATCH_READ_DEFAULT
 
         def open_stream() -> Stream:
             return self._with_retries(
@@ -338,9 +225,3 @@ class Client:
             )
 
         return WatchStream(open_stream)
-
-
-def _obj(value: Any) -> Obj:
-    if not isinstance(value, dict):
-        raise Transient(0, "BadResponse", f"expected a JSON object, got {type(value).__name__}")
-    return value

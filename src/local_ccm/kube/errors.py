@@ -13,7 +13,13 @@ from typing import Any
 
 
 class ApiError(Exception):
-    """An error answer from the apiserver, or a transport failure (status 0)."""
+    """An error answer from the apiserver, or a transport failure (status 0); ``kind`` names
+    the class in metrics labels (``not_found`` for NotFound)."""
+
+    kind = "error"
+
+    def __init_subclass__(cls) -> None:
+        cls.kind = re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
 
     def __init__(
         self,
@@ -23,6 +29,7 @@ class ApiError(Exception):
         *,
         retry_after: float | None = None,
         body: dict[str, Any] | None = None,
+        request_sent: bool = True,  # see Transient
     ) -> None:
         super().__init__(f"{status} {reason}: {message}" if status else f"{reason}: {message}")
         self.status = status
@@ -30,6 +37,7 @@ class ApiError(Exception):
         self.message = message
         self.retry_after = retry_after
         self.body = body
+        self.request_sent = request_sent
 
 
 class NotFound(ApiError):  # noqa: N818 (the API's own reason names)
@@ -62,19 +70,6 @@ class Transient(ApiError):  # noqa: N818 (the API's own reason names)
     ``request_sent`` is False only when the failure happened before any byte of the
     request left (connection refused, TLS handshake): then even a write is safe to retry.
     """
-
-    def __init__(
-        self,
-        status: int,
-        reason: str,
-        message: str,
-        *,
-        retry_after: float | None = None,
-        body: dict[str, Any] | None = None,
-        request_sent: bool = True,
-    ) -> None:
-        super().__init__(status, reason, message, retry_after=retry_after, body=body)
-        self.request_sent = request_sent
 
 
 _BY_STATUS: Mapping[int, type[ApiError]] = {

@@ -71,6 +71,10 @@ def _write_query(field_manager: str, dry_run: bool) -> list[tuple[str, str | Non
     return [("fieldManager", field_manager), ("dryRun", "All" if dry_run else None)]
 
 
+def _number(value: int | None) -> str | None:
+    return None if value is None else str(value)
+
+
 def get_request(
     res: Resource, name: str, *, namespace: str | None = None, subresource: str | None = None
 ) -> Request:
@@ -86,40 +90,23 @@ def list_request(
     limit: int | None = None,
     continue_token: str | None = None,
     resource_version: str | None = None,
-) -> Request:
-    query = encode_query(
-        [
-            ("labelSelector", label_selector),
-            ("fieldSelector", field_selector),
-            ("limit", str(limit) if limit is not None else None),
-            ("continue", continue_token),
-            ("resourceVersion", resource_version),
-        ]
-    )
-    return Request("GET", res.path(namespace) + query)
-
-
-def watch_request(
-    res: Resource,
-    *,
-    namespace: str | None = None,
-    label_selector: str | None = None,
-    field_selector: str | None = None,
-    resource_version: str | None = None,
+    watch: bool = False,
     timeout_seconds: int | None = None,
     allow_bookmarks: bool = True,
 ) -> Request:
-    query = encode_query(
-        [
-            ("watch", "1"),
-            ("allowWatchBookmarks", "true" if allow_bookmarks else None),
-            ("labelSelector", label_selector),
-            ("fieldSelector", field_selector),
-            ("resourceVersion", resource_version),
-            ("timeoutSeconds", str(timeout_seconds) if timeout_seconds is not None else None),
-        ]
-    )
+    """A LIST, or with `watch` a WATCH (with bookmarks unless `allow_bookmarks` is False)."""
+    query = encode_query([
+        ("watch", "1" if watch else None),
+        ("allowWatchBookmarks", "true" if watch and allow_bookmarks else None),
+        ("labelSelector", label_selector), ("fieldSelector", field_selector),
+        ("limit", _number(limit)), ("continue", continue_token),
+        ("resourceVersion", resource_version), ("timeoutSeconds", _number(timeout_seconds)),
+    ])  # fmt: skip
     return Request("GET", res.path(namespace) + query)
+
+
+def watch_request(res: Resource, **kw: Any) -> Request:
+    return list_request(res, watch=True, **kw)
 
 
 def create_request(
@@ -131,27 +118,20 @@ def create_request(
     name: str | None = None,
     subresource: str | None = None,
     dry_run: bool = False,
+    method: Literal["POST", "PUT"] = "POST",
 ) -> Request:
+    """POST `body` (PUT: see update_request)."""
     path = res.path(_namespace_of(res, body, namespace), name, subresource)
     query = encode_query(_write_query(field_manager, dry_run))
-    return Request("POST", path + query, _json_body(body), JSON)
+    return Request(method, path + query, _json_body(body), JSON)
 
 
-def update_request(
-    res: Resource,
-    body: Obj,
-    *,
-    field_manager: str,
-    namespace: str | None = None,
-    subresource: str | None = None,
-    dry_run: bool = False,
-) -> Request:
+def update_request(res: Resource, body: Obj, **kw: Any) -> Request:
+    """PUT `body` to the object its metadata.name names."""
     name = body.get("metadata", {}).get("name")
     if not name:
         raise ValueError("update needs metadata.name in the body")
-    path = res.path(_namespace_of(res, body, namespace), name, subresource)
-    query = encode_query(_write_query(field_manager, dry_run))
-    return Request("PUT", path + query, _json_body(body), JSON)
+    return create_request(res, body, name=name, method="PUT", **kw)
 
 
 def patch_request(
@@ -202,28 +182,15 @@ def delete_options(
 
 
 def delete_request(
-    res: Resource,
-    name: str,
-    *,
-    namespace: str | None = None,
-    uid: str | None = None,
-    resource_version: str | None = None,
-    propagation_policy: str | None = None,
-    grace_period_seconds: int | None = None,
-    dry_run: bool = False,
+    res: Resource, name: str, *, namespace: str | None = None, dry_run: bool = False, **kw: Any
 ) -> Request:
+    """DELETE; `kw` are the options of `delete_options` (preconditions, propagation, grace)."""
     # DeleteOptions has no fieldManager: a delete manages no fields. When a DeleteOptions body
     # is sent, the apiserver takes every option from the body and ignores the query, so dryRun
     # must be in the body too: with it only in the query, a dry-run delete with preconditions
     # deleted the object for real.
     path = res.path(namespace, name) + encode_query([("dryRun", "All" if dry_run else None)])
-    options = delete_options(
-        uid=uid,
-        resource_version=resource_version,
-        propagation_policy=propagation_policy,
-        grace_period_seconds=grace_period_seconds,
-        dry_run=dry_run,
-    )
+    options = delete_options(dry_run=dry_run, **kw)
     if options is None:
         return Request("DELETE", path)
     return Request("DELETE", path, _json_body(options), JSON)

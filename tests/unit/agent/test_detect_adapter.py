@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-from dataclasses import dataclass, field
 from ipaddress import IPv4Network, ip_address, ip_interface, ip_network
 
 from local_ccm import netlink
@@ -15,6 +14,7 @@ from local_ccm.agent.core.candidates import (
 )
 from local_ccm.agent.core.config import EXTERNAL, INTERNAL, AgentConfig, IPAddress, TypeSettings
 from local_ccm.agent.detect import detect_addresses, to_candidate
+from tests.fakes.netlink import FakeNetlink
 
 
 def _link(index: int, name: str, *, up: bool = True) -> netlink.Link:
@@ -34,29 +34,6 @@ def _route(dst: IPAddress, src: str, oif: int, name: str) -> netlink.Route:
     return netlink.Route(
         dst.version, net, "unicast", 254, 3, 0, oif, name, None, ip_address(src), None
     )
-
-
-@dataclass
-class FakeNetlink:
-    routes: dict[IPAddress, netlink.Route | OSError] = field(default_factory=dict)
-    addrs: list[netlink.Address] | OSError = field(default_factory=list)
-    links_: list[netlink.Link] = field(default_factory=list)
-    lookups: list[IPAddress] = field(default_factory=list)
-
-    def route_get(self, dst: IPAddress) -> netlink.Route:
-        self.lookups.append(dst)
-        result = self.routes[dst]
-        if isinstance(result, OSError):
-            raise result
-        return result
-
-    def addresses(self) -> list[netlink.Address]:
-        if isinstance(self.addrs, OSError):
-            raise self.addrs
-        return self.addrs
-
-    def links(self) -> list[netlink.Link]:
-        return self.links_
 
 
 T_INT, T_EXT = ip_address("192.0.2.1"), ip_address("8.8.8.8")

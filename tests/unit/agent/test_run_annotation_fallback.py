@@ -6,35 +6,37 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 from local_ccm import names
-from local_ccm.agent.core.plan import Patch
 from local_ccm.agent.loop import Agent
 from local_ccm.agent.metrics import AgentMetrics
-from tests.fakes import FakeClock
+from tests.fakes.agent import FakeDetector, run_async, start_loop, stop
+from tests.fakes.clock import FakeClock
+from tests.fakes.nodes import FakeNodeApi, SentPatch
 from tests.unit.agent.builders import EXT4, INT4, found
-from tests.unit.agent.fakes import FakeDetector, FakeNodeApi, run_async, start_loop, stop
 from tests.unit.agent.test_run_loop import BOTH, CONFIG, SETTINGS, tainted_api
 
 Obj = dict[str, Any]
 
 
-@dataclass
 class MetadataDroppingApi(FakeNodeApi):
     """An apiserver that resets metadata on the status subresource (as it does ``spec``)."""
 
-    sent: list[Patch] = field(default_factory=list)
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.sent: list[SentPatch] = []
 
-    async def patch_node(self, name: str, patch: Patch) -> Obj:
-        self.sent.append(patch)
-        if patch.subresource == "status":
-            kept = tuple(op for op in patch.operations if not _is_metadata_write(op))
-            patch = Patch("status", kept)
-        return await super().patch_node(name, patch)
+    async def patch_node(
+        self, name: str, operations: Sequence[Obj], *, subresource: str | None = None
+    ) -> Obj:
+        self.sent.append(SentPatch(subresource, tuple(operations)))
+        if subresource == "status":
+            operations = [op for op in operations if not _is_metadata_write(op)]
+        return await super().patch_node(name, operations, subresource=subresource)
 
 
 def _is_metadata_write(op: Obj) -> bool:

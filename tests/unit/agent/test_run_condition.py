@@ -17,9 +17,10 @@ from local_ccm.agent.core.config import AgentConfig, TypeSettings
 from local_ccm.agent.core.gates import desired_condition
 from local_ccm.agent.loop import Agent
 from local_ccm.agent.metrics import AgentMetrics
-from tests.fakes import FakeClock
+from tests.fakes.agent import FakeDetector, run_async, start_loop, stop
+from tests.fakes.clock import FakeClock
+from tests.fakes.nodes import FakeNodeApi
 from tests.unit.agent.builders import EXT4, addrs, detections, found
-from tests.unit.agent.fakes import FakeDetector, FakeNodeApi, run_async, start_loop, stop
 from tests.unit.agent.test_run_loop import SETTINGS, tainted_api
 
 EXTERNAL_ONLY = AgentConfig(  # the original's documented default: ExternalIP detection only

@@ -8,13 +8,13 @@ from typing import Any, TypeVar
 from local_ccm import names
 from local_ccm.agent.core.candidates import Detection, DetectorKey
 from local_ccm.agent.core.config import AgentConfig, TypeSettings
-from local_ccm.agent.core.plan import Patch
 from local_ccm.agent.loop import EXIT_PRECONDITION, Agent, LoopSettings
 from local_ccm.agent.metrics import AgentMetrics
-from local_ccm.agent.nodeapi import ConflictError, InvalidError, TransientError
-from tests.fakes import FakeClock
+from local_ccm.kube.errors import Conflict, Invalid, Transient
+from tests.fakes.agent import FakeDetector, run_async, start_loop, stop
+from tests.fakes.clock import FakeClock
+from tests.fakes.nodes import FakeNodeApi, SentPatch
 from tests.unit.agent.builders import EXT4, INT4, UNINITIALIZED, found, no_route, node
-from tests.unit.agent.fakes import FakeDetector, FakeNodeApi, run_async, start_loop, stop
 
 CONFIG = AgentConfig(
     internal=TypeSettings(targets=(found("192.0.2.1").address,)),
@@ -59,7 +59,7 @@ async def started(
     return agent, task
 
 
-def paths(patch: Patch) -> list[str]:
+def paths(patch: SentPatch) -> list[str]:
     return [f"{op['op']} {op['path']}" for op in patch.operations]
 
 
@@ -160,7 +160,7 @@ async def test_conflict_rereads_and_recomputes_and_never_resends_the_stale_patch
 @run_async
 async def test_five_conflicts_in_a_row_fall_back_to_backoff() -> None:
     api, detector, clock = tainted()
-    api.fail_next = [ConflictError("conflict", status=409) for _ in range(5)]
+    api.fail_next = [Conflict(409, "Conflict", "conflict") for _ in range(5)]
     agent, task = await started(api, detector, clock)
     assert api.calls.count("patch status") == 5
     assert agent.metrics.passes.labels("startup", "failed")._value.get() == 1
@@ -173,7 +173,7 @@ async def test_five_conflicts_in_a_row_fall_back_to_backoff() -> None:
 @run_async
 async def test_transient_error_is_retried_after_a_backoff_honouring_retry_after() -> None:
     api, detector, clock = tainted()
-    api.fail_next = [TransientError("busy", status=429, retry_after=7.0)]
+    api.fail_next = [Transient(429, "TooManyRequests", "busy", retry_after=7.0)]
     _agent, task = await started(api, detector, clock)
     assert api.calls.count("patch status") == 1
     await clock.advance(6.5)
@@ -186,7 +186,7 @@ async def test_transient_error_is_retried_after_a_backoff_honouring_retry_after(
 @run_async
 async def test_an_invalid_write_is_not_retried_until_the_inputs_change() -> None:
     api, detector, clock = tainted()
-    api.fail_next = [InvalidError("Node is invalid", status=422)]
+    api.fail_next = [Invalid(422, "Invalid", "Node is invalid")]
     _agent, task = await started(api, detector, clock)
     await clock.advance(10)
     assert api.calls.count("patch status") == 1
@@ -284,7 +284,8 @@ async def test_missing_permissions_exit_4() -> None:
 @run_async
 async def test_an_unreachable_api_server_during_the_permission_check_is_waited_for() -> None:
     api, detector, clock = tainted()
-    api.ssar_fail_next = [TransientError("connection refused", status=0) for _ in range(3)]
+    refused = Transient(0, "ConnectionRefused", "connection refused")
+    api.ssar_fail_next = [refused for _ in range(3)]
     agent = make(api, detector, clock)
     task = asyncio.get_running_loop().create_task(agent.run_loop())
     await clock.run_until(lambda: agent.health.first_pass, timeout=60)
@@ -320,7 +321,7 @@ async def test_run_once_fails_without_any_address_and_for_a_missing_node() -> No
 @run_async
 async def test_run_once_retries_transient_errors_a_bounded_number_of_times() -> None:
     api, detector, clock = tainted()
-    api.fail_next = [TransientError("down", status=503) for _ in range(10)]
+    api.fail_next = [Transient(503, "ServiceUnavailable", "down") for _ in range(10)]
     agent = make(api, detector, clock)
     task = asyncio.get_running_loop().create_task(agent.run_once())
     await clock.run_until(task.done, timeout=600)

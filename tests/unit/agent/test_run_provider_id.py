@@ -8,15 +8,15 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from local_ccm.agent.core.plan import Patch
 from local_ccm.agent.loop import Agent
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.options import AgentOptions, load_options
 from local_ccm.agent.providerid import AzureImds, ProviderIdError
 from local_ccm.cli.agent import build_agent
 from local_ccm.kube.config import ClusterConfig
-from tests.fakes import FakeClock
-from tests.unit.agent.fakes import FakeDetector, FakeNodeApi, run_async, start_loop, stop
+from tests.fakes.agent import FakeDetector, run_async, start_loop, stop
+from tests.fakes.clock import FakeClock
+from tests.fakes.nodes import FakeNodeApi, SentPatch
 from tests.unit.agent.test_run_loop import BOTH, CONFIG, SETTINGS, tainted_api, tainted_node
 
 AZURE_ID = "azure:///subscriptions/s-1/resourceGroups/rg/providers/Microsoft.Compute/vm/n1"
@@ -64,7 +64,7 @@ async def started(agent: Agent, clock: FakeClock) -> asyncio.Task[int]:
     return task
 
 
-def main_patches(api: FakeNodeApi) -> list[Patch]:
+def main_patches(api: FakeNodeApi) -> list[SentPatch]:
     return [p for p in api.patches if p.subresource is None]
 
 

@@ -9,9 +9,10 @@ import random
 
 from local_ccm.agent.loop import Agent, LoopSettings
 from local_ccm.agent.metrics import AgentMetrics
-from local_ccm.agent.nodeapi import TransientError
-from tests.fakes import FakeClock
-from tests.unit.agent.fakes import FakeDetector, FakeNodeApi, run_async, start_loop, stop
+from local_ccm.kube.errors import Transient
+from tests.fakes.agent import FakeDetector, run_async, start_loop, stop
+from tests.fakes.clock import FakeClock
+from tests.fakes.nodes import FakeNodeApi
 from tests.unit.agent.test_run_loop import BOTH, CONFIG, tainted_api
 
 QUIET = LoopSettings(node_name="n1", reconcile_interval=100.0, resync_interval=3600.0)
@@ -29,10 +30,9 @@ async def started() -> tuple[FakeNodeApi, FakeClock, Agent, asyncio.Task[int]]:
     return api, clock, agent, task
 
 
-def end_stream(api: FakeNodeApi, item: TransientError | None = None) -> None:
+def end_stream(api: FakeNodeApi, item: Transient | None = None) -> None:
     """The server ends every open watch (``None``) or fails it."""
-    for queue in api.watchers:
-        queue.put_nowait(item)
+    api.end_watches(item)
 
 
 def restarts(agent: Agent, reason: str) -> float:
@@ -89,7 +89,7 @@ async def test_a_watch_closed_at_once_without_events_reconnects_after_a_backoff(
 @run_async
 async def test_a_failed_watch_counts_as_error() -> None:
     api, clock, agent, task = await started()
-    end_stream(api, TransientError("connection reset"))
+    end_stream(api, Transient(0, "ConnectionReset", "connection reset"))
     await clock.advance(1.0)
     assert (restarts(agent, "error"), restarts(agent, "closed")) == (1, 0)
     await stop(task)

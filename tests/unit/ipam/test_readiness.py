@@ -14,7 +14,7 @@ from local_ccm.ipam.readiness import (
     watch_problems,
 )
 from local_ccm.ipam.run import Controller
-from tests.unit.ipam.controller_fakes import FakeApi, node_obj, run_scenario, settle
+from tests.fakes.ipam import FakeApi, node_obj, run_scenario, settle
 
 KCM = "kube-controller-manager"
 FOREIGN = "node_ipam_controller_nodes_with_foreign_cidrs"

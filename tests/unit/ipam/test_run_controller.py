@@ -15,7 +15,7 @@ from local_ccm.ipam.core.model import FINALIZER, default_pool
 from local_ccm.ipam.nodeapi import Obj
 from local_ccm.ipam.run import Controller
 from local_ccm.kube.errors import Invalid, NotFound, Transient
-from tests.unit.ipam.controller_fakes import (
+from tests.fakes.ipam import (
     FakeApi,
     cidrs,
     node_obj,

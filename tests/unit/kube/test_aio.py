@@ -13,7 +13,7 @@ from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.errors import NotFound
 from local_ccm.kube.resources import NODES
-from tests.unit.kube.fakes import FakeStream, FakeTransport, json_response
+from tests.fakes.transport import FakeStream, FakeTransport, json_response
 
 
 class BlockingSource:

@@ -11,7 +11,7 @@ from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.errors import Conflict, Gone, Transient
 from local_ccm.kube.resources import LEASES, NODES
-from tests.unit.kube.fakes import FakeStream, FakeTransport, json_response, text_response
+from tests.fakes.transport import FakeStream, FakeTransport, json_response, text_response
 
 CONFIG = ClusterConfig(server="https://127.0.0.1:6443")
 

@@ -136,4 +136,4 @@ def test_non_json_body_becomes_message() -> None:
 
 def test_transient_request_sent_flag() -> None:
     assert Transient(0, "ConnectionError", "refused", request_sent=False).request_sent is False
-    assert error_from_response(503, None).request_sent is True  # type: ignore[attr-defined]
+    assert error_from_response(503, None).request_sent is True

@@ -11,7 +11,8 @@ import pytest
 
 from local_ccm.kube.errors import Forbidden, Gone, Invalid, Transient, Unauthorized
 from local_ccm.kube.informer import Change, Informer, Page, StreamEnd
-from tests.fakes import FakeClock, FakeListWatch, settle
+from tests.fakes.clock import FakeClock, settle
+from tests.fakes.informer import FakeListWatch
 
 Obj = dict[str, Any]
 

@@ -22,7 +22,7 @@ from local_ccm.lifecycle.core.health import (
     track_episodes,
 )
 from local_ccm.validate import ValidationError
-from tests.unit.lifecycle.fakes import CONTROL_PLANE, NOW, node
+from tests.fakes.lifecycle import CONTROL_PLANE, NOW, node
 
 TIMEOUT = 10.0
 ALL_WORKERS = Scope(watch_autoscaler_taint=False)

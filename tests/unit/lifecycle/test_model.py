@@ -22,7 +22,7 @@ from local_ccm.lifecycle.core.model import (
     slim_node,
     tcp,
 )
-from tests.unit.lifecycle.fakes import NOW, addresses, node, raw_node
+from tests.fakes.lifecycle import NOW, addresses, node, raw_node
 
 
 def test_project_node_keeps_the_fields_the_controller_matches() -> None:

@@ -14,7 +14,7 @@ from local_ccm.lifecycle.core.outofservice import (
     remove_out_of_service_patch,
 )
 from local_ccm.runtime.events import rfc3339 as format_time
-from tests.unit.lifecycle.fakes import AUTOSCALER, NOW, raw_node
+from tests.fakes.lifecycle import AUTOSCALER, NOW, raw_node
 
 OOS = {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}
 STAMP = format_time(NOW)

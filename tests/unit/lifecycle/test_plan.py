@@ -32,7 +32,7 @@ from local_ccm.lifecycle.core.state import (
     self_check_result,
 )
 from local_ccm.validate import CountOrPercent, parse_count_or_percent
-from tests.unit.lifecycle.fakes import NOW, FakeProber, Sim, node
+from tests.fakes.lifecycle import NOW, FakeProber, Sim, node
 
 FAST = PipelineSettings(
     interval=1.0, max_unhealthy=CountOrPercent(100, percent=True), self_check=False

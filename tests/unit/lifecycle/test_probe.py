@@ -32,7 +32,7 @@ from local_ccm.lifecycle.probe import (
     parse_echo_reply,
     require_usable,
 )
-from tests.unit.lifecycle.fakes import FakeProber, addresses
+from tests.fakes.lifecycle import FakeProber, addresses
 
 USABLE = Capabilities(
     tuple(Capability(k, f, True, "raw" if k == "icmp" else None)

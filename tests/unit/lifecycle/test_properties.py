@@ -13,7 +13,7 @@ from local_ccm.lifecycle.core.model import NodeView
 from local_ccm.lifecycle.core.plan import breaker_threshold
 from local_ccm.lifecycle.core.state import PipelineSettings
 from local_ccm.validate import CountOrPercent
-from tests.unit.lifecycle.fakes import AUTOSCALER, NOW, Sim, node
+from tests.fakes.lifecycle import AUTOSCALER, NOW, Sim, node
 
 limits = st.one_of(
     st.builds(CountOrPercent, st.integers(0, 100), st.just(True)),

@@ -12,9 +12,11 @@ from local_ccm.lifecycle.health import Status, leader_callback
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.run import Controller
 from local_ccm.runtime.process import run_elected
-from tests.fakes import FakeClock, FakeLeaseApi, settle
-from tests.unit.lifecycle.fakes import FakeProber, raw_node
-from tests.unit.lifecycle.test_run_loop import FakeNodeApi, config
+from tests.fakes.clock import FakeClock, settle
+from tests.fakes.lease import FakeLeaseApi
+from tests.fakes.lifecycle import FakeProber, raw_node
+from tests.fakes.nodes import FakeNodeApi
+from tests.unit.lifecycle.test_run_loop import config
 
 ELECTION = ElectionConfig(4.0, 3.0, 0.5, "me_0000000000000001")
 
@@ -23,7 +25,7 @@ class World:
     def __init__(self) -> None:
         self.clock = FakeClock()
         self.lease = FakeLeaseApi(clock=self.clock)
-        self.nodes = FakeNodeApi([raw_node("w1", ready="True")])
+        self.nodes = FakeNodeApi(nodes=[raw_node("w1", ready="True")])
         self.metrics = LifecycleMetrics()
         self.status = Status()
         self.contexts: list[LeaderContext | None] = []

@@ -4,9 +4,7 @@ FakeProber and a FakeClock: nothing sleeps, nothing leaves the process."""
 from __future__ import annotations
 
 import asyncio
-import copy
-import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -15,96 +13,15 @@ from local_ccm.lifecycle.core.health import Scope
 from local_ccm.lifecycle.core.state import LoopConfig, PipelineSettings
 from local_ccm.lifecycle.health import Status, health_checks
 from local_ccm.lifecycle.metrics import LifecycleMetrics
-from local_ccm.lifecycle.nodeapi import Access, NodeEvent, NodeList, Obj
+from local_ccm.lifecycle.nodeapi import Obj
 from local_ccm.lifecycle.run import Controller
 from local_ccm.validate import CountOrPercent
-from tests.fakes import START_WALL, FakeClock, settle
-from tests.unit.lifecycle.fakes import FakeProber, raw_node
+from tests.fakes.clock import START_WALL, FakeClock, settle
+from tests.fakes.lifecycle import FakeProber, raw_node
+from tests.fakes.nodes import FakeNodeApi
 
 INTERVAL = 1.0
 SETTINGS = PipelineSettings(interval=INTERVAL, max_unhealthy=CountOrPercent(100, percent=True))
-END = object()
-
-
-class FakeNodeApi:
-    """`NodeApi` over a dict of Nodes, with uid/resourceVersion preconditions and a watch
-    fed from a queue (`push`), so tests can play the apiserver's part."""
-
-    def __init__(self, nodes: Sequence[Obj] = ()) -> None:
-        self.versions = itertools.count(100)
-        self.nodes: dict[str, Obj] = {}
-        for node in nodes:
-            self.store(node)
-        self.queue: asyncio.Queue[Any] = asyncio.Queue()
-        self.lists = 0
-        self.gets: list[str] = []
-        self.deletes: list[tuple[str, bool]] = []
-        self.events: list[Obj] = []
-        self.denied: set[str] = set()
-
-    def store(self, node: Obj) -> Obj:
-        node = copy.deepcopy(node)
-        node["metadata"]["resourceVersion"] = str(next(self.versions))
-        self.nodes[node["metadata"]["name"]] = node
-        return node
-
-    def push(self, kind: str, node: Obj) -> None:
-        self.queue.put_nowait(NodeEvent(kind, copy.deepcopy(node)))
-
-    def update(self, node: Obj) -> None:
-        """A write by someone else: stored, and seen by the watch."""
-        self.push("MODIFIED", self.store(node))
-
-    async def list_nodes(self, selector: str | None, continue_token: str | None = None) -> NodeList:
-        self.lists += 1
-        items = tuple(copy.deepcopy(n) for n in self.nodes.values())
-        return NodeList(items, str(next(self.versions)))
-
-    async def watch_nodes(
-        self, selector: str | None, resource_version: str
-    ) -> AsyncIterator[NodeEvent]:
-        while True:
-            item = await self.queue.get()
-            if item is END:
-                return
-            if isinstance(item, Exception):
-                raise item
-            yield item
-
-    async def get_node(self, name: str) -> Obj:
-        self.gets.append(name)
-        if name not in self.nodes:
-            raise ke.NotFound(404, "NotFound", name)
-        return copy.deepcopy(self.nodes[name])
-
-    async def delete_node(
-        self, name: str, *, uid: str, resource_version: str, dry_run: bool
-    ) -> None:
-        self.deletes.append((name, dry_run))
-        node = self.nodes.get(name)
-        if node is None:
-            raise ke.NotFound(404, "NotFound", name)
-        meta = node["metadata"]
-        if meta["uid"] != uid or meta["resourceVersion"] != resource_version:
-            raise ke.Conflict(409, "Conflict", "Precondition failed")
-        if not dry_run:
-            del self.nodes[name]
-            self.push("DELETED", node)
-
-    async def patch_node(self, name: str, operations: Sequence[Obj]) -> Obj:
-        raise AssertionError("not used by these tests")
-
-    async def count_volume_attachments(self, node_name: str) -> int:
-        return 0
-
-    async def create_event(self, namespace: str, body: Obj) -> None:
-        self.events.append(body)
-
-    async def can_i(self, access: Access) -> bool:
-        return str(access) not in self.denied
-
-    def reasons(self, name: str) -> list[str]:
-        return [e["reason"] for e in self.events if e["involvedObject"]["name"] == name]
 
 
 class Harness:
@@ -137,7 +54,7 @@ def run(
     cfg: LoopConfig | None = None,
 ) -> Harness:
     async def main() -> Harness:
-        harness = Harness(FakeNodeApi(nodes), prober or FakeProber(), cfg or config())
+        harness = Harness(FakeNodeApi(nodes=nodes), prober or FakeProber(), cfg or config())
         task = asyncio.create_task(harness.controller.run())
         await settle()
         try:
@@ -199,7 +116,7 @@ class HookedProber(FakeProber):
 
 
 def test_node_recovered_before_delete_is_not_deleted_and_aborted() -> None:
-    api = FakeNodeApi([raw_node("a1")])
+    api = FakeNodeApi(nodes=[raw_node("a1")])
 
     def recover() -> None:
         # The API says Ready, the watch has not told the cache yet: the fresh GET decides.
@@ -227,7 +144,7 @@ def test_changed_node_fails_the_precondition_and_survives() -> None:
             return fresh
 
     async def main() -> Harness:
-        h = Harness(RacingApi([raw_node("c1")]), FakeProber(), config())
+        h = Harness(RacingApi(nodes=[raw_node("c1")]), FakeProber(), config())
         task = asyncio.create_task(h.controller.run())
         await h.clock.advance(2 * INTERVAL)
         task.cancel()
@@ -262,7 +179,7 @@ def test_watch_gone_relists_and_replaces_the_cache() -> None:
     async def body(h: Harness) -> None:
         del h.api.nodes["old"]  # deleted while the watch was expired: only a LIST tells
         h.api.store(raw_node("new", ready="True"))
-        h.api.queue.put_nowait(ke.Gone(410, "Expired", "too old"))
+        h.api.end_watches(ke.Gone(410, "Expired", "too old"))
         await settle()
 
     h = run([raw_node("old", ready="True")], body)

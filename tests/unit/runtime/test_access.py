@@ -12,7 +12,7 @@ from local_ccm.clock import SystemClock
 from local_ccm.kube import errors as ke
 from local_ccm.lifecycle.nodeapi import required_access
 from local_ccm.runtime.access import Permission, check_access, is_granted, lease_permissions
-from tests.fakes import FakeClock
+from tests.fakes.clock import FakeClock
 
 Rule = Mapping[str, Any]
 

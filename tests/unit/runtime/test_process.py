@@ -14,7 +14,7 @@ from local_ccm.lease.elector import LeaderContext
 from local_ccm.runtime.access import Permission
 from local_ccm.runtime.process import Process, Status, run_process
 from local_ccm.runtime.serve import BindError, Checks, Servers
-from tests.fakes import FakeClock
+from tests.fakes.clock import FakeClock
 from tests.unit.runtime.test_access import FakeReviews
 
 NODES = Permission("list", "nodes")

@@ -11,7 +11,8 @@ from typing import Any
 from local_ccm.kube.errors import Gone
 from local_ccm.kube.informer import Informer, Page
 from local_ccm.runtime.shared import SharedWatch
-from tests.fakes import FakeClock, FakeListWatch, settle
+from tests.fakes.clock import FakeClock, settle
+from tests.fakes.informer import FakeListWatch
 from tests.unit.kube.test_informer import node
 
 Obj = dict[str, Any]

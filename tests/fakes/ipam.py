@@ -1,4 +1,4 @@
-"""An in-memory `IpamApi`, a manual clock and a scenario runner for the loop of
+"""An in-memory `IpamApi` and a scenario runner for the loop of
 node-ipam-controller (used by tests/unit/ipam/test_run_controller.py and test_readiness.py).
 
 The fake stands in for API semantics only as far as the loop relies on them (podCIDRs
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import heapq
 import itertools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -17,49 +16,14 @@ from typing import Any
 
 from local_ccm.ipam.core.model import FINALIZER
 from local_ccm.ipam.metrics import IpamMetrics
-from local_ccm.ipam.nodeapi import Obj, Watched
+from local_ccm.ipam.nodeapi import Access, Obj, Watched
 from local_ccm.ipam.run import Controller, Settings
 from local_ccm.kube.errors import ApiError, Conflict, Invalid, NotFound, Transient
 from local_ccm.kube.informer import Page, WatchStatus
 from local_ccm.kube.request import WatchEvent
+from tests.fakes.clock import FakeClock
 
 _uids = itertools.count(1)
-
-
-class FakeClock:
-    """Manual time: `sleep` waits until `jump()` moves time to its deadline (autojump
-    while the loop is idle, see `run_scenario`); nothing waits on the wall clock."""
-
-    def __init__(self) -> None:
-        self.t = 1000.0
-        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
-        self._ids = itertools.count()
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def now(self) -> datetime:
-        return datetime(2026, 1, 1, tzinfo=UTC)
-
-    async def sleep(self, seconds: float) -> None:
-        if seconds <= 0:
-            await asyncio.sleep(0)
-            return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._sleepers, (self.t + seconds, next(self._ids), future))
-        await future
-
-    def jump(self) -> None:
-        """Move time to the earliest pending deadline and wake every sleeper due by then."""
-        while self._sleepers and self._sleepers[0][2].done():
-            heapq.heappop(self._sleepers)
-        if not self._sleepers:
-            return
-        self.t = max(self.t, self._sleepers[0][0])
-        while self._sleepers and self._sleepers[0][0] <= self.t:
-            _, _, future = heapq.heappop(self._sleepers)
-            if not future.done():
-                future.set_result(None)
 
 
 def node_obj(
@@ -144,7 +108,8 @@ class FakeApi:
             raise NotFound(404, "NotFound", name)
         return copy.deepcopy(self.nodes[name])
 
-    async def patch_node(self, name: str, ops: list[Obj]) -> Obj:
+    async def patch_node(self, name: str, operations: Sequence[Obj]) -> Obj:
+        ops = list(operations)
         self.node_patches.append((name, ops))
         if self.fail_patch:
             error = self.fail_patch.pop(0)
@@ -185,7 +150,7 @@ class FakeApi:
         self.events.append(body)
         return body
 
-    async def allowed(self, verb: str, group: str, resource: str, **kw: str) -> bool:
+    async def can_i(self, access: Access) -> bool:
         return True
 
     def reasons(self, name: str) -> list[str]:
@@ -255,7 +220,7 @@ def run_scenario(api: FakeApi, scenario: Scenario, **settings: Any) -> Controlle
             clock.jump()
 
     async def main() -> Controller:
-        clock = FakeClock()
+        clock = FakeClock(wall=datetime(2026, 1, 1, tzinfo=UTC), frozen_wall=True)
         controller = Controller(api, Settings(**settings), IpamMetrics(), clock)
         task = asyncio.ensure_future(controller.run())
         jumper = asyncio.ensure_future(autojump(clock))

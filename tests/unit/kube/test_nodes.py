@@ -1,0 +1,134 @@
+"""The Node API adapter over a scripted transport: requests it builds, what it observes,
+how it translates errors, and the informer ListWatch over it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from local_ccm.kube import errors as ke
+from local_ccm.kube.aio import AsyncClient
+from local_ccm.kube.backoff import RetryPolicy
+from local_ccm.kube.client import Client
+from local_ccm.kube.config import ClusterConfig
+from local_ccm.kube.nodes import Access, KubeNodeApi, NodeListWatch, TokenBucket
+from local_ccm.kube.request import Response
+from tests.fakes.nodes import FakeNodeApi
+from tests.fakes.transport import FakeStream, FakeTransport, json_response, node, page
+
+Seen = list[tuple[str, str, str]]
+
+
+def adapter(fake: FakeTransport, **kw: Any) -> tuple[KubeNodeApi, Seen]:
+    seen: Seen = []
+    client = Client(
+        ClusterConfig("https://h"), field_manager="fm", transport=fake,
+        retry=RetryPolicy.never(),
+    )  # fmt: skip
+    api = KubeNodeApi(
+        AsyncClient(client), observe=lambda v, res, c, _: seen.append((v, res, c)), **kw
+    )
+    return api, seen
+
+
+def test_list_adds_kind_slims_and_observes() -> None:
+    fake = FakeTransport([json_response(200, page([{"metadata": {"name": "a"}}], "7", "t"))])
+    api, seen = adapter(fake, slim=lambda n: {"kind": n["kind"], "name": n["metadata"]["name"]})
+    listed = asyncio.run(api.list_nodes("role=x", fields="metadata.name=a"))
+    assert listed.items == ({"kind": "Node", "name": "a"},)
+    assert (listed.resource_version, listed.continue_token) == ("7", "t")
+    assert "labelSelector=role%3Dx" in fake.sent[0].path
+    assert "fieldSelector=metadata.name%3Da" in fake.sent[0].path
+    assert seen == [("LIST", "nodes", "200")]
+
+
+def test_status_patch_and_preconditioned_delete() -> None:
+    fake = FakeTransport([json_response(200, node("a", "8")), json_response(200, {})])
+    api, seen = adapter(fake, write_timeout=2.5)
+    ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": "7"}]
+    asyncio.run(api.patch_node("a", ops, subresource="status"))
+    asyncio.run(api.delete_node("a", uid="u", resource_version="8"))
+    patch, delete = fake.sent
+    assert patch.path.startswith("/api/v1/nodes/a/status?")
+    assert patch.content_type == "application/json-patch+json"
+    assert json.loads(delete.body or b"")["preconditions"] == {"uid": "u", "resourceVersion": "8"}
+    assert fake.timeouts == [2.5, 2.5]
+    assert seen == [("PATCH", "nodes/status", "200"), ("DELETE", "nodes", "200")]
+
+
+def test_an_answer_of_no_known_kind_becomes_transient() -> None:
+    fake = FakeTransport([Response(418, b"teapot")])
+    api, seen = adapter(fake)
+    with pytest.raises(ke.Transient) as caught:
+        asyncio.run(api.get_node("a"))
+    assert caught.value.status == 418
+    assert seen == [("GET", "nodes", "418")]
+
+
+def test_known_kinds_pass_through() -> None:
+    fake = FakeTransport([json_response(404, {"reason": "NotFound", "message": "gone"})])
+    api, _ = adapter(fake)
+    with pytest.raises(ke.NotFound):
+        asyncio.run(api.get_node("a"))
+
+
+def test_access_review_and_event() -> None:
+    fake = FakeTransport([
+        json_response(201, {"status": {"allowed": True}}), json_response(201, {"kind": "Event"}),
+    ])  # fmt: skip
+    api, seen = adapter(fake)
+    assert asyncio.run(api.can_i(Access("patch", "nodes", subresource="status"))) is True
+    asyncio.run(api.create_event("default", {"metadata": {"generateName": "x."}}))
+    review = json.loads(fake.sent[0].body or b"")
+    assert review["spec"]["resourceAttributes"] == {
+        "verb": "patch", "resource": "nodes", "subresource": "status",
+    }  # fmt: skip
+    assert fake.sent[1].path.startswith("/api/v1/namespaces/default/events?")
+    assert [s[:2] for s in seen] == [("POST", "selfsubjectaccessreviews"), ("POST", "events")]
+
+
+def test_watch_yields_events_and_is_observed_when_it_ends() -> None:
+    lines = [json.dumps({"type": "ADDED", "object": node("a", "9")}).encode()]
+    fake = FakeTransport(streams=[FakeStream(lines)])
+    api, seen = adapter(fake)
+
+    async def collect() -> list[str]:
+        return [e.resource_version async for e in api.watch_nodes(None, "8")]
+
+    assert asyncio.run(collect()) == ["9"]
+    assert "resourceVersion=8" in fake.sent[0].path
+    assert seen == [("WATCH", "nodes", "200")]
+
+
+def test_the_list_watch_passes_the_selectors() -> None:
+    fake_api = FakeNodeApi(nodes=[node("a", "1"), node("b", "1")])
+    source = NodeListWatch(fake_api, fields="metadata.name=b")
+    listed = asyncio.run(source.list_page(None))
+    assert [n["metadata"]["name"] for n in listed.items] == ["b"]
+
+
+def test_error_kinds_name_the_class() -> None:
+    assert (ke.ApiError.kind, ke.NotFound.kind, ke.Transient.kind) == (
+        "error", "not_found", "transient",
+    )  # fmt: skip
+
+
+def test_the_rate_limit_spends_the_burst_then_refills_with_time() -> None:
+    now = [0.0]
+    bucket = TokenBucket(qps=1.0, burst=2, now=lambda: now[0])
+
+    async def takes() -> bool:
+        await asyncio.wait_for(bucket.take(), 0.5)
+        await asyncio.wait_for(bucket.take(), 0.5)
+        now[0] += 1.0  # one second later: one token back
+        await asyncio.wait_for(bucket.take(), 0.5)
+        try:
+            await asyncio.wait_for(bucket.take(), 0.05)
+        except TimeoutError:
+            return True  # empty: the fourth request waits
+        return False
+
+    assert asyncio.run(takes())
