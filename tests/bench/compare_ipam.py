@@ -48,6 +48,8 @@ class IpamBench:
     namespace: str
     go_binary: Path
     logs: Path
+    #: How ours is started: its entry point, or that under cProfile (test_ipam_cpu.py).
+    ours: Sequence[str] = (str(harness.BINARY),)
 
 
 def _spawn(bench: IpamBench, impl: str, port: int, qps: Sequence[str], log: Path) -> Child:
@@ -59,7 +61,7 @@ def _spawn(bench: IpamBench, impl: str, port: int, qps: Sequence[str], log: Path
                 f"--webserver-bind-address=127.0.0.1:{port}"]  # fmt: skip
     else:
         kubeconfig = bench.plane.token_kubeconfig(harness.SA, bench.namespace)
-        argv = [str(harness.BINARY), f"--kubeconfig={kubeconfig}",
+        argv = [*bench.ours, f"--kubeconfig={kubeconfig}",
                 "--enable-leader-election=false", f"--health-probe-address=127.0.0.1:{port}",
                 *qps]  # fmt: skip
     return spawn(f"ipam-{impl}", argv, log, env={"PATH": "/usr/bin:/bin"})

@@ -9,7 +9,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from local_ccm import __version__
-from local_ccm.ipam.core.plan import PoolUsage
+from local_ccm.ipam.core.ledger import PoolUsage
 from local_ccm.runtime.metrics import Metrics, counter, gauge, histogram
 
 S = "multicidrset_"

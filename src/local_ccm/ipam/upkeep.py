@@ -16,8 +16,9 @@ from typing import Any
 
 from local_ccm.clock import Clock
 from local_ccm.ipam.core import events as ev
+from local_ccm.ipam.core.ledger import PoolUsage
 from local_ccm.ipam.core.model import ClusterCIDR
-from local_ccm.ipam.core.plan import Allocator, PoolUsage
+from local_ccm.ipam.core.plan import Allocator
 from local_ccm.ipam.core.status import (
     CC,
     add_finalizer_patch,

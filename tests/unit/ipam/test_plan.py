@@ -482,3 +482,20 @@ def test_candidates_follow_label_changes_and_pool_changes() -> None:
     assert alloc.candidates(node("n", {"x": "2"})) == ()
     alloc.set_pool(a.pool(), ready=False, uid=a.uid)
     assert alloc.candidates(node("n", {"x": "1"})) == ()
+
+
+def test_usage_counts_overlapping_owned_cidrs_once_and_follows_releases() -> None:
+    alloc = allocator(cc("p", "10.76.0.0/22", "", 8))
+    alloc.recover([node("wide", cidrs=["10.76.0.0/23"]), node("dup", cidrs=["10.76.1.0/24"])])
+    alloc.record(node("late", cidrs=["10.76.1.0/24"]))  # a conflict: the same block again
+    usage = alloc.usage("p")
+    assert usage is not None
+    assert (usage.nodes, usage.owned_cidrs, usage.families[0].allocated) == (3, 3, 2)
+    alloc.release("uid-wide", now=0.0)
+    usage = alloc.usage("p")
+    assert usage is not None
+    assert (usage.nodes, usage.families[0].allocated, usage.families[0].free) == (2, 1, 3)
+    assert alloc.remove_pool("p") == ("dup", "late")
+    assert alloc.unowned_count() == 2
+    alloc.release("uid-dup", now=0.0)
+    assert alloc.unowned_count() == 1

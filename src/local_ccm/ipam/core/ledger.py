@@ -7,16 +7,19 @@ are kept in step with it: the blocks a new reservation intersects are marked at 
 one goes away each of its blocks is re-checked against the others before it is freed. The
 ledger records, per Node uid, the CIDRs it holds and the pool owning each one when it was
 allocated, so a release never depends on the Node's current labels (upstream re-evaluated
-them, and a relabelled Node leaked its block until a restart).
+them, and a relabelled Node leaked its block until a restart). Each `PoolState` counts what its
+pool owns as it changes, so a pool's status costs the same at 10 or 10,000 Nodes.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from local_ccm.ipam.core.cidrset import BlockSet, Holder, IPNetwork, ReservationSet
+from local_ccm.ipam.core.model import Pool
 
 Owners = tuple[tuple[IPNetwork, str | None], ...]
 RESERVED: Holder = ("reserved", "")
@@ -33,6 +36,83 @@ class Entry:
     @property
     def cidrs(self) -> tuple[IPNetwork, ...]:
         return tuple(cidr for cidr, _ in self.owners)
+
+
+@dataclass(frozen=True)
+class FamilyUsage:
+    """One family of a pool's status."""
+
+    network: IPNetwork
+    block_prefix: int
+    capacity: int
+    allocated: int
+    unavailable: int
+    free: int
+
+
+@dataclass(frozen=True)
+class PoolUsage:
+    nodes: int
+    owned_cidrs: int
+    families: tuple[FamilyUsage, ...]
+
+    @property
+    def exhausted_versions(self) -> tuple[int, ...]:
+        return tuple(f.network.version for f in self.families if f.free == 0)
+
+
+@dataclass
+class PoolState:
+    """A pool in the allocator: its block sets and the Node CIDRs it owns, counted."""
+
+    pool: Pool
+    ready: bool
+    sets: dict[int, BlockSet]
+    uid: str = ""
+    owned: dict[str, tuple[IPNetwork, ...]] = field(default_factory=dict)  # Node uid -> CIDRs
+    owned_cidrs: int = 0
+    covered: dict[int, Counter[int]] = field(init=False)  # version -> block -> owned CIDRs on it
+
+    def __post_init__(self) -> None:
+        owned, self.owned, self.owned_cidrs = self.owned, {}, 0
+        self.covered = {version: Counter() for version in self.sets}
+        for uid, cidr in ((u, c) for u, cidrs in owned.items() for c in cidrs):
+            self.own(uid, cidr)
+
+    def own(self, uid: str, cidr: IPNetwork) -> None:
+        self.owned[uid] = (*self.owned.get(uid, ()), cidr)
+        self.owned_cidrs += 1
+        self._cover(cidr, 1)
+
+    def disown(self, uid: str) -> None:
+        for cidr in self.owned.pop(uid, ()):
+            self.owned_cidrs -= 1
+            self._cover(cidr, -1)
+
+    def _cover(self, cidr: IPNetwork, delta: int) -> None:
+        blocks = self.sets.get(cidr.version)
+        if blocks is None:
+            return
+        counts = self.covered[cidr.version]
+        for index in blocks.index_range(cidr):
+            counts[index] += delta
+            if not counts[index]:
+                del counts[index]
+
+    def usage(self) -> PoolUsage:
+        """Status numbers; overlapping owned CIDRs count once."""
+        families = tuple(
+            _family_usage(blocks, len(self.covered[version]))
+            for version, blocks in self.sets.items()
+        )
+        return PoolUsage(len(self.owned), self.owned_cidrs, families)
+
+
+def _family_usage(blocks: BlockSet, allocated: int) -> FamilyUsage:
+    unavailable = max(0, blocks.used - allocated)
+    return FamilyUsage(
+        blocks.network, blocks.block_prefix, blocks.capacity, allocated, unavailable, blocks.free
+    )
 
 
 class Ledger:
@@ -53,6 +133,7 @@ class Ledger:
         self.reuse_delay = reuse_delay
         self._reservations = {4: ReservationSet(4), 6: ReservationSet(6)}
         self._entries: dict[str, Entry] = {}
+        self._unowned = 0  # CIDRs of all entries that no pool owns, kept counted
         self._conflicts: set[frozenset[str]] = set()
         self._quarantine: list[tuple[float, int, str, IPNetwork]] = []  # heap by expiry
         for cidr in reserved:
@@ -65,7 +146,7 @@ class Ledger:
 
     def hold(self, uid: str, name: str, owners: Owners, *, pending: bool) -> None:
         """Record a Node's CIDRs and reserve each one for it."""
-        self._entries[uid] = Entry(name, owners, pending)
+        self._put(uid, Entry(name, owners, pending))
         for cidr, _ in owners:
             self._reserve(cidr, ("node", uid))
 
@@ -78,12 +159,12 @@ class Ledger:
         """The pool vanished: its CIDRs of this Node become unowned; the Node's name."""
         entry = self._entries[uid]
         owners = tuple((c, None if o == pool_name else o) for c, o in entry.owners)
-        self._entries[uid] = replace(entry, owners=owners)
+        self._put(uid, replace(entry, owners=owners))
         return entry.name
 
     def drop(self, uid: str, *, quarantine: bool, now: float = 0.0) -> Entry | None:
         """Forget a Node and release its reservations, into quarantine when asked."""
-        entry = self._entries.pop(uid, None)
+        entry = self._put(uid, None)
         if entry is None:
             return None
         self._conflicts = {pair for pair in self._conflicts if uid not in pair}
@@ -113,7 +194,17 @@ class Ledger:
         return dict(entry.owners) if entry else {}
 
     def unowned_count(self) -> int:
-        return sum(1 for e in self._entries.values() for _, owner in e.owners if owner is None)
+        return self._unowned
+
+    def _put(self, uid: str, entry: Entry | None) -> Entry | None:
+        """Set or (None) remove the entry of `uid`, keeping the unowned count; the old one."""
+        old = self._entries.pop(uid, None) if entry is None else self._entries.get(uid)
+        if entry is not None:
+            self._entries[uid] = entry
+            self._unowned += _unowned(entry)
+        if old is not None:
+            self._unowned -= _unowned(old)
+        return old
 
     def conflict_count(self) -> int:
         return len(self._conflicts)
@@ -151,6 +242,10 @@ class Ledger:
         for blocks in self._block_sets(cidr.version):
             release_unreserved(blocks, cidr, reservations)
         return True
+
+
+def _unowned(entry: Entry) -> int:
+    return sum(1 for _, owner in entry.owners if owner is None)
 
 
 def release_unreserved(blocks: BlockSet, cidr: IPNetwork, reservations: ReservationSet) -> None:

@@ -10,11 +10,11 @@ nothing here raises for odd data.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from local_ccm.ipam.core.cidrset import BlockSet, IPNetwork
-from local_ccm.ipam.core.ledger import Ledger, Owners
+from local_ccm.ipam.core.ledger import Ledger, Owners, PoolState, PoolUsage
 from local_ccm.ipam.core.model import NodeView, Pool
 from local_ccm.ipam.core.selector import Match
 
@@ -110,41 +110,6 @@ class Recorded:
         return tuple(cidr for cidr, owner in self.owners if owner is None)
 
 
-@dataclass(frozen=True)
-class FamilyUsage:
-    """One family of a pool's status."""
-
-    network: IPNetwork
-    block_prefix: int
-    capacity: int
-    allocated: int
-    unavailable: int
-    free: int
-
-
-@dataclass(frozen=True)
-class PoolUsage:
-    nodes: int
-    owned_cidrs: int
-    families: tuple[FamilyUsage, ...]
-
-    @property
-    def exhausted_versions(self) -> tuple[int, ...]:
-        return tuple(f.network.version for f in self.families if f.free == 0)
-
-
-# ---------------------------------------------------------------- allocator state
-
-
-@dataclass
-class _PoolState:
-    pool: Pool
-    ready: bool
-    sets: dict[int, BlockSet]
-    uid: str = ""
-    owned: dict[str, tuple[IPNetwork, ...]] = field(default_factory=dict)  # Node uid -> CIDRs
-
-
 class Allocator:
     """All allocation decisions, serialised in one place."""
 
@@ -157,7 +122,7 @@ class Allocator:
     ) -> None:
         self.legacy = legacy_and_terms
         self.reuse_delay = reuse_delay
-        self._pools: dict[str, _PoolState] = {}
+        self._pools: dict[str, PoolState] = {}
         self._ledger = Ledger(self._sets, reserved=reserved, reuse_delay=reuse_delay)
         self._candidates: dict[tuple[object, ...], tuple[str, ...]] = {}
 
@@ -174,7 +139,7 @@ class Allocator:
             state.ready = ready
         else:
             owned = state.owned if state is not None else {}
-            state = _PoolState(pool, ready, self._block_sets(pool), uid, owned)
+            state = PoolState(pool, ready, self._block_sets(pool), uid, owned)
             self._pools[pool.name] = state
         self._candidates.clear()
         return affected
@@ -241,7 +206,7 @@ class Allocator:
         return Waiting(node.name, reason, names, tuple(exhausted))
 
     def _lowest_free(
-        self, state: _PoolState, exhausted: list[tuple[str, int]]
+        self, state: PoolState, exhausted: list[tuple[str, int]]
     ) -> tuple[IPNetwork, ...] | None:
         picks = []
         for family in state.pool.families:
@@ -313,7 +278,7 @@ class Allocator:
         for cidr, owner in owners:
             state = self._pools.get(owner) if owner else None
             if state is not None:
-                state.owned[node.uid] = (*state.owned.get(node.uid, ()), cidr)
+                state.own(node.uid, cidr)
 
     # ------------------------------------------------------------ release
 
@@ -328,7 +293,7 @@ class Allocator:
         for _, owner in entry.owners:
             state = self._pools.get(owner) if owner else None
             if state is not None:
-                state.owned.pop(uid, None)
+                state.disown(uid)
         return entry.cidrs
 
     def expire(self, now: float) -> bool:
@@ -343,16 +308,12 @@ class Allocator:
     def usage(self, name: str) -> PoolUsage | None:
         """Status numbers of a pool; None for an unknown pool."""
         state = self._pools.get(name)
-        if state is None:
-            return None
-        families = tuple(_family_usage(b, state.owned.values()) for b in state.sets.values())
-        owned = sum(len(cidrs) for cidrs in state.owned.values())
-        return PoolUsage(len(state.owned), owned, families)
+        return state.usage() if state else None
 
     def owned_count(self, name: str) -> int:
         """CIDRs owned by the pool; its finalizer goes once this is 0."""
         state = self._pools.get(name)
-        return sum(len(c) for c in state.owned.values()) if state else 0
+        return state.owned_cidrs if state else 0
 
     def unowned_count(self) -> int:
         return self._ledger.unowned_count()
@@ -362,17 +323,3 @@ class Allocator:
 
     def node_cidrs(self, uid: str) -> Mapping[IPNetwork, str | None]:
         return self._ledger.node_cidrs(uid)
-
-
-def _family_usage(blocks: BlockSet, owned: Iterable[tuple[IPNetwork, ...]]) -> FamilyUsage:
-    spans = sorted(
-        (r.start, r.stop) for cidrs in owned for c in cidrs if (r := blocks.index_range(c))
-    )
-    allocated, end = 0, 0
-    for start, stop in spans:  # union of spans: overlapping owned CIDRs count once
-        allocated += max(0, stop - max(start, end))
-        end = max(end, stop)
-    unavailable = max(0, blocks.used - allocated)
-    return FamilyUsage(
-        blocks.network, blocks.block_prefix, blocks.capacity, allocated, unavailable, blocks.free
-    )

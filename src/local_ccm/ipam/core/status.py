@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from local_ccm import names
 from local_ccm.ipam.core.cidrset import IPNetwork
+from local_ccm.ipam.core.ledger import PoolUsage
 from local_ccm.ipam.core.model import FINALIZER, ClusterCIDR, InvalidClusterCIDR, NodeView
-from local_ccm.ipam.core.plan import PoolUsage
 
 Obj = dict[str, Any]
 CC = ClusterCIDR | InvalidClusterCIDR
