@@ -45,9 +45,10 @@ from local_ccm.cli.common import (
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import ApiError
+from local_ccm.kube.nodes import Access
 from local_ccm.kube.resources import NODES
 from local_ccm.logs import kv
-from local_ccm.runtime.access import KubeReviews, Permission
+from local_ccm.runtime.access import KubeReviews
 from local_ccm.runtime.process import Process, run_process
 from local_ccm.runtime.serve import Checks, Servers, start_servers
 
@@ -166,9 +167,9 @@ async def serve_agent(
         await asyncio.get_running_loop().shutdown_default_executor()
 
 
-def permissions(options: AgentOptions) -> list[Permission]:
+def permissions(options: AgentOptions) -> list[Access]:
     return [
-        Permission(verb, resource, namespace=options.event_namespace if namespaced else "",
+        Access(verb, resource, namespace=options.event_namespace if namespaced else "",
                    subresource=sub)
         for verb, resource, sub, namespaced in REQUIRED_ACCESS
     ]  # fmt: skip

@@ -37,8 +37,8 @@ from local_ccm.kube.aio import AsyncClient, KubeListWatch
 from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig, ConfigError, resolve_config
 from local_ccm.kube.informer import ListWatch
+from local_ccm.kube.nodes import Access
 from local_ccm.kube.resources import NODES
-from local_ccm.runtime.access import Permission
 from local_ccm.runtime.metricsserver import CertError, TlsContext
 from local_ccm.runtime.process import EXIT_PRECONDITION, EXIT_USAGE
 from local_ccm.runtime.serve import Servers
@@ -160,5 +160,5 @@ def _node_watch(cluster: ClusterConfig) -> tuple[Unit, SharedWatch]:
     client = Client(cluster, field_manager=MANAGER, user_agent=f"{MANAGER}/{__version__}")
     source = KubeListWatch(AsyncClient(client), NODES)
     shared = SharedWatch(source, SystemClock(), random.Random(), "nodes")
-    needed = [Permission("list", "nodes"), Permission("watch", "nodes")]
+    needed = [Access("list", "nodes"), Access("watch", "nodes")]
     return Unit("node-watch", client, needed, CollectorRegistry(), shared.run), shared

@@ -24,11 +24,12 @@ from local_ccm.clock import Clock, SystemClock
 from local_ccm.flags import FlagSet, Parsed, Problem
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
+from local_ccm.kube.nodes import Access
 from local_ccm.lease.election import ElectionConfig, choose_identity
 from local_ccm.lease.elector import KubeLeaseApi, LeaderContext, LeaderElector
 from local_ccm.logs import configure_logging, kv
 from local_ccm.runtime import process as proc
-from local_ccm.runtime.access import KubeReviews, Permission, lease_permissions
+from local_ccm.runtime.access import KubeReviews, lease_permissions
 from local_ccm.runtime.metricsserver import (
     REVIEWS,
     TlsContext,
@@ -43,7 +44,7 @@ log = logging.getLogger("local_ccm.cli")
 T = TypeVar("T")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = proc.EXIT_OK, proc.EXIT_FAILED, proc.EXIT_USAGE
 STOP_GRACE = 10.0  # a stopping leader's last writes, then the Lease is released
-METRICS_REVIEWS = tuple(Permission("create", res, group) for group, res in REVIEWS)
+METRICS_REVIEWS = tuple(Access("create", res, group) for group, res in REVIEWS)
 
 
 # ---------------------------------------------------------------- flags and logging
@@ -149,7 +150,7 @@ class Unit:
 
     name: str
     client: Client
-    permissions: Sequence[Permission]
+    permissions: Sequence[Access]
     registry: CollectorRegistry
     work: Callable[[LeaderContext | None], Coroutine[Any, Any, None]]
     checks: Callable[[Checks, Checks], None] = lambda healthz, readyz: None
@@ -230,7 +231,7 @@ def _elector(host: Host, units: Sequence[Unit]) -> LeaderElector | None:
     return LeaderElector(api, config, host.clock, random.Random(), on_leader_change=changed)
 
 
-def _permissions(host: Host, units: Sequence[Unit]) -> list[Permission]:
+def _permissions(host: Host, units: Sequence[Unit]) -> list[Access]:
     wanted = [p for unit in units for p in unit.permissions]
     if host.lease is not None:
         wanted += lease_permissions(host.lease.namespace, host.lease.name)

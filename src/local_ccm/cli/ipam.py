@@ -24,8 +24,8 @@ from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.informer import ListWatch
+from local_ccm.kube.nodes import Access
 from local_ccm.lease.elector import LeaderContext
-from local_ccm.runtime.access import Permission
 from local_ccm.runtime.serve import Checks
 
 GROUP = "networking.x-k8s.io"
@@ -67,14 +67,14 @@ def serving_of(options: IpamOptions) -> Serving:
                    metrics_flag="metrics-bind-address" if separate else flag)  # fmt: skip
 
 
-def permissions(options: IpamOptions) -> list[Permission]:
+def permissions(options: IpamOptions) -> list[Access]:
     """The RBAC the controller needs with this configuration (what the chart ships)."""
     verbs = ("get", "list", "watch", "patch")
     return [
-        *(Permission(verb, "nodes") for verb in verbs),
-        *(Permission(verb, "clustercidrs", GROUP) for verb in verbs),
-        Permission("patch", "clustercidrs", GROUP, subresource="status"),
-        Permission("create", "events", namespace=options.event_namespace),
+        *(Access(verb, "nodes") for verb in verbs),
+        *(Access(verb, "clustercidrs", GROUP) for verb in verbs),
+        Access("patch", "clustercidrs", GROUP, subresource="status"),
+        Access("create", "events", namespace=options.event_namespace),
     ]
 
 

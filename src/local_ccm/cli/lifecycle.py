@@ -24,6 +24,7 @@ from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.informer import ListWatch
+from local_ccm.kube.nodes import Access
 from local_ccm.lease.elector import LeaderContext
 from local_ccm.lifecycle.core.state import LoopConfig
 from local_ccm.lifecycle.health import Status, add_checks, leader_callback
@@ -45,7 +46,6 @@ from local_ccm.lifecycle.probe import (
     require_usable,
 )
 from local_ccm.lifecycle.run import Controller
-from local_ccm.runtime.access import Permission
 from local_ccm.runtime.metricsserver import TlsContext
 from local_ccm.runtime.serve import Checks, Servers
 
@@ -135,12 +135,12 @@ def build_unit(
                 checks, leader_callback(status, metrics))  # fmt: skip
 
 
-def permissions(options: LifecycleOptions) -> list[Permission]:
+def permissions(options: LifecycleOptions) -> list[Access]:
     needed = required_access(
         event_namespace=options.event_namespace, lease_namespace="", lease_name=None,
         out_of_service=options.settings.out_of_service_taint,
     )  # fmt: skip
-    return [Permission(a.verb, a.resource, a.group, a.namespace, a.name) for a in needed]
+    return [Access(a.verb, a.resource, a.group, a.namespace, a.name) for a in needed]
 
 
 def loop_config(options: LifecycleOptions) -> LoopConfig:

@@ -29,9 +29,10 @@ RequestObserver = Callable[[str, str, str, float | None], None]  # verb, resourc
 PAGE_SIZE = 500
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class Access:
-    """One permission, asked with a SelfSubjectAccessReview."""
+    """One permission a process needs (`group` "" is the core group), asked with a
+    SelfSubjectRulesReview or SelfSubjectAccessReview."""
 
     verb: str
     resource: str

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from local_ccm.clock import Clock, sleep_unless_stopped
@@ -27,6 +26,7 @@ from local_ccm.kube import errors as ke
 from local_ccm.kube import resources as r
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.backoff import Backoff
+from local_ccm.kube.nodes import Access
 from local_ccm.kube.request import access_review, review_allowed
 
 log = logging.getLogger(__name__)
@@ -38,31 +38,13 @@ SELF_SUBJECT_RULES_REVIEWS = r.Resource(
 DEFAULT_NAMESPACE = "default"  # where cluster-scoped permissions are looked up when none is named
 
 
-@dataclass(frozen=True, order=True)
-class Permission:
-    """One request the process will make; `group` "" is the core group."""
-
-    verb: str
-    resource: str
-    group: str = ""
-    namespace: str = ""
-    name: str = ""
-    subresource: str = ""
-
-    def __str__(self) -> str:
-        what = f"{self.resource}.{self.group}" if self.group else self.resource
-        sub = f"/{self.subresource}" if self.subresource else ""
-        where = f" in namespace {self.namespace}" if self.namespace else ""
-        return f"{self.verb} {what}{sub}{f'/{self.name}' if self.name else ''}{where}"
-
-
-def lease_permissions(namespace: str, name: str) -> tuple[Permission, ...]:
+def lease_permissions(namespace: str, name: str) -> tuple[Access, ...]:
     """What leader election on the Lease `namespace`/`name` needs."""
     group = "coordination.k8s.io"
     return (
-        Permission("get", "leases", group, namespace, name),
-        Permission("create", "leases", group, namespace),
-        Permission("update", "leases", group, namespace, name),
+        Access("get", "leases", group, namespace, name),
+        Access("create", "leases", group, namespace),
+        Access("update", "leases", group, namespace, name),
     )
 
 
@@ -74,7 +56,7 @@ def _matches(values: Iterable[str] | None, wanted: str) -> bool:
     return "*" in listed or wanted in listed
 
 
-def _resource_matches(resources: Iterable[str] | None, p: Permission) -> bool:
+def _resource_matches(resources: Iterable[str] | None, p: Access) -> bool:
     listed = set(resources or ())
     if not p.subresource:
         return bool(listed & {"*", p.resource})
@@ -82,7 +64,7 @@ def _resource_matches(resources: Iterable[str] | None, p: Permission) -> bool:
     return bool(listed & wanted)
 
 
-def is_granted(permission: Permission, rules: Sequence[Mapping[str, Any]]) -> bool:
+def is_granted(permission: Access, rules: Sequence[Mapping[str, Any]]) -> bool:
     """Whether a rule of a rules review's `status.resourceRules` allows `permission`."""
     for rule in rules:
         names = rule.get("resourceNames") or ()
@@ -112,7 +94,7 @@ class Reviews(Protocol):
         """The resource rules of a SelfSubjectRulesReview in `namespace`."""
         ...
 
-    async def allowed(self, permission: Permission) -> bool:
+    async def allowed(self, permission: Access) -> bool:
         """The verdict of one SelfSubjectAccessReview."""
         ...
 
@@ -133,7 +115,7 @@ class KubeReviews:
         review = await self._create(SELF_SUBJECT_RULES_REVIEWS, rules_review(namespace))
         return list((review.get("status") or {}).get("resourceRules") or ())
 
-    async def allowed(self, permission: Permission) -> bool:
+    async def allowed(self, permission: Access) -> bool:
         p = permission
         body = access_review(p.verb, p.resource, group=p.group, namespace=p.namespace,
                              subresource=p.subresource, name=p.name)  # fmt: skip
@@ -156,7 +138,7 @@ class KubeReviews:
 # ---------------------------------------------------------------- the check
 
 
-async def read_missing(reviews: Reviews, permissions: Sequence[Permission]) -> list[Permission]:
+async def read_missing(reviews: Reviews, permissions: Sequence[Access]) -> list[Access]:
     """The permissions these credentials lack: one rules review per namespace, one access
     review per permission no rule grants."""
     first = next((p.namespace for p in permissions if p.namespace), DEFAULT_NAMESPACE)
@@ -182,12 +164,12 @@ async def _rules(reviews: Reviews, namespace: str) -> Sequence[Mapping[str, Any]
 
 async def check_access(
     reviews: Reviews,
-    permissions: Sequence[Permission],
+    permissions: Sequence[Access],
     stop: asyncio.Event,
     clock: Clock,
     *,
     on_error: Callable[[str], None] | None = None,
-) -> list[Permission] | str | None:
+) -> list[Access] | str | None:
     """The missing permissions ([] when all are there), the problem text when the credentials
     are rejected, None when `stop` was set first. Each transient error goes to `on_error`
     (the /readyz reason) and is retried after a backoff."""

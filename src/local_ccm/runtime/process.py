@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from local_ccm.clock import Clock, Stopped, unless_stopped
+from local_ccm.kube.nodes import Access
 from local_ccm.lease.elector import LeaderContext, LeaderElector, LeadershipLost
-from local_ccm.runtime.access import Permission, Reviews, check_access
+from local_ccm.runtime.access import Reviews, check_access
 from local_ccm.runtime.serve import BindError, Checks, Servers
 
 log = logging.getLogger(__name__)
@@ -73,12 +74,12 @@ class Process:
     stop: asyncio.Event
     serve: Callable[[Checks, Checks], Servers]  # raises BindError
     reviews: Reviews
-    permissions: Sequence[Permission]
+    permissions: Sequence[Access]
     work: Work
     elector: LeaderElector | None = None
     status: Status = field(default_factory=Status)
     checks: tuple[Checks, Checks] | None = None  # default: process_checks(status, clock)
-    optional: Sequence[Permission] = ()  # missing: a warning (e.g. secure metrics' reviews)
+    optional: Sequence[Access] = ()  # missing: a warning (e.g. secure metrics' reviews)
     grace: float | None = None  # how long a stop waits for the work before cancelling it
     on_stop: Callable[[], None] | None = None  # without election: asks the work to stop
     on_running: Callable[[Servers], None] | None = None

@@ -10,8 +10,9 @@ from typing import Any
 
 from local_ccm.clock import SystemClock
 from local_ccm.kube import errors as ke
+from local_ccm.kube.nodes import Access
 from local_ccm.lifecycle.nodeapi import required_access
-from local_ccm.runtime.access import Permission, check_access, is_granted, lease_permissions
+from local_ccm.runtime.access import check_access, is_granted, lease_permissions
 from tests.fakes.clock import FakeClock
 
 Rule = Mapping[str, Any]
@@ -35,7 +36,7 @@ class FakeReviews:
         self._fail()
         return self.rules_by_namespace.get(namespace, ())
 
-    async def allowed(self, permission: Permission) -> bool:
+    async def allowed(self, permission: Access) -> bool:
         self.requests.append(f"access {permission}")
         self._fail()
         return str(permission) not in self.denied
@@ -48,7 +49,7 @@ class FakeReviews:
 ACCESS = required_access(
     event_namespace="default", lease_namespace="", lease_name=None, out_of_service=False
 )
-NEEDED = [Permission(a.verb, a.resource, a.group, a.namespace, a.name) for a in ACCESS]
+NEEDED = [Access(a.verb, a.resource, a.group, a.namespace, a.name) for a in ACCESS]
 NEEDED += lease_permissions("kube-system", "nlc")
 
 
@@ -150,7 +151,7 @@ def test_one_rules_review_per_namespace_and_no_access_review() -> None:
 
 def test_cluster_scoped_permissions_alone_take_one_request() -> None:
     reviews = FakeReviews({"default": EVERYTHING})
-    nodes = [Permission("list", "nodes"), Permission("patch", "nodes", subresource="status")]
+    nodes = [Access("list", "nodes"), Access("patch", "nodes", subresource="status")]
     assert asyncio.run(check_access(reviews, nodes, asyncio.Event(), FakeClock())) == []
     assert reviews.requests == ["rules default"]
 
@@ -177,13 +178,13 @@ def test_a_refused_rules_review_falls_back_to_one_access_review_each() -> None:
 
 
 def test_rules_match_verbs_groups_subresources_and_names() -> None:
-    status = Permission("patch", "nodes", subresource="status")
+    status = Access("patch", "nodes", subresource="status")
     assert is_granted(
         status, [{"verbs": ["patch"], "apiGroups": [""], "resources": ["nodes/status"]}]
     )
     assert is_granted(status, [{"verbs": ["patch"], "apiGroups": [""], "resources": ["nodes/*"]}])
     assert not is_granted(status, [{"verbs": ["patch"], "apiGroups": [""], "resources": ["nodes"]}])
-    named = Permission("get", "leases", "coordination.k8s.io", "ns", "nlc")
+    named = Access("get", "leases", "coordination.k8s.io", "ns", "nlc")
     assert is_granted(named, LEASE_ROLE)
-    assert not is_granted(Permission("get", "leases", "coordination.k8s.io", "ns", "x"), LEASE_ROLE)
-    assert not is_granted(Permission("delete", "nodes", "apps"), CONTROLLER_ROLE)
+    assert not is_granted(Access("get", "leases", "coordination.k8s.io", "ns", "x"), LEASE_ROLE)
+    assert not is_granted(Access("delete", "nodes", "apps"), CONTROLLER_ROLE)

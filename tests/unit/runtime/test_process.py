@@ -10,15 +10,15 @@ from collections.abc import Sequence
 import pytest
 
 from local_ccm.kube import errors as ke
+from local_ccm.kube.nodes import Access
 from local_ccm.lease.elector import LeaderContext
-from local_ccm.runtime.access import Permission
 from local_ccm.runtime.process import Process, Status, run_process
 from local_ccm.runtime.serve import BindError, Checks, Servers
 from tests.fakes.clock import FakeClock
 from tests.unit.runtime.test_access import FakeReviews
 
-NODES = Permission("list", "nodes")
-REVIEWS = Permission("create", "tokenreviews", "authentication.k8s.io")
+NODES = Access("list", "nodes")
+REVIEWS = Access("create", "tokenreviews", "authentication.k8s.io")
 
 
 class World:
@@ -38,7 +38,7 @@ class World:
         await self.stop.wait()
         return None
 
-    def process(self, permissions: Sequence[Permission], **kw: object) -> Process:
+    def process(self, permissions: Sequence[Access], **kw: object) -> Process:
         return Process(prog="p", clock=self.clock, stop=self.stop, serve=self.serve,
                        reviews=self.reviews, permissions=permissions, work=self.work,
                        status=self.status, **kw)  # type: ignore[arg-type]  # fmt: skip
