@@ -133,7 +133,6 @@ class Agent:
             self.events.run(),
             self.triggers.fire_every("tick", lambda: self.settings.reconcile_interval),
             self.triggers.fire_every("resync", resync_interval),
-            self.health.run_watchdog(),
         ]
 
     async def _watch_kernel(self) -> None:

@@ -15,7 +15,6 @@ from local_ccm.agent.core.timing import debounce_wait
 from local_ccm.clock import Clock
 
 WATCH_GRACE = 60.0  # readiness tolerates a reconnecting watch this long
-LOOP_STALL = 10.0  # liveness: the watchdog ticks every second
 
 
 class Triggers:
@@ -74,21 +73,10 @@ class Health:
     def __init__(self, clock: Clock, pass_budget: float) -> None:
         self._clock = clock
         self.pass_budget = pass_budget
-        self.beat = clock.monotonic()
         self.last_pass = clock.monotonic()
         self.first_pass = False
         self.watch_down_since: float | None = None
         self.forbidden: str | None = None
-
-    async def run_watchdog(self) -> None:
-        """Proves to /healthz that the event loop runs."""
-        while True:
-            self.beat = self._clock.monotonic()
-            await self._clock.sleep(1.0)
-
-    def loop_ok(self) -> tuple[bool, str]:
-        age = self._clock.monotonic() - self.beat
-        return age < LOOP_STALL, f"event loop last ticked {age:.1f}s ago"
 
     def pass_ok(self) -> tuple[bool, str]:
         age = self._clock.monotonic() - self.last_pass

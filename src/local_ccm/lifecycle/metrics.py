@@ -5,7 +5,6 @@ exposed from the start, so dashboards and tests see zeros rather than nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Final
 
 from prometheus_client import CollectorRegistry
@@ -66,6 +65,3 @@ class LifecycleMetrics(Metrics):
     def set_self_check(self, result: str) -> None:
         for value in SELF_CHECK:
             self.self_check.labels(value).set(1 if value == result else 0)
-
-    def set_in_flight(self, read: Callable[[], float]) -> None:
-        self.in_flight.set_function(read)
