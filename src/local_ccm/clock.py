@@ -69,16 +69,21 @@ async def unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | Stopped
     the wait at once, not after the request's own timeout. A request already sent keeps its
     worker thread until the client is closed, which ends it (see ``HttpTransport.close``).
     """
+    task = await race(work, stop.wait())
+    return STOPPED if task.cancelled() else task.result()
+
+
+async def race(work: Awaitable[T], rival: Awaitable[object]) -> asyncio.Future[T]:
+    """Await `work` until it or `rival` ends; the loser is cancelled (and `work`, when it lost,
+    awaited to its end). Returns `work`'s future: cancelled when the rival won."""
     task = asyncio.ensure_future(work)
-    stopper = asyncio.ensure_future(stop.wait())
+    other = asyncio.ensure_future(rival)
     try:
-        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({task, other}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        stopper.cancel()
+        other.cancel()
         if not task.done():
             task.cancel()
     if not task.done():
         await asyncio.gather(task, return_exceptions=True)
-    if task.cancelled():
-        return STOPPED
-    return task.result()
+    return task

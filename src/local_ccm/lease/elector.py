@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from local_ccm.clock import Clock, sleep_unless_stopped
+from local_ccm.clock import Clock, race, sleep_unless_stopped
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.errors import ApiError, Conflict, NotFound
 from local_ccm.kube.resources import LEASES
@@ -313,15 +313,8 @@ class LeaderElector:
 
     async def _bounded(self, awaitable: Awaitable[T], timeout: float) -> T:
         """Await with a timeout measured on the injected clock (TimeoutError when it passes)."""
-        task = asyncio.ensure_future(awaitable)
-        timer = asyncio.ensure_future(self._clock.sleep(max(timeout, 0.0)))
-        try:
-            await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            timer.cancel()
-            if not task.done():
-                task.cancel()
-        if not task.done():
+        task = await race(awaitable, self._clock.sleep(max(timeout, 0.0)))
+        if task.cancelled():
             raise TimeoutError(f"no answer within {timeout:g}s")
         return task.result()
 
