@@ -44,7 +44,12 @@ from tests.support.waiting import eventually
 # skopeo + umoci unpack the image once per module: a few seconds.
 pytestmark = pytest.mark.timeout(180)
 
-SCRIPTS = ("local-ccm", "node-lifecycle-controller", "node-ipam-controller")
+SCRIPTS = (
+    "local-ccm",
+    "node-lifecycle-controller",
+    "node-ipam-controller",
+    "local-ccm-controller-manager",
+)
 # The paths the manifests and upstream node-ipam-controller use, relative to the image root.
 ENTRY_POINTS = (*(f"usr/local/bin/{s}" for s in SCRIPTS), "node-ipam-controller")
 MIB = 1024 * 1024
