@@ -12,20 +12,9 @@ import asyncio
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
 
 from local_ccm import names
 from local_ccm.agent import options
-from local_ccm.agent.core.candidates import Detection, DetectorKey
-from local_ccm.agent.core.report import (
-    Plan,
-    PlanUnavailable,
-    detect_exit_code,
-    plan_node,
-    render_json,
-    render_text,
-)
-from local_ccm.agent.detect import detect_addresses
 from local_ccm.agent.kernel import kernel_changes, kernel_detector
 from local_ccm.agent.loop import REQUIRED_ACCESS, Agent, LoopSettings
 from local_ccm.agent.metrics import AgentMetrics
@@ -44,9 +33,7 @@ from local_ccm.cli.common import (
 )
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
-from local_ccm.kube.errors import ApiError
 from local_ccm.kube.nodes import Access
-from local_ccm.kube.resources import NODES
 from local_ccm.logs import kv
 from local_ccm.runtime.access import KubeReviews
 from local_ccm.runtime.process import Process, run_process
@@ -81,39 +68,12 @@ def agent_main(
         bound={"node": loaded.node_name or ""},
         announce=not loaded.detect,
     )  # detect mode's output is its own report
-    mode = (detect or detect_mode) if loaded.detect else (run or run_agent)
+    if loaded.detect and detect is None:
+        # Imported here: the report and the read-only plan are detect mode's alone, and a
+        # node agent should not carry them in memory for its whole life.
+        from local_ccm.cli.detect import detect_mode as detect  # noqa: PLC0415
+    mode = detect if loaded.detect and detect else (run or run_agent)
     return guarded(lambda: mode(loaded), traceback=loaded.verbosity >= 4)
-
-
-# ---------------------------------------------------------------- detect
-
-
-def detect_mode(options: AgentOptions) -> int:
-    """Detect, read the Node when possible, print, exit 0/1."""
-
-    report = detect_addresses(options.config)
-    plan = _read_plan(options, report.results)
-    render = render_json if options.output == "json" else render_text
-    sys.stdout.write(render(report, options.config, plan))
-    return detect_exit_code(report)
-
-
-def _read_plan(options: AgentOptions, detected: Mapping[DetectorKey, Detection]) -> Plan:
-    """One read-only GET of the Node; any failure becomes part of the report."""
-
-    if options.node_name is None:
-        return None
-    if options.cluster is None:
-        reason = f"no Kubernetes credentials: {options.credentials_error}"
-        return PlanUnavailable(options.node_name, reason)
-    try:
-        with Client(options.cluster, field_manager=names.AGENT, timeout=options.api_timeout) as c:
-            node = c.get(NODES, options.node_name)
-    except (ApiError, OSError) as exc:
-        log.warning("cannot read Node %s: %s", options.node_name, exc)
-        return PlanUnavailable(options.node_name, f"cannot read the Node: {exc}")
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return plan_node(node, detected, options.config, provider_id=options.provider_id, now=now)
 
 
 # ---------------------------------------------------------------- loop and run-once

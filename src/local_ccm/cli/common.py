@@ -15,7 +15,7 @@ import socket
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import CollectorRegistry
 
@@ -25,8 +25,6 @@ from local_ccm.flags import FlagSet, Parsed, Problem
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
 from local_ccm.kube.nodes import Access
-from local_ccm.lease.election import ElectionConfig, choose_identity
-from local_ccm.lease.elector import KubeLeaseApi, LeaderContext, LeaderElector
 from local_ccm.logs import configure_logging, kv
 from local_ccm.runtime import process as proc
 from local_ccm.runtime.access import KubeReviews, lease_permissions
@@ -39,6 +37,10 @@ from local_ccm.runtime.metricsserver import (
     start_secure_servers,
 )
 from local_ccm.runtime.serve import Checks, Servers, start_servers
+
+if TYPE_CHECKING:  # leader election is imported by the processes that elect (not the agent)
+    from local_ccm.lease.election import ElectionConfig
+    from local_ccm.lease.elector import LeaderContext, LeaderElector
 
 log = logging.getLogger("local_ccm.cli")
 T = TypeVar("T")
@@ -128,6 +130,8 @@ class Lease:
     identity: str = ""
 
     def config(self, identity: str) -> ElectionConfig:
+        from local_ccm.lease.election import ElectionConfig  # noqa: PLC0415
+
         return ElectionConfig(self.lease_duration, self.renew_deadline, self.retry_period, identity)
 
 
@@ -174,6 +178,8 @@ class Host:
 
 def identity_of(given: str, pod_name: str) -> str:
     """Verbatim, else the lower-cased POD_NAME or hostname plus a random suffix."""
+    from local_ccm.lease.election import choose_identity  # noqa: PLC0415
+
     return choose_identity(given, pod_name, socket.gethostname(), random.SystemRandom())
 
 
@@ -219,6 +225,8 @@ def _serve(host: Host, units: Sequence[Unit]) -> Callable[[Checks, Checks], Serv
 def _elector(host: Host, units: Sequence[Unit]) -> LeaderElector | None:
     if host.lease is None:
         return None
+    from local_ccm.lease.elector import KubeLeaseApi, LeaderElector  # noqa: PLC0415
+
     config = host.lease.config(host.identity)
     api = KubeLeaseApi(AsyncClient(units[0].client), host.lease.namespace, host.lease.name,
                        timeout=config.write_timeout)  # fmt: skip

@@ -19,13 +19,15 @@ import logging
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from local_ccm.clock import Clock, Stopped, unless_stopped
 from local_ccm.kube.nodes import Access
-from local_ccm.lease.elector import LeaderContext, LeaderElector, LeadershipLost
 from local_ccm.runtime.access import Reviews, check_access
 from local_ccm.runtime.serve import BindError, Checks, Servers
+
+if TYPE_CHECKING:  # the elector is imported when a process elects (the agent never does)
+    from local_ccm.lease.elector import LeaderContext, LeaderElector
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -35,7 +37,7 @@ WATCHDOG_TICK = 1.0
 WATCHDOG_LIMIT = 10.0  # /healthz fails when the event loop has not ticked for this long
 WAITING = "waiting for the API server"
 
-Work = Callable[[LeaderContext | None], Awaitable[int | None]]  # an exit status, or None: 0
+Work = Callable[["LeaderContext | None"], Awaitable[int | None]]  # an exit status, or None: 0
 
 
 @dataclass
@@ -150,6 +152,8 @@ async def run_elected(
         done = await until_stopped(asyncio.ensure_future(work(None)), stop, on_stop=on_stop,
                                    grace=grace)  # fmt: skip
         return done or EXIT_OK
+
+    from local_ccm.lease.elector import LeadershipLost  # noqa: PLC0415
 
     async def lead(context: LeaderContext) -> None:
         await work(context)
