@@ -37,7 +37,6 @@ Check = Callable[[], tuple[bool, str]]
 # Decides a /metrics request from its Authorization header (`runtime.metricsauth.MetricsAuth`).
 Guard = Callable[[str | None], Verdict]
 TLS_HANDSHAKE_TIMEOUT = 10.0
-HEALTH_PATHS = ("/healthz", "/readyz")
 METRICS_PATH = "/metrics"
 
 
