@@ -115,7 +115,10 @@ class Controller:
     def ready(self) -> tuple[bool, str]:
         """For the leader: recovery done, some pool source, watches alive."""
         pool_source = self.crd_served or self.settings.default_pool is not None
-        problems = watch_problems(self.watches.items(), self.clock.monotonic())
+        now = self.clock.monotonic()  # looked at now: the status tick may be held by a write
+        fresh = [(what, observe_watch(state, self.informers[what].status(), now))
+                 for what, state in list(self.watches.items())]  # fmt: skip
+        problems = watch_problems(fresh, now)
         return readiness(recovered=self.recovered, pool_source=pool_source, problems=problems)
 
     def observe_watches(self) -> None:

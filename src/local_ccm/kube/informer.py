@@ -61,7 +61,8 @@ class ListWatch(Protocol):
 
     def watch(self, resource_version: str, timeout_seconds: int) -> AsyncIterator[WatchEvent]:
         """One stream; ends when the server ends it; raises Gone when the version is too old.
-        An iterator with an ``is_open`` attribute tells when its connection is up."""
+        An iterator with an ``is_open`` attribute tells when its connection is up, one with a
+        ``watch_status()`` method (a view of a shared watch) tells the status itself."""
         ...
 
 
@@ -151,6 +152,9 @@ class Informer(Generic[T]):
     def status(self) -> WatchStatus:
         """``connected`` while a stream is up, else ``failing`` after an error."""
         stream = self._stream
+        upstream = getattr(stream, "watch_status", None)  # a view of a shared watch
+        if upstream is not None:
+            return upstream()  # type: ignore[no-any-return]
         opened = getattr(stream, "is_open", None)  # else: up once it delivered something
         if stream is not None and (self._delivered if opened is None else bool(opened)):
             self._failing = False

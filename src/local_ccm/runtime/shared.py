@@ -3,9 +3,11 @@
 The controller manager runs the lifecycle and IPAM controllers side by side; each keeps its own
 `Informer` (its projection, its handlers, its cache), but their `ListWatch` is a view of one
 shared informer: a LIST answers from the shared cache once it is synced, a WATCH is fed by the
-shared informer's changes. When the shared watch relists or its stream ends, every view's stream
-ends with 410 Gone, so the consumers relist from the shared cache (no request to the API server).
-A view stream reports `is_open` from the shared watch, so readiness follows the real stream.
+shared informer's changes. When the shared watch relists, every view's stream ends with 410 Gone,
+so the consumers relist from the shared cache (no request to the API server); while it only
+reconnects (timeout, closed, error: it resumes from the same version) the views stay open. A view
+stream reports `watch_status` from the shared watch, so readiness follows the real stream: an
+API server outage is "failing" for every consumer.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import asyncio
 from local_ccm.clock import Clock
 from local_ccm.kube.backoff import Rng
 from local_ccm.kube.errors import Gone
-from local_ccm.kube.informer import Change, Informer, ListWatch, Page, StreamEnd
+from local_ccm.kube.informer import Change, Informer, ListWatch, Page, StreamEnd, WatchStatus
 from local_ccm.kube.request import Obj, WatchEvent
 
 _END = None  # a stream's end marker in its queue
@@ -66,7 +68,7 @@ class SharedWatch:
             stream.queue.put_nowait(WatchEvent(change.type, obj or {}))
 
     def _ended(self, end: StreamEnd) -> None:
-        if end.reason != "stopped":
+        if end.reason == "gone":
             self._end_all()
 
     def _end_all(self) -> None:
@@ -95,10 +97,9 @@ class _Stream:
         self.queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
         self._joined = False
 
-    @property
-    def is_open(self) -> bool:
+    def watch_status(self) -> WatchStatus:
         informer = self._shared.informer
-        return informer is not None and informer.status() == "connected"
+        return "reconnecting" if informer is None else informer.status()
 
     def __aiter__(self) -> _Stream:
         return self

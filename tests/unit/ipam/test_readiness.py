@@ -93,6 +93,22 @@ def test_readyz_is_503_while_a_watch_fails_and_200_once_it_reconnects() -> None:
     run_scenario(FakeApi([node_obj("n")]), scenario, default_pool=POOL, status_interval=1.0)
 
 
+def test_readyz_looks_at_the_watches_itself_not_only_at_the_status_tick() -> None:
+    """The status tick shares its loop with ClusterCIDR status writes, which retry for seconds
+    during an outage; /readyz must not wait for it."""
+
+    async def scenario(controller: Controller, api: FakeApi) -> None:
+        assert controller.ready() == (True, "ok")
+        controller.observe_watches = lambda: None  # type: ignore[method-assign]  # a held tick
+        api.watch_statuses["nodes"] = "failing"
+        await settle(20)
+        ok, why = controller.ready()
+        assert not ok
+        assert "watch of nodes failing" in why
+
+    run_scenario(FakeApi([node_obj("n")]), scenario, default_pool=POOL, status_interval=1.0)
+
+
 def test_nodes_with_foreign_cidrs_follows_the_nodes() -> None:
     theirs = node_obj("a", cidrs=["10.99.0.0/24"], managers=[KCM])
     samples: list[float | None] = []

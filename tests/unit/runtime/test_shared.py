@@ -1,6 +1,7 @@
 """One list and watch for several informers (local_ccm.runtime.shared): each consumer keeps its
-own projection and cache, the API server sees one LIST and one WATCH; a relist or a broken
-stream of the shared watch makes the consumers relist from the shared cache."""
+own projection and cache, the API server sees one LIST and one WATCH; a relist of the shared
+watch makes the consumers relist from the shared cache, a broken stream makes them "failing"
+until the shared watch resumes from the same version."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import asyncio
 import random
 from typing import Any
 
-from local_ccm.kube.errors import Gone
+from local_ccm.kube.errors import Gone, Transient
 from local_ccm.kube.informer import Informer, Page
 from local_ccm.runtime.shared import SharedWatch
 from tests.fakes.clock import FakeClock, settle
@@ -27,8 +28,12 @@ def labels_of(obj: Obj) -> dict[str, str]:
     return dict(obj["metadata"]["labels"])
 
 
+CLOCKS: list[FakeClock] = []
+
+
 async def world() -> tuple[FakeListWatch, SharedWatch, Informer[str], Informer[dict[str, str]]]:
     source, clock = FakeListWatch(), FakeClock()
+    CLOCKS[:] = [clock]
     source.pages.append(Page([node("a", "5"), node("b", "6")], "9"))
     shared = SharedWatch(source, clock, random.Random(1), "nodes")
     first: Informer[str] = Informer(shared.view(), name_of, clock=clock, rng=random.Random(2))
@@ -79,6 +84,30 @@ def test_a_relist_of_the_shared_watch_makes_the_consumers_relist_from_its_cache(
         source.stream.send("MODIFIED", node("d", "22", role="w"))
         await settle()
         assert second.cache["d"] == {"role": "w"}
+        for informer in (first, second):
+            informer.stop()
+        assert shared.informer is not None
+        shared.informer.stop()
+        await settle()
+
+    asyncio.run(main())
+
+
+def test_an_outage_of_the_shared_watch_is_failing_for_every_consumer_without_a_relist() -> None:
+    async def main() -> None:
+        source, shared, first, second = await world()
+        source.open_errors.append(Transient(503, "ServiceUnavailable", "connection refused"))
+        source.stream.end(Transient(503, "ServiceUnavailable", "connection refused"))
+        await settle()
+        assert [first.status(), second.status()] == ["failing", "failing"]
+        await CLOCKS[0].run_until(lambda: len(source.streams) == 3, timeout=60)
+        await settle()  # the shared watch's backoff: one retry refused, the next one connects
+        assert [first.status(), second.status()] == ["connected", "connected"]
+        source.stream.send("ADDED", node("e", "30"))
+        await settle()
+        assert "e" in first.cache
+        assert "e" in second.cache
+        assert len(source.list_calls) == 1  # nobody relisted
         for informer in (first, second):
             informer.stop()
         assert shared.informer is not None
