@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from ipaddress import ip_address
 from typing import Any
 
+from local_ccm.clock import Clock
 from local_ccm.lifecycle.core.health import Episode, Scope, assess, recheck
 from local_ccm.lifecycle.core.model import (
     IPAddress,
@@ -35,7 +36,10 @@ from local_ccm.lifecycle.core.state import (
     record_probe,
     record_self_check,
 )
+from local_ccm.lifecycle.health import Status, add_checks
+from local_ccm.runtime import process
 from local_ccm.runtime.events import rfc3339 as format_time
+from local_ccm.runtime.serve import Checks
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 AUTOSCALER = {
@@ -217,3 +221,10 @@ def addresses(*texts: str) -> tuple[IPAddress, ...]:
 
 def names_of(nodes: Iterable[NodeView]) -> list[str]:
     return sorted(n.name for n in nodes)
+
+
+def health_checks(status: Status, clock: Clock, interval: float) -> tuple[Checks, Checks]:
+    """(/healthz, /readyz) as the binary wires them: the runtime's and the loop's."""
+    healthz, readyz = process.process_checks(status, clock)
+    add_checks(healthz, readyz, status, clock, interval)
+    return healthz, readyz

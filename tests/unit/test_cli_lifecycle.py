@@ -10,9 +10,10 @@ import pytest
 
 from local_ccm import __version__
 from local_ccm.cli.lifecycle import main
-from local_ccm.lifecycle.health import Status, health_checks
+from local_ccm.lifecycle.health import Status
 from local_ccm.lifecycle.nodeapi import required_access
 from tests.fakes.clock import FakeClock
+from tests.fakes.lifecycle import health_checks
 
 
 def test_help_prints_usage_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
@@ -54,8 +55,7 @@ def test_an_unusable_metrics_cert_dir_exits_2_in_one_line(
 
 
 def test_out_of_service_needs_patch_and_volume_attachments() -> None:
-    needed = {str(a) for a in required_access(event_namespace="e", lease_namespace="n",
-                                               lease_name=None, out_of_service=True)}  # fmt: skip
+    needed = {str(a) for a in required_access(event_namespace="e", out_of_service=True)}
     assert {"patch nodes", "list volumeattachments.storage.k8s.io"} <= needed
     assert not any("leases" in a for a in needed)
 

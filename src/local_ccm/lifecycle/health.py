@@ -24,14 +24,6 @@ class Status(process.Status):
     last_evaluation: float | None = None
 
 
-def health_checks(status: Status, clock: Clock, interval: float) -> tuple[Checks, Checks]:
-    """(/healthz, /readyz): the runtime's and the loop's. API outages fail readiness, never
-    liveness."""
-    healthz, readyz = process.process_checks(status, clock)
-    add_checks(healthz, readyz, status, clock, interval)
-    return healthz, readyz
-
-
 def add_checks(
     healthz: Checks, readyz: Checks, status: Status, clock: Clock, interval: float
 ) -> None:

@@ -11,13 +11,13 @@ from typing import Any
 from local_ccm.kube import errors as ke
 from local_ccm.lifecycle.core.health import Scope
 from local_ccm.lifecycle.core.state import LoopConfig, PipelineSettings
-from local_ccm.lifecycle.health import Status, health_checks
+from local_ccm.lifecycle.health import Status
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.nodeapi import Obj
 from local_ccm.lifecycle.run import Controller
 from local_ccm.validate import CountOrPercent
 from tests.fakes.clock import START_WALL, FakeClock, settle
-from tests.fakes.lifecycle import FakeProber, raw_node
+from tests.fakes.lifecycle import FakeProber, health_checks, raw_node
 from tests.fakes.nodes import FakeNodeApi
 
 INTERVAL = 1.0

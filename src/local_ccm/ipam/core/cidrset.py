@@ -16,7 +16,6 @@ from __future__ import annotations
 import bisect
 import ipaddress
 import re
-from collections.abc import Iterator
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 Holder = tuple[str, str]
@@ -99,19 +98,6 @@ class BlockSet:
         byte_index = self._hints[page_index] = found.start()
         byte = page[byte_index]
         return page_index * PAGE_BLOCKS + byte_index * 8 + (~byte & (byte + 1)).bit_length() - 1
-
-    def used_indices(self) -> Iterator[int]:
-        """Every used block index, ascending."""
-        for page_index in sorted(self._pages):
-            page = self._pages[page_index]
-            for byte_index, byte in enumerate(page):
-                for bit in range(8):
-                    if byte & (1 << bit):
-                        yield page_index * PAGE_BLOCKS + byte_index * 8 + bit
-
-    def memory_bytes(self) -> int:
-        """Bytes held by the bitmap: leaf pages plus the page summary."""
-        return sum(len(page) for page in self._pages.values()) + (self._full.bit_length() + 7) // 8
 
     # ------------------------------------------------------------ changes
 
@@ -251,10 +237,6 @@ class ReservationSet:
         high = bisect.bisect_right(self._starts, (end, cidr.max_prefixlen))
         found.extend(_network(self.version, s, p) for s, p in self._starts[low:high])
         return found
-
-    def is_reserved(self, cidr: IPNetwork) -> bool:
-        """Whether any reservation intersects `cidr`."""
-        return bool(self.intersecting(cidr))
 
     def _check(self, cidr: IPNetwork) -> None:
         if cidr.version != self.version:
