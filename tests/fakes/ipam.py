@@ -16,7 +16,7 @@ from typing import Any
 
 from local_ccm.ipam.core.model import FINALIZER
 from local_ccm.ipam.metrics import IpamMetrics
-from local_ccm.ipam.nodeapi import Access, Obj, Watched
+from local_ccm.ipam.nodeapi import Obj, Watched
 from local_ccm.ipam.run import Controller, Settings
 from local_ccm.kube.errors import ApiError, Conflict, Invalid, NotFound, Transient
 from local_ccm.kube.informer import Page, WatchStatus
@@ -149,9 +149,6 @@ class FakeApi:
     async def create_event(self, namespace: str, body: Obj) -> Obj:
         self.events.append(body)
         return body
-
-    async def can_i(self, access: Access) -> bool:
-        return True
 
     def reasons(self, name: str) -> list[str]:
         return [e["reason"] for e in self.events if e["involvedObject"]["name"] == name]

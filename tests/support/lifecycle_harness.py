@@ -27,7 +27,7 @@ from local_ccm.cli.lifecycle import Started, run_lifecycle
 from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import NotFound
-from local_ccm.lifecycle.nodeapi import Access, NodeApi, NodeEvent, NodeList, Obj
+from local_ccm.lifecycle.nodeapi import NodeApi, NodeEvent, NodeList, Obj
 from local_ccm.lifecycle.options import LifecycleOptions, load_options
 from local_ccm.lifecycle.probe import Prober
 from tests.support.cleanup import NodeFactory, Tracker
@@ -282,6 +282,3 @@ class NamedNodes:
 
     async def create_event(self, namespace: str, body: Obj) -> None:
         await self.inner.create_event(namespace, body)
-
-    async def can_i(self, access: Access) -> bool:
-        return await self.inner.can_i(access)

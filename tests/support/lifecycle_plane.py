@@ -26,7 +26,7 @@ from typing import Any
 from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import ApiError
-from local_ccm.lifecycle.nodeapi import Access, NodeApi, NodeEvent, NodeList, Obj
+from local_ccm.lifecycle.nodeapi import NodeApi, NodeEvent, NodeList, Obj
 from tests.support import names
 from tests.support.audit import AuditEvent, audit_log, service_account_user
 from tests.support.cleanup import NodeFactory, Tracker
@@ -182,6 +182,3 @@ class HeldWatch:
 
     async def create_event(self, namespace: str, body: Obj) -> None:
         await self._api().create_event(namespace, body)
-
-    async def can_i(self, access: Access) -> bool:
-        return await self._api().can_i(access)

@@ -136,11 +136,10 @@ def build_unit(
 
 
 def permissions(options: LifecycleOptions) -> list[Access]:
-    needed = required_access(
-        event_namespace=options.event_namespace, lease_namespace="", lease_name=None,
+    return required_access(
+        event_namespace=options.event_namespace,
         out_of_service=options.settings.out_of_service_taint,
-    )  # fmt: skip
-    return [Access(a.verb, a.resource, a.group, a.namespace, a.name) for a in needed]
+    )
 
 
 def loop_config(options: LifecycleOptions) -> LoopConfig:

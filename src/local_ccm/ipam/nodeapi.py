@@ -16,10 +16,10 @@ from typing import Any, Literal, Protocol
 from local_ccm.kube.aio import AsyncClient, KubeListWatch
 from local_ccm.kube.errors import NotFound
 from local_ccm.kube.informer import ListWatch
-from local_ccm.kube.nodes import Access, KubeNodeApi, Obj, TokenBucket
+from local_ccm.kube.nodes import KubeNodeApi, Obj, TokenBucket
 from local_ccm.kube.resources import CLUSTER_CIDRS, NODES
 
-__all__ = ["Access", "IpamApi", "KubeIpamApi", "Obj", "TokenBucket", "Watched"]
+__all__ = ["IpamApi", "KubeIpamApi", "Obj", "TokenBucket", "Watched"]
 
 Watched = Literal["nodes", "clustercidrs"]
 RequestCounter = Callable[[str, str, str], None]  # (verb, resource, code)
@@ -49,7 +49,6 @@ class IpamApi(Protocol):
         ...
 
     async def create_event(self, namespace: str, body: Obj) -> Obj: ...
-    async def can_i(self, access: Access) -> bool: ...
 
 
 class KubeIpamApi(KubeNodeApi):

@@ -1,5 +1,5 @@
 """What node-lifecycle-controller adds to the Node API adapter: slimmed LIST pages, the
-VolumeAttachments of a Node, and the permissions it checks at start-up.
+VolumeAttachments of a Node, and the permissions it needs.
 
 Errors are the kinds of ``local_ccm.kube.errors``; the loop has one policy for each.
 """
@@ -16,7 +16,7 @@ from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.nodes import Access, NodeEvent, NodeList, Obj
 from local_ccm.lifecycle.core.model import slim_node
 
-__all__ = ["Access", "KubeNodeApi", "NodeApi", "NodeEvent", "NodeList", "Obj"]
+__all__ = ["KubeNodeApi", "NodeApi", "NodeEvent", "NodeList", "Obj"]
 
 VOLUME_ATTACHMENTS = r.Resource(
     "storage.k8s.io", "v1", "volumeattachments", "VolumeAttachment", namespaced=False
@@ -40,7 +40,6 @@ class NodeApi(Protocol):
     async def patch_node(self, name: str, operations: Sequence[Obj]) -> Obj: ...
     async def count_volume_attachments(self, node_name: str) -> int: ...
     async def create_event(self, namespace: str, body: Obj) -> object: ...
-    async def can_i(self, access: Access) -> bool: ...
 
 
 RequestObserver = Callable[[str, str, str], None]  # verb, resource, code
@@ -75,19 +74,11 @@ class KubeNodeApi(kn.KubeNodeApi):
         )
 
 
-def required_access(
-    *, event_namespace: str, lease_namespace: str, lease_name: str | None, out_of_service: bool
-) -> tuple[Access, ...]:
-    """What the controller needs; `lease_name` None when leader election is off."""
+def required_access(*, event_namespace: str, out_of_service: bool) -> list[Access]:
+    """What the loop needs; leader election adds its own (`runtime.access.lease_permissions`)."""
     needed = [Access(verb, "nodes") for verb in ("get", "list", "watch", "delete")]
     needed.append(Access("create", "events", namespace=event_namespace))
-    if lease_name is not None:
-        needed += [
-            Access("get", "leases", "coordination.k8s.io", lease_namespace, lease_name),
-            Access("create", "leases", "coordination.k8s.io", lease_namespace),
-            Access("update", "leases", "coordination.k8s.io", lease_namespace, lease_name),
-        ]
     if out_of_service:
         needed.append(Access("patch", "nodes"))
         needed.append(Access("list", "volumeattachments", "storage.k8s.io"))
-    return tuple(needed)
+    return needed

@@ -46,10 +46,7 @@ class FakeReviews:
             raise self.errors.pop(0)
 
 
-ACCESS = required_access(
-    event_namespace="default", lease_namespace="", lease_name=None, out_of_service=False
-)
-NEEDED = [Access(a.verb, a.resource, a.group, a.namespace, a.name) for a in ACCESS]
+NEEDED = required_access(event_namespace="default", out_of_service=False)
 NEEDED += lease_permissions("kube-system", "nlc")
 
 
