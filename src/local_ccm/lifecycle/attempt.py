@@ -1,17 +1,13 @@
-"""One deletion attempt: a fresh quorum GET and the re-check on
-it, the optional out-of-service taint and wait, then the DELETE with uid + resourceVersion
-preconditions, or its dry-run.
-
-The loop starts one per `DeleteAction` with :func:`run_attempt` and records the result. What
-the attempt needs from the loop is the :class:`AttemptHost` seam; errors of the kube layer
-other than those each step handles end the attempt as `aborted` in the loop.
+"""One deletion attempt: a fresh quorum GET and the re-check on it, the optional
+out-of-service taint and wait, then the DELETE with uid + resourceVersion preconditions, or
+its dry-run. Kube errors no step handles end the attempt as `aborted` in the loop.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from local_ccm.clock import Clock
 from local_ccm.kube import errors as ke
@@ -67,18 +63,14 @@ class AttemptHost(Protocol):
 
 
 async def run_attempt(host: AttemptHost, action: DeleteAction) -> AttemptResult:
-    """The end of the pipeline for one Node (fresh re-read and re-check, optional
-    out-of-service taint, DELETE); the result for `record_attempt` and the metric."""
+    """The result for `record_attempt` and the metric."""
     return await _Attempt(host, action).run()
-
-
-def _fields(action: DeleteAction) -> dict[str, Any]:
-    return kv(node=action.name, uid=action.uid)
 
 
 class _Attempt:
     def __init__(self, host: AttemptHost, action: DeleteAction) -> None:
-        self.host, self.action, self.fields = host, action, _fields(action)
+        self.host, self.action = host, action
+        self.fields = kv(node=action.name, uid=action.uid)
 
     async def run(self) -> AttemptResult:
         fresh = await self.fresh()

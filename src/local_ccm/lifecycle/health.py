@@ -1,7 +1,5 @@
 """What node-lifecycle-controller adds to the process runtime's health checks (its evaluations
-and its Node cache) and its leader gauge. The process itself (health server first, access
-check, election, graceful stop) is `local_ccm.runtime.process`.
-"""
+and its Node cache) and its leader gauge."""
 
 from __future__ import annotations
 

@@ -127,19 +127,13 @@ def _icmp_capability(family: Family, mode: IcmpMode) -> Capability:
     tried: tuple[SocketMode, ...] = ("raw", "datagram") if mode == "auto" else (mode,)
     problems = []
     for socket_mode in tried:
-        problem = _try_icmp_socket(family, socket_mode)
-        if problem is None:
-            return Capability("icmp", family, True, socket_mode)
-        problems.append(problem)
+        icmp = _open_icmp(family, socket_mode)
+        if isinstance(icmp, str):
+            problems.append(icmp)
+            continue
+        icmp.close()
+        return Capability("icmp", family, True, socket_mode)
     return Capability("icmp", family, False, problem="; ".join(problems))
-
-
-def _try_icmp_socket(family: Family, mode: SocketMode) -> str | None:
-    icmp = _open_icmp(family, mode)
-    if isinstance(icmp, str):
-        return icmp
-    icmp.close()
-    return None
 
 
 def _permission_remedy(family: Family, mode: SocketMode) -> str:

@@ -1,19 +1,13 @@
 """The node-lifecycle-controller's loop.
 
-While leading, a :class:`Controller` keeps the Nodes in an `Informer` (one LIST, then WATCH;
-``local_ccm.kube.informer``) whose cache holds `NodeView` projections. Every watch change,
-finished probe or attempt, and every `--reconcile-interval`, it evaluates the cache with the
-pure core (`health.assess` → `plan.plan_deletions`) and performs the plan: Events, probes
-(independent tasks, so probing never blocks evaluation), the self-check, and deletion attempts
-(fresh GET, re-check, optional out-of-service taint, DELETE with uid + resourceVersion
-preconditions).
-Results flow back through `record_probe`, `record_self_check` and `record_attempt`; one
-deletion attempt is `local_ccm.lifecycle.attempt`, its health checks
-`local_ccm.lifecycle.health`; leadership and the process are `local_ccm.runtime.process`.
+While leading, a :class:`Controller` keeps the Nodes in an `Informer` cache of `NodeView`s.
+Every watch change, finished probe or attempt, and every `--reconcile-interval`, it evaluates
+the cache with the pure core (`assess` → `plan_deletions`) and performs the plan: Events,
+probes and the self-check (tasks, so probing never blocks evaluation), deletion attempts
+(`lifecycle.attempt`). Results flow back through `record_probe`, `record_self_check` and
+`record_attempt`.
 
 One event loop, no locks: state is only changed by code running on it, between awaits.
-Time comes from an injected `Clock`, the API from a `NodeApi`, probes from a `Prober`, so
-unit tests drive the loop with fakes and never sleep.
 """
 
 from __future__ import annotations
@@ -59,10 +53,6 @@ log = logging.getLogger(__name__)
 MIN_WAKE = 0.05
 
 
-def _always() -> bool:
-    return True
-
-
 def _node_kv(name: str, uid: str, **more: object) -> dict[str, Any]:
     return kv(node=name, uid=uid, **more)
 
@@ -96,7 +86,7 @@ class Controller:
         status: Status,
         identity: str,
         rng: random.Random | None = None,
-        may_write: Callable[[], bool] = _always,
+        may_write: Callable[[], bool] = lambda: True,
         write_timeout: float = 10.0,
         nodes: ListWatch | None = None,
     ) -> None:

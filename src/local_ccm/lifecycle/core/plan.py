@@ -1,11 +1,8 @@
 """What the deletion pipeline decides: the circuit breaker, probe freshness, the rate limit,
 the self-check peers, and the walk over the eligible Nodes.
 
-Pure, no I/O, no clock: `now` is monotonic seconds, always passed in. `plan_deletions` walks
-the eligible Nodes oldest first and returns what to do as data: probes to start, Events to
-send, deletions to attempt, and the next `PipelineState` (the data are
-`local_ccm.lifecycle.core.state`). The loop performs them and reports back through
-`record_probe`, `record_self_check` and `record_attempt` of that module.
+Pure, no I/O, no clock: `now` is monotonic seconds, always passed in. `plan_deletions` returns
+what to do as data (`lifecycle.core.state`); the loop performs it and reports back.
 """
 
 from __future__ import annotations
@@ -14,11 +11,10 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
 
 from local_ccm.lifecycle.core import events as ev
 from local_ccm.lifecycle.core.health import Assessment, Health, Scope
-from local_ccm.lifecycle.core.model import IPAddress, NodeView, probe_addresses, summarize
+from local_ccm.lifecycle.core.model import IPAddress, NodeView, summarize
 from local_ccm.lifecycle.core.state import (
     Attempt,
     Breaker,
@@ -69,9 +65,9 @@ def rate_tokens(starts: Iterable[float], now: float, interval: float, limit: int
 
 
 def self_check_peers(
-    nodes: Iterable[NodeView], scope: Scope, sample: int, rng: random.Random, **address_opts: Any
+    nodes: Iterable[NodeView], scope: Scope, settings: PipelineSettings, rng: random.Random
 ) -> tuple[NodeView, ...]:
-    """Up to `sample` random Ready peers, not the own node, not terminating, with a
+    """Up to `self_check_sample` random Ready peers, not the own node, not terminating, with a
     probeable address; control-plane Nodes may be peers."""
     peers = sorted(
         (
@@ -80,11 +76,11 @@ def self_check_peers(
             if n.ready == "True"
             and n.deletion_timestamp is None
             and n.name != scope.own_node
-            and probe_addresses(n, **address_opts)
+            and settings.addresses(n)
         ),
         key=lambda n: n.name,
     )
-    return tuple(rng.sample(peers, min(sample, len(peers))))
+    return tuple(rng.sample(peers, min(settings.self_check_sample, len(peers))))
 
 
 # ------------------------------------------------------------------ the walk
@@ -99,8 +95,7 @@ def plan_deletions(
     rng: random.Random,
 ) -> Plan:
     """Breaker, probe verdict, self-check and rate limit for every eligible Node, oldest `t0`
-    first. `nodes` is the whole
-    cache (self-check peers may be outside the scope); `now` is monotonic seconds."""
+    first. `nodes` is the whole cache (self-check peers may be outside the scope)."""
     walk = _Walk(assessment, nodes, scope, state, settings, now=now, rng=rng)
     for health in assessment.eligible:
         walk.step(health)
@@ -160,7 +155,6 @@ class _Walk:
             self.decide(health, "in_progress" if attempt == "running" else "dry_run_done")
         elif self.breaker.open:  # checked before probing
             self.skip(health, "breaker_open", ev.BLOCKED_BY_CIRCUIT_BREAKER, str(self.breaker))
-            self.decide(health, "breaker_open")
         elif self.verdict(health) and self.self_check_passed(health):
             self.gate(health)
 
@@ -174,7 +168,6 @@ class _Walk:
         if tokens <= 0:
             message = f"at most {self.settings.max_deletions} deletion(s) per interval"
             self.skip(health, "rate_limited", ev.RATE_LIMITED, message)
-            self.decide(health, "rate_limited")
             return
         self.decide(health, "delete")
         self.deletions.append(self.delete_action(health))
@@ -200,8 +193,7 @@ class _Walk:
         addresses = self.settings.addresses(node)
         if not addresses:
             message = _no_address_message(node, self.settings)
-            self.skip(health, "unknown", ev.NO_PROBE_ADDRESS, message)
-            self.decide(health, "no_address")
+            self.skip(health, "unknown", ev.NO_PROBE_ADDRESS, message, "no_address")
             return False
         record = self.probes.get(node.uid)
         if may_start_probe(record, self.now, self.settings.interval):
@@ -217,10 +209,8 @@ class _Walk:
         if verdict == "reachable":
             replied = [o for o in record.outcomes if o.outcome == "reply"]
             self.skip(health, "reachable", ev.NODE_REACHABLE, summarize(replied[:1]))
-            self.decide(health, "reachable")
         elif verdict == "unknown":
             self.skip(health, "unknown", ev.PROBE_FAILED, summarize(record.outcomes))
-            self.decide(health, "unknown")
         return verdict == "unreachable"
 
     def start_probe(
@@ -247,7 +237,6 @@ class _Walk:
                 return True
             message = f"no reachable peer among {', '.join(check.peers)}"
             self.skip(health, "self_check_failed", ev.BLOCKED_BY_SELF_CHECK, message)
-            self.decide(health, "self_check_failed")
             return False
         requested = self.state.self_check_pending or self.peer_requests
         if not requested and not self.request_self_check():
@@ -257,10 +246,7 @@ class _Walk:
 
     def request_self_check(self) -> bool:
         """Choose peers and ask for their probes; False when there is no peer (skipped)."""
-        peers = self_check_peers(
-            self.nodes, self.scope, self.settings.self_check_sample, self.rng,
-            all_addresses=self.settings.probe_all_addresses, families=self.settings.families,
-        )  # fmt: skip
+        peers = self_check_peers(self.nodes, self.scope, self.settings, self.rng)
         if not peers:
             self.state = replace(self.state, self_check=SelfCheck(self.now, "skipped"))
             return False
@@ -273,11 +259,15 @@ class _Walk:
     def decide(self, health: Health, step: Step) -> None:
         self.decisions.append(Decision(health.node.uid, health.node.name, step))
 
-    def skip(self, health: Health, reason: SkipReason, event: str, message: str) -> None:
+    def skip(
+        self, health: Health, reason: SkipReason, event: str, message: str, step: Step | None = None
+    ) -> None:
+        """Count the skip once per episode, announce it and stop the walk at `step`."""
         if (health.node.uid, reason) not in self.skipped:
             self.skipped.add((health.node.uid, reason))
             self.skips.append((health.node.uid, reason))
         self.announce(health, event, message)
+        self.decide(health, step or reason)
 
     def announce(self, health: Health, reason: str, message: str) -> None:
         """At most one Event per (uid, reason) per episode."""
