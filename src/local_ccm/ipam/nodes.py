@@ -156,7 +156,7 @@ class NodeWork:
         self.todo.discard(uid)
         self.waiting.pop(uid, None)
         self.first_seen.pop(uid, None)
-        owners = self.allocator.node_cidrs(uid)
+        owners = self.allocator.ledger.node_cidrs(uid)
         released = self.allocator.release(uid, self.clock.monotonic())
         if not released:
             return
@@ -184,7 +184,7 @@ class NodeWork:
     async def allocation_loop(self) -> None:
         while True:
             timeout = self.retry_interval
-            expiry = self.allocator.next_expiry()
+            expiry = self.allocator.ledger.next_expiry()
             if expiry is not None:
                 timeout = max(0.0, min(timeout, expiry - self.clock.monotonic()))
             await unless_stopped(self.clock.sleep(timeout), self.wake)
@@ -193,7 +193,7 @@ class NodeWork:
             self.wake.clear()
             if (fatal := self.fatal()) is not None:
                 raise fatal
-            if self.allocator.expire(self.clock.monotonic()):
+            if self.allocator.ledger.expire(self.clock.monotonic()):
                 self.todo.update(self.waiting)
             self.allocate_pass()
 

@@ -307,8 +307,8 @@ class Controller:
             reasons["exhausted" if why == "Exhausted" else "no_matching_clustercidr"] += 1
         for label, count in reasons.items():
             self.metrics.waiting.labels(label).set(count)
-        self.metrics.unowned.set(self.allocator.unowned_count())
-        self.metrics.conflicts.set(self.allocator.conflict_count())
+        self.metrics.unowned.set(self.allocator.ledger.unowned_count())
+        self.metrics.conflicts.set(self.allocator.ledger.conflict_count())
         default = self.settings.default_pool
         if default is not None:
             usage = self.allocator.usage(default.name)

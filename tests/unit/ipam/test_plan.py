@@ -228,7 +228,7 @@ def test_i16_cidr_of_a_family_the_pool_lacks_is_reserved_and_unowned() -> None:
     [rec] = alloc.recover([node("legacy-dual", cidrs=["10.60.0.0/24", "fd00:60::/120"])])
     assert rec.owners == ((nets("10.60.0.0/24")[0], "v4-catch"), (nets("fd00:60::/120")[0], None))
     assert rec.unowned == nets("fd00:60::/120")
-    assert alloc.unowned_count() == 1
+    assert alloc.ledger.unowned_count() == 1
     usage = alloc.usage("v4-catch")
     assert usage is not None
     assert (usage.nodes, usage.families[0].allocated) == (1, 1)
@@ -283,7 +283,7 @@ def test_i20_vanished_pool_leaves_its_cidrs_reserved_and_unowned() -> None:
     alloc = allocator(gone)
     alloc.recover([node("p", {"g": "2"}, ["10.75.0.0/24"])])
     assert alloc.remove_pool("gone-cc") == ("p",)
-    assert alloc.unowned_count() == 1
+    assert alloc.ledger.unowned_count() == 1
     assert alloc.allocate(node("q", {"g": "2"})) == Waiting("q", "NoMatchingClusterCIDR")
     again = cc("again-cc", "10.75.0.0/23", "", 8, one_term(g="2"))
     alloc.set_pool(again.pool(), ready=True, uid=again.uid)
@@ -353,12 +353,12 @@ def test_i25_reuse_delay_quarantines_released_blocks() -> None:
     give(alloc, node("a"))
     give(alloc, node("b"))
     alloc.release("uid-a", now=100.0)
-    assert alloc.next_expiry() == 110.0
+    assert alloc.ledger.next_expiry() == 110.0
     assert isinstance(alloc.allocate(node("c")), Waiting)
-    assert alloc.expire(now=109.9) is False
+    assert alloc.ledger.expire(now=109.9) is False
     assert isinstance(alloc.allocate(node("c")), Waiting)
-    assert alloc.expire(now=110.0) is True
-    assert alloc.next_expiry() is None
+    assert alloc.ledger.expire(now=110.0) is True
+    assert alloc.ledger.next_expiry() is None
     assert give(alloc, node("c")) == ("10.79.0.0/24",)
 
 
@@ -390,10 +390,10 @@ def test_i32_overlapping_node_cidrs_are_all_reserved_and_reported() -> None:
     alloc = allocator(cc("c", "10.83.0.0/23", "", 8))
     rec1, rec2 = alloc.recover([node("c1", {}, ["10.83.0.0/24"]), node("c2", {}, ["10.83.0.0/25"])])
     assert (rec1.conflicts, rec2.conflicts) == ((), ("c1",))
-    assert alloc.conflict_count() == 1
+    assert alloc.ledger.conflict_count() == 1
     assert give(alloc, node("n")) == ("10.83.1.0/24",)
     alloc.release("uid-c1", now=0.0)
-    assert alloc.conflict_count() == 0
+    assert alloc.ledger.conflict_count() == 0
     assert isinstance(alloc.allocate(node("m")), Waiting)  # c2's /25 still blocks block 0
     alloc.release("uid-c2", now=0.0)
     assert give(alloc, node("m")) == ("10.83.0.0/24",)
@@ -434,7 +434,7 @@ def test_pending_allocation_is_stable_and_abort_frees_it_without_delay() -> None
     assert isinstance(first, Allocation)
     assert alloc.is_pending("uid-a")
     assert alloc.abort("uid-a") == nets("10.0.0.0/24")
-    assert alloc.next_expiry() is None
+    assert alloc.ledger.next_expiry() is None
     assert give(alloc, node("b")) == ("10.0.0.0/24",)
     assert alloc.abort("uid-b") == ()  # committed: never released by abort
 
@@ -453,7 +453,7 @@ def test_other_writer_replacing_our_pending_write_releases_ours() -> None:
     alloc.allocate(node("a"))
     rec = alloc.record(node("a", {}, ["10.0.1.0/24"]))
     assert rec.foreign
-    assert dict(alloc.node_cidrs("uid-a")) == {nets("10.0.1.0/24")[0]: "p"}
+    assert dict(alloc.ledger.node_cidrs("uid-a")) == {nets("10.0.1.0/24")[0]: "p"}
     assert give(alloc, node("b")) == ("10.0.0.0/24",)
 
 
@@ -496,6 +496,6 @@ def test_usage_counts_overlapping_owned_cidrs_once_and_follows_releases() -> Non
     assert usage is not None
     assert (usage.nodes, usage.families[0].allocated, usage.families[0].free) == (2, 1, 3)
     assert alloc.remove_pool("p") == ("dup", "late")
-    assert alloc.unowned_count() == 2
+    assert alloc.ledger.unowned_count() == 2
     alloc.release("uid-dup", now=0.0)
-    assert alloc.unowned_count() == 1
+    assert alloc.ledger.unowned_count() == 1

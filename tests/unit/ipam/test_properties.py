@@ -74,7 +74,10 @@ def _check_usage(alloc: Allocator, model: Model, now: float) -> None:
             blocks = _blocks(pool, fam.network.version)
             used = sum(_overlaps(b, taken) for b in blocks)
             owned = [
-                c for uid in model.live for c, o in alloc.node_cidrs(uid).items() if o == pool.name
+                c
+                for uid in model.live
+                for c, o in alloc.ledger.node_cidrs(uid).items()
+                if o == pool.name
             ]
             allocated = sum(_overlaps(b, owned) for b in blocks)
             assert (fam.capacity, fam.free) == (len(blocks), len(blocks) - used)
@@ -111,7 +114,7 @@ def test_no_block_is_given_twice_and_usage_is_exact(sequence: list[Op], delay: b
             alloc.record(node(f"f{a}{b}", {}, [str(cidr)], uid=f"f{a}{b}"))
             model.live[f"f{a}{b}"] = [cidr]
         elif kind == "expire":
-            alloc.expire(now)
+            alloc.ledger.expire(now)
             model.quarantined = [(t, c) for t, c in model.quarantined if t > now]
         _check_usage(alloc, model, now)
 

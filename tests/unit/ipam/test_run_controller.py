@@ -75,7 +75,7 @@ def test_overlapping_cidrs_at_start_up_are_conflicts_and_untouched() -> None:
     controller = run_scenario(api, nothing)
     assert api.reasons("c1").count("CIDRConflict") == 1
     assert api.reasons("c2").count("CIDRConflict") == 1
-    assert controller.allocator.conflict_count() == 1
+    assert controller.allocator.ledger.conflict_count() == 1
     assert not api.node_patches
 
 

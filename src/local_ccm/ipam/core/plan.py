@@ -9,7 +9,7 @@ nothing here raises for odd data.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -123,7 +123,9 @@ class Allocator:
         self.legacy = legacy_and_terms
         self.reuse_delay = reuse_delay
         self._pools: dict[str, PoolState] = {}
-        self._ledger = Ledger(self._sets, reserved=reserved, reuse_delay=reuse_delay)
+        # Its queries (conflicts, unowned CIDRs, a Node's owners) and quarantine are read
+        # directly; every change goes through the Allocator, which keeps the pools in step.
+        self.ledger = Ledger(self._sets, reserved=reserved, reuse_delay=reuse_delay)
         self._candidates: dict[tuple[object, ...], tuple[str, ...]] = {}
 
     # ------------------------------------------------------------ pools
@@ -151,7 +153,7 @@ class Allocator:
         self._candidates.clear()
         if state is None:
             return ()
-        return tuple(sorted(self._ledger.disown(uid, name) for uid in state.owned))
+        return tuple(sorted(self.ledger.disown(uid, name) for uid in state.owned))
 
     def pool(self, name: str) -> Pool | None:
         state = self._pools.get(name)
@@ -159,7 +161,7 @@ class Allocator:
 
     def _block_sets(self, pool: Pool) -> dict[int, BlockSet]:
         return {
-            f.version: self._ledger.fill(BlockSet(f.network, f.block_prefix)) for f in pool.families
+            f.version: self.ledger.fill(BlockSet(f.network, f.block_prefix)) for f in pool.families
         }
 
     def _sets(self, version: int) -> list[BlockSet]:
@@ -189,7 +191,7 @@ class Allocator:
         all of them. Asking again for a pending Node returns the same."""
         if node.has_cidrs:
             return Skipped(node.name, "HasCIDRs")
-        entry = self._ledger.get(node.uid)
+        entry = self.ledger.get(node.uid)
         if entry is not None:
             owner = next((o for _, o in entry.owners if o), "")
             return Allocation(node.name, node.uid, owner, entry.cidrs)
@@ -224,7 +226,7 @@ class Allocator:
 
     def commit(self, uid: str) -> None:
         """The write landed: the pool owns the CIDRs for good (2xx)."""
-        self._ledger.commit(uid)
+        self.ledger.commit(uid)
 
     def abort(self, uid: str) -> tuple[IPNetwork, ...]:
         """The write certainly did not land (404, other uid): release at once, no quarantine."""
@@ -233,7 +235,7 @@ class Allocator:
         return self._drop(uid, quarantine=False)
 
     def is_pending(self, uid: str) -> bool:
-        entry = self._ledger.get(uid)
+        entry = self.ledger.get(uid)
         return entry is not None and entry.pending
 
     # ------------------------------------------------------------ existing CIDRs
@@ -246,7 +248,7 @@ class Allocator:
     def record(self, node: NodeView, *, recovery: bool = False) -> Recorded:
         """Reserve the CIDRs a Node holds. Ours (pending or committed) are confirmed; others
         are foreign unless seen at start-up; they replace a pending allocation of ours."""
-        entry = self._ledger.get(node.uid)
+        entry = self.ledger.get(node.uid)
         if not node.pod_cidrs:
             return Recorded(node.name, node.uid, changed=False)
         if entry is not None:
@@ -256,7 +258,7 @@ class Allocator:
             self._drop(node.uid, quarantine=False)  # theirs landed, so ours did not
         order = [self._pools[name].pool for name in self._order_all(node)]
         owners = tuple((cidr, self._owner(cidr, order)) for cidr in node.pod_cidrs)
-        conflicts = self._ledger.conflicting(node.uid, node.pod_cidrs)
+        conflicts = self.ledger.conflicting(node.uid, node.pod_cidrs)
         self._hold(node, owners, pending=False)
         return Recorded(node.name, node.uid, owners, conflicts, foreign=not recovery)
 
@@ -274,7 +276,7 @@ class Allocator:
         return None
 
     def _hold(self, node: NodeView, owners: Owners, *, pending: bool) -> None:
-        self._ledger.hold(node.uid, node.name, owners, pending=pending)
+        self.ledger.hold(node.uid, node.name, owners, pending=pending)
         for cidr, owner in owners:
             state = self._pools.get(owner) if owner else None
             if state is not None:
@@ -287,7 +289,7 @@ class Allocator:
         return self._drop(uid, quarantine=self.reuse_delay > 0, now=now)
 
     def _drop(self, uid: str, *, quarantine: bool, now: float = 0.0) -> tuple[IPNetwork, ...]:
-        entry = self._ledger.drop(uid, quarantine=quarantine, now=now)
+        entry = self.ledger.drop(uid, quarantine=quarantine, now=now)
         if entry is None:
             return ()
         for _, owner in entry.owners:
@@ -295,13 +297,6 @@ class Allocator:
             if state is not None:
                 state.disown(uid)
         return entry.cidrs
-
-    def expire(self, now: float) -> bool:
-        """Free quarantined blocks whose delay has passed; True when any became free."""
-        return self._ledger.expire(now)
-
-    def next_expiry(self) -> float | None:
-        return self._ledger.next_expiry()
 
     # ------------------------------------------------------------ status
 
@@ -314,12 +309,3 @@ class Allocator:
         """CIDRs owned by the pool; its finalizer goes once this is 0."""
         state = self._pools.get(name)
         return state.owned_cidrs if state else 0
-
-    def unowned_count(self) -> int:
-        return self._ledger.unowned_count()
-
-    def conflict_count(self) -> int:
-        return self._ledger.conflict_count()
-
-    def node_cidrs(self, uid: str) -> Mapping[IPNetwork, str | None]:
-        return self._ledger.node_cidrs(uid)
