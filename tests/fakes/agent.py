@@ -40,8 +40,8 @@ def run_async(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., N
 
 
 async def start_loop(agent: Agent, clock: FakeClock, *, timeout: float = 5) -> asyncio.Task[int]:
-    """``agent.run_loop`` without the access review, until its first pass has completed."""
-    task = asyncio.get_running_loop().create_task(agent.run_loop(check_access=False))
+    """``agent.run_loop`` until its first pass has completed."""
+    task = asyncio.get_running_loop().create_task(agent.run_loop())
     await clock.run_until(lambda: agent.health.first_pass, timeout=timeout)
     return task
 

@@ -12,7 +12,6 @@ import logging
 import random
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
-from functools import partial
 from typing import Any, TypeVar
 
 from local_ccm import names
@@ -27,7 +26,6 @@ from local_ccm.agent.providerid import ProviderIdSource, fetch_provider_id
 from local_ccm.agent.reconcile import DetectFn, Reconciler
 from local_ccm.clock import Clock, SystemClock
 from local_ccm.kube import errors as ke
-from local_ccm.kube.nodes import Access
 from local_ccm.logs import kv
 from local_ccm.netlink import Change
 
@@ -56,7 +54,7 @@ NETLINK_KINDS = {"address": "addr", "resync": "overflow"}  # Change.kind -> metr
 
 
 class PreconditionError(Exception):
-    """Exit 4 in loop mode: credentials rejected or permissions missing."""
+    """Exit 4 in loop mode: the API server rejects the credentials or refuses a start-up read."""
 
 
 class Agent:
@@ -97,16 +95,14 @@ class Agent:
         return self.reconciler.fetched_provider_id
 
     # -------------------------------------------------------------- loop mode
-    async def run_loop(self, *, check_access: bool = True) -> int:
-        """Start up (netlink, access review, LIST, first pass, watch) and run until cancelled.
-        Returns only for a failed precondition (exit 4)."""
+    async def run_loop(self) -> int:
+        """Start up (netlink, LIST, first pass, watch) and run until cancelled. Returns only
+        for a failed precondition (exit 4). The access review is the process runtime's."""
         jobs: list[asyncio.Task[None]] = []
         loop, passes = asyncio.get_running_loop(), self.reconciler
         try:
             # The monitor first, so no address change during start-up is missed.
             jobs.append(loop.create_task(self._watch_kernel()))
-            if check_access:
-                await self._check_permissions()
             await self._until_answered(f"listing Node {self.name}", passes.cache.relist)
             await self._fetch_provider_id()
             await passes.run_pass(["startup"])
@@ -153,20 +149,6 @@ class Agent:
                 failures += 1
                 self._log.warning("netlink monitor failed (%s); reopening in %.1fs", exc, delay)
                 await self.clock.sleep(delay)
-
-    async def _check_permissions(self) -> None:
-        """SelfSubjectAccessReview for every permission the loop needs; an API server that
-        is not answering yet is waited for with backoff, never a reason to exit."""
-        missing = []
-        for verb, resource, sub, namespaced in REQUIRED_ACCESS:
-            namespace = self.settings.event_namespace if namespaced else ""
-            ask = partial(
-                self.api.can_i, Access(verb, resource, namespace=namespace, subresource=sub)
-            )
-            if not await self._until_answered("checking permissions", ask):
-                missing.append(f"{verb} {resource}{'/' + sub if sub else ''}")
-        if missing:
-            raise PreconditionError("missing permissions: " + ", ".join(missing))
 
     async def _until_answered(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """`call()` until the API server answers: transient errors back off (honouring

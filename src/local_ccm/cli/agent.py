@@ -138,7 +138,7 @@ def permissions(options: AgentOptions) -> list[Access]:
 async def serve_until(agent: Agent, stop: asyncio.Event) -> int:
     """Run the loop until `stop` is set: an in-flight pass may finish (bounded)."""
     loop = asyncio.get_running_loop()
-    main = loop.create_task(agent.run_loop(check_access=False))
+    main = loop.create_task(agent.run_loop())
     stopper = loop.create_task(stop.wait())
     done, _ = await asyncio.wait({main, stopper}, return_when=asyncio.FIRST_COMPLETED)
     if main in done:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from local_ccm import names
@@ -10,7 +11,13 @@ from local_ccm.agent.core.candidates import Detection, DetectorKey
 from local_ccm.agent.core.config import AgentConfig, TypeSettings
 from local_ccm.agent.loop import EXIT_PRECONDITION, Agent, LoopSettings
 from local_ccm.agent.metrics import AgentMetrics
+from local_ccm.agent.options import AgentOptions, load_options
+from local_ccm.cli.agent import permissions
+from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.errors import Conflict, Invalid, Transient
+from local_ccm.kube.nodes import Access
+from local_ccm.runtime.process import Process, run_process
+from local_ccm.runtime.serve import Servers
 from tests.fakes.agent import FakeDetector, run_async, start_loop, stop
 from tests.fakes.clock import FakeClock
 from tests.fakes.nodes import FakeNodeApi, SentPatch
@@ -272,12 +279,38 @@ async def test_node_deleted_sends_nothing_and_a_recreated_node_is_initialised() 
     await stop(task)
 
 
+class AccessReviews:
+    """The process runtime's access reviews, answered by the fake API's
+    SelfSubjectAccessReviews (no rules review)."""
+
+    def __init__(self, api: FakeNodeApi) -> None:
+        self.api = api
+
+    async def rules(self, namespace: str) -> Sequence[Mapping[str, Any]]:
+        return ()
+
+    async def allowed(self, permission: Access) -> bool:
+        return await self.api.can_i(permission)
+
+
+def agent_process(agent: Agent, api: FakeNodeApi, clock: FakeClock) -> Process:
+    """The agent's loop as its binary runs it: the runtime's access review first."""
+    cluster = ClusterConfig(server="https://192.0.2.1:6443", source="fake")
+    options = load_options(["--node-name=n1"], {}, resolve=lambda *_: cluster)
+    assert isinstance(options, AgentOptions)
+    return Process(
+        prog=names.AGENT, clock=clock, stop=asyncio.Event(),
+        serve=lambda healthz, readyz: Servers([], None, None), reviews=AccessReviews(api),
+        permissions=permissions(options), work=lambda _: agent.run_loop(),
+    )  # fmt: skip
+
+
 @run_async
 async def test_missing_permissions_exit_4() -> None:
     api, detector, clock = tainted()
     api.denied = {"patch nodes/status", "create events"}
     agent = make(api, detector, clock)
-    assert await agent.run_loop() == EXIT_PRECONDITION
+    assert await run_process(agent_process(agent, api, clock)) == EXIT_PRECONDITION
     assert "list" not in api.calls
 
 
@@ -287,7 +320,8 @@ async def test_an_unreachable_api_server_during_the_permission_check_is_waited_f
     refused = Transient(0, "ConnectionRefused", "connection refused")
     api.ssar_fail_next = [refused for _ in range(3)]
     agent = make(api, detector, clock)
-    task = asyncio.get_running_loop().create_task(agent.run_loop())
+    process = agent_process(agent, api, clock)
+    task = asyncio.get_running_loop().create_task(run_process(process))
     await clock.run_until(lambda: agent.health.first_pass, timeout=60)
     assert not task.done()
     assert api.calls[:4] == ["ssar"] * 4
