@@ -7,7 +7,7 @@ Errors are the kinds of ``local_ccm.kube.errors``; the loop has one policy for e
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
 from local_ccm.kube import nodes as kn
@@ -42,9 +42,6 @@ class NodeApi(Protocol):
     async def create_event(self, namespace: str, body: Obj) -> object: ...
 
 
-RequestObserver = Callable[[str, str, str], None]  # verb, resource, code
-
-
 class KubeNodeApi(kn.KubeNodeApi):
     """:class:`NodeApi` over :class:`AsyncClient`; `observe` feeds `api_requests_total`; LIST
     pages come slimmed."""
@@ -54,14 +51,12 @@ class KubeNodeApi(kn.KubeNodeApi):
         client: AsyncClient,
         *,
         write_timeout: float | None = None,
-        observe: RequestObserver | None = None,
+        observe: kn.RequestObserver = lambda verb, resource, code, seconds: None,
         rng: random.Random | None = None,
     ) -> None:
-        count = observe or (lambda verb, resource, code: None)
         super().__init__(
-            client, write_timeout=write_timeout, slim=slim_node, rng=rng,
-            observe=lambda verb, resource, code, _: count(verb, resource, code),
-        )  # fmt: skip
+            client, write_timeout=write_timeout, slim=slim_node, rng=rng, observe=observe
+        )
 
     async def count_volume_attachments(self, node_name: str) -> int:
         listed = await self.call(
