@@ -11,13 +11,7 @@ from dataclasses import dataclass
 from ipaddress import ip_address
 from typing import Any, Literal
 
-from local_ccm.agent.core.candidates import (
-    DISABLED,
-    Detected,
-    Detection,
-    Disabled,
-    Failed,
-)
+from local_ccm.agent.core.candidates import DISABLED, Detected, Detection, Disabled, Failed
 from local_ccm.agent.core.config import (
     ADDRESS_TYPES,
     EXTERNAL,

@@ -15,14 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from local_ccm.agent.core.addresses import Finding, NodeAddress
-from local_ccm.agent.core.candidates import (
-    Candidate,
-    Detected,
-    Disabled,
-    Failed,
-    Found,
-    Verdict,
-)
+from local_ccm.agent.core.candidates import Candidate, Detected, Disabled, Failed, Found, Verdict
 from local_ccm.agent.core.config import (
     ADDRESS_TYPES,
     DETECTORS,
