@@ -27,6 +27,7 @@ from local_ccm.cli.lifecycle import Started, run_lifecycle
 from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import NotFound
+from local_ccm.kube.nodes import Access
 from local_ccm.lifecycle.nodeapi import NodeApi, NodeEvent, NodeList, Obj
 from local_ccm.lifecycle.options import LifecycleOptions, load_options
 from local_ccm.lifecycle.probe import Prober
@@ -253,15 +254,17 @@ class NamedNodes:
     def _mine(self, node: Obj) -> bool:
         return (node.get("metadata") or {}).get("name") in self.names
 
-    async def list_nodes(self, selector: str | None, continue_token: str | None = None) -> NodeList:
-        listed = await self.inner.list_nodes(selector, continue_token)
+    async def list_nodes(
+        self, selector: str | None = None, token: str | None = None, *, fields: str | None = None
+    ) -> NodeList:
+        listed = await self.inner.list_nodes(selector, token, fields=fields)
         mine = tuple(n for n in listed.items if self._mine(n))
         return NodeList(mine, listed.resource_version, listed.continue_token)
 
     async def watch_nodes(
-        self, selector: str | None, resource_version: str
+        self, selector: str | None, resource_version: str, *, fields: str | None = None
     ) -> AsyncIterator[NodeEvent]:
-        async for event in self.inner.watch_nodes(selector, resource_version):
+        async for event in self.inner.watch_nodes(selector, resource_version, fields=fields):
             if event.type == "BOOKMARK" or self._mine(event.node):
                 yield event
 
@@ -269,16 +272,21 @@ class NamedNodes:
         return await self.inner.get_node(name)
 
     async def delete_node(
-        self, name: str, *, uid: str, resource_version: str, dry_run: bool
+        self, name: str, *, uid: str, resource_version: str, dry_run: bool = False
     ) -> None:
         await self.inner.delete_node(name, uid=uid, resource_version=resource_version,
                                      dry_run=dry_run)  # fmt: skip
 
-    async def patch_node(self, name: str, operations: Sequence[Obj]) -> Obj:
-        return await self.inner.patch_node(name, operations)
+    async def patch_node(
+        self, name: str, operations: Sequence[Obj], *, subresource: str | None = None
+    ) -> Obj:
+        return await self.inner.patch_node(name, operations, subresource=subresource)
 
     async def count_volume_attachments(self, node_name: str) -> int:
         return await self.inner.count_volume_attachments(node_name)
 
-    async def create_event(self, namespace: str, body: Obj) -> None:
-        await self.inner.create_event(namespace, body)
+    async def create_event(self, namespace: str, body: Obj) -> Obj:
+        return await self.inner.create_event(namespace, body)
+
+    async def can_i(self, access: Access) -> bool:
+        return await self.inner.can_i(access)

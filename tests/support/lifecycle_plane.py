@@ -26,6 +26,7 @@ from typing import Any
 from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import ApiError
+from local_ccm.kube.nodes import Access
 from local_ccm.lifecycle.nodeapi import NodeApi, NodeEvent, NodeList, Obj
 from tests.support import names
 from tests.support.audit import AuditEvent, audit_log, service_account_user
@@ -154,31 +155,38 @@ class HeldWatch:
         assert self.inner is not None, "wrap() was not called"
         return self.inner
 
-    async def list_nodes(self, selector: str | None, continue_token: str | None = None) -> NodeList:
-        return await self._api().list_nodes(selector, continue_token)
+    async def list_nodes(
+        self, selector: str | None = None, token: str | None = None, *, fields: str | None = None
+    ) -> NodeList:
+        return await self._api().list_nodes(selector, token, fields=fields)
 
     async def watch_nodes(
-        self, selector: str | None, resource_version: str
+        self, selector: str | None, resource_version: str, *, fields: str | None = None
     ) -> AsyncIterator[NodeEvent]:
         while not self._released.is_set():
             await asyncio.sleep(0.05)  # cancellable, unlike a thread blocked in Event.wait
-        async for event in self._api().watch_nodes(selector, resource_version):
+        async for event in self._api().watch_nodes(selector, resource_version, fields=fields):
             yield event
 
     async def get_node(self, name: str) -> Obj:
         return await self._api().get_node(name)
 
     async def delete_node(
-        self, name: str, *, uid: str, resource_version: str, dry_run: bool
+        self, name: str, *, uid: str, resource_version: str, dry_run: bool = False
     ) -> None:
         await self._api().delete_node(name, uid=uid, resource_version=resource_version,
                                       dry_run=dry_run)  # fmt: skip
 
-    async def patch_node(self, name: str, operations: Sequence[Obj]) -> Obj:
-        return await self._api().patch_node(name, operations)
+    async def patch_node(
+        self, name: str, operations: Sequence[Obj], *, subresource: str | None = None
+    ) -> Obj:
+        return await self._api().patch_node(name, operations, subresource=subresource)
 
     async def count_volume_attachments(self, node_name: str) -> int:
         return await self._api().count_volume_attachments(node_name)
 
-    async def create_event(self, namespace: str, body: Obj) -> None:
-        await self._api().create_event(namespace, body)
+    async def create_event(self, namespace: str, body: Obj) -> Obj:
+        return await self._api().create_event(namespace, body)
+
+    async def can_i(self, access: Access) -> bool:
+        return await self._api().can_i(access)

@@ -7,7 +7,6 @@ Errors are the kinds of ``local_ccm.kube.errors``; the loop has one policy for e
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
 from local_ccm.kube import nodes as kn
@@ -23,23 +22,10 @@ VOLUME_ATTACHMENTS = r.Resource(
 )
 
 
-class NodeApi(Protocol):
-    """The part of ``local_ccm.kube.nodes.NodeApi`` the controller uses, and the
-    VolumeAttachments of a Node."""
+class NodeApi(kn.NodeApi, Protocol):
+    """``local_ccm.kube.nodes.NodeApi`` and the VolumeAttachments of a Node."""
 
-    async def list_nodes(
-        self, selector: str | None, continue_token: str | None = None
-    ) -> NodeList: ...
-    def watch_nodes(
-        self, selector: str | None, resource_version: str
-    ) -> AsyncIterator[NodeEvent]: ...
-    async def get_node(self, name: str) -> Obj: ...
-    async def delete_node(
-        self, name: str, *, uid: str, resource_version: str, dry_run: bool
-    ) -> None: ...
-    async def patch_node(self, name: str, operations: Sequence[Obj]) -> Obj: ...
     async def count_volume_attachments(self, node_name: str) -> int: ...
-    async def create_event(self, namespace: str, body: Obj) -> object: ...
 
 
 class KubeNodeApi(kn.KubeNodeApi):

@@ -17,15 +17,15 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from local_ccm import names
 from local_ccm.clock import Clock
 from local_ccm.kube import errors as ke
-from local_ccm.kube.informer import Change, Informer, ListWatch, Page, StreamEnd
-from local_ccm.kube.request import WatchEvent
+from local_ccm.kube.informer import Change, Informer, ListWatch, StreamEnd
+from local_ccm.kube.nodes import NodeListWatch
 from local_ccm.lifecycle.attempt import run_attempt
 from local_ccm.lifecycle.core import events as ev
 from local_ccm.lifecycle.core import state as pl
@@ -57,21 +57,6 @@ def _node_kv(name: str, uid: str, **more: object) -> dict[str, Any]:
     return kv(node=name, uid=uid, **more)
 
 
-class _NodeSource:
-    """The Informer's `ListWatch` over the controller's `NodeApi` (pages come slimmed)."""
-
-    def __init__(self, api: NodeApi, selector: str | None) -> None:
-        self._api, self._selector = api, selector
-
-    async def list_page(self, continue_token: str | None) -> Page:
-        listed = await self._api.list_nodes(self._selector, continue_token)
-        return Page(listed.items, listed.resource_version, listed.continue_token)
-
-    async def watch(self, resource_version: str, timeout_seconds: int) -> AsyncIterator[WatchEvent]:
-        async for event in self._api.watch_nodes(self._selector, resource_version):
-            yield WatchEvent(event.type, event.node)
-
-
 class Controller:
     """The leader's work for one leadership term: a new leader starts from a fresh LIST."""
 
@@ -95,7 +80,7 @@ class Controller:
         self.rng = rng or random.Random()
         self.may_write, self.write_timeout = may_write, write_timeout
         self.informer = Informer(
-            nodes or _NodeSource(api, config.selector), self.project, clock=clock, rng=self.rng,
+            nodes or NodeListWatch(api, config.selector), self.project, clock=clock, rng=self.rng,
             name="Nodes", on_end=self._stream_ended, on_watch=self._watching,
         )  # fmt: skip
         self.informer.add_handler(self._changed)
