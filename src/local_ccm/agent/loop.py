@@ -1,8 +1,5 @@
-"""The agent's two modes over one :class:`Reconciler`: the loop (start-up checks, the
+"""The agent's two modes over one :class:`Reconciler`: the loop (start-up reads, the
 netlink monitor, timers, one worker that runs passes on coalesced triggers) and run-once.
-
-Time comes from an injected :class:`Clock`, the API from a :class:`NodeApi`, detection and
-kernel notifications from async callables, so unit tests drive both modes with fakes.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """A provider ID from instance metadata: ``--enable-azure-provider-id``.
 
-:class:`ProviderIdSource` is the seam; :func:`azure_source` is the adapter over
-``local_ccm.kube.imds`` (the agent package speaks no HTTP itself). :func:`fetch_provider_id`
-applies the policy (``timing.ProviderIdAttempts``): tried at start-up, retried with backoff
-after an error answer, at most three failed attempts; a transport error means "not Azure".
-Neither failure blocks anything, and the result is kept for the life of the process.
+:class:`ProviderIdSource` is the seam; :class:`AzureImds` the adapter over
+``local_ccm.kube.imds`` (the agent package speaks no HTTP itself); :func:`fetch_provider_id`
+applies the policy of ``timing.ProviderIdAttempts``. No failure blocks anything.
 """
 
 from __future__ import annotations

@@ -2,8 +2,7 @@
 
 :class:`Triggers` coalesces triggers into bursts (the timing is ``timing.debounce_wait``) and
 runs the timers that fire them; :class:`Health` holds plain timestamps the HTTP thread reads
-and the loop writes. Both take an injected :class:`Clock`, so unit tests never sleep on the
-wall clock.
+and the loop writes.
 """
 
 from __future__ import annotations

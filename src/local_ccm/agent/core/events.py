@@ -14,7 +14,7 @@ from local_ccm import names
 from local_ccm.agent.core.addresses import Finding, NodeAddress
 from local_ccm.agent.core.candidates import Detection, DetectorKey, Failed, Found
 from local_ccm.agent.core.config import AgentConfig, family_name
-from local_ccm.agent.core.gates import NO_INTERNAL_IP, BlockReason
+from local_ccm.agent.core.gates import NO_INTERNAL_IP, PROVIDED_REASONS, BlockReason
 from local_ccm.runtime.events import EventBudget, EventSpec, Subject, node
 
 ADDRESSES_UPDATED = "AddressesUpdated"
@@ -23,8 +23,6 @@ PROVIDER_ID_SET = "ProviderIDSet"
 DETECTION_FAILED = "AddressDetectionFailed"
 DETECTION_RECOVERED = "AddressDetectionRecovered"
 INITIALIZATION_BLOCKED = "InitializationBlocked"
-PROVIDED_NODE_IP_MISMATCH = "ProvidedNodeIPMismatch"
-PROVIDED_NODE_IP_UNPARSABLE = "ProvidedNodeIPUnparsable"
 KUBELET_ADDRESS_CONFLICT = "KubeletAddressConflict"
 ADDRESS_CONFLICT_RESOLVED = "AddressConflictResolved"
 PROVIDER_ID_MISMATCH = "ProviderIDMismatch"
@@ -119,19 +117,13 @@ def initialization_blocked(
     return [EventSpec("Warning", INITIALIZATION_BLOCKED, text + remedies[r]) for r in reasons]
 
 
-_PROVIDED_REASONS = {
-    "provided_mismatch": PROVIDED_NODE_IP_MISMATCH,
-    "unparsable_provided": PROVIDED_NODE_IP_UNPARSABLE,
-}
-
-
 def provided_mismatches(findings: Iterable[Finding]) -> list[EventSpec]:
     """A provided node IP the agent cannot honour: it differs from the detected InternalIP,
     or the annotation does not parse (then it is ignored, which an operator must learn)."""
     return [
-        EventSpec("Warning", _PROVIDED_REASONS[f.kind], f.message)
+        EventSpec("Warning", PROVIDED_REASONS[f.kind], f.message)
         for f in findings
-        if f.kind in _PROVIDED_REASONS
+        if f.kind in PROVIDED_REASONS
     ]
 
 

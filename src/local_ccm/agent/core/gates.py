@@ -136,7 +136,7 @@ _FAILURE_REASONS = {
     "no_eligible_address": "NoEligibleAddress",
     "netlink_error": "NetlinkError",
 }
-_PROVIDED_REASONS = {
+PROVIDED_REASONS = {  # Finding kind -> condition reason and Event reason
     "provided_mismatch": "ProvidedNodeIPMismatch",
     "unparsable_provided": "ProvidedNodeIPUnparsable",
 }
@@ -169,8 +169,8 @@ def desired_condition(
     if "no_internal_ip" in blocked or not has_ip(plan.addresses):
         problems.append(("NoInternalIP", no_internal_ip))
     for f in plan.findings:
-        if f.kind in _PROVIDED_REASONS:
-            problems.append((_PROVIDED_REASONS[f.kind], f.message))
+        if f.kind in PROVIDED_REASONS:
+            problems.append((PROVIDED_REASONS[f.kind], f.message))
     if "provider_id_unavailable" in blocked:
         problems.append(("ProviderIDUnavailable", "provider ID template has an empty value"))
     kept = {(f.type, f.family): f.address for f in plan.findings if f.kind == "kept_last_good"}

@@ -58,19 +58,18 @@ def plan_settle(
 
 
 # ------------------------------------------------------------------ metrics
+_PATCH_KINDS = (  # metric label, the paths its operations start with
+    ("addresses", ("/status/addresses", "/metadata/annotations")),
+    ("condition", ("/status/conditions",)),
+    ("taint", ("/spec/taints",)),
+    ("provider_id", ("/spec/providerID",)),
+)
+
+
 def patch_kinds(patch: Patch) -> list[str]:
     """Metric ``kind`` labels for one PATCH; the ownership annotation counts as addresses."""
     paths = [str(op["path"]) for op in patch.operations if op["op"] != "test"]
-    kinds = []
-    if any(p == "/status/addresses" or p.startswith("/metadata/annotations") for p in paths):
-        kinds.append("addresses")
-    if any(p.startswith("/status/conditions") for p in paths):
-        kinds.append("condition")
-    if any(p.startswith("/spec/taints") for p in paths):
-        kinds.append("taint")
-    if "/spec/providerID" in paths:
-        kinds.append("provider_id")
-    return kinds
+    return [kind for kind, starts in _PATCH_KINDS if any(p.startswith(starts) for p in paths)]
 
 
 # ------------------------------------------------------------------ reporting gates

@@ -114,8 +114,7 @@ def plan_node(
     ``now`` (RFC 3339) stamps the condition. The taint decision assumes the status patch
     lands (gate 2); Azure IMDS is not queried in detect mode and never blocks."""
     addresses = plan_addresses(node, detected, config)
-    template = provider_id
-    action = desired_provider_id(node, template=template, fetched=None)
+    action = desired_provider_id(node, template=provider_id, fetched=None)
     blocks = action.kind == "unavailable"
     tainted = is_tainted(node)
     taint = decide_taint(
@@ -138,7 +137,7 @@ def plan_node(
         status_patch=status,
         tainted=tainted,
         taint=taint,
-        taint_reasons=_taint_reasons(config, tainted, taint, addresses.findings, template),
+        taint_reasons=_taint_reasons(config, tainted, taint, addresses.findings, provider_id),
         provider_id=action,
         node_patch=plan_taint_patch(node, remove_taint=taint.remove, provider_id=set_id),
     )
@@ -158,10 +157,9 @@ def _taint_reasons(
     reasons: list[str] = []
     for gate in taint.blocked:
         if gate == "no_internal_ip":
-            missing = (
+            reasons.append(
                 NO_INTERNAL_IP if config.require_internal_ip else "no InternalIP or ExternalIP"
             )
-            reasons.append(missing)
         elif gate == "provided_node_ip_mismatch":
             reasons += [f.message for f in findings if f.kind == "provided_mismatch"]
         else:
