@@ -1,11 +1,9 @@
 """What node-ipam-controller adds to the Node API adapter: ClusterCIDRs and the Informers'
-lists and watches.
+lists and watches. Errors stay `local_ccm.kube.errors` kinds.
 
-Errors stay `local_ccm.kube.errors` kinds (NotFound, Conflict, Invalid, Forbidden, Transient…);
-the loop has one policy per kind. Every request is counted in
-`api_requests_total{verb,resource,code}` and goes through the client-side rate limit
-(`--kube-api-qps`, `--kube-api-burst`); the lists and watches of the Informers (`list_watch`)
-are neither counted nor limited.
+Every request is counted in `api_requests_total{verb,resource,code}` and goes through the
+client-side rate limit (`--kube-api-qps`, `--kube-api-burst`); the lists and watches of the
+Informers (`list_watch`) are neither counted nor limited.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ exists, and every watch is connected or has been reconnecting for less than
 `WATCH_GRACE` seconds. "Reconnecting" is a watch re-establishing its stream without errors (the
 periodic stream renewal, a relist after 410 Gone, which may take seconds with thousands of
 Nodes); a watch whose last attempt failed (the API server unreachable or answering errors)
-counts at once, so /readyz is 503 during an API server outage (scenario I28).
+counts at once, so /readyz is 503 during an API server outage.
 """
 
 from __future__ import annotations

@@ -51,17 +51,13 @@ class AttemptHost(Protocol):
     ) -> tuple[ProbeOutcome, ...]: ...
 
 
-async def run_attempt(host: AttemptHost, action: DeleteAction) -> AttemptResult:
-    """The result for `record_attempt` and the metric."""
-    return await _Attempt(host, action).run()
-
-
-class _Attempt:
+class Attempt:
     def __init__(self, host: AttemptHost, action: DeleteAction) -> None:
         self.host, self.action = host, action
         self.fields = kv(node=action.name, uid=action.uid)
 
     async def run(self) -> AttemptResult:
+        """The result for `record_attempt` and the metric."""
         fresh = await self.fresh()
         if isinstance(fresh, str):
             return fresh

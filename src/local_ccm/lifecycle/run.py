@@ -26,7 +26,7 @@ from local_ccm.clock import Clock
 from local_ccm.kube import errors as ke
 from local_ccm.kube.informer import Change, Informer, ListWatch, StreamEnd
 from local_ccm.kube.nodes import NodeListWatch
-from local_ccm.lifecycle.attempt import run_attempt
+from local_ccm.lifecycle.attempt import Attempt
 from local_ccm.lifecycle.core import events as ev
 from local_ccm.lifecycle.core import state as pl
 from local_ccm.lifecycle.core.health import Assessment, Episode, assess, eligible_at
@@ -314,7 +314,7 @@ class Controller:
     # ------------------------------------------------------------------ deletion
     async def _attempt(self, action: pl.DeleteAction) -> None:
         try:
-            result = await run_attempt(self, action)
+            result = await Attempt(self, action).run()
         except asyncio.CancelledError:
             self.state = pl.record_attempt(self.state, action.uid, "aborted")
             raise

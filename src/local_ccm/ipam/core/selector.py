@@ -79,10 +79,10 @@ class NodeSelector:
     def match(self, labels: Mapping[str, str], name: str, *, legacy: bool = False) -> Match | None:
         """The best matching term's rank keys, or None when the Node is not selected."""
         if legacy:
+            # Empty terms contribute nothing, so no requirement at all selects every Node.
             merged = self.merged()
-            return (
-                Match(merged.size, merged.canonical()) if _legacy_ok(merged, labels, name) else None
-            )
+            selected = not merged.size or merged.matches(labels, name)
+            return Match(merged.size, merged.canonical()) if selected else None
         if not self.terms:
             return Match(0, "")  # `nodeSelectorTerms: []` selects every Node
         matches = [Match(t.size, t.canonical()) for t in self.terms if t.matches(labels, name)]
@@ -106,11 +106,6 @@ class NodeSelector:
             return False
         non_empty = {t.canonical() for t in self.terms if t.size}
         return len(non_empty) != 1
-
-
-def _legacy_ok(merged: Term, labels: Mapping[str, str], name: str) -> bool:
-    # Empty terms contribute nothing, so no requirement at all selects every Node.
-    return not merged.size or merged.matches(labels, name)
 
 
 def render(requirements: Sequence[Requirement]) -> str:

@@ -2,9 +2,8 @@
 survives between evaluations (probe records, the self-check, started deletions), the `Plan`
 an evaluation returns, and how the loop's results update the state.
 
-Pure, no I/O, no clock: `now` is monotonic seconds, always passed in. The decisions (the
-breaker, probe freshness, the rate limit, self-check peers, the walk over the eligible Nodes)
-are `local_ccm.lifecycle.core.plan`.
+Pure, no I/O, no clock: `now` is monotonic seconds, always passed in. The decisions are
+`lifecycle.core.plan`'s.
 """
 
 from __future__ import annotations
