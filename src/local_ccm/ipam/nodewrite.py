@@ -35,8 +35,6 @@ class Committed:
 class Aborted:
     """Our write certainly did not land and never will: release the reservation."""
 
-    why: str
-
 
 @dataclass(frozen=True)
 class Replaced:
@@ -64,7 +62,7 @@ class NodeWriter:
             try:
                 obj = await self.api.patch_node(alloc.node, ops)
             except NotFound:
-                return Aborted("the Node is gone")
+                return Aborted()  # the Node is gone
             except ApiError as exc:
                 failures += 1
                 self.on_failure(alloc, failures, exc)
@@ -84,7 +82,7 @@ class NodeWriter:
                 obj = await self.api.get_node(alloc.node)
                 break
             except NotFound:
-                return Aborted("the Node is gone")
+                return Aborted()  # the Node is gone
             except ApiError as exc:  # keep the reservation: the write may have landed
                 log.warning("reading Node %s failed: %s", alloc.node, exc,
                             extra=kv(node=alloc.node, uid=alloc.uid))  # fmt: skip
@@ -92,11 +90,11 @@ class NodeWriter:
                 delay = min(delay * 2, self.backoff[1])
         current = project_node(obj)
         if current.uid != alloc.uid:
-            return Aborted("another Node under the same name")  # it arrives through the watch
+            return Aborted()  # another Node under the same name: it comes through the watch
         if current.pod_cidrs == alloc.cidrs:
             return Committed(obj)
         if current.has_cidrs and not current.pod_cidrs:
-            return Aborted("unparsable podCIDRs")  # never patched
+            return Aborted()  # unparsable podCIDRs: never patched
         if current.has_cidrs:
             return Replaced(current)
         return None
