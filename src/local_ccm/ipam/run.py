@@ -116,15 +116,15 @@ class Controller:
         """For the leader: recovery done, some pool source, watches alive."""
         pool_source = self.crd_served or self.settings.default_pool is not None
         now = self.clock.monotonic()  # looked at now: the status tick may be held by a write
-        fresh = [(what, observe_watch(state, self.informers[what].status(), now))
-                 for what, state in list(self.watches.items())]  # fmt: skip
-        problems = watch_problems(fresh, now)
+        problems = watch_problems(self._observed(now).items(), now)
         return readiness(recovered=self.recovered, pool_source=pool_source, problems=problems)
 
     def observe_watches(self) -> None:
-        now = self.clock.monotonic()
-        for what, state in list(self.watches.items()):
-            self.watches[what] = observe_watch(state, self.informers[what].status(), now)
+        self.watches = self._observed(self.clock.monotonic())
+
+    def _observed(self, now: float) -> dict[Watched, WatchState]:
+        return {what: observe_watch(state, self.informers[what].status(), now)
+                for what, state in list(self.watches.items())}  # fmt: skip
 
     def _informer(self, what: Watched) -> Informer[Any]:
         """Started as a task named after `what` (a fatal one); its changes go to the handlers."""

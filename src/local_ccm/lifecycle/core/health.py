@@ -29,12 +29,10 @@ class Protection:
     def matches(self, node: NodeView) -> bool:
         # [fix] labels and annotations are checked independently: the original skipped the
         # annotations of a Node that had no labels at all.
-        return any(self._matches(source) for source in (node.labels, node.annotations))
-
-    def _matches(self, source: Mapping[str, str]) -> bool:
-        if self.key not in source:
-            return False
-        return self.value is None or source[self.key] == self.value
+        return any(
+            self.key in source and self.value in (None, source[self.key])
+            for source in (node.labels, node.annotations)
+        )
 
     def __str__(self) -> str:
         return self.key if self.value is None else f"{self.key}={self.value}"
