@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from local_ccm import names
-from local_ccm.clock import Clock
+from local_ccm.clock import Clock, unless_stopped
 from local_ccm.kube import errors as ke
 from local_ccm.kube.informer import Change, Informer, ListWatch, StreamEnd
 from local_ccm.kube.nodes import NodeListWatch
@@ -109,21 +109,12 @@ class Controller:
                 watch.result()  # the watch never ends on its own: surface why it did
             while True:
                 self.evaluate()
-                await self._sleep(self.next_wake)
+                await unless_stopped(self.clock.sleep(self.next_wake), self._wake)
+                self._wake.clear()
         finally:
             watch.cancel()
             sender.cancel()
             await self._shutdown()
-
-    async def _sleep(self, seconds: float) -> None:
-        sleeper = asyncio.ensure_future(self.clock.sleep(seconds))
-        woken = asyncio.ensure_future(self._wake.wait())
-        try:
-            await asyncio.wait({sleeper, woken}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-            woken.cancel()
-        self._wake.clear()
 
     async def _shutdown(self) -> None:
         """Cancel probes; an in-flight DELETE may finish within its request timeout."""
