@@ -340,7 +340,7 @@ def _plan_json(plan: Plan) -> dict[str, Any] | None:
         "desired": [a.to_api() for a in plan.desired],
         "ownership": {"current": plan.owned_current, "desired": plan.owned_desired},
         "findings": [{"kind": f.kind, "message": f.message} for f in plan.findings],
-        "condition": _condition_json(plan.condition),
+        "condition": None if plan.condition is None else asdict(plan.condition),
         "patches": {
             "status": plan.status_patch.body() if plan.status_patch else [],
             "node": plan.node_patch.body() if plan.node_patch else [],
@@ -357,7 +357,3 @@ def _plan_json(plan: Plan) -> dict[str, Any] | None:
             "existing": plan.provider_id.existing,
         },
     }
-
-
-def _condition_json(condition: Condition | None) -> dict[str, str] | None:
-    return None if condition is None else asdict(condition)
