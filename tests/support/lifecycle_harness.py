@@ -15,6 +15,7 @@ import sys
 import threading
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from string import Template
@@ -23,14 +24,21 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from local_ccm.cli.lifecycle import Started, run_lifecycle
+from local_ccm.cli import central
+from local_ccm.cli.common import Unit
+from local_ccm.cli.lifecycle import Extras, build_unit, controller
 from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
+from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.errors import NotFound
+from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.nodes import Access
+from local_ccm.lifecycle.health import Status
+from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.nodeapi import NodeApi, NodeEvent, NodeList, Obj
-from local_ccm.lifecycle.options import LifecycleOptions, load_options
+from local_ccm.lifecycle.options import PROG, LifecycleOptions, load_options
 from local_ccm.lifecycle.probe import Prober
+from local_ccm.runtime.serve import Servers
 from tests.support.cleanup import NodeFactory, Tracker
 from tests.support.controlplane import ControlPlane
 from tests.support.processes import Child, spawn
@@ -110,6 +118,48 @@ def options(argv: Sequence[str], kubeconfig: Path) -> LifecycleOptions:
     if not isinstance(loaded, LifecycleOptions):
         raise AssertionError(f"invalid test command line {list(argv)}: {loaded}")
     return loaded
+
+
+@dataclass(frozen=True)
+class Started:
+    """Handed to `on_start`: what the running controller is made of."""
+
+    identity: str
+    metrics: LifecycleMetrics
+    status: Status
+    health_port: int | None
+    metrics_port: int | None
+
+
+async def run_lifecycle(
+    options: LifecycleOptions,
+    env: Mapping[str, str],
+    *,
+    stop: asyncio.Event,
+    prober: Prober | None = None,
+    on_start: Callable[[Started], None] | None = None,
+    watch_selector: str | None = None,
+    wrap_api: Callable[[NodeApi], NodeApi] | None = None,
+) -> int:
+    """The binary after flag parsing, in a thread with its own loop: the manager's path with
+    this controller alone, built with what the test injects."""
+    extras = Extras(prober, None, watch_selector, wrap_api)
+    made: list[str] = []
+
+    def build(
+        opts: LifecycleOptions, cluster: ClusterConfig, identity: str, nodes: ListWatch | None
+    ) -> Unit | str:
+        made.append(identity)
+        return build_unit(opts, cluster, identity, nodes, extras)
+
+    def running(servers: Servers) -> None:
+        if on_start is not None:
+            health, scrape = servers.health, servers.metrics
+            ports = health.port if health else None, scrape.port if scrape else None
+            on_start(Started(made[0], extras.metrics, extras.status, *ports))
+
+    entry = replace(controller(), build=build)
+    return await central.run_loaded(PROG, env, [(entry, options)], stop, on_running=running)
 
 
 class InProcessController:

@@ -6,7 +6,6 @@ lost, 4 start-up precondition failed (credentials, RBAC, no usable probe).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -46,8 +45,7 @@ from local_ccm.lifecycle.probe import (
     require_usable,
 )
 from local_ccm.lifecycle.run import Controller
-from local_ccm.runtime.metricsserver import TlsContext
-from local_ccm.runtime.serve import Checks, Servers
+from local_ccm.runtime.serve import Checks
 
 log = logging.getLogger("local_ccm.cli")
 API_TIMEOUT = 15.0  # reads; writes use the election's write timeout
@@ -171,51 +169,3 @@ def build_prober(options: LifecycleOptions, metrics: LifecycleMetrics) -> Prober
     except ProbeCapabilityError as exc:
         return str(exc)
     return SocketProber(options.probe, capabilities)
-
-
-# ---------------------------------------------------------------- in-process (tests)
-
-
-@dataclass(frozen=True)
-class Started:
-    """Handed to `on_start` (in-process tests): what the running controller is made of."""
-
-    identity: str
-    metrics: LifecycleMetrics
-    status: Status
-    health_port: int | None
-    metrics_port: int | None
-
-
-async def run_lifecycle(
-    options: LifecycleOptions,
-    env: Mapping[str, str],
-    *,
-    stop: asyncio.Event,
-    prober: Prober | None = None,
-    clock: Clock | None = None,
-    on_start: Callable[[Started], None] | None = None,
-    watch_selector: str | None = None,
-    wrap_api: Callable[[NodeApi], NodeApi] | None = None,
-    metrics_tls: TlsContext | None = None,
-) -> int:
-    """The binary after flag parsing, for tests in a thread with their own loop: the manager's
-    path with this controller alone, built with what the test injects."""
-    extras = Extras(prober, clock, watch_selector, wrap_api)
-    made: list[str] = []
-
-    def build(
-        opts: LifecycleOptions, cluster: ClusterConfig, identity: str, nodes: ListWatch | None
-    ) -> Unit | str:
-        made.append(identity)
-        return build_unit(opts, cluster, identity, nodes, extras)
-
-    def running(servers: Servers) -> None:
-        if on_start is not None:
-            health, scrape = servers.health, servers.metrics
-            ports = health.port if health else None, scrape.port if scrape else None
-            on_start(Started(made[0], extras.metrics, extras.status, *ports))
-
-    entry = replace(controller(), build=build)
-    return await central.run_loaded(PROG, env, [(entry, options)], stop, tls=metrics_tls,
-                            on_running=running)  # fmt: skip
