@@ -85,17 +85,6 @@ class Parsed:
     def get_bool(self, name: str) -> bool:
         return _typed(self.values[name], bool, name)
 
-    def get_int(self, name: str) -> int:
-        return _typed(self.values[name], int, name)
-
-    def get_float(self, name: str) -> float:
-        """A float flag, or a duration flag in seconds."""
-        return _typed(self.values[name], float, name)
-
-    def get_optional_int(self, name: str) -> int | None:
-        value = self.values[name]
-        return None if value is None else _typed(value, int, name)
-
 
 def _typed(value: object, kind: type[T], name: str) -> T:
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
