@@ -36,11 +36,12 @@ from local_ccm.kube.nodes import Access
 from local_ccm.lifecycle.health import Status
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.nodeapi import NodeApi, NodeEvent, NodeList, Obj
-from local_ccm.lifecycle.options import PROG, LifecycleOptions, load_options
+from local_ccm.lifecycle.options import PROG, LifecycleOptions
 from local_ccm.lifecycle.probe import Prober
 from local_ccm.runtime.serve import Servers
 from tests.support.cleanup import NodeFactory, Tracker
 from tests.support.controlplane import ControlPlane
+from tests.support.options import load_lifecycle as load_options
 from tests.support.processes import Child, spawn
 from tests.support.waiting import eventually
 

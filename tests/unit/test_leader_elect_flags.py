@@ -19,6 +19,7 @@ from local_ccm.ipam.options import FLAGS as IPAM_FLAGS
 from local_ccm.lease.election import choose_identity
 from local_ccm.lifecycle import options as lifecycle
 from local_ccm.lifecycle.options import FLAGS as LIFECYCLE_FLAGS
+from tests.support.options import load_ipam, load_lifecycle
 
 CANONICAL = (
     "leader-elect", "leader-elect-lease-duration", "leader-elect-renew-deadline",
@@ -29,25 +30,25 @@ IPAM_ENV = {"POD_NAMESPACE": "kube-system"}
 
 
 def nlc(*argv: str) -> lifecycle.LifecycleOptions:
-    loaded = lifecycle.load_options(list(argv), {})
+    loaded = load_lifecycle(list(argv), {})
     assert isinstance(loaded, lifecycle.LifecycleOptions), loaded
     return loaded
 
 
 def nlc_problems(*argv: str) -> list[str]:
-    loaded = lifecycle.load_options(list(argv), {})
+    loaded = load_lifecycle(list(argv), {})
     assert isinstance(loaded, list), loaded
     return [str(p) for p in loaded]
 
 
 def ipm(*argv: str) -> ipam.IpamOptions:
-    loaded = ipam.load_options(list(argv), IPAM_ENV)
+    loaded = load_ipam(list(argv), IPAM_ENV)
     assert isinstance(loaded, ipam.IpamOptions), loaded
     return loaded
 
 
 def ipm_problems(*argv: str) -> list[str]:
-    loaded = ipam.load_options(list(argv), IPAM_ENV)
+    loaded = load_ipam(list(argv), IPAM_ENV)
     assert isinstance(loaded, list), loaded
     return [str(p) for p in loaded]
 
@@ -138,7 +139,7 @@ def test_ipam_alias_and_canonical_with_different_values_is_one_line_each() -> No
 
 
 def test_ipam_missing_namespace_names_both_spellings() -> None:
-    loaded = ipam.load_options([], {})
+    loaded = load_ipam([], {})
     assert isinstance(loaded, list)
     (line,) = [str(p) for p in loaded]
     assert "--leader-elect-resource-namespace" in line

@@ -33,7 +33,7 @@ from local_ccm.agent.values import (
     parse_subnet,
     parse_targets,
 )
-from local_ccm.flags import Flag, FlagSet, Loader, Parsed, Problem, invalid, missing, parse
+from local_ccm.flags import Flag, FlagSet, Loader, Parsed, Problem, invalid, missing
 from local_ccm.flags.groups import logging_flags
 from local_ccm.flags.values import LOG_FORMATS, LogFormat, choice, duration
 from local_ccm.gosyntax import format_go_duration
@@ -176,13 +176,6 @@ class ConfigResolver(Protocol):
     def __call__(
         self, kubeconfig: str, apiserver: str, env: Mapping[str, str]
     ) -> ClusterConfig: ...
-
-
-def load_options(
-    argv: Sequence[str], env: Mapping[str, str], *, resolve: ConfigResolver | None = None
-) -> AgentOptions | list[Problem]:
-    """Parse and validate ``argv`` (without the program name); every problem at once."""
-    return options_from(parse(FLAGS, argv, env), env, resolve=resolve)
 
 
 def options_from(

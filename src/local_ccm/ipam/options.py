@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from local_ccm import __version__, names
-from local_ccm.flags import Flag, FlagSet, Loader, Parsed, Problem, invalid_env, parse
+from local_ccm.flags import Flag, FlagSet, Loader, Parsed, Problem, invalid_env
 from local_ccm.flags.groups import check_metrics_port, logging_flags, metrics_flags
 from local_ccm.flags.values import LogFormat, at_least, duration, positive
 from local_ccm.gosyntax import GoSyntaxError, format_go_duration, go_quote, parse_go_duration
@@ -223,13 +223,6 @@ def resolve_resource_lock_env(
         f"({', '.join(LOCK_TYPES)})"
     )
     return out, [], [invalid_env("IPAM_RESOURCE_LOCK", reason)]
-
-
-def load_options(argv: Sequence[str], env: Mapping[str, str]) -> IpamOptions | list[Problem]:
-    """Parse and validate `argv` (without the program name); every problem at once."""
-    fixed_env, warnings, problems = resolve_resource_lock_env(env)
-    parsed = parse(FLAGS, argv, fixed_env)
-    return options_from(parsed, env, warnings=warnings, problems=problems)
 
 
 def options_from(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from local_ccm import __version__, names
-from local_ccm.flags import Flag, FlagSet, Loader, Parsed, Problem, parse
+from local_ccm.flags import Flag, FlagSet, Loader, Parsed, Problem
 from local_ccm.flags.groups import check_metrics_port, logging_flags, metrics_flags
 from local_ccm.flags.values import LogFormat, at_least, choice, duration
 from local_ccm.gosyntax import format_go_duration, go_quote
@@ -190,11 +190,6 @@ class LifecycleOptions:
     @property
     def dry_run(self) -> bool:
         return self.settings.dry_run
-
-
-def load_options(argv: Sequence[str], env: Mapping[str, str]) -> LifecycleOptions | list[Problem]:
-    """Parse and validate `argv` (without the program name); every problem at once."""
-    return options_from(parse(FLAGS, argv, env))
 
 
 def options_from(parsed: Parsed) -> LifecycleOptions | list[Problem]:

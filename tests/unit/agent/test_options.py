@@ -10,9 +10,10 @@ from ipaddress import ip_address, ip_network
 import pytest
 
 from local_ccm.agent.core.config import DEFAULT_INTERFACE_EXCLUDE, AgentConfig, TypeSettings
-from local_ccm.agent.options import FLAGS, AgentOptions, load_options, startup_fields
+from local_ccm.agent.options import FLAGS, AgentOptions, startup_fields
 from local_ccm.kube.config import ClusterConfig, ConfigError
 from local_ccm.validate import BindAddress
+from tests.support.options import load_agent as load_options
 
 IN_CLUSTER = {"KUBERNETES_SERVICE_HOST": "192.0.2.1", "KUBERNETES_SERVICE_PORT": "6443"}
 CLUSTER = ClusterConfig(server="https://192.0.2.1:6443", source="fake")

@@ -10,13 +10,14 @@ from dataclasses import dataclass, field
 
 from local_ccm.agent.loop import Agent
 from local_ccm.agent.metrics import AgentMetrics
-from local_ccm.agent.options import AgentOptions, load_options
+from local_ccm.agent.options import AgentOptions
 from local_ccm.agent.providerid import AzureImds, ProviderIdError
 from local_ccm.cli.agent import build_agent
 from local_ccm.kube.config import ClusterConfig
 from tests.fakes.agent import FakeDetector, run_async, start_loop, stop
 from tests.fakes.clock import FakeClock
 from tests.fakes.nodes import FakeNodeApi, SentPatch
+from tests.support.options import load_agent as load_options
 from tests.unit.agent.test_run_loop import BOTH, CONFIG, SETTINGS, tainted_api, tainted_node
 
 AZURE_ID = "azure:///subscriptions/s-1/resourceGroups/rg/providers/Microsoft.Compute/vm/n1"

@@ -6,8 +6,9 @@ from ipaddress import ip_network
 
 import pytest
 
-from local_ccm.ipam.options import IpamOptions, load_options, resolve_resource_lock_env
+from local_ccm.ipam.options import IpamOptions, resolve_resource_lock_env
 from local_ccm.validate import BindAddress
+from tests.support.options import load_ipam as load_options
 
 NS = {"POD_NAMESPACE": "kube-system"}
 

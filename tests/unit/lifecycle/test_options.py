@@ -7,8 +7,9 @@ import pytest
 
 from local_ccm.flags import Problem
 from local_ccm.lifecycle.core.model import ICMP, tcp
-from local_ccm.lifecycle.options import LifecycleOptions, load_options, startup_fields
+from local_ccm.lifecycle.options import LifecycleOptions, startup_fields
 from local_ccm.validate import CountOrPercent
+from tests.support.options import load_lifecycle as load_options
 
 
 def ok(*argv: str, env: dict[str, str] | None = None) -> LifecycleOptions:

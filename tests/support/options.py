@@ -1,0 +1,30 @@
+"""Each binary's flags to options in one call, as its entry point does it before logging starts:
+parse (with IPAM's environment fix-up first), then validate; every problem at once."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from local_ccm.agent import options as agent
+from local_ccm.agent.options import AgentOptions, ConfigResolver
+from local_ccm.flags import Problem, parse
+from local_ccm.ipam import options as ipam
+from local_ccm.ipam.options import IpamOptions
+from local_ccm.lifecycle import options as lifecycle
+from local_ccm.lifecycle.options import LifecycleOptions
+
+
+def load_agent(
+    argv: Sequence[str], env: Mapping[str, str], *, resolve: ConfigResolver | None = None
+) -> AgentOptions | list[Problem]:
+    return agent.options_from(parse(agent.FLAGS, argv, env), env, resolve=resolve)
+
+
+def load_lifecycle(argv: Sequence[str], env: Mapping[str, str]) -> LifecycleOptions | list[Problem]:
+    return lifecycle.options_from(parse(lifecycle.FLAGS, argv, env))
+
+
+def load_ipam(argv: Sequence[str], env: Mapping[str, str]) -> IpamOptions | list[Problem]:
+    fixed_env, warnings, problems = ipam.resolve_resource_lock_env(env)
+    parsed = parse(ipam.FLAGS, argv, fixed_env)
+    return ipam.options_from(parsed, env, warnings=warnings, problems=problems)
