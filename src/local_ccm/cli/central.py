@@ -18,7 +18,6 @@ from prometheus_client import CollectorRegistry
 from local_ccm import __version__, flags
 from local_ccm.cli.common import (
     Host,
-    Lease,
     Serving,
     Unit,
     guarded,
@@ -39,6 +38,7 @@ from local_ccm.kube.config import ClusterConfig, ConfigError, resolve_config
 from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.nodes import Access
 from local_ccm.kube.resources import NODES
+from local_ccm.lease.options import Election
 from local_ccm.runtime.metricsserver import CertError, TlsContext
 from local_ccm.runtime.process import EXIT_PRECONDITION, EXIT_USAGE
 from local_ccm.runtime.serve import Servers
@@ -57,7 +57,7 @@ class Controller:
     flags: Callable[[], FlagSet]
     load: Callable[[Parsed, Env], Any]  # options or list[Problem]
     fields: Callable[[Any], Mapping[str, object]]  # for the start-up line
-    lease: Callable[[Any], Lease | None]
+    lease: Callable[[Any], Election | None]  # None: --leader-elect=false
     serving: Callable[[Any], Serving]
     build: Callable[[Any, ClusterConfig, str, ListWatch | None], Unit | str]
     apiserver: Callable[[Any], str] = lambda options: ""

@@ -41,6 +41,7 @@ from local_ccm.runtime.serve import Checks, Servers, start_servers
 if TYPE_CHECKING:  # leader election is imported by the processes that elect (not the agent)
     from local_ccm.lease.election import ElectionConfig
     from local_ccm.lease.elector import LeaderContext, LeaderElector
+    from local_ccm.lease.options import Election
 
 log = logging.getLogger("local_ccm.cli")
 T = TypeVar("T")
@@ -119,23 +120,6 @@ async def with_signals(main: Callable[[asyncio.Event], Coroutine[Any, Any, T]]) 
 
 
 @dataclass(frozen=True)
-class Lease:
-    """`--leader-elect*`: the Lease and its timing; `identity` "" = generated."""
-
-    namespace: str
-    name: str
-    lease_duration: float
-    renew_deadline: float
-    retry_period: float
-    identity: str = ""
-
-    def config(self, identity: str) -> ElectionConfig:
-        from local_ccm.lease.election import ElectionConfig  # noqa: PLC0415
-
-        return ElectionConfig(self.lease_duration, self.renew_deadline, self.retry_period, identity)
-
-
-@dataclass(frozen=True)
 class Serving:
     """The health and metrics listen addresses as given, and how /metrics is protected."""
 
@@ -167,13 +151,20 @@ class Host:
 
     prog: str
     serving: Serving
-    lease: Lease | None  # None: --leader-elect=false
+    lease: Election | None  # None: --leader-elect=false
     stop: asyncio.Event
     identity: str  # the holder identity (also the Events' reporting instance)
     clock: Clock = field(default_factory=SystemClock)
     status: proc.Status = field(default_factory=proc.Status)
     tls: TlsContext | None = None
     on_running: Callable[[Servers], None] | None = None
+
+
+def election_config(lease: Election, identity: str) -> ElectionConfig:
+    """The Lease timing as the elector takes it, for the holder `identity`."""
+    from local_ccm.lease.election import ElectionConfig  # noqa: PLC0415
+
+    return ElectionConfig(lease.lease_duration, lease.renew_deadline, lease.retry_period, identity)
 
 
 def identity_of(given: str, pod_name: str) -> str:
@@ -227,8 +218,8 @@ def _elector(host: Host, units: Sequence[Unit]) -> LeaderElector | None:
         return None
     from local_ccm.lease.elector import KubeLeaseApi, LeaderElector  # noqa: PLC0415
 
-    config = host.lease.config(host.identity)
-    api = KubeLeaseApi(AsyncClient(units[0].client), host.lease.namespace, host.lease.name,
+    config = election_config(host.lease, host.identity)
+    api = KubeLeaseApi(AsyncClient(units[0].client), host.lease.namespace, host.lease.lease_name,
                        timeout=config.write_timeout)  # fmt: skip
 
     def changed(leading: bool) -> None:
@@ -242,7 +233,7 @@ def _elector(host: Host, units: Sequence[Unit]) -> LeaderElector | None:
 def _permissions(host: Host, units: Sequence[Unit]) -> list[Access]:
     wanted = [p for unit in units for p in unit.permissions]
     if host.lease is not None:
-        wanted += lease_permissions(host.lease.namespace, host.lease.name)
+        wanted += lease_permissions(host.lease.namespace, host.lease.lease_name)
     return sorted(set(wanted))
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from local_ccm import __version__, names
 from local_ccm.cli import central
-from local_ccm.cli.common import Lease, Serving, Unit
+from local_ccm.cli.common import Serving, Unit
 from local_ccm.clock import SystemClock
 from local_ccm.flags import Parsed
 from local_ccm.ipam import options as ipam_options
@@ -26,6 +26,7 @@ from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.nodes import Access
 from local_ccm.lease.elector import LeaderContext
+from local_ccm.lease.options import Election
 from local_ccm.runtime.serve import Checks
 
 GROUP = "networking.x-k8s.io"
@@ -50,11 +51,11 @@ def controller() -> central.Controller:
     )  # fmt: skip
 
 
-def lease_of(options: IpamOptions) -> Lease | None:
+def lease_of(options: IpamOptions) -> Election | None:
     if not options.leader_election:
         return None
-    return Lease(options.lease_namespace, options.lease_name, options.lease_duration,
-                 options.renew_deadline, options.retry_period, options.identity)  # fmt: skip
+    return Election(True, options.lease_name, options.lease_namespace, options.lease_duration,
+                    options.renew_deadline, options.retry_period, options.identity)  # fmt: skip
 
 
 def serving_of(options: IpamOptions) -> Serving:

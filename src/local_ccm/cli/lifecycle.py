@@ -13,11 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from local_ccm import __version__, names
 from local_ccm.cli import central
-from local_ccm.cli.common import (
-    Lease,
-    Serving,
-    Unit,
-)
+from local_ccm.cli.common import Serving, Unit, election_config
 from local_ccm.clock import Clock, SystemClock
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
@@ -25,6 +21,7 @@ from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.nodes import Access
 from local_ccm.lease.elector import LeaderContext
+from local_ccm.lease.options import Election
 from local_ccm.lifecycle.core.state import LoopConfig
 from local_ccm.lifecycle.health import Status, add_checks, leader_callback
 from local_ccm.lifecycle.metrics import LifecycleMetrics
@@ -81,12 +78,8 @@ class Extras:
     metrics: LifecycleMetrics = field(default_factory=LifecycleMetrics)
 
 
-def lease_of(options: LifecycleOptions) -> Lease | None:
-    e = options.election
-    if not e.enabled:
-        return None
-    return Lease(e.namespace, e.lease_name, e.lease_duration, e.renew_deadline, e.retry_period,
-                 e.identity)  # fmt: skip
+def lease_of(options: LifecycleOptions) -> Election | None:
+    return options.election if options.election.enabled else None
 
 
 def serving_of(options: LifecycleOptions) -> Serving:
@@ -111,7 +104,7 @@ def build_unit(
     client = Client(cluster, field_manager=names.LIFECYCLE, user_agent=f"{PROG}/{__version__}",
                     timeout=API_TIMEOUT)  # fmt: skip
     lease = lease_of(options)
-    write_timeout = lease.config("-").write_timeout if lease else API_TIMEOUT
+    write_timeout = election_config(lease, "-").write_timeout if lease else API_TIMEOUT
     api: NodeApi = KubeNodeApi(AsyncClient(client), write_timeout=write_timeout,
                                observe=metrics.observe_request)  # fmt: skip
     api = extras.wrap_api(api) if extras.wrap_api else api
