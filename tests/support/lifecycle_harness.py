@@ -144,7 +144,7 @@ async def run_lifecycle(
 ) -> int:
     """The binary after flag parsing, in a thread with its own loop: the manager's path with
     this controller alone, built with what the test injects."""
-    extras = Extras(prober, None, watch_selector, wrap_api)
+    extras = Extras(prober, watch_selector, wrap_api)
     made: list[str] = []
 
     def build(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from local_ccm import __version__, names
 from local_ccm.cli import central
 from local_ccm.cli.common import Serving, Unit, election_config
-from local_ccm.clock import Clock, SystemClock
+from local_ccm.clock import SystemClock
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig
@@ -71,7 +71,6 @@ class Extras:
     """What in-process tests may inject or narrow (see tests/support/lifecycle_harness.py)."""
 
     prober: Prober | None = None
-    clock: Clock | None = None
     watch_selector: str | None = None
     wrap_api: Callable[[NodeApi], NodeApi] | None = None
     status: Status = field(default_factory=Status)
@@ -96,7 +95,7 @@ def build_unit(
 ) -> Unit | str:
     """The lifecycle controller as a unit; the problem text (exit 4) when no probe is usable."""
     extras = extras or Extras()
-    clock, status, metrics = extras.clock or SystemClock(), extras.status, extras.metrics
+    clock, status, metrics = SystemClock(), extras.status, extras.metrics
     prober = extras.prober or build_prober(options, metrics)
     if isinstance(prober, str):
         return prober
