@@ -15,6 +15,7 @@ import socket
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import CollectorRegistry
@@ -197,17 +198,12 @@ def _serve(host: Host, units: Sequence[Unit]) -> Callable[[Checks, Checks], Serv
     def serve(healthz: Checks, readyz: Checks) -> Servers:
         for unit in units:
             unit.checks(healthz, readyz)
-        if host.tls is None:
-            return start_servers(
-                metrics_address=s.metrics_address, health_address=s.health_address,
-                registry=registry, healthz=healthz, readyz=readyz,
-                metrics_flag=s.metrics_flag, health_flag=s.health_flag,
-            )  # fmt: skip
-        return start_secure_servers(
+        start = start_servers if host.tls is None else partial(
+            start_secure_servers, tls=host.tls, auth=metrics_auth(units[0].client))  # fmt: skip
+        return start(
             metrics_address=s.metrics_address, health_address=s.health_address,
-            registry=registry, healthz=healthz, readyz=readyz, tls=host.tls,
-            auth=metrics_auth(units[0].client), metrics_flag=s.metrics_flag,
-            health_flag=s.health_flag,
+            registry=registry, healthz=healthz, readyz=readyz,
+            metrics_flag=s.metrics_flag, health_flag=s.health_flag,
         )  # fmt: skip
 
     return serve
