@@ -91,7 +91,7 @@ def run_main(
     fields = {k: v for c, o in loaded for k, v in c.fields(o).items()}
     chosen = {} if len(known) == 1 else {"controllers": ",".join(names)}
     start_logging(prog, first, {**chosen, **fields})
-    return guarded(lambda: _run(prog, env, loaded))
+    return guarded(lambda: asyncio.run(with_signals(lambda s: run_loaded(prog, env, loaded, s))))
 
 
 def _fix_env(env: Mapping[str, str], known: Sequence[Controller]) -> Env:
@@ -114,10 +114,6 @@ def _load(parsed: Parsed, env: Env, chosen: Sequence[Controller]) -> Any:
         else:
             loaded.append((controller, options))
     return list(problems.values()) if problems else tuple(loaded)
-
-
-def _run(prog: str, env: Mapping[str, str], loaded: Sequence[tuple[Controller, Any]]) -> int:
-    return asyncio.run(with_signals(lambda stop: run_loaded(prog, env, loaded, stop)))
 
 
 async def run_loaded(
