@@ -11,7 +11,7 @@ from local_ccm.agent.core.candidates import Detection, DetectorKey
 from local_ccm.agent.core.config import AgentConfig, TypeSettings
 from local_ccm.agent.loop import EXIT_PRECONDITION, Agent, LoopSettings
 from local_ccm.agent.metrics import AgentMetrics
-from local_ccm.agent.options import AgentOptions, load_options
+from local_ccm.agent.options import AgentOptions
 from local_ccm.cli.agent import permissions
 from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.errors import Conflict, Invalid, Transient
@@ -21,6 +21,7 @@ from local_ccm.runtime.serve import Servers
 from tests.fakes.agent import FakeDetector, run_async, start_loop, stop
 from tests.fakes.clock import FakeClock
 from tests.fakes.nodes import FakeNodeApi, SentPatch
+from tests.support.options import load_agent as load_options
 from tests.unit.agent.builders import EXT4, INT4, UNINITIALIZED, found, no_route, node
 
 CONFIG = AgentConfig(
