@@ -22,7 +22,6 @@ PROVIDED_NODE_IP_ANNOTATION: Final = "alpha.kubernetes.io/provided-node-ip"
 # Taints.
 UNINITIALIZED_TAINT: Final = "node.cloudprovider.kubernetes.io/uninitialized"
 NOT_READY_TAINT: Final = "node.kubernetes.io/not-ready"
-UNREACHABLE_TAINT: Final = "node.kubernetes.io/unreachable"
 OUT_OF_SERVICE_TAINT: Final = "node.kubernetes.io/out-of-service"
 AUTOSCALER_TAINT: Final = "ToBeDeletedByClusterAutoscaler"
 
@@ -31,6 +30,3 @@ ADDRESSES_SYNCED_CONDITION: Final = "LocalCCMAddressesSynced"
 
 # Labels.
 CONTROL_PLANE_LABEL: Final = "node-role.kubernetes.io/control-plane"
-
-# Metric name prefixes.
-AGENT_METRIC_PREFIX: Final = "local_ccm_"

@@ -65,10 +65,7 @@ EVENTS = Resource("", "v1", "events", "Event", namespaced=True)
 PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True)
 CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
-SECRETS = Resource("", "v1", "secrets", "Secret", namespaced=True)
-SERVICES = Resource("", "v1", "services", "Service", namespaced=True)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
-EVENTS_V1 = Resource("events.k8s.io", "v1", "events", "Event", namespaced=True)
 CLUSTER_CIDRS = Resource(
     "networking.x-k8s.io", "v1", "clustercidrs", "ClusterCIDR", namespaced=False
 )

@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-LEASE_API_VERSION = "coordination.k8s.io/v1"
-LEASE_KIND = "Lease"
 # client-go's leaderelection.JitterFactor: candidates wait retry × (1 + U[0, 1.2)).
 JITTER_FACTOR = 1.2
 
@@ -184,8 +182,8 @@ def _spec_fields(record: LeaseRecord) -> dict[str, Any]:
 def lease_for_create(name: str, namespace: str, record: LeaseRecord) -> dict[str, Any]:
     """A new Lease object holding `record`."""
     return {
-        "apiVersion": LEASE_API_VERSION,
-        "kind": LEASE_KIND,
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
         "metadata": {"name": name, "namespace": namespace},
         "spec": _spec_fields(record),
     }
@@ -237,10 +235,6 @@ def observe(observed: ObservedState, lease: LeaseRecord, now_mono: float) -> Obs
     return ObservedState(record=lease, observed_at=now_mono)
 
 
-def is_leader(config: ElectionConfig, observed: ObservedState) -> bool:
-    return observed.record is not None and observed.record.holder_identity == config.identity
-
-
 def _held_by_other(config: ElectionConfig, observed: ObservedState, now_mono: float) -> bool:
     record = observed.record
     if record is None or observed.observed_at is None:
@@ -278,7 +272,7 @@ def decide(
     A leader that finds another holder, or no Lease at all, has lost: someone else may
     have led in between, so it must not simply take the lease again.
     """
-    leading = is_leader(config, observed)
+    leading = observed.record is not None and observed.record.holder_identity == config.identity
     if lease is None:
         if leading:
             return Decision(Action.LOST, ObservedState(), reason="the lease was deleted")
@@ -296,11 +290,6 @@ def decide(
         )
         return Decision(Action.WAIT, seen, reason=reason)
     return Decision(Action.UPDATE, seen, acquired_record(config, lease, now_wall))
-
-
-def written(record: LeaseRecord, now_mono: float) -> ObservedState:
-    """The observed state after our own CREATE/UPDATE of `record` succeeded."""
-    return ObservedState(record=record, observed_at=now_mono)
 
 
 def release_record(

@@ -53,6 +53,7 @@ class LeaseApi(Protocol):
         ...
 
 
+@dataclass(frozen=True)
 class KubeLeaseApi:
     """`LeaseApi` on the project's REST client.
 
@@ -60,35 +61,24 @@ class KubeLeaseApi:
     The elector also bounds every attempt on its own clock.
     """
 
-    def __init__(
-        self, client: AsyncClient, namespace: str, name: str, *, timeout: float | None = None
-    ) -> None:
-        self._client = client
-        self._namespace = namespace
-        self._name = name
-        self._timeout = timeout
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def namespace(self) -> str:
-        return self._namespace
+    client: AsyncClient
+    namespace: str
+    name: str
+    timeout: float | None = None
 
     async def get(self) -> Obj:
-        return await self._client.get(
-            LEASES, self._name, namespace=self._namespace, timeout=self._timeout
+        return await self.client.get(
+            LEASES, self.name, namespace=self.namespace, timeout=self.timeout
         )
 
     async def create(self, lease: Mapping[str, Any]) -> Obj:
-        return await self._client.create(
-            LEASES, dict(lease), namespace=self._namespace, timeout=self._timeout
+        return await self.client.create(
+            LEASES, dict(lease), namespace=self.namespace, timeout=self.timeout
         )
 
     async def update(self, lease: Mapping[str, Any]) -> Obj:
-        return await self._client.update(
-            LEASES, dict(lease), namespace=self._namespace, timeout=self._timeout
+        return await self.client.update(
+            LEASES, dict(lease), namespace=self.namespace, timeout=self.timeout
         )
 
 
@@ -213,7 +203,7 @@ class LeaderElector:
             self._warn("writing the lease failed: %s", exc)
             return False
         self._last_error = None
-        self._observed = election.written(decision.record, self._clock.monotonic())
+        self._observed = ObservedState(decision.record, self._clock.monotonic())
         # The attempt's start is a safe lower bound of when the lease was renewed.
         self._last_renewed = started
         return True
@@ -291,7 +281,7 @@ class LeaderElector:
                     raise
                 current = await self._api.get()
                 continue
-            self._observed = election.written(record, self._clock.monotonic())
+            self._observed = ObservedState(record, self._clock.monotonic())
             log.info("released the lease", extra=kv(identity=self.identity))
             return
 
