@@ -242,11 +242,6 @@ class HttpTransport:
                 return
         conn.close()
 
-    def _drop_idle(self) -> None:
-        """Close the idle connections but keep pooling (unlike close())."""
-        with self._lock:
-            self._drop_idle_locked()
-
     def _drop_idle_locked(self) -> None:
         for conn in self._idle:
             conn.close()
@@ -299,22 +294,17 @@ class HttpTransport:
                 conn.request(req.method, self._base + req.path, req.body, headers)
                 resp = conn.getresponse()
                 body = resp.read()
-            except _STALE as exc:
+            except (OSError, http.client.HTTPException) as exc:
                 self._end(conn)
                 conn.close()
                 if self._closed:  # ended by close(): not a failure to retry or log
                     raise _client_closed() from exc
-                if reused and attempt == 0:
+                if isinstance(exc, _STALE) and reused and attempt == 0:
                     # The others are likely as stale (an apiserver restart): drop them all.
                     log.debug("keep-alive connection was closed by the server; reconnecting")
-                    self._drop_idle()
+                    with self._lock:
+                        self._drop_idle_locked()
                     continue
-                raise _transient(exc, sent=True) from exc
-            except (OSError, http.client.HTTPException) as exc:
-                self._end(conn)
-                conn.close()
-                if self._closed:
-                    raise _client_closed() from exc
                 raise _transient(exc, sent=True) from exc
             if resp.will_close:
                 self._end(conn)
