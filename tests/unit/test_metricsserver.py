@@ -35,9 +35,8 @@ from local_ccm.runtime.metricsserver import (
     KubeReviewer,
     self_signed,
     server_tls,
-    start_secure_servers,
 )
-from local_ccm.runtime.serve import BindError, Checks, Servers
+from local_ccm.runtime.serve import BindError, Checks, Servers, start_servers
 
 pytestmark = pytest.mark.unit
 
@@ -86,10 +85,10 @@ def servers(tls: ssl.SSLContext) -> Iterator[Servers]:
     Counter("local_ccm_test_things", "things counted", registry=registry).inc(3)
     healthz, readyz = Checks(), Checks()
     healthz.add("loop", lambda: (True, "ok"))
-    started = start_secure_servers(
+    started = start_servers(
         metrics_address="127.0.0.1:0", health_address="127.0.0.1:0", registry=registry,
-        healthz=healthz, readyz=readyz, tls=tls,
-        auth=MetricsAuth(Reviewer(), VerdictCache(time.monotonic)),
+        healthz=healthz, readyz=readyz, metrics_tls=tls,
+        metrics_guard=MetricsAuth(Reviewer(), VerdictCache(time.monotonic)).check,
     )  # fmt: skip
     yield started
     started.close()
@@ -138,10 +137,10 @@ def test_a_guard_that_raises_refuses_with_500(tls: ssl.SSLContext) -> None:
         def check(self, authorization: str | None) -> Verdict:
             raise RuntimeError("bug")
 
-    started = start_secure_servers(
+    started = start_servers(
         metrics_address="127.0.0.1:0", health_address="0", registry=CollectorRegistry(),
-        healthz=Checks(), readyz=Checks(), tls=tls,
-        auth=Broken(Reviewer(), VerdictCache(time.monotonic)),
+        healthz=Checks(), readyz=Checks(), metrics_tls=tls,
+        metrics_guard=Broken(Reviewer(), VerdictCache(time.monotonic)).check,
     )  # fmt: skip
     try:
         assert started.metrics is not None
@@ -187,11 +186,12 @@ def test_a_taken_port_is_a_bind_error_naming_the_flag(
     for taken, flag in ((f"127.0.0.1:{metrics}", "--metrics-bind-address"),
                         (f"127.0.0.1:{health}", "--webserver-bind-address")):  # fmt: skip
         with pytest.raises(BindError, match=f"^{flag}={taken}: address already in use$"):
-            start_secure_servers(
+            start_servers(
                 metrics_address=taken if "metrics" in flag else "127.0.0.1:0",
                 health_address=taken if "metrics" not in flag else "127.0.0.1:0",
-                registry=CollectorRegistry(), healthz=Checks(), readyz=Checks(), tls=tls,
-                auth=MetricsAuth(Reviewer(), VerdictCache(time.monotonic)),
+                registry=CollectorRegistry(), healthz=Checks(), readyz=Checks(),
+                metrics_tls=tls,
+                metrics_guard=MetricsAuth(Reviewer(), VerdictCache(time.monotonic)).check,
                 health_flag="webserver-bind-address",
             )  # fmt: skip
 

@@ -15,7 +15,6 @@ import socket
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import CollectorRegistry
@@ -35,7 +34,6 @@ from local_ccm.runtime.metricsserver import (
     certificate_name,
     metrics_auth,
     server_tls,
-    start_secure_servers,
 )
 from local_ccm.runtime.serve import Checks, Servers, start_servers
 
@@ -198,12 +196,11 @@ def _serve(host: Host, units: Sequence[Unit]) -> Callable[[Checks, Checks], Serv
     def serve(healthz: Checks, readyz: Checks) -> Servers:
         for unit in units:
             unit.checks(healthz, readyz)
-        start = start_servers if host.tls is None else partial(
-            start_secure_servers, tls=host.tls, auth=metrics_auth(units[0].client))  # fmt: skip
-        return start(
+        guard = None if host.tls is None else metrics_auth(units[0].client).check
+        return start_servers(
             metrics_address=s.metrics_address, health_address=s.health_address,
-            registry=registry, healthz=healthz, readyz=readyz,
-            metrics_flag=s.metrics_flag, health_flag=s.health_flag,
+            registry=registry, healthz=healthz, readyz=readyz, metrics_flag=s.metrics_flag,
+            health_flag=s.health_flag, metrics_tls=host.tls, metrics_guard=guard,
         )  # fmt: skip
 
     return serve

@@ -1,9 +1,9 @@
 """Secure `/metrics` of the two controllers: HTTPS, TokenReview and SubjectAccessReview.
 
 The adapters around `local_ccm.runtime.metricsauth` (the decision): the reviewer that asks the API
-server, the server's TLS context (`--metrics-cert-dir`, else a self-signed certificate made at
-start-up, as controller-runtime does), and the start of the two servers: health probes plain
-HTTP on their own address (kubelet probes them without a token), metrics HTTPS on theirs.
+server and the server's TLS context (`--metrics-cert-dir`, else a self-signed certificate made
+at start-up, as controller-runtime does), given to `serve.start_servers`: health probes stay
+plain HTTP on their own address (kubelet probes them without a token), metrics HTTPS on theirs.
 Certificates are read once; a rotated certificate takes effect at the next restart.
 """
 
@@ -23,8 +23,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry
-
 from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import ApiError, Forbidden
@@ -39,7 +37,6 @@ from local_ccm.runtime.metricsauth import (
     subject_access_review,
     token_review,
 )
-from local_ccm.runtime.serve import Checks, Servers, start_servers
 
 log = logging.getLogger(__name__)
 
@@ -182,27 +179,3 @@ def _pem_files(cert: bytes, key: bytes) -> Iterator[tuple[str, str]]:
 
 def certificate_name() -> str:
     return socket.gethostname() or "localhost"
-
-
-# ---------------------------------------------------------------- servers
-
-
-def start_secure_servers(
-    *,
-    metrics_address: str,
-    health_address: str,
-    registry: CollectorRegistry,
-    healthz: Checks,
-    readyz: Checks,
-    tls: ssl.SSLContext,
-    auth: MetricsAuth,
-    metrics_flag: str = "metrics-bind-address",
-    health_flag: str = "health-probe-bind-address",
-) -> Servers:
-    """Health plain HTTP on its address, metrics HTTPS behind `auth` on its own. `0` disables
-    either. Raises BindError, naming the flag, when a port cannot be bound."""
-    return start_servers(
-        metrics_address=metrics_address, health_address=health_address, registry=registry,
-        healthz=healthz, readyz=readyz, metrics_flag=metrics_flag, health_flag=health_flag,
-        metrics_tls=tls, metrics_guard=auth.check,
-    )  # fmt: skip

@@ -216,15 +216,13 @@ class HttpServer:
         self._thread.join()
 
 
+@dataclass(frozen=True)
 class Servers:
     """The metrics and health servers of one process (one, two or none)."""
 
-    def __init__(
-        self, servers: list[HttpServer], metrics: HttpServer | None, health: HttpServer | None
-    ):
-        self.servers = servers
-        self.metrics = metrics
-        self.health = health
+    servers: list[HttpServer]
+    metrics: HttpServer | None
+    health: HttpServer | None
 
     def close(self) -> None:
         for server in self.servers:
