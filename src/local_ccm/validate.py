@@ -33,14 +33,6 @@ class ValidationError(ValueError):
         return "; ".join(map(str, self.args))
 
 
-def try_parse(parser: Callable[[str], T], text: str) -> T | ValidationError:
-    """The parsed value, or the `ValidationError` (returned, not raised)."""
-    try:
-        return parser(text)
-    except ValidationError as err:
-        return err
-
-
 # ---------------------------------------------------------------- names
 
 

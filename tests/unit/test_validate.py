@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 from hypothesis import given
@@ -28,8 +30,18 @@ from local_ccm.validate import (
     parse_ip,
     parse_ip_target,
     split_list,
-    try_parse,
 )
+
+T = TypeVar("T")
+
+
+def try_parse(parser: Callable[[str], T], text: str) -> T | ValidationError:
+    """The parsed value, or the `ValidationError` (returned, not raised)."""
+    try:
+        return parser(text)
+    except ValidationError as err:
+        return err
+
 
 # ---------------------------------------------------------------- names
 
