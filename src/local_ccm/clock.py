@@ -46,13 +46,7 @@ class SystemClock:
 
 async def sleep_unless_stopped(clock: Clock, seconds: float, stop: asyncio.Event) -> None:
     """Sleep `seconds` of `clock`'s time, returning early once `stop` is set."""
-    sleeper = asyncio.ensure_future(clock.sleep(seconds))
-    stopper = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        sleeper.cancel()
-        stopper.cancel()
+    await race(clock.sleep(seconds), stop.wait())
 
 
 class Stopped:
