@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from local_ccm.kube.request import review_allowed
 from local_ccm.runtime.metricsauth import (
     ALLOWED_TTL,
     DENIED_TTL,
@@ -16,7 +17,6 @@ from local_ccm.runtime.metricsauth import (
     VerdictCache,
     bearer_token,
     decide,
-    review_allowed,
     reviewed_user,
     subject_access_review,
     token_key,

@@ -110,10 +110,6 @@ def subject_access_review(user: User, path: str, verb: str = "get") -> dict[str,
     return {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
 
 
-def review_allowed(review: Mapping[str, Any]) -> bool:
-    return bool((review.get("status") or {}).get("allowed"))
-
-
 # ---------------------------------------------------------------- the decision
 
 

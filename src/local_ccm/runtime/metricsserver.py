@@ -26,13 +26,13 @@ from typing import Protocol
 from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import ApiError, Forbidden
+from local_ccm.kube.request import review_allowed
 from local_ccm.logs import V4
 from local_ccm.runtime.metricsauth import (
     MetricsAuth,
     ReviewUnavailable,
     User,
     VerdictCache,
-    review_allowed,
     reviewed_user,
     subject_access_review,
     token_review,

@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from local_ccm.logs import V4
-from local_ccm.runtime.metricsauth import Verdict
+from local_ccm.runtime.metricsauth import METRICS_PATH, Verdict
 from local_ccm.validate import BindAddress, parse_bind_address
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,6 @@ Check = Callable[[], tuple[bool, str]]
 # Decides a /metrics request from its Authorization header (`runtime.metricsauth.MetricsAuth`).
 Guard = Callable[[str | None], Verdict]
 TLS_HANDSHAKE_TIMEOUT = 10.0
-METRICS_PATH = "/metrics"
 
 
 class Checks:
