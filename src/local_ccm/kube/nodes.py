@@ -143,10 +143,6 @@ class TokenBucket:
             self._tokens -= 1
 
 
-def _no_observer(verb: str, resource: str, code: str, seconds: float | None) -> None:
-    return None
-
-
 def translate(error: ke.ApiError) -> ke.ApiError:
     """An answer of no known kind (an unexpected status, a garbled watch line) is Transient."""
     if type(error) is not ke.ApiError:
@@ -165,7 +161,7 @@ class KubeNodeApi:
         client: AsyncClient,
         *,
         write_timeout: float | None = None,
-        observe: RequestObserver = _no_observer,
+        observe: RequestObserver = lambda *_: None,
         limiter: TokenBucket | None = None,
         slim: Callable[[Obj], Obj] = lambda node: node,
         rng: random.Random | None = None,

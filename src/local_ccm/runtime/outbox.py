@@ -28,10 +28,6 @@ class EventSink(Protocol):
     async def create_event(self, namespace: str, body: Obj) -> object: ...
 
 
-def _nothing() -> None:
-    pass
-
-
 class EventOutbox:
     """`emit`/`once` from the loop; `run()` posts them until cancelled."""
 
@@ -44,7 +40,7 @@ class EventOutbox:
         namespace: str,
         budget: ev.EventBudget | None = None,
         capacity: int = 0,
-        on_drop: Callable[[], None] = _nothing,
+        on_drop: Callable[[], None] = lambda: None,
         errors: tuple[type[Exception], ...] = (ApiError,),
         failure_level: int = logging.WARNING,
     ) -> None:
