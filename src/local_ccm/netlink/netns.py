@@ -11,10 +11,9 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -42,46 +41,27 @@ def setns(fd: int, nstype: int = CLONE_NEWNET) -> None:
         raise OSError(err, f"setns: {os.strerror(err)}")
 
 
-@dataclass
-class _Outcome(Generic[T]):
-    value: list[T] = field(default_factory=list)
-    error: list[BaseException] = field(default_factory=list)
-
-
 def run_in_netns(name: str, fn: Callable[[], T]) -> T:
     """Call ``fn`` on a fresh thread that has entered network namespace ``name``; return its result.
 
     Exceptions from ``fn`` (and from entering the namespace) are re-raised in the caller.
     """
     target = os.open(netns_path(name), os.O_RDONLY | os.O_CLOEXEC)
-    outcome: _Outcome[T] = _Outcome()
     try:
-        thread = threading.Thread(
-            target=_enter_and_call, args=(target, fn, outcome), name=f"netns:{name}", daemon=True
-        )
-        thread.start()
-        thread.join()
+        with ThreadPoolExecutor(1, thread_name_prefix=f"netns:{name}") as thread:
+            return thread.submit(_enter_and_call, target, fn).result()
     finally:
         os.close(target)
-    if outcome.error:
-        raise outcome.error[0]
-    return outcome.value[0]
 
 
-def _enter_and_call(target: int, fn: Callable[[], T], outcome: _Outcome[T]) -> None:
-    try:
-        own = os.open(_OWN_NETNS, os.O_RDONLY | os.O_CLOEXEC)
-    except BaseException as exc:
-        outcome.error.append(exc)
-        return
+def _enter_and_call(target: int, fn: Callable[[], T]) -> T:
+    own = os.open(_OWN_NETNS, os.O_RDONLY | os.O_CLOEXEC)
     try:
         setns(target)
         try:
-            outcome.value.append(fn())
+            return fn()
         finally:
             _restore(own)
-    except BaseException as exc:
-        outcome.error.append(exc)
     finally:
         os.close(own)
 
