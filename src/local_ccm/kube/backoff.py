@@ -88,10 +88,6 @@ class RetryPolicy:
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
     rng: Rng = field(default_factory=random.Random, compare=False)
 
-    @classmethod
-    def never(cls) -> RetryPolicy:
-        return cls(max_attempts=1)
-
     def should_retry(self, method: str, error: ApiError, attempt: int) -> bool:
         """``attempt`` is the 1-based number of the attempt that just failed."""
         if attempt >= self.max_attempts or not isinstance(error, Transient):

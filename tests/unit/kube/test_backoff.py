@@ -121,7 +121,7 @@ def test_retry_policy_stops_at_max_attempts() -> None:
     policy = RetryPolicy(max_attempts=3)
     assert policy.should_retry("GET", _timeout(), attempt=2)
     assert not policy.should_retry("GET", _timeout(), attempt=3)
-    assert not RetryPolicy.never().should_retry("GET", _timeout(), attempt=1)
+    assert not RetryPolicy(max_attempts=1).should_retry("GET", _timeout(), attempt=1)
 
 
 def test_retry_policy_delay_uses_its_rng_and_retry_after() -> None:

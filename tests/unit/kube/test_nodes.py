@@ -26,7 +26,7 @@ def adapter(fake: FakeTransport, **kw: Any) -> tuple[KubeNodeApi, Seen]:
     seen: Seen = []
     client = Client(
         ClusterConfig("https://h"), field_manager="fm", transport=fake,
-        retry=RetryPolicy.never(),
+        retry=RetryPolicy(max_attempts=1),
     )  # fmt: skip
     api = KubeNodeApi(
         AsyncClient(client), observe=lambda v, res, c, _: seen.append((v, res, c)), **kw
