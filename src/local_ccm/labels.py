@@ -78,7 +78,7 @@ _OPERATOR_SYMBOLS: Mapping[str, str] = MappingProxyType(
     {"Equals": "=", "NotEquals": "!=", "Gt": ">", "Lt": "<"}
 )
 _SPECIAL = "=!(),<>"
-_WHITESPACE = " \t\r\n"
+_TOKEN = re.compile(r"==|!=|[=!(),<>]|[^=!(),<> \t\r\n]+")  # blanks between tokens skipped
 
 
 @dataclass(frozen=True)
@@ -143,22 +143,7 @@ def parse_label_selector(text: str) -> LabelSelector:
 
 def _lex(text: str) -> list[tuple[bool, str]]:
     """Tokens as (is_symbol, text). Symbols are the longest of `= == != ! ( ) , < >`."""
-    tokens: list[tuple[bool, str]] = []
-    i = 0
-    while i < len(text):
-        if text[i] in _WHITESPACE:
-            i += 1
-        elif text[i] in _SPECIAL:
-            size = 2 if text[i : i + 2] in ("==", "!=") else 1
-            tokens.append((True, text[i : i + size]))
-            i += size
-        else:
-            end = i
-            while end < len(text) and text[end] not in _SPECIAL + _WHITESPACE:
-                end += 1
-            tokens.append((False, text[i:end]))
-            i = end
-    return tokens
+    return [(token[0] in _SPECIAL, token) for token in _TOKEN.findall(text)]
 
 
 class _SelectorParser:
