@@ -126,10 +126,6 @@ def decide(token: str | None, user: User | None, may_get: bool) -> Verdict:
     return Verdict(200, "ok")
 
 
-def ttl_of(verdict: Verdict) -> float:
-    return ALLOWED_TTL if verdict.allowed else DENIED_TTL
-
-
 def token_key(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -169,10 +165,9 @@ class VerdictCache:
 class MetricsAuth:
     """The guard of `/metrics`: headers in, `Verdict` out, API answers cached."""
 
-    def __init__(self, reviewer: Reviewer, cache: VerdictCache, path: str = METRICS_PATH):
+    def __init__(self, reviewer: Reviewer, cache: VerdictCache):
         self._reviewer = reviewer
         self._cache = cache
-        self._path = path
 
     def check(self, authorization: str | None) -> Verdict:
         token = bearer_token(authorization)
@@ -186,11 +181,11 @@ class MetricsAuth:
             verdict = self._review(token)
         except ReviewUnavailable:
             return UNAVAILABLE
-        self._cache.put(key, verdict, ttl_of(verdict))
+        self._cache.put(key, verdict, ALLOWED_TTL if verdict.allowed else DENIED_TTL)
         return verdict
 
     def _review(self, token: str) -> Verdict:
         user = self._reviewer.authenticate(token)
         if user is None:
             return decide(token, None, False)
-        return decide(token, user, self._reviewer.may_get(user, self._path))
+        return decide(token, user, self._reviewer.may_get(user, METRICS_PATH))
