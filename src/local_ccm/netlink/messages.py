@@ -28,8 +28,8 @@ AF_UNSPEC, AF_INET, AF_INET6 = 0, 2, 10
 _AF_BY_VERSION = {4: AF_INET, 6: AF_INET6}
 _VERSION_BY_AF = {AF_INET: 4, AF_INET6: 6}
 
-NLMSG_NOOP, NLMSG_ERROR, NLMSG_DONE, NLMSG_OVERRUN = 1, 2, 3, 4
-NLM_F_REQUEST, NLM_F_MULTI, NLM_F_ACK = 0x1, 0x2, 0x4
+NLMSG_NOOP, NLMSG_ERROR, NLMSG_DONE = 1, 2, 3
+NLM_F_REQUEST, NLM_F_MULTI = 0x1, 0x2
 NLM_F_DUMP_INTR = 0x10
 NLM_F_DUMP = 0x300  # NLM_F_ROOT | NLM_F_MATCH
 NLM_F_CAPPED, NLM_F_ACK_TLVS = 0x100, 0x200  # flags of an NLMSG_ERROR reply
@@ -82,9 +82,8 @@ NO_ROUTE_ERRNOS = frozenset(
 )  # fmt: skip
 
 _NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
-_RTMSG = struct.Struct(
-    "=BBBBBBBBI"
-)  # family, dst_len, src_len, tos, table, proto, scope, type, flags
+# family, dst_len, src_len, tos, table, proto, scope, type, flags
+_RTMSG = struct.Struct("=BBBBBBBBI")
 _IFADDRMSG = struct.Struct("=BBBBi")  # family, prefixlen, flags, scope, index
 _IFINFOMSG = struct.Struct("=BxHiII")  # family, type, index, flags, change
 _RTATTR = struct.Struct("=HH")  # len, type
