@@ -88,15 +88,12 @@ class LeadershipLost(Exception):  # noqa: N818 (the name the CLI uses)
 
 @dataclass(frozen=True)
 class LeaderContext:
-    """Given to the leader's work: who we are and whether a write may start now."""
+    """Given to the leader's work: who we are and whether a write may start now (`may_write()`
+    is False once the last renewal is too old for a write to land safely)."""
 
     identity: str
     write_timeout: float
-    _may_write: Callable[[], bool]
-
-    def may_write(self) -> bool:
-        """False once the last renewal is too old for a write to land safely."""
-        return self._may_write()
+    may_write: Callable[[], bool]
 
 
 LeaderWork = Callable[[LeaderContext], Awaitable[None]]
