@@ -204,10 +204,6 @@ def load_incluster(
     )
 
 
-def _home(env: Mapping[str, str]) -> Path:
-    return Path(env["HOME"]) if env.get("HOME") else Path.home()
-
-
 def resolve_config(kubeconfig: str, apiserver: str, env: Mapping[str, str]) -> ClusterConfig:
     """Explicit --kubeconfig, else in-cluster, else $KUBECONFIG, else ~/.kube/config;
     a non-empty ``apiserver`` replaces the server URL and keeps the credentials."""
@@ -226,7 +222,8 @@ def resolve_config(kubeconfig: str, apiserver: str, env: Mapping[str, str]) -> C
 def _load_default_kubeconfig(env: Mapping[str, str], apiserver: str) -> ClusterConfig:
     candidates = [Path(p) for p in env.get("KUBECONFIG", "").split(os.pathsep) if p]
     if not candidates:
-        candidates = [_home(env) / ".kube" / "config"]
+        home = Path(env["HOME"]) if env.get("HOME") else Path.home()
+        candidates = [home / ".kube" / "config"]
     # A multi-file $KUBECONFIG is not merged: the first existing file is used.
     for candidate in candidates:
         if candidate.is_file():
