@@ -72,16 +72,21 @@ class Transient(ApiError):  # noqa: N818 (the API's own reason names)
     """
 
 
-_BY_STATUS: Mapping[int, type[ApiError]] = {
-    400: Invalid,
-    401: Unauthorized,
-    403: Forbidden,
-    404: NotFound,
-    408: Transient,
-    409: Conflict,
-    410: Gone,
-    422: Invalid,
-    429: Transient,
+# The kind of each status (other 5xx are Transient, other codes ApiError) and the reason an
+# answer without a Status body gets.
+_BY_STATUS: Mapping[int, tuple[type[ApiError], str]] = {
+    400: (Invalid, "BadRequest"),
+    401: (Unauthorized, "Unauthorized"),
+    403: (Forbidden, "Forbidden"),
+    404: (NotFound, "NotFound"),
+    408: (Transient, "HTTP408"),
+    409: (Conflict, "Conflict"),
+    410: (Gone, "Expired"),
+    422: (Invalid, "Invalid"),
+    429: (Transient, "TooManyRequests"),
+    500: (Transient, "InternalError"),
+    503: (Transient, "ServiceUnavailable"),
+    504: (Transient, "Timeout"),
 }
 
 # evanphx/json-patch says "testing value /metadata/resourceVersion failed: test failed",
@@ -97,7 +102,7 @@ def kind_for_status(status: int) -> type[ApiError]:
     """The exception class for an HTTP status (5xx is transient, unknown codes are ApiError)."""
     if status >= 500:
         return Transient
-    return _BY_STATUS.get(status, ApiError)
+    return _BY_STATUS.get(status, (ApiError, ""))[0]
 
 
 def is_failed_json_patch(status: int, status_obj: Mapping[str, Any] | None, message: str) -> bool:
@@ -181,21 +186,5 @@ def error_from_response(
     # show what the server said.
     if json_patch and is_failed_json_patch(status, status_obj, message):
         cls = Conflict
-    reason = reason or _default_reason(status)
+    reason = reason or _BY_STATUS.get(status, (ApiError, f"HTTP{status}"))[1]
     return cls(status, reason, message, retry_after=after, body=status_obj)
-
-
-def _default_reason(status: int) -> str:
-    return {
-        400: "BadRequest",
-        401: "Unauthorized",
-        403: "Forbidden",
-        404: "NotFound",
-        409: "Conflict",
-        410: "Expired",
-        422: "Invalid",
-        429: "TooManyRequests",
-        500: "InternalError",
-        503: "ServiceUnavailable",
-        504: "Timeout",
-    }.get(status, f"HTTP{status}")
