@@ -66,13 +66,9 @@ def level_for_verbosity(verbosity: int) -> int:
 
 
 def _level_name(levelno: int) -> str:
-    if levelno >= logging.CRITICAL:
-        return "CRITICAL"
-    if levelno >= logging.ERROR:
-        return "ERROR"
-    if levelno >= logging.WARNING:
-        return "WARNING"
-    return "INFO" if levelno >= V5 else "DEBUG"
+    floors = ((logging.CRITICAL, "CRITICAL"), (logging.ERROR, "ERROR"),
+              (logging.WARNING, "WARNING"), (V5, "INFO"))  # fmt: skip
+    return next((name for floor, name in floors if levelno >= floor), "DEBUG")
 
 
 def _verbosity(levelno: int) -> int | None:
