@@ -15,7 +15,6 @@ import random
 import socket
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import replace
-from types import TracebackType
 from typing import Self
 
 from local_ccm.netlink import messages as m
@@ -68,9 +67,7 @@ class NetlinkSocket:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def next_seq(self) -> int:
