@@ -53,17 +53,8 @@ class WatchStream:
         self._lock = threading.Lock()
         self._stream: Stream | None = None
         self._closed = False
-        self._events: Iterator[WatchEvent] | None = None
 
-    def __iter__(self) -> WatchStream:
-        return self
-
-    def __next__(self) -> WatchEvent:
-        if self._events is None:
-            self._events = self._run()
-        return next(self._events)
-
-    def _run(self) -> Iterator[WatchEvent]:
+    def __iter__(self) -> Iterator[WatchEvent]:
         stream = self._open()
         with self._lock:
             if self._closed:
@@ -214,7 +205,7 @@ class Client:
         return self._obj(rq.delete_request(res, name, **kw), timeout)
 
     def watch(self, res: Resource, **kw: Any) -> WatchStream:
-        """One raw watch stream (opened lazily, on the first ``next``); see WatchStream."""
+        """One raw watch stream (opened lazily, when iterated); see WatchStream."""
         req = rq.watch_request(res, **kw)
         seconds = kw.get("timeout_seconds")
         read_timeout = seconds + WATCH_READ_SLACK if seconds else WATCH_READ_DEFAULT
