@@ -39,7 +39,7 @@ from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.nodes import Access
 from local_ccm.kube.resources import NODES
 from local_ccm.lease.options import Election
-from local_ccm.runtime.metricsserver import CertError, TlsContext
+from local_ccm.runtime.metricsserver import CertError
 from local_ccm.runtime.process import EXIT_PRECONDITION, EXIT_USAGE
 from local_ccm.runtime.serve import Servers
 from local_ccm.runtime.shared import SharedWatch
@@ -122,15 +122,14 @@ async def run_loaded(
     loaded: Sequence[tuple[Controller, Any]],
     stop: asyncio.Event,
     *,
-    tls: TlsContext | None = None,
     on_running: Callable[[Servers], None] | None = None,
 ) -> int:
     """The loaded controllers in the process runtime; the first one's options give the
-    credentials, the Lease and the servers (`tls` is made from them when not given)."""
+    credentials, the Lease and the servers."""
     controller, options = loaded[0]
     serving, lease = controller.serving(options), controller.lease(options)
     try:
-        tls = tls or metrics_tls_of(serving)
+        tls = metrics_tls_of(serving)
         cluster = resolve_config(options.kubeconfig, controller.apiserver(options), env)
     except CertError as exc:
         log.error("%s", exc)
