@@ -1,9 +1,7 @@
 """`local-ccm`, the node agent: loop and run-once modes, and the `detect` subcommand.
 
-The wiring of the kernel detector and netlink monitor, the Node API over the kube layer,
-instance metadata and the HTTP servers; loop mode runs in the process runtime (health first,
-one access review, graceful stop). Only this binary loads this module, so the agent's modules
-are imported at the top (the controllers never load them: memory budget).
+Only this binary loads this module, so the agent's modules are imported at the top (the
+controllers never load them: memory budget).
 """
 
 from __future__ import annotations

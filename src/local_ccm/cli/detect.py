@@ -1,7 +1,4 @@
-"""`local-ccm detect`: what the agent would write on this machine, printed, then exit 0 or 1.
-
-Loaded only in detect mode, so the long-running agent never imports the report code.
-"""
+"""`local-ccm detect`: what the agent would write on this machine, printed, then exit 0 or 1."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""`local-ccm-controller-manager --controllers=…`: the central controllers in one process, with
-one Lease, one health and metrics server, one access review and one Node watch;
-`node-lifecycle-controller` and `node-ipam-controller` run the same path with one controller and
-their own flag tables (`local_ccm.cli.central`).
+"""`local-ccm-controller-manager --controllers=…`: the central controllers in one process, on
+the path of `local_ccm.cli.central`.
 
 `--controllers` reads as kube-controller-manager's: a comma list, `*` for every controller on
 by default, `-name` turns one off. A controller joins with one `CONTROLLERS` entry.

@@ -1,6 +1,6 @@
 """Flag groups every binary repeats: logging, and /metrics beside the health probes.
 
-Pure, no I/O. Each binary adds its own environment variables and aliases (`customize`).
+Each binary adds its own environment variables and aliases (`customize`).
 """
 
 from __future__ import annotations

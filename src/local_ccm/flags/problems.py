@@ -1,8 +1,4 @@
-"""The user errors of a command line: one `Problem` per mistake, printed one a line before
-exit 2.
-
-Pure, no I/O.
-"""
+"""The user errors of a command line: one `Problem` per mistake, one line each before exit 2."""
 
 from __future__ import annotations
 

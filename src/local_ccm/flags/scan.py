@@ -1,10 +1,9 @@
 """Go-compatible command-line parsing shared by the binaries.
 
-Pure, no I/O: argv and the environment are parameters. The syntax is that of Go's standard
-`flag` package, because manifests written for the Go originals must keep working. Two deliberate
-differences [fix]: parsing never stops at the first error or positional argument, and every
-problem is collected, so `--dry-run false --v=2` reports the stray `false` and still applies
-`--v=2`.
+The syntax is that of Go's standard `flag` package, because manifests written for the Go
+originals must keep working. Two deliberate differences [fix]: parsing never stops at the first
+error or positional argument, and every problem is collected, so `--dry-run false --v=2`
+reports the stray `false` and still applies `--v=2`.
 """
 
 from __future__ import annotations
@@ -157,8 +156,7 @@ def parse(flagset: FlagSet, argv: Sequence[str], env: Mapping[str, str]) -> Pars
 
 def _alias_conflicts(acc: _Acc) -> list[Problem]:
     """A flag given under two spellings (its name and an alias, or two aliases) must say the
-    same thing: which one "wins" would otherwise depend on argument order, silently. One
-    problem per flag, naming every spelling and what it said."""
+    same thing: which one "wins" would otherwise depend on argument order, silently."""
     problems = []
     for name, spelled in acc.spelled.items():
         if len({repr(value) for _, value in spelled.values()}) < 2:

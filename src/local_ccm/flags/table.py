@@ -1,8 +1,4 @@
-"""Flag tables: one `Flag` per option (name, Go type, default, help, environment fallbacks,
-aliases and the parser of its value) and the `FlagSet` of one binary.
-
-Pure, no I/O.
-"""
+"""Flag tables: one `Flag` per option and the `FlagSet` of one binary."""
 
 from __future__ import annotations
 
@@ -50,7 +46,6 @@ class Flag:
         return self.default
 
     def convert(self, value: object) -> object:
-        """`value` (Go-typed) through the value parser, if the flag has one."""
         return value if self.value is None else self.value(value)
 
 

@@ -1,7 +1,4 @@
-"""`--help` and `--version` text, in the layout of Go's `flag.PrintDefaults`.
-
-Pure, no I/O.
-"""
+"""`--help` and `--version` text, in the layout of Go's `flag.PrintDefaults`."""
 
 from __future__ import annotations
 
@@ -18,7 +15,7 @@ def format_version(flagset: FlagSet, python_version: str) -> str:
 
 
 def format_usage(flagset: FlagSet) -> str:
-    """Usage text in the layout of Go's `flag.PrintDefaults`, flags sorted by name."""
+    """Usage text, flags sorted by name."""
     sub = f" [{'|'.join(sorted(flagset.subcommands))}]" if flagset.subcommands else ""
     lines = [f"Usage: {flagset.prog}{sub} [flags]", "", "Flags:"]
     lines += [_usage_entry(flag) for flag in sorted(flagset.flags, key=lambda f: f.name)]

@@ -1,9 +1,8 @@
 """Typed option values out of a parsed command line.
 
-Pure, no I/O. A table declares each flag's value parser (`Flag.value`); `Loader` reads values
-through them and collects every problem, in the order the loader reads, blamed on the
-environment variable or the spelling the value came from. The parsers here are the generic
-ones (bounds, enums); lists, addresses, CIDRs and names are in `local_ccm.validate`.
+`Loader` reads values through each flag's parser (`Flag.value`) and collects every problem,
+in the order it reads. The parsers here are the generic ones (bounds, enums); lists,
+addresses, CIDRs and names are in `local_ccm.validate`.
 """
 
 from __future__ import annotations
@@ -72,7 +71,6 @@ class Loader:
         return cls(**values)
 
     def result(self, options: T) -> T | list[Problem]:
-        """`options`, or every problem found."""
         return self.problems or options
 
 
@@ -121,8 +119,6 @@ def verbosity(value: int) -> int:
 
 
 def choice(*choices: str) -> Callable[[str], str]:
-    """An enum: the value must be one of `choices`."""
-
     def check(value: str) -> str:
         if value not in choices:
             raise ValidationError(f"{go_quote(value)} is not one of {', '.join(choices)}")

@@ -61,7 +61,6 @@ class IpamMetrics(Metrics):
             self.unavailable.labels(*labels).set(fam.unavailable)
 
     def remove_pool(self, name: str) -> None:
-        """Drop every series of a deleted pool [fix]."""
         pooled: tuple[Counter | Gauge, ...] = (
             self.allocations, self.releases, self.max_cidrs, self.usage, self.free,
             self.unavailable,

@@ -1,5 +1,4 @@
-"""Nodes in node-ipam-controller's loop: watch events, the
-allocation passes and the outcome of each Node write.
+"""Nodes in node-ipam-controller's loop: watch events, allocation passes, Node write outcomes.
 
 Handlers only update projections and queue work; the `Allocator` (pure, `ipam.plan`) makes
 every decision, serialised on the event loop; Node writes (`ipam.nodewrite`) run concurrently,

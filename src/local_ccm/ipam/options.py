@@ -2,9 +2,8 @@
 [compat] and the new ones [beyond], each declared once with its parser, and a loader that
 returns a frozen `IpamOptions` or every problem at once.
 
-Pure, no I/O: argv and the environment are parameters. The `IPAM_RESOURCE_LOCK` rule is
-applied to the environment *before* parsing (`resolve_resource_lock_env`), because that one
-variable may mean either the retry period or the lock type.
+Pure, no I/O: argv and the environment are parameters. `resolve_resource_lock_env` rewrites
+the environment before parsing: `IPAM_RESOURCE_LOCK` may mean the retry period or the lock type.
 """
 
 from __future__ import annotations
@@ -90,8 +89,7 @@ FLAGS = FlagSet(
              env=("IPAM_WEBSERVER_BIND_ADDR",), metavar="host:port", value=parse_bind_address),
         # Upstream's --enable-leader-election, --leader-elect-namespace and --leader-elect-id
         # (the holder identity) are aliases of kube-controller-manager's names, which every
-        # binary of this image accepts. IPAM_RESOURCE_LOCK (legacy) is folded in by
-        # resolve_resource_lock_env.
+        # binary of this image accepts.
         *election_flags(
             PROG,
             namespace="",
@@ -197,8 +195,7 @@ def resolve_resource_lock_env(
 ) -> tuple[dict[str, str], list[str], list[Problem]]:
     """Upstream's README bound the retry period to `IPAM_RESOURCE_LOCK`, a name that reads
     like the lock type: IPAM_LEADER_ELECT_RETRY_PERIOD wins, else a duration is the retry
-    period, else a lock name is the lock type (with a WARNING), else exit 2.
-    Returns (rewritten env, warnings, problems)."""
+    period, else a lock name is the lock type (with a WARNING), else exit 2."""
     out = dict(env)
     value = out.pop("IPAM_RESOURCE_LOCK", "")
     if not value or out.get("IPAM_LEADER_ELECT_RETRY_PERIOD"):
@@ -276,7 +273,6 @@ def _notes(parsed: Parsed) -> list[str]:
 
 
 def _web(read: Loader, web_flag: str) -> tuple[BindAddress | None, MetricsMode, BindAddress | None]:
-    """The web server's address and the metrics mode."""
     web: BindAddress | None = read(web_flag)
     raw = read.parsed.get_str("metrics-bind-address")
     secure = read.parsed.get_bool("metrics-secure")

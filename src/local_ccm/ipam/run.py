@@ -1,8 +1,7 @@
 """The loop of node-ipam-controller: what the leader does.
 
-Start-up recovery, ClusterCIDR events, discovery, gauges and
-readiness. Nodes and allocation live in `ipam.nodes`, ClusterCIDR finalizers and status
-in `ipam.upkeep`, Events in `runtime.outbox`; nothing but an allocation waits for anything.
+Nodes and allocation live in `ipam.nodes`, ClusterCIDR finalizers and status in `ipam.upkeep`,
+Events in `runtime.outbox`; nothing but an allocation waits for anything.
 """
 
 from __future__ import annotations
@@ -113,7 +112,6 @@ class Controller:
     # ------------------------------------------------------------ health
 
     def ready(self) -> tuple[bool, str]:
-        """For the leader: recovery done, some pool source, watches alive."""
         pool_source = self.crd_served or self.settings.default_pool is not None
         now = self.clock.monotonic()  # looked at now: the status tick may be held by a write
         problems = watch_problems(self._observed(now).items(), now)
