@@ -144,8 +144,7 @@ def loop_config(options: LifecycleOptions) -> LoopConfig:
 
 
 def build_prober(options: LifecycleOptions, metrics: LifecycleMetrics) -> Prober | str:
-    """A test socket per configured (kind, family); the problem text when none is
-    usable. Unprobed mode needs no socket at all."""
+    """A test socket per configured (kind, family); the problem text when none is usable."""
     kinds = options.settings.kinds
     if not kinds:
         log.warning(

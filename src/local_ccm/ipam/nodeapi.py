@@ -50,8 +50,7 @@ class IpamApi(Protocol):
 
 
 class KubeIpamApi(KubeNodeApi):
-    """`IpamApi` on the project's REST client; `count` is told (verb, resource, code) in
-    the API's verbs (get, patch, create) and codes (201 for a create)."""
+    """`IpamApi` on the project's REST client; `count` gets API verbs, 201 for a create."""
 
     def __init__(
         self,

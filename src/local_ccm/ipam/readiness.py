@@ -36,7 +36,6 @@ def observe_watch(state: WatchState, status: WatchStatus, now: float) -> WatchSt
 def watch_problems(
     states: Iterable[tuple[str, WatchState]], now: float, grace: float = WATCH_GRACE
 ) -> list[str]:
-    """One line per watch (name, state) failing, or down for `grace` seconds or more."""
     problems = []
     for name, state in sorted(states, key=lambda item: item[0]):
         if state.down_since is None:
@@ -50,7 +49,6 @@ def watch_problems(
 
 
 def readiness(*, recovered: bool, pool_source: bool, problems: Sequence[str]) -> tuple[bool, str]:
-    """(ready, reason) of the leader."""
     if not recovered:
         return False, "start-up recovery has not finished"
     if not pool_source:
