@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from local_ccm import names as product
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, WatchStream
 from local_ccm.kube.errors import ApiError
 from local_ccm.netlink.netns import run_in_netns
+from tests.support import resources as r
 from tests.support.agent_process import RESOURCES
 from tests.support.chart import RbacTarget, ShippedRbac, bound_to_user
 from tests.support.netns import NetnsFactory, Uplink

@@ -27,7 +27,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from tests.bench.agent_bench import (
     FLIP,
@@ -40,6 +39,7 @@ from tests.bench.agent_bench import (
     is_tainted,
 )
 from tests.support import nodes
+from tests.support import resources as r
 from tests.support.audit import AuditLog
 from tests.support.chart import ShippedRbac
 from tests.support.controlplane import ControlPlane

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from tests.bench.compare_agent import task_cpu_seconds
 from tests.integration.ipam import harness
 from tests.integration.ipam.objects import cluster_cidr
+from tests.support import resources as r
 from tests.support.cleanup import Tracker
 from tests.support.controlplane import ControlPlane
 from tests.support.ipam_bench import BITS, POOL_V4, POOL_V6, create_all, list_pod_cidrs, plain_node

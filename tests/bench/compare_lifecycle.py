@@ -32,10 +32,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import ApiError
 from tests.bench.compare_agent import task_cpu_seconds
+from tests.support import resources as r
 from tests.support.cleanup import NodeFactory
 from tests.support.controlplane import ControlPlane
 from tests.support.lifecycle_bench import (

@@ -32,7 +32,6 @@ from typing import Any
 
 import pytest
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from tests.bench.agent_bench import (
     AgentProcess,
@@ -44,6 +43,7 @@ from tests.bench.agent_bench import (
     write_result,
 )
 from tests.support import nodes
+from tests.support import resources as r
 from tests.support.binaries import Binaries
 from tests.support.chart import ShippedRbac
 from tests.support.controlplane import ControlPlane, Options, start_control_plane

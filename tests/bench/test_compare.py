@@ -23,13 +23,13 @@ from typing import Any
 
 import pytest
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from tests.bench import compare_agent, compare_ipam, compare_lifecycle
 from tests.bench.agent_bench import node_uplink
 from tests.bench.compare_stats import Settings, settings_from_env
 from tests.integration.ipam import harness as ipam_harness
 from tests.support import crds, ipam_bench, names, originals
+from tests.support import resources as r
 from tests.support.audit import audit_log, audited_plane
 from tests.support.binaries import Binaries
 from tests.support.chart import ShippedRbac

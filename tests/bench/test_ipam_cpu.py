@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from tests.bench import compare_ipam
 from tests.integration.ipam import harness
 from tests.support import crds, names
+from tests.support import resources as r
 from tests.support.binaries import Binaries
 from tests.support.cleanup import Tracker
 from tests.support.controlplane import ControlPlane

@@ -32,10 +32,10 @@ from typing import Any
 
 import pytest
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import ApiError
 from tests.support import names
+from tests.support import resources as r
 from tests.support.binaries import Binaries
 from tests.support.cleanup import NodeFactory, Tracker
 from tests.support.controlplane import ControlPlane, Options, start_control_plane

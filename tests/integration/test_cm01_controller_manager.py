@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from local_ccm.kube import resources as r
 from tests.integration.ipam.objects import cluster_cidr, pod_cidrs
 from tests.integration.lifecycle.test_l01_l10_scope_and_probes import DELETED, gone, kept
 from tests.support import crds
+from tests.support import resources as r
 from tests.support.audit import audited_plane
 from tests.support.binaries import Binaries
 from tests.support.controlplane import ControlPlane

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import Forbidden
+from tests.support import resources as r
 from tests.support import selftest
 from tests.support.binaries import load_pins
 from tests.support.cleanup import NodeFactory

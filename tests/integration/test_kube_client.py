@@ -15,8 +15,8 @@ import pytest
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.config import load_kubeconfig
 from local_ccm.kube.errors import Conflict, Forbidden, Invalid, NotFound
-from local_ccm.kube.resources import NODES, SERVICE_ACCOUNTS, Resource
 from tests.support.controlplane import ControlPlane
+from tests.support.resources import NODES, SERVICE_ACCOUNTS, Resource
 
 Track = Callable[..., None]
 SELF_SUBJECT_REVIEWS = Resource(

@@ -14,9 +14,9 @@ from local_ccm.kube.config import load_kubeconfig
 from local_ccm.kube.errors import Forbidden
 from local_ccm.kube.informer import Page
 from local_ccm.kube.request import WatchEvent
-from local_ccm.kube.resources import CLUSTER_ROLE_BINDINGS, CLUSTER_ROLES, NODES
 from tests.support.controlplane import ControlPlane
 from tests.support.informers import Running
+from tests.support.resources import CLUSTER_ROLE_BINDINGS, CLUSTER_ROLES, NODES
 from tests.support.waiting import eventually
 
 Track = Callable[..., None]

@@ -24,8 +24,8 @@ from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import Gone
 from local_ccm.kube.informer import Page
 from local_ccm.kube.request import WatchEvent
-from local_ccm.kube.resources import CUSTOM_RESOURCE_DEFINITIONS, NODES, Resource
 from tests.support.informers import Running
+from tests.support.resources import CUSTOM_RESOURCE_DEFINITIONS, NODES, Resource
 from tests.support.waiting import eventually
 
 SYNCED = "SYNCED"

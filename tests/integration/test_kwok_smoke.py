@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from tests.support import kwok as kw
+from tests.support import resources as r
 from tests.support.cleanup import Tracker
 from tests.support.waiting import eventually
 

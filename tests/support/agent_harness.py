@@ -18,9 +18,9 @@ from typing import Any
 from local_ccm.agent.loop import Agent
 from local_ccm.agent.options import AgentOptions
 from local_ccm.cli.agent import serve_agent
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import ApiError
+from tests.support import resources as r
 from tests.support.options import load_agent as load_options
 
 QUIET_HTTP = ("--metrics-bind-address=0", "--health-probe-bind-address=0")

@@ -33,11 +33,11 @@ from urllib.parse import urlsplit
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import Conflict
 from local_ccm.netlink.netns import run_in_netns
 from tests.support import pki
+from tests.support import resources as r
 from tests.support.chart import RbacTarget, ShippedRbac
 from tests.support.cleanup import Tracker
 from tests.support.relay import LoopbackRelay

@@ -11,9 +11,9 @@ from types import TracebackType
 from typing import Any
 
 from local_ccm import names
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import ApiError
+from tests.support import resources as r
 from tests.support.agent_harness import taint_keys
 from tests.support.netns import Namespace, NetnsFactory
 

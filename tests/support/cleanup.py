@@ -11,11 +11,11 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import ApiError, NotFound
 from local_ccm.kube.resources import Resource
 from tests.support import names, nodes
+from tests.support import resources as r
 
 log = logging.getLogger(__name__)
 # Finalizers our controllers put on objects; teardown removes only these.

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import Conflict, NotFound
+from tests.support import resources as r
 from tests.support.controlplane import ControlPlane
 
 REPO = Path(__file__).resolve().parents[2]

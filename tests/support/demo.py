@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from local_ccm import names as product
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from tests.support import names, nodes
+from tests.support import resources as r
 from tests.support.controlplane import ControlPlane, Options, artifacts_root, start_control_plane
 
 EXIT_INITIALISED, EXIT_NOT_INITIALISED, EXIT_DEMO_FAILED = 0, 1, 3

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import ApiError
 from tests.support import cpargs, names, tiers
+from tests.support import resources as r
 from tests.support.binaries import Binaries, ensure
 from tests.support.cleanup import NodeFactory, Tracker, sweep_run
 from tests.support.controlplane import ControlPlane, Options, artifacts_root, start_control_plane

@@ -25,11 +25,11 @@ from typing import Any
 
 from local_ccm.ipam.core.model import FINALIZER, project_cluster_cidr, project_node
 from local_ccm.ipam.core.plan import Allocation, Allocator
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from tests.integration.ipam import harness
 from tests.integration.ipam.objects import cluster_cidr
 from tests.support import names
+from tests.support import resources as r
 from tests.support.binaries import Binaries
 from tests.support.cleanup import Tracker
 from tests.support.controlplane import ControlPlane

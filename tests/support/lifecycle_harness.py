@@ -27,7 +27,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from local_ccm.cli import central
 from local_ccm.cli.common import Unit
 from local_ccm.cli.lifecycle import Extras, build_unit, controller
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.errors import NotFound
@@ -39,6 +38,7 @@ from local_ccm.lifecycle.nodeapi import NodeApi, NodeEvent, NodeList, Obj
 from local_ccm.lifecycle.options import PROG, LifecycleOptions
 from local_ccm.lifecycle.probe import Prober
 from local_ccm.runtime.serve import Servers
+from tests.support import resources as r
 from tests.support.cleanup import NodeFactory, Tracker
 from tests.support.controlplane import ControlPlane
 from tests.support.options import load_lifecycle as load_options

@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import ApiError
 from local_ccm.kube.nodes import Access
 from local_ccm.lifecycle.nodeapi import NodeApi, NodeEvent, NodeList, Obj
 from tests.support import names
+from tests.support import resources as r
 from tests.support.audit import AuditEvent, audit_log, service_account_user
 from tests.support.cleanup import NodeFactory, Tracker
 from tests.support.controlplane import ControlPlane

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.errors import Forbidden
 from local_ccm.kube.request import Obj
 from local_ccm.runtime import metricscert
@@ -37,6 +36,7 @@ from local_ccm.runtime.metricsserver import (
     server_tls,
 )
 from local_ccm.runtime.serve import BindError, Checks, Servers, start_servers
+from tests.support import resources as r
 
 pytestmark = pytest.mark.unit
 

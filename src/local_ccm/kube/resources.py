@@ -55,38 +55,13 @@ class Resource:
         return "".join(parts)
 
 
-_RBAC = "rbac.authorization.k8s.io"
-_ADMISSION = "admissionregistration.k8s.io"
 _AUTHZ = "authorization.k8s.io"
 
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
-NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 EVENTS = Resource("", "v1", "events", "Event", namespaced=True)
-PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
-SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True)
-CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
 CLUSTER_CIDRS = Resource(
     "networking.x-k8s.io", "v1", "clustercidrs", "ClusterCIDR", namespaced=False
-)
-CUSTOM_RESOURCE_DEFINITIONS = Resource(
-    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
-)
-CLUSTER_ROLES = Resource(_RBAC, "v1", "clusterroles", "ClusterRole", namespaced=False)
-CLUSTER_ROLE_BINDINGS = Resource(
-    _RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False
-)
-ROLES = Resource(_RBAC, "v1", "roles", "Role", namespaced=True)
-ROLE_BINDINGS = Resource(_RBAC, "v1", "rolebindings", "RoleBinding", namespaced=True)
-VALIDATING_ADMISSION_POLICIES = Resource(
-    _ADMISSION, "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", False
-)
-VALIDATING_ADMISSION_POLICY_BINDINGS = Resource(
-    _ADMISSION,
-    "v1",
-    "validatingadmissionpolicybindings",
-    "ValidatingAdmissionPolicyBinding",
-    namespaced=False,
 )
 SELF_SUBJECT_ACCESS_REVIEWS = Resource(
     _AUTHZ, "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", namespaced=False

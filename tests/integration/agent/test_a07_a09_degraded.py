@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from local_ccm import names
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
+from tests.support import resources as r
 from tests.support.agent_harness import (
     FAST,
     QUIET_HTTP,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
+from tests.support import resources as r
 from tests.support.agent_harness import FAST, QUIET_HTTP, InProcessAgent, options, run_once
 from tests.support.agent_process import run_binary
 from tests.support.agent_scenarios import condition_is, initialised, kubelet_seed, pairs

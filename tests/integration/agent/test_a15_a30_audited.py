@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
+from tests.support import resources as r
 from tests.support.agent_harness import FAST
 from tests.support.agent_process import (
     HEALTH_PORT,

@@ -14,9 +14,9 @@ import pytest
 
 from local_ccm import names
 from local_ccm.agent.core.plan import is_tainted, plan_taint_patch
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import Conflict
+from tests.support import resources as r
 from tests.support.agent_harness import taint_keys
 from tests.support.cleanup import NodeFactory
 from tests.support.controlplane import ControlPlane

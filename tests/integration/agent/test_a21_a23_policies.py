@@ -9,9 +9,9 @@ import threading
 import pytest
 
 from local_ccm import names
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import ApiError
+from tests.support import resources as r
 from tests.support.agent_harness import (
     FAST,
     QUIET_HTTP,

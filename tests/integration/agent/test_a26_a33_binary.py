@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from local_ccm import names
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
+from tests.support import resources as r
 from tests.support.agent_fixtures import A01Agent
 from tests.support.agent_harness import FAST, taint_keys
 from tests.support.agent_process import (

@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
+from tests.support import resources as r
 from tests.support.chart import Helm, apply_all, describe_failures, parse
 from tests.support.cleanup import Tracker
 from tests.support.controlplane import ControlPlane

@@ -17,12 +17,12 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import NotFound
 from tests.integration.deploy.conftest import at_both_versions, ipam_renders_at
 from tests.integration.deploy.release import render
 from tests.integration.deploy.test_d01_d03_render import RENDER_SETS
+from tests.support import resources as r
 from tests.support.chart import Helm, apply_all, describe_failures
 from tests.support.controlplane import ControlPlane
 from tests.support.crds import CRD_FILES, install, load_crds, wait_established

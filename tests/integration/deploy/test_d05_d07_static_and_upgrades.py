@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from tests.integration.deploy.release import MAX_RELEASE
+from tests.support import resources as r
 from tests.support.chart import (
     CHART,
     DEPLOY,

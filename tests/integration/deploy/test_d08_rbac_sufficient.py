@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from local_ccm import names
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import NotFound
 from tests.integration.deploy.release import apply_identity, bound_pod, render
+from tests.support import resources as r
 from tests.support.agent_process import AgentProcess, copy_kubeconfig, private_dir
 from tests.support.agent_scenarios import A01_ADDRESSES, a01_network, initialised, pairs, reasons
 from tests.support.chart import Helm, args_of, component

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 import yaml
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import Forbidden, Invalid
 from tests.integration.deploy.conftest import at_both_versions, ipam_renders_at
 from tests.integration.deploy.release import Release, apply_identity, bound_pod, render
 from tests.support import names
+from tests.support import resources as r
 from tests.support.chart import IPAM_MINIMUM_KUBE_VERSION, Helm
 from tests.support.cleanup import NodeFactory, Tracker
 from tests.support.controlplane import ControlPlane

@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import Forbidden
 from tests.integration.deploy.test_d01_d03_render import RENDER_SETS
+from tests.support import resources as r
 from tests.support.chart import Helm, component, parse
 
 ENFORCE = "pod-security.kubernetes.io/enforce"

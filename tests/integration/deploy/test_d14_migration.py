@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 import yaml
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from tests.integration.deploy.release import MAX_RELEASE
+from tests.support import resources as r
 from tests.support.chart import CHART, Helm, parse
 from tests.support.cleanup import NodeFactory, Tracker
 from tests.support.controlplane import ControlPlane

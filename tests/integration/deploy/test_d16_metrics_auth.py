@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from tests.integration.deploy.conftest import ipam_renders_at
 from tests.integration.deploy.release import Release, apply_identity, render
+from tests.support import resources as r
 from tests.support.chart import IPAM_MINIMUM_KUBE_VERSION, Helm, component
 from tests.support.cleanup import Tracker
 from tests.support.controlplane import ControlPlane

@@ -9,11 +9,11 @@ from typing import Any, Protocol
 
 import pytest
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from tests.integration.ipam import harness
 from tests.integration.ipam.objects import Selector, cluster_cidr
 from tests.support import names
+from tests.support import resources as r
 from tests.support.cleanup import NodeFactory, Tracker
 from tests.support.controlplane import ControlPlane
 

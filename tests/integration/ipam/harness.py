@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
+from tests.support import resources as r
 from tests.support.cleanup import Tracker
 from tests.support.processes import Child, free_port, spawn, tail
 from tests.support.waiting import eventually

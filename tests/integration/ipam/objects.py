@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
+from tests.support import resources as r
 
 FINALIZER = "networking.x-k8s.io/cluster-cidr-finalizer"
 Selector = Mapping[str, str] | Sequence[Mapping[str, str]] | None

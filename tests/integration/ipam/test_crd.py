@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import ApiError, Invalid
 from tests.integration.ipam.objects import FINALIZER, cluster_cidr
+from tests.support import resources as r
 from tests.support.cleanup import Tracker
 from tests.support.controlplane import ControlPlane
 

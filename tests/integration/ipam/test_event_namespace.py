@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import Invalid
 from tests.integration.ipam.conftest import StartIpam
+from tests.support import resources as r
 
 
 def node_event(name: str, namespace: str) -> dict[str, Any]:

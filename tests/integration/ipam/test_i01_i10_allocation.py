@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import Invalid
 from tests.integration.ipam.conftest import FIXTURE_U_FLAGS, StartIpam
 from tests.integration.ipam.harness import IpamProcess
 from tests.integration.ipam.objects import FINALIZER, condition
+from tests.support import resources as r
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.usefixtures("crds")

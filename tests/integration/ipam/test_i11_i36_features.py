@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from tests.integration.ipam.conftest import EVENT_NAMESPACE, FIXTURE_U_FLAGS, StartIpam
 from tests.integration.ipam.objects import condition, event_reasons, events_for
@@ -16,6 +15,7 @@ from tests.integration.ipam.test_i01_i10_allocation import (
     gets,
     name_of,
 )
+from tests.support import resources as r
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.usefixtures("crds")

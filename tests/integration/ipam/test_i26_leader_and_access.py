@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from tests.integration.ipam import harness
 from tests.integration.ipam.conftest import StartIpam
 from tests.integration.ipam.test_i01_i10_allocation import gets, name_of
+from tests.support import resources as r
 from tests.support.cleanup import Tracker
 from tests.support.controlplane import ControlPlane
 from tests.support.waiting import eventually

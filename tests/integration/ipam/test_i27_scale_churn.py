@@ -26,7 +26,6 @@ from pathlib import Path
 
 import pytest
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import NotFound
 from tests.integration.ipam import harness
@@ -34,6 +33,7 @@ from tests.integration.ipam.conftest import StartIpam
 from tests.integration.ipam.test_i26_leader_and_access import holder
 from tests.support import crds
 from tests.support import ipam_bench as b
+from tests.support import resources as r
 from tests.support.binaries import Binaries
 from tests.support.cleanup import Tracker
 from tests.support.controlplane import ControlPlane

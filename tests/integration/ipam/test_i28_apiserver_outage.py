@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import Transient
 from tests.integration.ipam.conftest import StartIpam
@@ -19,6 +18,7 @@ from tests.integration.ipam.harness import IpamProcess
 from tests.integration.ipam.test_i01_i10_allocation import gets, name_of
 from tests.integration.ipam.test_i26_leader_and_access import FAST_ELECTION
 from tests.support import crds
+from tests.support import resources as r
 from tests.support.binaries import Binaries
 from tests.support.controlplane import ControlPlane
 from tests.support.dedicated import dedicated_plane, restart_apiserver, stop_apiserver

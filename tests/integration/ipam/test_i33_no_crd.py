@@ -11,12 +11,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from tests.integration.ipam.conftest import StartIpam
 from tests.integration.ipam.objects import FINALIZER
 from tests.integration.ipam.test_i01_i10_allocation import gets, name_of
 from tests.support import crds
+from tests.support import resources as r
 from tests.support.binaries import Binaries
 from tests.support.controlplane import ControlPlane
 from tests.support.dedicated import dedicated_plane

@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from local_ccm.kube import errors as ke
-from local_ccm.kube import resources as r
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
 from local_ccm.lifecycle.nodeapi import KubeNodeApi
@@ -25,6 +24,7 @@ from tests.integration.lifecycle.test_l01_l10_scope_and_probes import (
     uid,
 )
 from tests.support import nodes
+from tests.support import resources as r
 from tests.support.cleanup import NodeFactory, Tracker
 from tests.support.lifecycle_harness import (
     AUTOSCALER_TAINT,

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from tests.integration.lifecycle.conftest import Setup
+from tests.support import resources as r
 from tests.support.cleanup import NodeFactory
 from tests.support.lifecycle_harness import (
     eligible_node,

@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from tests.integration.lifecycle.conftest import Setup
 from tests.integration.lifecycle.test_l01_l10_scope_and_probes import (
@@ -19,6 +18,7 @@ from tests.integration.lifecycle.test_l01_l10_scope_and_probes import (
     kept,
     uid,
 )
+from tests.support import resources as r
 from tests.support.cleanup import NodeFactory
 from tests.support.lifecycle_harness import eligible_node, reasons
 from tests.support.netns import HostLink

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from local_ccm.kube import resources as r
 from tests.integration.lifecycle.test_l01_l10_scope_and_probes import DELETED, gone, kept
+from tests.support import resources as r
 from tests.support.audit import audited_plane, start_apiserver, stop_apiserver
 from tests.support.binaries import Binaries
 from tests.support.controlplane import ControlPlane

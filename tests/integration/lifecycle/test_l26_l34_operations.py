@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from local_ccm.lifecycle.nodeapi import VOLUME_ATTACHMENTS
 from local_ccm.netlink.netns import run_in_netns
@@ -27,6 +26,7 @@ from tests.integration.lifecycle.test_l01_l10_scope_and_probes import (
     kept,
     uid,
 )
+from tests.support import resources as r
 from tests.support.cleanup import NodeFactory, Tracker
 from tests.support.controlplane import ControlPlane
 from tests.support.lifecycle_harness import FAST, PROMETHEUS_PREFIX, eligible_node, reasons

@@ -19,10 +19,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import NotFound
 from tests.integration.lifecycle.conftest import Setup
+from tests.support import resources as r
 from tests.support.cleanup import NodeFactory
 from tests.support.controlplane import ControlPlane
 from tests.support.gate import ApiGate, gated_kubeconfig

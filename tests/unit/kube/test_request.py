@@ -9,7 +9,7 @@ import pytest
 from local_ccm.kube import request as rq
 from local_ccm.kube.errors import Conflict, Gone, Invalid, NotFound
 from local_ccm.kube.request import Response, WatchEvent
-from local_ccm.kube.resources import CLUSTER_CIDRS, LEASES, NODES, PODS, SERVICE_ACCOUNTS
+from tests.support.resources import CLUSTER_CIDRS, LEASES, NODES, PODS, SERVICE_ACCOUNTS
 
 
 def test_core_and_group_paths() -> None:
