@@ -52,20 +52,32 @@ def make_ssl_context(config: ClusterConfig, credential: Credential) -> ssl.SSLCo
 
 
 def _load_client_cert(ctx: ssl.SSLContext, cert: bytes, key: bytes) -> None:
-    # ssl can only load a certificate chain from files: write them into a private
-    # (0700) directory, load, and remove them at once.
-    with tempfile.TemporaryDirectory(prefix="local-ccm-tls-") as tmp:
-        paths = []
-        for name, data in (("cert.pem", cert), ("key.pem", key)):
-            path = Path(tmp) / name
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            paths.append(path)
+    with pem_files(cert, key) as (cert_path, key_path):
         try:
-            ctx.load_cert_chain(paths[0], paths[1])
+            ctx.load_cert_chain(cert_path, key_path)
         except ssl.SSLError as exc:
             raise ConfigError(f"client certificate or key is unusable: {exc}") from exc
+
+
+@contextlib.contextmanager
+def pem_files(cert: bytes, key: bytes) -> Iterator[tuple[str, str]]:
+    """`ssl` loads certificates from paths only: memory-backed files (the controllers' root
+    filesystem is read-only), else a private temporary directory, gone after loading."""
+    if hasattr(os, "memfd_create"):
+        fds = [os.memfd_create(label) for label in ("tls.crt", "tls.key")]
+        try:
+            for fd, data in zip(fds, (cert, key), strict=True):
+                os.write(fd, data)
+            yield f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[1]}"
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return
+    with tempfile.TemporaryDirectory() as tmp:  # pragma: no cover (no memfd: not Linux)
+        paths = Path(tmp, "tls.crt"), Path(tmp, "tls.key")
+        paths[0].write_bytes(cert)
+        paths[1].write_bytes(key)
+        yield str(paths[0]), str(paths[1])
 
 
 class _Connection(http.client.HTTPSConnection):

@@ -9,17 +9,15 @@ Certificates are read once; a rotated certificate takes effect at the next resta
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -27,6 +25,7 @@ from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import ApiError, Forbidden
 from local_ccm.kube.request import review_allowed
+from local_ccm.kube.transport import pem_files
 from local_ccm.logs import V4
 from local_ccm.runtime.metricsauth import (
     MetricsAuth,
@@ -129,7 +128,7 @@ def server_tls(cert_dir: str, name: str) -> ssl.SSLContext:
                             f"{KEY_FILE}: {exc.strerror or exc}") from exc  # fmt: skip
         return context
     cert_pem, key_pem = self_signed(name)
-    with _pem_files(cert_pem, key_pem) as (cert_path, key_path):
+    with pem_files(cert_pem, key_pem) as (cert_path, key_path):
         context.load_cert_chain(cert_path, key_path)
     log.info("serving /metrics with a self-signed certificate (no --metrics-cert-dir)")
     return context
@@ -155,26 +154,6 @@ def self_signed(name: str) -> tuple[bytes, bytes]:
         lines = done.stderr.decode(errors="replace").strip().splitlines() or ["no output"]
         raise CertError(f"cannot make a self-signed certificate for /metrics: {lines[-1]}")
     return cert, marker + key
-
-
-@contextlib.contextmanager
-def _pem_files(cert: bytes, key: bytes) -> Iterator[tuple[str, str]]:
-    """`ssl` loads certificates from paths only: memory-backed files (the controllers' root
-    filesystem is read-only), else a private temporary directory, gone after loading."""
-    if hasattr(os, "memfd_create"):
-        fds = [os.memfd_create(label) for label in ("tls.crt", "tls.key")]
-        try:
-            for fd, data in zip(fds, (cert, key), strict=True):
-                os.write(fd, data)
-            yield f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[1]}"
-        finally:
-            for fd in fds:
-                os.close(fd)
-        return
-    with tempfile.TemporaryDirectory() as tmp:  # pragma: no cover (no memfd: not Linux)
-        Path(tmp, CERT_FILE).write_bytes(cert)
-        Path(tmp, KEY_FILE).write_bytes(key)
-        yield str(Path(tmp, CERT_FILE)), str(Path(tmp, KEY_FILE))
 
 
 def certificate_name() -> str:
