@@ -98,13 +98,6 @@ JSON_PATCH_NOT_APPLIED = "the server rejected our request due to an error in our
 _FAILED_TEST_OP = re.compile(r"testing value \S* failed|test failed|test operation .* failed")
 
 
-def kind_for_status(status: int) -> type[ApiError]:
-    """The exception class for an HTTP status (5xx is transient, unknown codes are ApiError)."""
-    if status >= 500:
-        return Transient
-    return _BY_STATUS.get(status, (ApiError, ""))[0]
-
-
 def is_failed_json_patch(status: int, status_obj: Mapping[str, Any] | None, message: str) -> bool:
     """True for the answer to a JSON Patch whose operations could not be applied (a failed
     ``test`` among them; the apiserver does not say which operation failed)."""
@@ -178,7 +171,7 @@ def error_from_response(
     after = parse_retry_after(retry_after)
     if after is None and status_obj is not None:
         after = _status_retry_after(status_obj)
-    cls = kind_for_status(status)
+    cls = Transient if status >= 500 else _BY_STATUS.get(status, (ApiError, ""))[0]
     # Every JSON Patch in this project is built from an object it read and guarded by a
     # `test` of resourceVersion (or of a list element); when it cannot be applied the
     # object is no longer what was read. That is a stale read, handled like a 409:

@@ -78,14 +78,6 @@ def is_granted(permission: Access, rules: Sequence[Mapping[str, Any]]) -> bool:
     return False
 
 
-def rules_review(namespace: str) -> Obj:
-    return {
-        "apiVersion": "authorization.k8s.io/v1",
-        "kind": "SelfSubjectRulesReview",
-        "spec": {"namespace": namespace},
-    }
-
-
 # ---------------------------------------------------------------- the seam and its adapter
 
 
@@ -112,7 +104,9 @@ class KubeReviews:
         self._client, self._timeout, self._observe = client, timeout, observe
 
     async def rules(self, namespace: str) -> Sequence[Mapping[str, Any]]:
-        review = await self._create(SELF_SUBJECT_RULES_REVIEWS, rules_review(namespace))
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
+                "spec": {"namespace": namespace}}  # fmt: skip
+        review = await self._create(SELF_SUBJECT_RULES_REVIEWS, body)
         return list((review.get("status") or {}).get("resourceRules") or ())
 
     async def allowed(self, permission: Access) -> bool:
