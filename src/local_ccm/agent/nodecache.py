@@ -1,12 +1,10 @@
-"""The agent's copy of its own Node, read and written through: one LIST by field selector,
-then one watch (an Informer) from that LIST's version; every write is a JSON Patch (guarded by
-``test`` operations, planned by ``core.plan``), counted by kind and result, and the Node it
-returns replaces the copy. Steady state costs no API request per pass.
+"""The agent's copy of its own Node, read and written through: one LIST by field selector, then
+one watch (an Informer) from that LIST's version; every write is a ``test``-guarded JSON Patch
+whose returned Node replaces the copy. Steady state costs no API request per pass.
 
 A new or vanished Node object (another uid) calls ``replaced``, so the pass starts that
 Node's state over; a watch update of the same object calls ``updated`` first (fight detection).
-What the API rejects as invalid is remembered, so the same write is not sent again until its
-inputs change.
+A write the API rejected as invalid is not sent again until its inputs change.
 """
 
 from __future__ import annotations

@@ -3,9 +3,8 @@ defaults, so existing manifests keep working) and the new ones, each declared on
 parser, and a loader that validates them all at once (so an operator sees every mistake in one
 run) into a frozen :class:`AgentOptions`.
 
-Pure, no I/O, except for one injected seam: the credentials check calls a
-``ConfigResolver`` (by default ``local_ccm.kube.config.resolve_config``), which reads the
-kubeconfig or service-account files but never contacts the API. Unit tests pass a fake.
+Pure, no I/O, except for the injected ``ConfigResolver`` of the credentials check, which reads
+the kubeconfig or service-account files but never contacts the API. Unit tests pass a fake.
 """
 
 from __future__ import annotations

@@ -2,9 +2,7 @@
 compare with the cached Node -> write only what differs: the status patch (addresses,
 condition, ownership annotation), then the taint and provider-ID patch -> Events and metrics.
 
-The Node is read and written through :class:`NodeCache`; every decision is
-a pure function (``core.plan``, ``core.gates``, ``core.fight``, ``core.passes``). A conflict
-re-reads and recomputes; other API errors follow one policy (:meth:`Reconciler._on_error`).
+A conflict re-reads and recomputes; other API errors follow :meth:`Reconciler._on_error`.
 """
 
 from __future__ import annotations
@@ -289,8 +287,7 @@ class Reconciler:
         return "written"
 
     def _settling(self, node: Obj, plan: AddressPlan, now: float) -> bool:
-        """Two detections ``settle_time`` apart must agree before a replacement, so an address
-        that flaps during a DHCP renewal is not written."""
+        """Hold a replacement until it settles (``timing.settle_step`` says why)."""
         settle_time = self.settings.settle_time
         self._state.settle, wait = plan_settle(self._state.settle, node, plan, now, settle_time)
         if wait <= 0:

@@ -1,6 +1,5 @@
-"""The node-lifecycle-controller's Prometheus metrics on a
-per-process registry. Every label value is a closed set, and every series of those sets is
-exposed from the start, so dashboards and tests see zeros rather than nothing.
+"""The node-lifecycle-controller's Prometheus metrics on a per-process registry. Every label
+value is a closed set, every series exposed from the start: dashboards see zeros, not nothing.
 """
 
 from __future__ import annotations

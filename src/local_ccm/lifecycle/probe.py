@@ -1,12 +1,11 @@
 """Reachability probes over real sockets: the prober adapter.
 
 ICMP sockets come from icmplib, raw (`privileged=True`, needs CAP_NET_RAW) or datagram
-(`privileged=False`, needs the process group inside `net.ipv4.ping_group_range`). icmplib's own
+(`privileged=False`, needs the process group inside `net.ipv4.ping_group_range`). icmplib's
 ping matches replies on identifier and sequence only and hides the errno of a failed send, so
-this module sends and matches itself: a reply counts only from the probed address, with our
-sequence and random token (and, on raw sockets, our identifier: datagram sockets get theirs
-from the kernel). Every probe run opens and closes its own socket, so a permission error is
-seen at once as an `error` outcome.
+this module matches itself: a reply counts only from the probed address, with our sequence and
+random token (and, on raw sockets, our identifier: datagram sockets get the kernel's). Each
+probe run opens its own socket, so a permission error shows at once as an `error` outcome.
 
 TCP probes connect once; SYN-ACK and RST both prove a live kernel.
 """
@@ -97,9 +96,8 @@ class ProbeCapabilityError(Exception):
 def detect_capabilities(
     kinds: Sequence[ProbeKind], families: Sequence[Family], icmp_mode: IcmpMode
 ) -> Capabilities:
-    """Open a test socket per configured (kind, family). Each unusable one is logged
-    once at WARNING with its remedy. `auto` uses raw when permitted, else datagram; `raw` and
-    `datagram` never fall back."""
+    """Open a test socket per configured (kind, family). `auto` uses raw when permitted, else
+    datagram; `raw` and `datagram` never fall back."""
     names = sorted({k.name for k in kinds})
     entries = tuple(
         _icmp_capability(family, icmp_mode) if name == "icmp" else _tcp_capability(family)

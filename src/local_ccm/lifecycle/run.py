@@ -3,9 +3,7 @@
 While leading, a :class:`Controller` keeps the Nodes in an `Informer` cache of `NodeView`s.
 Every watch change, finished probe or attempt, and every `--reconcile-interval`, it evaluates
 the cache with the pure core (`assess` → `plan_deletions`) and performs the plan: Events,
-probes and the self-check (tasks, so probing never blocks evaluation), deletion attempts
-(`lifecycle.attempt`). Results flow back through `record_probe`, `record_self_check` and
-`record_attempt`.
+probes and the self-check (tasks, so probing never blocks evaluation), deletion attempts.
 
 One event loop, no locks: state is only changed by code running on it, between awaits.
 """

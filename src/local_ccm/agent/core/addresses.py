@@ -1,5 +1,4 @@
-"""Which addresses a Node should carry: the desired address list and the
-ownership annotation's encoding.
+"""Which addresses a Node should carry, and the ownership annotation's encoding.
 
 Pure, no I/O, no clock. Detection results come from ``agent.candidates``.
 """

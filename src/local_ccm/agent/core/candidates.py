@@ -1,5 +1,4 @@
-"""Address candidates and their selection: hygiene and the choice of one
-address per detector from a route lookup, the egress interface or the CIDR lists.
+"""Address candidates: hygiene and one address per detector (route, egress interface, CIDRs).
 
 Pure, no I/O, no clock. The netlink adapter (``agent.detect``) turns kernel state into
 :class:`Candidate` and :class:`RouteLookup` values; everything that decides lives here.

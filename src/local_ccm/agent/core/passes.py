@@ -50,8 +50,7 @@ def is_settle_needed(node: Obj, plan: AddressPlan) -> bool:
 def plan_settle(
     settle: Settle | None, node: Obj, plan: AddressPlan, now: float, settle_time: float
 ) -> tuple[Settle | None, float]:
-    """:func:`~local_ccm.agent.core.timing.settle_step` when the plan needs to settle: the new
-    state and the seconds still to wait (0: write now)."""
+    """:func:`~local_ccm.agent.core.timing.settle_step` when the plan needs to settle."""
     if not is_settle_needed(node, plan):
         return None, 0.0
     return settle_step(settle, plan.owned, now, settle_time)

@@ -1,11 +1,10 @@
-"""What to write to the Node: reading what it holds, the address status patch (with the
-condition and the ownership annotation), the annotation alone and the taint and provider-ID
-patch. Whether the taint may go and what the condition says is ``core.gates``.
+"""What to write to the Node: the address status patch (with the condition and the ownership
+annotation), the annotation alone, and the taint and provider-ID patch. Whether the taint may
+go and what the condition says is ``core.gates``.
 
-Pure, no I/O, no clock: times are parameters. A planner returns the patch to send or None.
-Patches are RFC 6902 JSON Patches, never strategic merge: ``status.addresses`` merges by
-``type``, which is not unique, and would collapse dual-stack InternalIPs
-(kubernetes/kubernetes#79391).
+Pure, no I/O, no clock. Patches are RFC 6902 JSON Patches, never strategic merge:
+``status.addresses`` merges by ``type``, which is not unique, and would collapse dual-stack
+InternalIPs (kubernetes/kubernetes#79391).
 """
 
 from __future__ import annotations
@@ -189,8 +188,7 @@ def plan_status_patch(
 
 def plan_annotation_patch(node: Obj, plan: AddressPlan) -> Patch | None:
     """The ownership annotation alone, on the main resource, guarded by the resourceVersion;
-    None when it is already stored (the fallback for an apiserver that drops metadata changes
-    on a status write)."""
+    None when it is already stored."""
     if owned_annotation(node) == plan.annotation:
         return None
     return Patch(None, (_test_rv(node), _annotation_operation(node, plan.annotation)))

@@ -1,9 +1,8 @@
-"""Detect mode: what the agent would write for this host, as a text
-table or one JSON object, plus — when the Node could be read — the plan: current and desired
-addresses, the ownership value, the JSON Patch operations and the taint decision.
+"""Detect mode: what the agent would write for this host, as a text table or one JSON object,
+plus — when the Node could be read — the plan: current and desired addresses, the ownership
+value, the JSON Patch operations and the taint decision.
 
-Pure, no I/O, no clock: the caller runs detection, GETs the Node, passes the time and prints
-the returned string.
+Pure, no I/O, no clock: the caller detects, GETs the Node, passes the time and prints.
 """
 
 from __future__ import annotations

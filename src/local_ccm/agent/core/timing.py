@@ -1,5 +1,4 @@
-"""When the agent's loop acts: debounce,
-settle, backoff policies, provider-ID retries and warning cadence.
+"""When the agent's loop acts: debounce, settle, backoff, provider-ID retries, warning cadence.
 
 Pure, no I/O, no clock: times are monotonic seconds passed in by the loop.
 """

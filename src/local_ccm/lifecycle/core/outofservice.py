@@ -1,6 +1,5 @@
-"""The optional out-of-service step before deleting a Node: taint
-`node.kubernetes.io/out-of-service`, wait for VolumeAttachments to go, then delete, or remove the
-taint again when the Node recovered.
+"""The optional out-of-service step before a deletion: taint `node.kubernetes.io/out-of-service`,
+wait for VolumeAttachments to go, then delete, or remove the taint again if the Node recovered.
 
 Pure, no I/O: the loop counts attachments and sends the JSON Patches returned here.
 """

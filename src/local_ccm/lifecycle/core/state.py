@@ -1,9 +1,8 @@
-"""What the deletion pipeline holds, not what it decides: its settings, the state that
-survives between evaluations (probe records, the self-check, started deletions), the `Plan`
-an evaluation returns, and how the loop's results update the state.
+"""What the deletion pipeline holds, not what it decides (that is `lifecycle.core.plan`): its
+settings, the state that survives between evaluations (probe records, the self-check, started
+deletions), the `Plan` an evaluation returns, and how the loop's results update the state.
 
-Pure, no I/O, no clock: `now` is monotonic seconds, always passed in. The decisions are
-`lifecycle.core.plan`'s.
+Pure, no I/O, no clock: `now` is monotonic seconds, always passed in.
 """
 
 from __future__ import annotations
