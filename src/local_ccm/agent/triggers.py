@@ -1,8 +1,7 @@
 """What wakes the agent's worker and what its health checks read.
 
-:class:`Triggers` coalesces triggers into bursts (the timing is ``timing.debounce_wait``) and
-runs the timers that fire them; :class:`Health` holds plain timestamps the HTTP thread reads
-and the loop writes.
+:class:`Triggers` coalesces triggers into bursts and runs the timers that fire them;
+:class:`Health` holds plain timestamps the HTTP thread reads and the loop writes.
 """
 
 from __future__ import annotations
@@ -17,8 +16,7 @@ WATCH_GRACE = 60.0  # readiness tolerates a reconnecting watch this long
 
 
 class Triggers:
-    """A burst ends after ``quiet`` seconds without a new trigger, or ``longest`` seconds
-    after its first trigger; its kinds are returned in order of first appearance."""
+    """Bursts as ``timing.debounce_wait`` times them; kinds in order of first appearance."""
 
     def __init__(self, clock: Clock, quiet: float, longest: float) -> None:
         self._clock, self._quiet, self._longest = clock, quiet, longest

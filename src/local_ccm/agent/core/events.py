@@ -1,8 +1,7 @@
 """Which Kubernetes Events a pass emits: detector failures and recoveries, a held taint,
 address fights, each on a transition only, and their rate limit.
 
-Pure, no I/O. Bodies and sending are ``local_ccm.runtime``'s: the loop queues what these
-functions return and a task posts them, so an Event never delays a pass.
+Pure, no I/O. ``local_ccm.runtime`` builds and posts them from a queue: no pass waits on one.
 """
 
 from __future__ import annotations
