@@ -70,8 +70,7 @@ class Gates:
 def decide_gates(
     node: Obj, plan: AddressPlan, config: AgentConfig, *, template: str, fetched: str | None
 ) -> Gates:
-    """The gates for this Node and plan: ``template`` is --provider-id, ``fetched`` a value
-    from instance metadata (see :func:`desired_provider_id`)."""
+    """The gates for this Node and plan; ``template``, ``fetched``: :func:`desired_provider_id`."""
     provider = desired_provider_id(node, template=template, fetched=fetched)
     taint = decide_taint(
         config,
@@ -108,11 +107,8 @@ class ProviderIDAction:
 
 
 def provider_id_action(node: Obj, desired: str | None, *, configured: bool) -> ProviderIDAction:
-    """Set-once (kubernetes/kubernetes#51761): write only when empty, report a mismatch.
-
-    ``desired`` is the rendered value (None: a placeholder was empty, or Azure is not
-    available); ``configured`` says whether any provider-ID source is set at all.
-    """
+    """Set-once (kubernetes/kubernetes#51761): write only when empty, report a mismatch;
+    ``desired`` None: a placeholder was empty, or Azure is not available."""
     existing = (node.get("spec") or {}).get("providerID") or None
     if not configured:
         return ProviderIDAction("none", existing=existing)
