@@ -29,8 +29,7 @@ class NodeApi(kn.NodeApi, Protocol):
 
 
 class KubeNodeApi(kn.KubeNodeApi):
-    """:class:`NodeApi` over :class:`AsyncClient`; `observe` feeds `api_requests_total`; LIST
-    pages come slimmed."""
+    """:class:`NodeApi` over :class:`AsyncClient`; `observe` feeds `api_requests_total`."""
 
     def __init__(
         self,
