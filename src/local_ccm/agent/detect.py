@@ -1,5 +1,5 @@
 """Detection adapter: asks the kernel (``local_ccm.netlink``) for routes, addresses and links,
-and hands plain data to the pure selection in ``agent.addresses``.
+and hands plain data to the pure selection in ``agent.core.addresses``.
 
 Only reads: ``RTM_GETROUTE`` for each configured target and one ``RTM_GETADDR`` /
 ``RTM_GETLINK`` dump per pass, so no capability is needed and nothing is sent to a target.

@@ -1,6 +1,6 @@
 """Which addresses a Node should carry, and the ownership annotation's encoding.
 
-Pure, no I/O, no clock. Detection results come from ``agent.candidates``.
+Pure, no I/O, no clock. Detection results come from ``agent.core.candidates``.
 """
 
 from __future__ import annotations
