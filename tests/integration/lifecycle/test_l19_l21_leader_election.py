@@ -48,9 +48,13 @@ class Replica:
             return None
 
     def identity(self) -> str:
-        match = re.search(r"running identity=(\S+)", self.child.log_path.read_text())
-        assert match, "no start-up identity line yet"
-        return match.group(1)
+        """From the start-up line, logged just after the servers start (so it may trail the
+        first answer of the metrics server by a moment on a loaded machine)."""
+
+        def logged() -> re.Match[str] | None:
+            return re.search(r"running identity=(\S+)", self.child.log_path.read_text())
+
+        return eventually(logged, timeout=10, message="the start-up identity line").group(1)
 
     def kill(self) -> None:
         os.killpg(self.child.pid, signal.SIGKILL)
