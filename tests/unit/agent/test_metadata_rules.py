@@ -22,7 +22,7 @@ from local_ccm.agent.core.metadata import (
     normalise_value,
     parse_rules,
 )
-from local_ccm.validate import label_value
+from local_ccm.labels import label_value
 
 DELL = {"sys_vendor": "Dell Inc.", "product_name": "PowerEdge R650", "chassis_type": "23"}
 FACTS = machine_facts(DELL, "model name\t: Intel(R) Xeon(R) Gold 6338\n", None, "x86_64", 64)
