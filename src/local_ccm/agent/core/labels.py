@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from local_ccm.agent.core.metadata import BETA_TWINS
+from local_ccm.agent.core.plan import Obj, Patch, pointer, test_rv
 
 OWNED_LABELS_ANNOTATION = "local-ccm.io/owned-labels"
 
@@ -76,3 +77,29 @@ def plan_labels(
 
 def owned_annotation(plan: LabelPlan) -> str:
     return json.dumps(dict(plan.owned), separators=(",", ":"), sort_keys=True)
+
+
+def plan_label_patch(node: Obj, plan: LabelPlan) -> Patch | None:
+    """The metadata JSON Patch for ``plan``: labels set and removed and the ownership record,
+    guarded by the resourceVersion (a concurrent label change makes it fail, and the caller
+    re-reads and re-plans); None when nothing changes."""
+    metadata = node.get("metadata") or {}
+    annotations = metadata.get("annotations")
+    record = owned_annotation(plan)
+    stored = (annotations or {}).get(OWNED_LABELS_ANNOTATION, "{}")  # absent: owns nothing
+    if not plan.changes and stored == record:
+        return None
+    ops = [test_rv(node)]
+    if metadata.get("labels") is None and plan.set:
+        ops.append({"op": "add", "path": "/metadata/labels", "value": dict(plan.set)})
+    else:
+        for key, value in plan.set.items():
+            ops.append({"op": "add", "path": pointer("metadata", "labels", key), "value": value})
+    ops += [{"op": "remove", "path": pointer("metadata", "labels", k)} for k in plan.remove]
+    if annotations is None:
+        ops.append({"op": "add", "path": "/metadata/annotations",
+                    "value": {OWNED_LABELS_ANNOTATION: record}})  # fmt: skip
+    else:
+        path = pointer("metadata", "annotations", OWNED_LABELS_ANNOTATION)
+        ops.append({"op": "add", "path": path, "value": record})
+    return Patch(None, tuple(ops))

@@ -1,0 +1,58 @@
+"""The metadata JSON Patch that writes planned labels and the ownership record."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from local_ccm.agent.core.labels import OWNED_LABELS_ANNOTATION, plan_label_patch, plan_labels
+
+ZONE = "topology.kubernetes.io/zone"
+RV_TEST = {"op": "test", "path": "/metadata/resourceVersion", "value": "7"}
+
+
+def node(labels: dict[str, str] | None, annotations: dict[str, str] | None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "n1", "resourceVersion": "7"}
+    if labels is not None:
+        metadata["labels"] = labels
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    return {"metadata": metadata}
+
+
+def test_nothing_to_change_and_record_stored_is_no_patch() -> None:
+    n = node({ZONE: "a"}, {OWNED_LABELS_ANNOTATION: '{"topology.kubernetes.io/zone":"a"}'})
+    plan = plan_labels({ZONE: "a"}, {ZONE: "a"}, {ZONE: "a"})
+    assert plan_label_patch(n, plan) is None
+
+
+def test_first_write_creates_labels_and_annotations_guarded_by_resource_version() -> None:
+    patch = plan_label_patch(node(None, None), plan_labels({}, {}, {ZONE: "a"}))
+    assert patch is not None
+    assert patch.subresource is None
+    assert patch.body() == [
+        RV_TEST,
+        {"op": "add", "path": "/metadata/labels", "value": {ZONE: "a"}},
+        {"op": "add", "path": "/metadata/annotations",
+         "value": {OWNED_LABELS_ANNOTATION: '{"topology.kubernetes.io/zone":"a"}'}},
+    ]  # fmt: skip
+
+
+def test_owned_label_no_longer_wanted_is_removed_and_the_record_emptied() -> None:
+    n = node(
+        {ZONE: "a", "x": "y"}, {OWNED_LABELS_ANNOTATION: '{"topology.kubernetes.io/zone":"a"}'}
+    )
+    patch = plan_label_patch(n, plan_labels({ZONE: "a", "x": "y"}, {ZONE: "a"}, {}))
+    assert patch is not None
+    assert patch.body() == [
+        RV_TEST,
+        {"op": "remove", "path": "/metadata/labels/topology.kubernetes.io~1zone"},
+        {"op": "add", "path": "/metadata/annotations/local-ccm.io~1owned-labels", "value": "{}"},
+    ]
+
+
+def test_foreign_label_is_left_alone_and_only_the_conflict_reported() -> None:
+    labels = {ZONE: "theirs"}
+    plan = plan_labels(labels, {}, {ZONE: "ours"})
+    assert plan.set == {}
+    assert [c.key for c in plan.conflicts] == [ZONE]
+    assert plan_label_patch(node(labels, {}), plan) is None
