@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
-from local_ccm.agent.core.labels import OWNED_LABELS_ANNOTATION, plan_label_patch, plan_labels
+import yaml
+
+from local_ccm.agent.core.events import label_conflicts
+from local_ccm.agent.core.labels import (
+    OWNED_LABELS_ANNOTATION,
+    plan_label_patch,
+    plan_labels,
+    plan_node_labels,
+)
+from local_ccm.agent.core.metadata import Rules, parse_rules
 
 ZONE = "topology.kubernetes.io/zone"
 RV_TEST = {"op": "test", "path": "/metadata/resourceVersion", "value": "7"}
@@ -56,3 +66,34 @@ def test_foreign_label_is_left_alone_and_only_the_conflict_reported() -> None:
     assert plan.set == {}
     assert [c.key for c in plan.conflicts] == [ZONE]
     assert plan_label_patch(node(labels, {}), plan) is None
+
+
+def test_node_labels_come_from_rules_addresses_and_beta_twins() -> None:
+    rules = parse_rules(
+        yaml.safe_load("rules: [{name: r1, match: {addresses: [10.1.0.0/24]}, zone: r1}]")
+    )
+    assert isinstance(rules, Rules)
+    n = node(None, None)
+    addresses = [ipaddress.ip_address("10.1.0.5")]
+    facts = {"dmi.productName": "PowerEdge R650"}
+    plan = plan_node_labels(n, addresses, rules, facts, beta=True)
+    assert plan.set == {
+        ZONE: "r1",
+        "node.kubernetes.io/instance-type": "PowerEdge-R650",
+        "failure-domain.beta.kubernetes.io/zone": "r1",
+        "beta.kubernetes.io/instance-type": "PowerEdge-R650",
+    }
+    assert plan_node_labels(n, [], rules, facts, beta=False).set == {
+        "node.kubernetes.io/instance-type": "PowerEdge-R650"
+    }
+
+
+def test_each_label_conflict_is_reported_once() -> None:
+    plan = plan_labels({ZONE: "theirs"}, {}, {ZONE: "ours"})
+    events, seen = label_conflicts(plan.conflicts, frozenset())
+    assert [e.reason for e in events] == ["MetadataLabelConflict"]
+    assert ZONE in events[0].message
+    again, seen = label_conflicts(plan.conflicts, seen)
+    assert again == []
+    other = plan_labels({ZONE: "theirs"}, {}, {ZONE: "other"})
+    assert len(label_conflicts(other.conflicts, seen)[0]) == 1

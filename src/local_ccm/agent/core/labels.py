@@ -11,10 +11,11 @@ from a foreign label is a conflict to report, never a fight.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from local_ccm.agent.core.metadata import BETA_TWINS
+from local_ccm.agent.core.config import IPAddress
+from local_ccm.agent.core.metadata import BETA_TWINS, NodeView, Rules, desired_labels
 from local_ccm.agent.core.plan import Obj, Patch, pointer, test_rv
 
 OWNED_LABELS_ANNOTATION = "local-ccm.io/owned-labels"
@@ -103,3 +104,21 @@ def plan_label_patch(node: Obj, plan: LabelPlan) -> Patch | None:
         path = pointer("metadata", "annotations", OWNED_LABELS_ANNOTATION)
         ops.append({"op": "add", "path": path, "value": record})
     return Patch(None, tuple(ops))
+
+
+def plan_node_labels(
+    node: Obj,
+    addresses: Sequence[IPAddress],
+    rules: Rules,
+    facts: Mapping[str, str],
+    *,
+    beta: bool,
+) -> LabelPlan:
+    """The label plan for ``node``: the rules evaluated against its name, the addresses the
+    agent is about to write and its current labels, then ``plan_labels`` against the record."""
+    metadata = node.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    view = NodeView(str(metadata.get("name", "")), tuple(addresses), labels)
+    wanted = {k: d.value for k, d in desired_labels(rules, facts, view).items()}
+    wanted = with_beta_twins(wanted) if beta else wanted
+    return plan_labels(labels, read_owned(metadata.get("annotations") or {}), wanted)
