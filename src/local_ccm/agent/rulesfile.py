@@ -81,3 +81,10 @@ class RulesFile:
             return loaded
         self.rules = loaded
         return None
+
+    def refresh(self) -> bool | list[str]:
+        """``reload`` for the reconcile tick: True when new rules are in force, False when the
+        file did not change, else the problems (for the Event and the reloads metric)."""
+        before = self.rules
+        problems = self.reload()
+        return problems if problems else self.rules is not before

@@ -57,3 +57,18 @@ def test_a_bad_reload_keeps_the_last_good_rules(tmp_path: Path) -> None:
     assert opened.rules == good
     assert opened.reload() is None  # reported once per change, not on every tick
     assert isinstance(opened.rules, Rules)
+
+
+def test_refresh_says_whether_new_rules_are_in_force(tmp_path: Path) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text(GOOD)
+    opened = RulesFile.open(path, ("local-ccm.io",))
+    assert isinstance(opened, RulesFile)
+    assert opened.refresh() is False
+    path.write_text(GOOD.replace("z1", "z2") + "\n")
+    assert opened.refresh() is True
+    path.write_text("rules: [{zone: z3}]\n")
+    problems = opened.refresh()
+    assert isinstance(problems, list)
+    assert problems
+    assert opened.rules.rules[0].sets[ZONE].text == "z2"
