@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from local_ccm.agent.core.labels import (
-    OWNED_LABELS_ANNOTATION,
     Conflict,
     LabelPlan,
     owned_annotation,
@@ -12,6 +11,7 @@ from local_ccm.agent.core.labels import (
     with_beta_twins,
 )
 from local_ccm.agent.core.metadata import INSTANCE_TYPE, ZONE
+from local_ccm.names import OWNED_LABELS_ANNOTATION
 
 ROLE = "local-ccm.io/rack"
 

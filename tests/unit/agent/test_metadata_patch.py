@@ -9,12 +9,15 @@ import yaml
 
 from local_ccm.agent.core.events import label_conflicts
 from local_ccm.agent.core.labels import (
-    OWNED_LABELS_ANNOTATION,
     plan_label_patch,
     plan_labels,
     plan_node_labels,
+    with_labels,
 )
 from local_ccm.agent.core.metadata import Rules, parse_rules
+from local_ccm.agent.core.passes import patch_kinds
+from local_ccm.agent.core.plan import plan_taint_patch
+from local_ccm.names import OWNED_LABELS_ANNOTATION
 
 ZONE = "topology.kubernetes.io/zone"
 RV_TEST = {"op": "test", "path": "/metadata/resourceVersion", "value": "7"}
@@ -97,3 +100,24 @@ def test_each_label_conflict_is_reported_once() -> None:
     assert again == []
     other = plan_labels({ZONE: "theirs"}, {}, {ZONE: "other"})
     assert len(label_conflicts(other.conflicts, seen)[0]) == 1
+
+
+def test_labels_go_first_in_the_write_that_removes_the_taint() -> None:
+    n = node(None, None)
+    n["spec"] = {"taints": [{"key": "node.cloudprovider.kubernetes.io/uninitialized"}]}
+    taint = plan_taint_patch(n, remove_taint=True, provider_id="local://n1")
+    labels = plan_label_patch(n, plan_labels({}, {}, {ZONE: "a"}))
+    merged = with_labels(taint, labels)
+    assert merged is not None
+    assert labels is not None
+    assert taint is not None
+    ops = list(merged.operations)
+    assert ops[0] == RV_TEST  # one guard for the whole write
+    assert [op for op in ops if op == RV_TEST] == [RV_TEST]
+    label_at = ops.index({"op": "add", "path": "/metadata/labels", "value": {ZONE: "a"}})
+    removal = ops.index({"op": "remove", "path": "/spec/taints/0"})
+    assert label_at < removal
+    assert {"op": "add", "path": "/spec/providerID", "value": "local://n1"} in ops
+    assert patch_kinds(merged) == ["labels", "taint", "provider_id"]
+    assert with_labels(taint, None) == taint
+    assert with_labels(None, labels) == labels

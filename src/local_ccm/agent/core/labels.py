@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from local_ccm.agent.core.config import IPAddress
 from local_ccm.agent.core.metadata import BETA_TWINS, NodeView, Rules, desired_labels
 from local_ccm.agent.core.plan import Obj, Patch, pointer, test_rv
-
-OWNED_LABELS_ANNOTATION = "local-ccm.io/owned-labels"
+from local_ccm.names import OWNED_LABELS_ANNOTATION
 
 
 @dataclass(frozen=True)
@@ -122,3 +121,12 @@ def plan_node_labels(
     wanted = {k: d.value for k, d in desired_labels(rules, facts, view).items()}
     wanted = with_beta_twins(wanted) if beta else wanted
     return plan_labels(labels, read_owned(metadata.get("annotations") or {}), wanted)
+
+
+def with_labels(main: Patch | None, labels: Patch | None) -> Patch | None:
+    """One main-resource write: the labels and their record first (RV-guarded), then the
+    provider ID and the taint removal, so the labels are on the Node when the taint goes."""
+    if labels is None or main is None:
+        return labels or main
+    rest = tuple(op for op in main.operations if op["path"] != "/metadata/resourceVersion")
+    return Patch(None, labels.operations + rest)
