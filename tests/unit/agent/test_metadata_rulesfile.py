@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from local_ccm.agent.core.metadata import ZONE, Rules
@@ -72,3 +74,17 @@ def test_refresh_says_whether_new_rules_are_in_force(tmp_path: Path) -> None:
     assert isinstance(problems, list)
     assert problems
     assert opened.rules.rules[0].sets[ZONE].text == "z2"
+
+
+def test_json_rules_are_read_without_loading_the_yaml_parser(tmp_path: Path) -> None:
+    """The chart writes JSON: the agent's memory budget has no room for PyYAML."""
+    path = tmp_path / "rules.yaml"
+    path.write_text('{"rules": [{"name": "r", "zone": "z1"}]}')
+    code = (
+        "import sys; from pathlib import Path; from local_ccm.agent.rulesfile import load_rules; "
+        f"rules = load_rules(Path({str(path)!r})); "
+        "print(rules.rules[0].name, 'yaml' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=30)  # fmt: skip
+    assert done.stdout.split() == ["r", "False"]
