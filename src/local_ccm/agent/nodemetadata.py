@@ -27,7 +27,8 @@ Emit = Callable[[EventSpec, dict[str, Any] | None], bool]
 
 
 class NodeMetadata:
-    """``refresh()`` once per pass, ``plan()`` for the write, ``report()`` after it."""
+    """``refresh()`` once per pass, ``plan()`` for the write, ``report()`` after it; ``refuse()``
+    when the API server refused a write with labels."""
 
     def __init__(
         self, source: RulesFile | Rules, facts: Mapping[str, str], *, beta: bool,
@@ -35,6 +36,7 @@ class NodeMetadata:
     ) -> None:  # fmt: skip
         self._source, self.facts, self.beta, self._metrics = source, dict(facts), beta, metrics
         self._reported: frozenset[Conflict] = frozenset()
+        self.refused: str | None = None  # the API refused a write with labels: paused
 
     @property
     def rules(self) -> Rules:
@@ -51,12 +53,22 @@ class NodeMetadata:
         self._metrics.observe_rules_reload(problems)
         if problems is None:
             log.info("metadata rules reloaded from %s", self._source.path)
+            self.refused = None  # new rules: try again
         else:
             log.warning("metadata rules not reloaded, the last good rules stay: %s",
                         "; ".join(problems))  # fmt: skip
             emit(ev.rules_invalid(problems), None)
 
-    def plan(self, node: Obj, addresses: Sequence[NodeAddress]) -> LabelPlan:
+    def refuse(self, message: str) -> None:
+        """A write with labels was refused (an admission policy that allows fewer keys than
+        the rules set, an invalid value): the labels wait for new rules, the taint does not."""
+        log.error("metadata labels refused by the API server, paused until the rules change: %s",
+                  message)  # fmt: skip
+        self.refused = message
+
+    def plan(self, node: Obj, addresses: Sequence[NodeAddress]) -> LabelPlan | None:
+        if self.refused is not None:
+            return None
         ips = []
         for entry in addresses:
             try:

@@ -341,11 +341,16 @@ class Reconciler:
         value = gates.provider.value if gates.provider.kind == "set" else None
         patch = pl.plan_taint_patch(node, remove_taint=remove, provider_id=value)
         labels = self.metadata.plan(node, plan.addresses) if self.metadata else None
-        if labels is not None:  # in the same write: on the Node before the taint goes
-            patch = with_labels(patch, plan_label_patch(node, labels))
+        label_patch = plan_label_patch(node, labels) if labels is not None else None
+        patch = with_labels(patch, label_patch)  # one write: on the Node before the taint goes
         key = ("main", remove, value, labels and (labels.set, labels.remove, labels.owned))
         written = patch is not None and key != self.cache.rejected
-        new = await self.cache.write(patch, key) if written and patch else node
+        try:
+            new = await self.cache.write(patch, key) if written and patch else node
+        except (ke.Forbidden, ke.Invalid) as exc:
+            if self.metadata is not None and label_patch is not None:
+                self.metadata.refuse(exc.message)  # never hold the taint for the labels
+            raise
         if self.metadata is not None and labels is not None:
             self.metadata.report(labels, new, self.emit, written=written)
         if not written:

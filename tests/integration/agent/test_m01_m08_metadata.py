@@ -1,4 +1,4 @@
-"""Node metadata labels on the real apiserver (M01-M05): the agent in-process, its netlink side
+"""Node metadata labels on the real apiserver (M01-M05, M08): the agent in-process, its netlink side
 in a test namespace (InternalIP 192.0.2.10, ExternalIP 198.51.100.10), rules from a file."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 from local_ccm import names
 from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
+from local_ccm.kube.errors import ApiError
 from tests.support.agent_harness import FAST, QUIET_HTTP, InProcessAgent, options, taint_keys
 from tests.support.agent_scenarios import (
     A01_ARGS,
@@ -25,7 +26,7 @@ from tests.support.agent_scenarios import (
     initialised,
     metric_total,
 )
-from tests.support.cleanup import NodeFactory
+from tests.support.cleanup import NodeFactory, Tracker
 from tests.support.controlplane import ControlPlane
 from tests.support.netns import NetnsFactory
 from tests.support.waiting import eventually
@@ -192,3 +193,58 @@ def test_m05_a_bad_reload_keeps_the_last_good_rules_with_an_event_and_a_metric(
         assert metric_total(agent, "local_ccm_metadata_rules_reloads_total", result="invalid") == 1
     assert "a b c!" in invalid[0]["message"]
     assert labels_of(kube, name)[ZONE] == "rack-a"  # the last good rules stayed in force
+
+
+def deny_label_policy(kube: Client, track: Tracker, key: str, node: str) -> None:
+    """A ValidatingAdmissionPolicy refusing ``key`` on ``node`` (as a policy stricter than the
+    rules would), enforced once a dry run is denied."""
+    name = f"deny-{node}"[:63]
+    message = f"test denies {key}"
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                    "operations": ["UPDATE"],
+                                                    "resources": ["nodes"]}]},
+            "matchConditions": [{"name": "node",
+                                 "expression": f"object.metadata.name == '{node}'"}],
+            "validations": [{"expression": "!has(object.metadata.labels) || "
+                             f"!('{key}' in object.metadata.labels)", "message": message}],
+        },
+    }  # fmt: skip
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }  # fmt: skip
+    kube.create(r.VALIDATING_ADMISSION_POLICIES, policy)
+    track(r.VALIDATING_ADMISSION_POLICIES, name)
+    kube.create(r.VALIDATING_ADMISSION_POLICY_BINDINGS, binding)
+    track(r.VALIDATING_ADMISSION_POLICY_BINDINGS, name)
+
+    def denied() -> bool:
+        try:
+            kube.patch(r.NODES, node, {"metadata": {"labels": {key: "x"}}}, patch_type="merge",
+                       dry_run=True)  # fmt: skip
+        except ApiError as exc:
+            return message in exc.message
+        return False
+
+    eventually(denied, timeout=30, message="the test policy is enforced")
+
+
+def test_m08_labels_the_api_server_refuses_never_hold_the_taint(
+    *, control_plane: ControlPlane, kube: Client, make_node: NodeFactory, netns: NetnsFactory,
+    track: Tracker, tmp_path: Path,
+) -> None:  # fmt: skip
+    ns = a01_network(netns)
+    name = make_node(uninitialized=True)["metadata"]["name"]
+    deny_label_policy(kube, track, RACK, name)
+    opts = options(agent_args(name, rules_file(tmp_path, RULES)), control_plane.admin_kubeconfig)
+    with InProcessAgent(opts, netns=ns.name):
+        node = eventually(lambda: initialised(kube, name), timeout=20, message="untainted")
+        eventually(lambda: events_with(kube, name, "NodeUpdateRejected") or None, timeout=10,
+                   message="the refused write is reported")  # fmt: skip
+    assert RACK not in (node["metadata"].get("labels") or {})
