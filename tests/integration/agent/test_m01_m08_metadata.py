@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from local_ccm import names
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import ApiError
+from tests.support import resources as r
 from tests.support.agent_harness import FAST, QUIET_HTTP, InProcessAgent, options, taint_keys
 from tests.support.agent_scenarios import (
     A01_ARGS,
