@@ -15,6 +15,7 @@ IPAM: Final = "node-ipam-controller"
 # Prefix of every annotation the product owns (shared by the agent and the lifecycle controller).
 ANNOTATION_PREFIX: Final = "local-ccm.io/"
 OWNED_ADDRESSES_ANNOTATION: Final = ANNOTATION_PREFIX + "owned-addresses"
+OWNED_LABELS_ANNOTATION: Final = ANNOTATION_PREFIX + "owned-labels"
 
 # Written by the kubelet, read (never written) by the agent.
 PROVIDED_NODE_IP_ANNOTATION: Final = "alpha.kubernetes.io/provided-node-ip"

@@ -219,6 +219,7 @@ class Kind:
 KINDS: Mapping[str, Kind] = {
     "ServiceAccount": Kind("serviceaccounts", True),
     "Pod": Kind("pods", True),
+    "ConfigMap": Kind("configmaps", True),
     "Namespace": Kind("namespaces", False),
     "ClusterRole": Kind("clusterroles", False),
     "ClusterRoleBinding": Kind("clusterrolebindings", False),

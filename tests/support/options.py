@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from local_ccm.agent import options as agent
-from local_ccm.agent.options import AgentOptions, ConfigResolver
+from local_ccm.agent.options import AgentOptions, ConfigResolver, RulesOpener
 from local_ccm.flags import Problem, parse
 from local_ccm.ipam import options as ipam
 from local_ccm.ipam.options import IpamOptions
@@ -15,9 +15,14 @@ from local_ccm.lifecycle.options import LifecycleOptions
 
 
 def load_agent(
-    argv: Sequence[str], env: Mapping[str, str], *, resolve: ConfigResolver | None = None
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    resolve: ConfigResolver | None = None,
+    open_rules: RulesOpener | None = None,
 ) -> AgentOptions | list[Problem]:
-    return agent.options_from(parse(agent.FLAGS, argv, env), env, resolve=resolve)
+    parsed = parse(agent.FLAGS, argv, env)
+    return agent.options_from(parsed, env, resolve=resolve, open_rules=open_rules)
 
 
 def load_lifecycle(argv: Sequence[str], env: Mapping[str, str]) -> LifecycleOptions | list[Problem]:

@@ -19,6 +19,7 @@ from local_ccm.agent.core.passes import unmet_run_once
 from local_ccm.agent.core.plan import plan_addresses
 from local_ccm.agent.core.timing import API_BACKOFF, MONITOR_BACKOFF
 from local_ccm.agent.metrics import AgentMetrics
+from local_ccm.agent.nodemetadata import NodeMetadata
 from local_ccm.agent.providerid import ProviderIdSource, fetch_provider_id
 from local_ccm.agent.reconcile import DetectFn, Reconciler
 from local_ccm.clock import Clock, SystemClock
@@ -69,6 +70,7 @@ class Agent:
         changes: ChangeSource | None = None,
         rng: random.Random | None = None,
         provider_ids: ProviderIdSource | None = None,
+        metadata: NodeMetadata | None = None,
     ) -> None:
         self.settings, self.api, self.changes, self.provider_ids = (
             settings, api, changes, provider_ids,
@@ -79,7 +81,14 @@ class Agent:
         self.name = settings.node_name
         self._log = logging.LoggerAdapter(log, kv(node=self.name))
         self.reconciler = passes = Reconciler(
-            settings, config, api, detect, clock=self.clock, metrics=self.metrics, rng=self.rng
+            settings,
+            config,
+            api,
+            detect,
+            clock=self.clock,
+            metrics=self.metrics,
+            rng=self.rng,
+            metadata=metadata,
         )
         self.health, self.triggers, self.events = passes.health, passes.triggers, passes.events
 

@@ -19,6 +19,7 @@ TAINT_DELAY_BUCKETS = (1, 2, 5, 10, 30, 60, 120, 300, 600, 1800)
 BLOCK_REASONS = ("no_internal_ip", "provided_node_ip_mismatch", "provider_id_unavailable")
 WATCH_RESTARTS = ("timeout", "gone", "error", "closed")
 NETLINK_KINDS = ("addr", "route", "link", "overflow")
+RELOAD_RESULTS = ("loaded", "invalid")
 
 
 class AgentMetrics(Metrics):
@@ -58,11 +59,22 @@ class AgentMetrics(Metrics):
     conflict = gauge("address_conflict", "1 in the address-conflict state")
     last_sync = gauge("last_sync_timestamp_seconds", "Last time the Node matched")
     node_present = gauge("node_present", "0 while the Node object is absent")
+    rules_valid = gauge("metadata_rules_valid", "0 while the metadata rules file does not load")
+    rules_reloads = counter(
+        "metadata_rules_reloads_total", "Metadata rules file reloads", "result",
+        series=[RELOAD_RESULTS],
+    )  # fmt: skip
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         super().__init__(registry)
         self.build_info.labels(__version__, platform.python_version()).set(1)
         self.node_present.set(1)
+        self.rules_valid.set(1)
+
+    def observe_rules_reload(self, problems: list[str] | None) -> None:
+        """A changed rules file: loaded (``None``) or kept the last good rules."""
+        self.rules_reloads.labels("invalid" if problems else "loaded").inc()
+        self.rules_valid.set(0 if problems else 1)
 
     def observe_request(
         self, verb: str, resource: str, code: str, seconds: float | None = None

@@ -3,8 +3,10 @@ defaults, so existing manifests keep working) and the new ones, each declared on
 parser, and a loader that validates them all at once (so an operator sees every mistake in one
 run) into a frozen :class:`AgentOptions`.
 
-Pure, no I/O, except for the injected ``ConfigResolver`` of the credentials check, which reads
-the kubeconfig or service-account files but never contacts the API. Unit tests pass a fake.
+Pure, no I/O, except for two injected seams: the ``ConfigResolver`` of the credentials check,
+which reads the kubeconfig or service-account files but never contacts the API, and the
+``RulesOpener`` of ``--metadata-rules``, so that an invalid rules file is reported with the
+other invalid flags. Unit tests pass fakes.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from ipaddress import ip_address
+from pathlib import Path
 from typing import Literal, Protocol
 
 from local_ccm import __version__, names
@@ -23,6 +26,8 @@ from local_ccm.agent.core.config import (
     TypeSettings,
     family_name,
 )
+from local_ccm.agent.core.metadata import DEFAULT_LABEL_DOMAIN
+from local_ccm.agent.rulesfile import RulesFile
 from local_ccm.agent.values import (
     parse_family_order,
     parse_glob,
@@ -37,7 +42,13 @@ from local_ccm.flags.groups import logging_flags
 from local_ccm.flags.values import LOG_FORMATS, LogFormat, choice, duration
 from local_ccm.gosyntax import format_go_duration
 from local_ccm.kube.config import ClusterConfig, ConfigError, resolve_config
-from local_ccm.validate import BindAddress, dns1123_label, each, parse_bind_address
+from local_ccm.validate import (
+    BindAddress,
+    dns1123_label,
+    dns1123_subdomain,
+    each,
+    parse_bind_address,
+)
 
 PROG = names.AGENT
 DETECT = "detect"
@@ -117,6 +128,15 @@ FLAGS = FlagSet(
              "be written, write nothing."),
         Flag("output", "string", "text", "Detect mode output: text or json.",
              metavar="format", value=choice(*LOG_FORMATS)),
+        Flag("metadata", "bool", True, "Maintain zone, region, instance-type and rule labels "
+             "on the Node (docs/metadata.md)."),
+        Flag("metadata-rules", "string", "", "Node metadata rules file (YAML). Empty: only "
+             "the instance type from DMI.", metavar="path"),
+        Flag("metadata-beta-labels", "bool", False, "Also write the deprecated failure-domain."
+             "beta.kubernetes.io/zone|region and beta.kubernetes.io/instance-type labels."),
+        Flag("metadata-label-domains", "string", DEFAULT_LABEL_DOMAIN, "Domains (and their "
+             "subdomains) of the extra labels rules may set.", metavar="domains",
+             value=each(dns1123_subdomain)),
     ],
     subcommands=frozenset({DETECT}),
     version=__version__,
@@ -127,6 +147,15 @@ _OPTIONS_FLAGS = {"metrics_bind": "metrics-bind-address", "verbosity": "v",
                   "azure_provider_id": "enable-azure-provider-id"}  # fmt: skip
 DEFAULT_METRICS_BIND = BindAddress(ip_address("127.0.0.1"), 8092)
 DEFAULT_HEALTH_BIND = BindAddress(ip_address("127.0.0.1"), 8093)
+
+
+@dataclass(frozen=True)
+class MetadataOptions:
+    """The node metadata flags; ``rules`` is the opened --metadata-rules file, if any."""
+
+    rules: RulesFile | None = None
+    beta_labels: bool = False
+    label_domains: tuple[str, ...] = (DEFAULT_LABEL_DOMAIN,)
 
 
 @dataclass(frozen=True)
@@ -153,6 +182,7 @@ class AgentOptions:
     azure_provider_id: bool = False
     event_namespace: str = "default"
     ignored_klog: tuple[str, ...] = ()  # klog flags given (accepted and ignored)
+    metadata: MetadataOptions | None = MetadataOptions()  # None: --metadata=false
 
     @property
     def remove_taint(self) -> bool:
@@ -177,11 +207,22 @@ class ConfigResolver(Protocol):
     ) -> ClusterConfig: ...
 
 
+class RulesOpener(Protocol):
+    """``RulesFile.open``'s shape: the opened file, or every problem with it."""
+
+    def __call__(self, path: Path, label_domains: Sequence[str]) -> RulesFile | list[str]: ...
+
+
 def options_from(
-    parsed: Parsed, env: Mapping[str, str], *, resolve: ConfigResolver | None = None
+    parsed: Parsed,
+    env: Mapping[str, str],
+    *,
+    resolve: ConfigResolver | None = None,
+    open_rules: RulesOpener | None = None,
 ) -> AgentOptions | list[Problem]:
     """Validate an already parsed command line (the CLI handles --help/--version first).
-    ``resolve`` defaults to ``local_ccm.kube.config.resolve_config``."""
+    ``resolve`` defaults to ``local_ccm.kube.config.resolve_config``, ``open_rules`` to
+    ``RulesFile.open``."""
     read = Loader(parsed)
     detect = parsed.subcommand == DETECT or parsed.get_bool("detect-only")
     config = read.into(
@@ -200,6 +241,7 @@ def options_from(
         cluster=cluster, credentials_error=error, reconcile_interval=reconcile,
         resync_interval=resync, detect=detect, provider_id=provider_id,
         ignored_klog=parsed.ignored_klog,
+        metadata=_metadata(read, open_rules or RulesFile.open),
     )  # fmt: skip
     return read.result(options)
 
@@ -288,6 +330,23 @@ def _check_modes(read: Loader, detect: bool) -> None:
         read.reject("output", "only used in detect mode (local-ccm detect)")
 
 
+def _metadata(read: Loader, open_rules: RulesOpener) -> MetadataOptions | None:
+    """--metadata=false turns the feature off; a rules file that does not load is an invalid
+    --metadata-rules, with every problem listed."""
+    domains: tuple[str, ...] = read("metadata-label-domains")
+    path: str = read("metadata-rules")
+    if not read("metadata"):
+        return None
+    rules = None
+    if path and "metadata-label-domains" not in read.failed:
+        opened = open_rules(Path(path), domains)
+        if isinstance(opened, list):
+            read.reject("metadata-rules", *opened)
+        else:
+            rules = opened
+    return MetadataOptions(rules, read("metadata-beta-labels"), domains)
+
+
 # ---------------------------------------------------------------- start-up line
 
 
@@ -309,4 +368,7 @@ def startup_fields(options: AgentOptions) -> dict[str, str]:
     fields["settle_time"] = format_go_duration(options.settle_time)
     fields["metrics"] = str(options.metrics_bind or "off")
     fields["health"] = str(options.health_bind or "off")
+    metadata = options.metadata
+    rules = metadata and metadata.rules
+    fields["metadata"] = str(rules.path) if rules else "dmi" if metadata else "off"
     return fields

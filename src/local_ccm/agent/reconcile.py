@@ -23,9 +23,11 @@ from local_ccm.agent.core.addresses import AddressPlan
 from local_ccm.agent.core.candidates import Detected
 from local_ccm.agent.core.config import INTERNAL, AgentConfig, LoopSettings, family_name
 from local_ccm.agent.core.gates import Gates, advise_no_internal_ip, decide_gates, desired_condition
+from local_ccm.agent.core.labels import plan_label_patch, with_labels
 from local_ccm.agent.core.passes import creation_delay, gate_report, plan_settle
 from local_ccm.agent.metrics import BLOCK_REASONS, AgentMetrics
 from local_ccm.agent.nodecache import NodeCache
+from local_ccm.agent.nodemetadata import NodeMetadata
 from local_ccm.agent.triggers import Health, Triggers
 from local_ccm.clock import Clock
 from local_ccm.kube import errors as ke
@@ -64,8 +66,10 @@ class Reconciler:
     def __init__(
         self, settings: LoopSettings, config: AgentConfig, api: na.NodeApi, detect: DetectFn, *,
         clock: Clock, metrics: AgentMetrics, rng: random.Random,
+        metadata: NodeMetadata | None = None,
     ) -> None:  # fmt: skip
         self.settings, self.config, self._detect = settings, config, detect
+        self.metadata = metadata
         self._clock, self._metrics, self._rng = clock, metrics, rng
         name = settings.node_name
         self._log = logging.LoggerAdapter(log, kv(node=name))
@@ -186,6 +190,8 @@ class Reconciler:
     async def _reconcile_once(self, detected: Detected) -> str:
         assert self.cache.node is not None
         self._fight_tick()
+        if self.metadata is not None:
+            self.metadata.refresh(self.emit)
         plan = pl.plan_addresses(self.cache.node, detected, self.config)
         for f in plan.findings:
             if f.kind == "kept_last_good" and f.type and f.family and f.address:
@@ -334,10 +340,21 @@ class Reconciler:
         remove = gates.taint.remove
         value = gates.provider.value if gates.provider.kind == "set" else None
         patch = pl.plan_taint_patch(node, remove_taint=remove, provider_id=value)
-        key = ("main", remove, value)
-        if patch is None or key == self.cache.rejected:
+        labels = self.metadata.plan(node, plan.addresses) if self.metadata else None
+        label_patch = plan_label_patch(node, labels) if labels is not None else None
+        patch = with_labels(patch, label_patch)  # one write: on the Node before the taint goes
+        key = ("main", remove, value, labels and (labels.set, labels.remove, labels.owned))
+        written = patch is not None and key != self.cache.rejected
+        try:
+            new = await self.cache.write(patch, key) if written and patch else node
+        except (ke.Forbidden, ke.Invalid) as exc:
+            if self.metadata is not None and label_patch is not None:
+                self.metadata.refuse(exc.message)  # never hold the taint for the labels
+            raise
+        if self.metadata is not None and labels is not None:
+            self.metadata.report(labels, new, self.emit, written=written)
+        if not written:
             return "noop"
-        new = await self.cache.write(patch, key)
         if value:
             self._log.info("set spec.providerID to %s", value)
             self.emit(ev.provider_id_set(value), new)

@@ -13,10 +13,13 @@ from collections.abc import Callable, Mapping, Sequence
 
 from local_ccm import names
 from local_ccm.agent import options
+from local_ccm.agent.core.metadata import Rules
 from local_ccm.agent.kernel import kernel_changes, kernel_detector
 from local_ccm.agent.loop import REQUIRED_ACCESS, Agent, LoopSettings
+from local_ccm.agent.machine import read_facts
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.nodeapi import KubeNodeApi, NodeApi
+from local_ccm.agent.nodemetadata import NodeMetadata
 from local_ccm.agent.options import AgentOptions, ConfigResolver
 from local_ccm.agent.providerid import AzureImds, ProviderIdSource
 from local_ccm.cli.common import (
@@ -185,5 +188,17 @@ def build_agent(
         provider_id=options.provider_id,
     )  # fmt: skip
     detect = kernel_detector(options.config, netns)
+    metrics = AgentMetrics() if metrics is None else metrics
     return Agent(settings, options.config, api, detect, metrics=metrics,
-                 changes=kernel_changes(netns), provider_ids=provider_ids)  # fmt: skip
+                 changes=kernel_changes(netns), provider_ids=provider_ids,
+                 metadata=node_metadata(options, metrics))  # fmt: skip
+
+
+def node_metadata(options: AgentOptions, metrics: AgentMetrics) -> NodeMetadata | None:
+    """The machine's facts are read once: they do not change while the agent runs."""
+    chosen = options.metadata
+    if chosen is None:
+        return None
+    facts = read_facts().values()
+    source = chosen.rules or Rules()
+    return NodeMetadata(source, facts, beta=chosen.beta_labels, metrics=metrics)

@@ -8,7 +8,6 @@ reports the stray `false` and still applies `--v=2`.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -248,6 +247,8 @@ def _unknown(flagset: FlagSet, name: str) -> Problem:
     spellings = flagset.names()
     normalized = name.replace("_", "-")
     close = [normalized] if normalized in spellings else []
+    import difflib  # noqa: PLC0415  (lazy: 0.2 MiB, needed only for a mistyped flag)
+
     close = close or difflib.get_close_matches(name, spellings, n=1, cutoff=0.75)
     hint = f" (did you mean --{close[0]}?)" if close else ""
     return Problem(None, f"unknown flag --{escape(name)}{hint}", kind="unknown")

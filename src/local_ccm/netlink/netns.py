@@ -8,7 +8,6 @@ never moved: moving the main thread would take every other connection of the pro
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 from collections.abc import Callable
@@ -35,6 +34,8 @@ def netns_path(name: str) -> str:
 
 def setns(fd: int, nstype: int = CLONE_NEWNET) -> None:
     """Move the calling thread into the namespace ``fd`` refers to."""
+    import ctypes  # noqa: PLC0415  (lazy: 0.4 MiB that an agent on the host never needs)
+
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.setns(fd, nstype) != 0:
         err = ctypes.get_errno()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from local_ccm.agent.rulesfile import load_rules
 from tests.support.chart import (
     CHART,
     DEPLOY,
@@ -324,3 +325,25 @@ def test_static_set_uses_the_original_names(chart_helm: Helm, kube_version: str)
         labels = obj["metadata"].get("labels") or {}
         assert "helm.sh/chart" not in labels, obj["metadata"]["name"]
         assert "app.kubernetes.io/managed-by" not in labels, obj["metadata"]["name"]
+
+
+def test_m07_the_charts_metadata_rules_are_what_the_agent_loads(
+    chart_helm: Helm, kube_version: str, tmp_path: Path
+) -> None:
+    objs = render(chart_helm, kube_version, "all-features")
+    (rules,) = [o for o in objs if o["kind"] == "ConfigMap"]
+    args = container(component(objs, "agent"))["args"]
+    path = "/etc/local-ccm/metadata/rules.yaml"
+    assert f"--metadata-rules={path}" in args
+    assert "--metadata-beta-labels=true" in args
+    assert "--metadata-label-domains=local-ccm.io,example.com" in args
+    mounts = container(component(objs, "agent"))["volumeMounts"]
+    assert [m["mountPath"] for m in mounts] == ["/etc/local-ccm/metadata"]  # no subPath
+    copy = tmp_path / "rules.yaml"
+    copy.write_text(rules["data"]["rules.yaml"])
+    loaded = load_rules(copy, ("local-ccm.io", "example.com"))
+    assert not isinstance(loaded, list), loaded
+    assert [r.name for r in loaded.rules] == ["rack-1", "by-name"]
+    default = render(chart_helm, kube_version)
+    assert not [o for o in default if o["kind"] == "ConfigMap"]
+    assert not [a for a in container(component(default, "agent"))["args"] if "metadata" in a]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from string import Template
 from typing import Any
@@ -435,3 +436,44 @@ def test_d10_warn_audit_actions_do_not_deny(
         done = agent.patch(r.NODES, b, _status_patch(), patch_type="strategic",
                            subresource="status")  # fmt: skip
     assert done["metadata"]["annotations"][OWNED] == "InternalIP=203.0.113.10"
+
+
+# ------------------------------------------------------------------ M06
+ZONE = "topology.kubernetes.io/zone"
+
+
+def test_m06_agent_may_change_only_metadata_label_keys_and_only_on_its_own_node(
+    agent_case: AgentCase,
+) -> None:
+    c = agent_case
+    ours = {ZONE: "rack-a", "local-ccm.io/rack": "a", "hw.local-ccm.io/gpu": "none",
+            "node.kubernetes.io/instance-type": "PowerEdge-R650"}  # fmt: skip
+    record = {"local-ccm.io/owned-labels": json.dumps(ours, sort_keys=True)}
+    done = c.agent.patch(r.NODES, c.a, {"metadata": {"labels": ours, "annotations": record}},
+                         patch_type="merge")  # fmt: skip
+    assert ours.items() <= done["metadata"]["labels"].items()
+    assert (
+        done["metadata"]["annotations"]["local-ccm.io/owned-labels"]
+        == record["local-ccm.io/owned-labels"]
+    )
+    # and may change or remove them again
+    again = {"metadata": {"labels": {ZONE: "rack-b", "local-ccm.io/rack": None}}}
+    c.agent.patch(r.NODES, c.a, again, patch_type="merge")
+    # another Node's metadata labels
+    _denied(lambda: c.agent.patch(r.NODES, c.b, {"metadata": {"labels": {ZONE: "x"}}},
+                                  patch_type="merge"), V1)  # fmt: skip
+    # keys outside the allowed set, including look-alikes of the allowed domain
+    for key in (
+        "x.example/l",
+        "notlocal-ccm.io/x",
+        "local-ccm.io.example/x",
+        "kubernetes.io/os",
+        "node-role.kubernetes.io/control-plane",
+        "beta.kubernetes.io/instance-type",
+    ):
+        label = {"metadata": {"labels": {key: "1"}}}
+        _denied(partial(c.agent.patch, r.NODES, c.a, label, patch_type="merge"), V2)
+    # a label someone else set may not be removed
+    c.kube.patch(r.NODES, c.a, {"metadata": {"labels": {"team": "db"}}}, patch_type="merge")
+    _denied(lambda: c.agent.patch(r.NODES, c.a, {"metadata": {"labels": {"team": None}}},
+                                  patch_type="merge"), V2)  # fmt: skip

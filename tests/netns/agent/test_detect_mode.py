@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.netns.agent.test_machine_facts import DELL_R650, SERIAL
 from tests.support.netns import Namespace, NetnsFactory
 
 LOCAL_CCM = Path(sys.executable).with_name("local-ccm")
@@ -156,3 +157,39 @@ def test_version_from_the_real_binary(netns: NetnsFactory, clean_env: dict[str, 
     done = run_in(netns(disable_ipv6=True), clean_env, "--version")
     assert done.returncode == 0
     assert done.stdout.startswith("local-ccm ")
+
+
+def test_detect_shows_facts_rules_and_metadata_labels_from_dmi(
+    netns: NetnsFactory, clean_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A Dell R650's DMI tree mounted over /sys/class in a private mount namespace."""
+    node = node_with_two_links(netns)
+    dmi = tmp_path / "dmi"
+    dmi.mkdir()
+    for name, text in DELL_R650.items():
+        (dmi / name).write_text(text)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules:\n  - {name: rack-2, match: {addresses: [192.0.2.0/24]}, zone: r2}\n")
+    script = ('mount -t tmpfs lcct-dmi /sys/class && mkdir -p /sys/class/dmi/id && '
+              'cp -a "$1"/. /sys/class/dmi/id/ && shift && exec "$@"')  # fmt: skip
+    cmd = ["ip", "netns", "exec", node.name, "unshare", "--mount", "--propagation", "private",
+           "sh", "-c", script, "sh", str(dmi), str(LOCAL_CCM), "detect", "--node-name=fra1-r2-n1",
+           "--internal-ip-target=192.0.2.1", "--external-ip-target=8.8.8.8",
+           f"--metadata-rules={rules}"]  # fmt: skip
+    shown = subprocess.run(cmd, capture_output=True, text=True, env=dict(clean_env), check=False)
+    assert shown.returncode == 0, shown.stderr
+    out = shown.stdout
+    assert "METADATA" in out
+    assert f"  rules: {rules}" in out
+    assert "  fact dmi.productName = PowerEdge R650" in out
+    assert "  matching rules: rack-2" in out
+    assert "  label topology.kubernetes.io/zone=r2  (rule rack-2)" in out
+    assert "  label node.kubernetes.io/instance-type=PowerEdge-R650  (rule (default" in out
+    assert SERIAL not in out
+    done = subprocess.run([*cmd, "--output=json"], capture_output=True, text=True,
+                          env=dict(clean_env), check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    metadata = json.loads(done.stdout)["metadata"]
+    assert metadata["labels"]["node.kubernetes.io/instance-type"]["value"] == "PowerEdge-R650"
+    assert metadata["matchingRules"] == ["rack-2"]
+    assert metadata["node"] is None  # no cluster: nothing read, nothing planned

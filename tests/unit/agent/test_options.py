@@ -88,6 +88,10 @@ def problems(*argv: str, env: Mapping[str, str] = IN_CLUSTER) -> list[str]:
         ("log-format", "text"),
         ("detect-only", False),
         ("output", "text"),
+        ("metadata", True),
+        ("metadata-rules", ""),
+        ("metadata-beta-labels", False),
+        ("metadata-label-domains", "local-ccm.io"),
     ],
 )
 def test_flag_declares_documented_default(flag: str, default: object) -> None:
@@ -97,7 +101,7 @@ def test_flag_declares_documented_default(flag: str, default: object) -> None:
 
 
 def test_every_declared_flag_has_a_default_row() -> None:
-    assert len(FLAGS.flags) == 31
+    assert len(FLAGS.flags) == 35
 
 
 def test_node_name_defaults_to_node_name_env() -> None:

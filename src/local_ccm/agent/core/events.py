@@ -14,6 +14,7 @@ from local_ccm.agent.core.addresses import Finding, NodeAddress
 from local_ccm.agent.core.candidates import Detection, DetectorKey, Failed, Found
 from local_ccm.agent.core.config import AgentConfig, family_name
 from local_ccm.agent.core.gates import NO_INTERNAL_IP, PROVIDED_REASONS, BlockReason
+from local_ccm.agent.core.labels import Conflict
 from local_ccm.runtime.events import EventBudget, EventSpec, Subject, node
 
 ADDRESSES_UPDATED = "AddressesUpdated"
@@ -26,6 +27,8 @@ KUBELET_ADDRESS_CONFLICT = "KubeletAddressConflict"
 ADDRESS_CONFLICT_RESOLVED = "AddressConflictResolved"
 PROVIDER_ID_MISMATCH = "ProviderIDMismatch"
 NODE_UPDATE_REJECTED = "NodeUpdateRejected"
+METADATA_LABEL_CONFLICT = "MetadataLabelConflict"
+METADATA_RULES_INVALID = "MetadataRulesInvalid"
 
 
 def budget() -> EventBudget:
@@ -150,3 +153,24 @@ def conflict_resolved() -> EventSpec:
 
 def update_rejected(what: str, message: str) -> EventSpec:
     return EventSpec("Warning", NODE_UPDATE_REJECTED, f"{what} rejected: {message}")
+
+
+def label_conflicts(
+    conflicts: Iterable[Conflict], reported: frozenset[Conflict]
+) -> tuple[list[EventSpec], frozenset[Conflict]]:
+    """One Warning per conflicting key and value, the first time it is seen; the conflicts
+    still present are what is remembered (one that goes and comes back is reported again)."""
+    current = frozenset(conflicts)
+    events = [
+        EventSpec("Warning", METADATA_LABEL_CONFLICT, f"label {c.key}={c.theirs} was not set by "
+                  f"local-ccm; the metadata rules want {c.ours!r}, left unchanged")
+        for c in sorted(current - reported, key=lambda c: (c.key, c.ours))
+    ]  # fmt: skip
+    return events, current
+
+
+def rules_invalid(problems: Sequence[str]) -> EventSpec:
+    text = "; ".join(problems)
+    return EventSpec(
+        "Warning", METADATA_RULES_INVALID, f"the last good rules stay in force: {text}"
+    )

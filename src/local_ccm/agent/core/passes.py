@@ -17,8 +17,10 @@ from local_ccm.agent.core.addresses import AddressPlan
 from local_ccm.agent.core.candidates import Detected, Disabled, Found
 from local_ccm.agent.core.config import FAMILIES, AgentConfig, family_name
 from local_ccm.agent.core.gates import BlockReason, Gates
-from local_ccm.agent.core.plan import Patch, addresses_match, is_tainted, node_inputs
+from local_ccm.agent.core.plan import Patch, addresses_match, is_tainted, node_inputs, pointer
 from local_ccm.agent.core.timing import Settle, settle_step
+from local_ccm.names import OWNED_ADDRESSES_ANNOTATION as OWNED_ADDRESSES
+from local_ccm.names import OWNED_LABELS_ANNOTATION as OWNED_LABELS
 from local_ccm.runtime.events import EventSpec
 
 Obj = Mapping[str, Any]
@@ -57,17 +59,28 @@ def plan_settle(
 
 
 # ------------------------------------------------------------------ metrics
+_ADDRESSES_RECORD = pointer("metadata", "annotations", OWNED_ADDRESSES)
+_LABELS_RECORD = pointer("metadata", "annotations", OWNED_LABELS)
 _PATCH_KINDS = (  # metric label, the paths its operations start with
-    ("addresses", ("/status/addresses", "/metadata/annotations")),
+    ("addresses", ("/status/addresses", _ADDRESSES_RECORD)),
+    ("labels", ("/metadata/labels", _LABELS_RECORD)),
     ("condition", ("/status/conditions",)),
     ("taint", ("/spec/taints",)),
     ("provider_id", ("/spec/providerID",)),
 )
 
 
+def _paths(op: Any) -> list[str]:
+    """The paths an operation writes; adding the whole annotation map writes each key."""
+    path, value = str(op["path"]), op.get("value")
+    if path == "/metadata/annotations" and isinstance(value, dict):
+        return [pointer("metadata", "annotations", key) for key in value]
+    return [path]
+
+
 def patch_kinds(patch: Patch) -> list[str]:
-    """Metric ``kind`` labels for one PATCH; the ownership annotation counts as addresses."""
-    paths = [str(op["path"]) for op in patch.operations if op["op"] != "test"]
+    """Metric ``kind`` labels for one PATCH; an ownership annotation counts as what it owns."""
+    paths = [p for op in patch.operations if op["op"] != "test" for p in _paths(op)]
     return [kind for kind, starts in _PATCH_KINDS if any(p.startswith(starts) for p in paths)]
 
 

@@ -49,7 +49,7 @@ def pointer(*parts: str | int) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-def _test_rv(node: Obj) -> Operation:
+def test_rv(node: Obj) -> Operation:
     rv = node["metadata"]["resourceVersion"]
     return {"op": "test", "path": "/metadata/resourceVersion", "value": rv}
 
@@ -183,7 +183,7 @@ def plan_status_patch(
         if with_annotation:
             ops.append(_annotation_operation(node, plan.annotation))
     ops += _condition_operations(node, condition, now)
-    return Patch("status", (_test_rv(node), *ops)) if ops else None
+    return Patch("status", (test_rv(node), *ops)) if ops else None
 
 
 def plan_annotation_patch(node: Obj, plan: AddressPlan) -> Patch | None:
@@ -191,7 +191,7 @@ def plan_annotation_patch(node: Obj, plan: AddressPlan) -> Patch | None:
     None when it is already stored."""
     if owned_annotation(node) == plan.annotation:
         return None
-    return Patch(None, (_test_rv(node), _annotation_operation(node, plan.annotation)))
+    return Patch(None, (test_rv(node), _annotation_operation(node, plan.annotation)))
 
 
 def _annotation_operation(node: Obj, value: str) -> Operation:
@@ -221,7 +221,7 @@ def plan_taint_patch(
     """
     ops: list[Operation] = []
     if provider_id:
-        ops += [_test_rv(node), {"op": "add", "path": "/spec/providerID", "value": provider_id}]
+        ops += [test_rv(node), {"op": "add", "path": "/spec/providerID", "value": provider_id}]
     if remove_taint:
         taints = list(enumerate(_taints(node)))
         for i, taint in reversed(taints):

@@ -288,11 +288,14 @@ def _provider_id_text(action: ProviderIDAction) -> str:
 # ------------------------------------------------------------------ JSON
 
 
-def render_json(report: DetectionReport, config: AgentConfig, plan: Plan = None) -> str:
+def render_json(
+    report: DetectionReport, config: AgentConfig, plan: Plan = None, **extra: object
+) -> str:
     document = {
         "detections": [_detection_json(report, config, k, f) for k, f in DETECTORS],
         "candidates": [_candidate_json(report, config, c) for c in report.candidates],
         "plan": _plan_json(plan),
+        **extra,
     }
     return json.dumps(document, indent=2) + "\n"
 

@@ -1,0 +1,79 @@
+"""The node metadata section of `local-ccm detect` (pure)."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from local_ccm.agent.core.metadata import parse_rules
+from local_ccm.agent.core.metadatareport import metadata_json, metadata_report, metadata_text
+
+ZONE = "topology.kubernetes.io/zone"
+RULES = parse_rules(
+    {"rules": [{"name": "rack-1", "match": {"addresses": ["10.0.1.0/24"]}, "zone": "rack-1"}]}
+)
+FACTS = {"dmi.productName": "PowerEdge R650", "arch": "amd64"}
+ADDRESSES = [ipaddress.ip_address("10.0.1.7")]
+
+
+def test_without_the_node_it_shows_facts_matching_rules_and_labels() -> None:
+    assert not isinstance(RULES, list)
+    report = metadata_report(
+        source="/rules.yaml",
+        rules=RULES,
+        facts=FACTS,
+        dmi_missing=None,
+        node_name="n1",
+        addresses=ADDRESSES,
+        node=None,
+        beta=True,
+    )
+    text = metadata_text(report)
+    assert "  matching rules: rack-1" in text
+    assert "  label topology.kubernetes.io/zone=rack-1  (rule rack-1)" in text
+    assert "  label failure-domain.beta.kubernetes.io/zone=rack-1  (rule (beta twin))" in text
+    default = "  label node.kubernetes.io/instance-type=PowerEdge-R650  (rule (default: DMI"
+    assert f"{default} product name))" in text
+    assert not any(line.startswith("  on the Node") for line in text)
+    document = metadata_json(report)
+    assert document is not None
+    assert document["node"] is None
+    assert document["labels"][ZONE] == {"value": "rack-1", "rule": "rack-1"}
+
+
+def test_with_the_node_it_shows_what_would_change_and_what_is_kept() -> None:
+    assert not isinstance(RULES, list)
+    node = {"metadata": {"name": "n1", "resourceVersion": "1", "labels": {ZONE: "theirs"}}}
+    report = metadata_report(
+        source="/rules.yaml",
+        rules=RULES,
+        facts=FACTS,
+        dmi_missing=None,
+        node_name="n1",
+        addresses=ADDRESSES,
+        node=node,
+        beta=False,
+    )
+    (line,) = [line for line in metadata_text(report) if line.startswith("  on the Node")]
+    assert line == (
+        "  on the Node: set node.kubernetes.io/instance-type=PowerEdge-R650; "
+        "keep topology.kubernetes.io/zone=theirs (not ours; rules want rack-1)"
+    )
+
+
+def test_off_and_no_dmi_are_said_plainly() -> None:
+    assert metadata_text(None) == ["METADATA", "  off (--metadata=false)"]
+    assert metadata_json(None) is None
+    assert not isinstance(RULES, list)
+    report = metadata_report(
+        source="none",
+        rules=RULES,
+        facts={},
+        dmi_missing="no /sys/class/dmi",
+        node_name="n1",
+        addresses=[],
+        node=None,
+        beta=False,
+    )
+    text = metadata_text(report)
+    assert "  dmi: none (no /sys/class/dmi)" in text
+    assert "  labels: (none)" in text
