@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import ipaddress
+from typing import Any
 
 from local_ccm.agent.core.metadata import parse_rules
-from local_ccm.agent.core.metadatareport import metadata_json, metadata_report, metadata_text
+from local_ccm.agent.core.metadatareport import (
+    MetadataReport,
+    metadata_json,
+    metadata_report,
+    metadata_text,
+)
 
 ZONE = "topology.kubernetes.io/zone"
 RULES = parse_rules(
@@ -15,18 +21,15 @@ FACTS = {"dmi.productName": "PowerEdge R650", "arch": "amd64"}
 ADDRESSES = [ipaddress.ip_address("10.0.1.7")]
 
 
-def test_without_the_node_it_shows_facts_matching_rules_and_labels() -> None:
+def rack_report(node: dict[str, Any] | None, *, beta: bool) -> MetadataReport:
+    """The rack-1 rules on a PowerEdge R650 at 10.0.1.7, with or without its Node."""
     assert not isinstance(RULES, list)
-    report = metadata_report(
-        source="/rules.yaml",
-        rules=RULES,
-        facts=FACTS,
-        dmi_missing=None,
-        node_name="n1",
-        addresses=ADDRESSES,
-        node=None,
-        beta=True,
-    )
+    return metadata_report(source="/rules.yaml", rules=RULES, facts=FACTS, dmi_missing=None,
+                           node_name="n1", addresses=ADDRESSES, node=node, beta=beta)  # fmt: skip
+
+
+def test_without_the_node_it_shows_facts_matching_rules_and_labels() -> None:
+    report = rack_report(None, beta=True)
     text = metadata_text(report)
     assert "  matching rules: rack-1" in text
     assert "  label topology.kubernetes.io/zone=rack-1  (rule rack-1)" in text
@@ -41,18 +44,8 @@ def test_without_the_node_it_shows_facts_matching_rules_and_labels() -> None:
 
 
 def test_with_the_node_it_shows_what_would_change_and_what_is_kept() -> None:
-    assert not isinstance(RULES, list)
     node = {"metadata": {"name": "n1", "resourceVersion": "1", "labels": {ZONE: "theirs"}}}
-    report = metadata_report(
-        source="/rules.yaml",
-        rules=RULES,
-        facts=FACTS,
-        dmi_missing=None,
-        node_name="n1",
-        addresses=ADDRESSES,
-        node=node,
-        beta=False,
-    )
+    report = rack_report(node, beta=False)
     (line,) = [line for line in metadata_text(report) if line.startswith("  on the Node")]
     assert line == (
         "  on the Node: set node.kubernetes.io/instance-type=PowerEdge-R650; "

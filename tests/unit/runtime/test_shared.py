@@ -47,6 +47,14 @@ async def world() -> tuple[FakeListWatch, SharedWatch, Informer[str], Informer[d
     return source, shared, first, second
 
 
+async def stop_all(shared: SharedWatch, *consumers: Informer[Any]) -> None:
+    for informer in consumers:
+        informer.stop()
+    assert shared.informer is not None
+    shared.informer.stop()
+    await settle()
+
+
 def test_two_informers_one_list_and_one_watch() -> None:
     async def main() -> None:
         source, shared, first, second = await world()
@@ -62,12 +70,8 @@ def test_two_informers_one_list_and_one_watch() -> None:
         assert "a" not in second.cache
         assert len(source.list_calls) == 1
         assert len(source.watch_calls) == 1
-        for informer in (first, second):
-            assert informer.status() == "connected"
-            informer.stop()
-        assert shared.informer is not None
-        shared.informer.stop()
-        await settle()
+        assert [first.status(), second.status()] == ["connected", "connected"]
+        await stop_all(shared, first, second)
 
     asyncio.run(main())
 
@@ -84,11 +88,7 @@ def test_a_relist_of_the_shared_watch_makes_the_consumers_relist_from_its_cache(
         source.stream.send("MODIFIED", node("d", "22", role="w"))
         await settle()
         assert second.cache["d"] == {"role": "w"}
-        for informer in (first, second):
-            informer.stop()
-        assert shared.informer is not None
-        shared.informer.stop()
-        await settle()
+        await stop_all(shared, first, second)
 
     asyncio.run(main())
 
@@ -108,10 +108,6 @@ def test_an_outage_of_the_shared_watch_is_failing_for_every_consumer_without_a_r
         assert "e" in first.cache
         assert "e" in second.cache
         assert len(source.list_calls) == 1  # nobody relisted
-        for informer in (first, second):
-            informer.stop()
-        assert shared.informer is not None
-        shared.informer.stop()
-        await settle()
+        await stop_all(shared, first, second)
 
     asyncio.run(main())
