@@ -1,4 +1,4 @@
-"""The shared metrics registry: declarations, closed-set series, and the three components'
+"""The shared metrics registry: declarations, closed-set series, and the four components'
 metric names, types, labels and help texts, which dashboards rely on (`metric_names.txt`)."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from local_ccm.agent.metrics import AgentMetrics
+from local_ccm.csr.metrics import CsrMetrics
 from local_ccm.ipam.metrics import IpamMetrics
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.runtime.metrics import Metrics, counter, gauge, histogram
@@ -49,5 +50,10 @@ def describe(metrics: Metrics) -> list[str]:
 
 
 def test_metric_names_types_labels_and_help_are_unchanged() -> None:
-    found = [*describe(AgentMetrics()), *describe(IpamMetrics()), *describe(LifecycleMetrics())]
+    found = [
+        *describe(AgentMetrics()),
+        *describe(IpamMetrics()),
+        *describe(LifecycleMetrics()),
+        *describe(CsrMetrics()),
+    ]
     assert found == NAMES.read_text().splitlines()

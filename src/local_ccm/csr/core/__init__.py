@@ -1,0 +1,1 @@
+"""The approver's decisions: pure, no I/O."""

@@ -1,0 +1,142 @@
+"""Whether a kubelet serving CSR is approved, denied or left to wait: every check a small
+function of plain data that names what it found wrong. Pure, no I/O.
+
+The request-shape checks follow the API server's own `ValidateKubeletServingCSR`
+(kubernetes pkg/apis/certificates/v1/helpers.go): organization exactly `system:nodes`, a DNS
+or IP SAN, no email or URI SAN, usages exactly {digital signature, key encipherment, server
+auth} or {digital signature, server auth}. The kubelet's certificate manager asks for the first
+set with an RSA key and the second otherwise (pkg/kubelet/certificate/kubelet.go), so key
+encipherment is accepted with RSA only. On top of that the names and addresses must be the
+Node's own, which only the writer of the Node's addresses can vouch for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from local_ccm.csr.core.model import NODE_USER_PREFIX, NODES_GROUP, SIGNER, Csr, Node, Request
+
+Kind = Literal["approve", "deny", "wait", "skip"]
+SERVER_USAGES: Final = frozenset({"digital signature", "server auth"})
+RSA_USAGES: Final = SERVER_USAGES | {"key encipherment"}
+CURVES: Final = frozenset({"secp256r1", "secp384r1"})
+MIN_RSA_BITS: Final = 2048
+INVALID_REQUEST: Final = "not a valid PKCS#10 request"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do with one CSR: `reason` is a short metric label, `message` names the check
+    and the offending value."""
+
+    kind: Kind
+    reason: str
+    message: str
+
+
+def _deny(reason: str, message: str) -> Decision:
+    return Decision("deny", reason, message)
+
+
+Check = Callable[[Csr, Request], Decision | None]
+
+
+def check_requester(csr: Csr, req: Request) -> Decision | None:
+    if not csr.node_name or NODES_GROUP not in csr.groups:
+        who = f"requester {csr.username!r} (groups {list(csr.groups)})"
+        want = f"a node identity {NODE_USER_PREFIX}<name> in group {NODES_GROUP}"
+        return _deny("requester", f"{who} is not {want}")
+    return None
+
+
+def check_subject(csr: Csr, req: Request) -> Decision | None:
+    want_cn = (csr.username,)
+    if req.common_names != want_cn or req.organizations != (NODES_GROUP,) or req.other_subject:
+        got = [*(f"CN={c}" for c in req.common_names), *(f"O={o}" for o in req.organizations),
+               *req.other_subject]  # fmt: skip
+        return _deny("subject", f"subject {', '.join(got)!r} is not "
+                     f"'CN={csr.username}, O={NODES_GROUP}'")  # fmt: skip
+    return None
+
+
+def check_sans(csr: Csr, req: Request) -> Decision | None:
+    if req.emails:
+        return _deny("email_san", f"email SAN {req.emails[0]!r} is not allowed")
+    if req.uris:
+        return _deny("uri_san", f"URI SAN {req.uris[0]!r} is not allowed")
+    if not req.dns_names and not req.ip_addresses:
+        return _deny("no_san", "a DNS or IP SAN is required")
+    return None
+
+
+def check_usages(csr: Csr, req: Request) -> Decision | None:
+    usages = frozenset(csr.usages)
+    allowed = (SERVER_USAGES, RSA_USAGES) if req.key_kind == "rsa" else (SERVER_USAGES,)
+    if usages not in allowed or len(usages) != len(csr.usages):
+        want = " or ".join(str(sorted(a)) for a in allowed)
+        return _deny("usages", f"usages {list(csr.usages)} are not {want}")
+    return None
+
+
+def check_key(csr: Csr, req: Request) -> Decision | None:
+    ok = {
+        "rsa": req.key_size >= MIN_RSA_BITS,
+        "ecdsa": req.curve in CURVES,
+        "ed25519": True,
+    }.get(req.key_kind, False)
+    if not ok:
+        what = req.curve or f"{req.key_size} bits"
+        return _deny("key", f"{req.key_kind.upper()} key ({what}) is not RSA >= {MIN_RSA_BITS}, "
+                     "ECDSA P-256/P-384 or Ed25519")  # fmt: skip
+    return None
+
+
+def check_signature(csr: Csr, req: Request) -> Decision | None:
+    if not req.signature_valid:
+        return _deny("signature", "the request's self-signature does not verify")
+    return None
+
+
+REQUEST_CHECKS: Final[Sequence[Check]] = (
+    check_requester, check_subject, check_sans, check_usages, check_key, check_signature,
+)  # fmt: skip
+
+
+def check_node(csr: Csr, node: Node | None) -> Decision | None:
+    """Wait for a Node that is not there yet or not initialised (its addresses are not final)."""
+    if node is None:
+        return Decision("wait", "node_missing", f"Node {csr.node_name!r} does not exist (yet)")
+    if not node.initialised:
+        return Decision("wait", "node_uninitialized", f"Node {node.name!r} is not initialised")
+    return None
+
+
+def check_addresses(req: Request, node: Node) -> Decision | None:
+    for ip in req.ip_addresses:
+        if ip not in node.ips:
+            return _deny("ip_san", f"IP SAN {ip} is not an InternalIP or ExternalIP of Node "
+                         f"{node.name!r}")  # fmt: skip
+    for name in req.dns_names:
+        if name not in node.dns_names:
+            return _deny("dns_san", f"DNS SAN {name!r} is not a Hostname, InternalDNS or "
+                         f"ExternalDNS of Node {node.name!r}")  # fmt: skip
+    return None
+
+
+def decide(csr: Csr, req: Request | None, node: Node | None) -> Decision:
+    """The decision for `csr` (`req` None: unparsable), given its requester's Node."""
+    if csr.signer != SIGNER or csr.decided:
+        return Decision("skip", "not_ours" if csr.signer != SIGNER else "decided", "")
+    if req is None:
+        return _deny("invalid_request", INVALID_REQUEST)
+    for check in REQUEST_CHECKS:
+        if found := check(csr, req):
+            return found
+    if waiting := check_node(csr, node):
+        return waiting
+    assert node is not None  # check_node waits otherwise
+    if found := check_addresses(req, node):
+        return found
+    return Decision("approve", "matches_node", f"names and addresses match Node {node.name!r}")

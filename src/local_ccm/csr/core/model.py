@@ -1,0 +1,113 @@
+"""What the approver decides on: a CSR, its parsed request and the requester's Node, as plain
+frozen data. Pure, no I/O."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from local_ccm import names
+
+SIGNER: Final = "kubernetes.io/kubelet-serving"
+NODE_USER_PREFIX: Final = "system:node:"
+NODES_GROUP: Final = "system:nodes"
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+KeyKind = Literal["rsa", "ecdsa", "ed25519", "other"]
+
+
+@dataclass(frozen=True)
+class Request:
+    """A PKCS#10 request as parsed (`csr.parse`): subject, SANs, key and self-signature."""
+
+    common_names: tuple[str, ...]
+    organizations: tuple[str, ...]
+    other_subject: tuple[str, ...]  # any other subject attribute, as "OID=value"
+    dns_names: tuple[str, ...]
+    ip_addresses: tuple[IPAddress, ...]
+    emails: tuple[str, ...]
+    uris: tuple[str, ...]
+    key_kind: KeyKind
+    key_size: int  # RSA modulus bits, or the curve's size
+    curve: str  # "secp256r1", "secp384r1", … for ECDSA, else ""
+    signature_valid: bool
+
+
+@dataclass(frozen=True)
+class Csr:
+    """The parts of a CertificateSigningRequest the decision reads."""
+
+    name: str
+    uid: str
+    signer: str
+    username: str
+    groups: tuple[str, ...]
+    usages: tuple[str, ...]
+    decided: bool  # has an Approved or Denied condition
+    request: bytes  # spec.request, PEM
+
+    @property
+    def node_name(self) -> str:
+        """The Node the requester claims to be ("" when not a node identity)."""
+        if self.username.startswith(NODE_USER_PREFIX):
+            return self.username.removeprefix(NODE_USER_PREFIX)
+        return ""
+
+
+@dataclass(frozen=True)
+class Node:
+    """The requester's Node: initialised or not, and the names and addresses it may use."""
+
+    name: str
+    uid: str
+    initialised: bool
+    ips: frozenset[IPAddress]
+    dns_names: frozenset[str]
+
+
+_IP_TYPES = ("InternalIP", "ExternalIP")
+_DNS_TYPES = ("Hostname", "InternalDNS", "ExternalDNS")
+
+
+def _conditions_decided(status: Mapping[str, Any]) -> bool:
+    kinds = {str(c.get("type", "")) for c in status.get("conditions") or ()}
+    return bool(kinds & {"Approved", "Denied"})
+
+
+def project_csr(obj: Mapping[str, Any]) -> Csr:
+    """The API object as a `Csr` (`spec.request` is base64 on the wire)."""
+    import base64  # noqa: PLC0415 (stdlib, only here)
+
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    try:
+        request = base64.b64decode(spec.get("request") or "", validate=True)
+    except ValueError:
+        request = b""
+    return Csr(
+        name=str(meta.get("name", "")), uid=str(meta.get("uid", "")),
+        signer=str(spec.get("signerName", "")), username=str(spec.get("username", "")),
+        groups=tuple(spec.get("groups") or ()), usages=tuple(spec.get("usages") or ()),
+        decided=_conditions_decided(obj.get("status") or {}), request=request,
+    )  # fmt: skip
+
+
+def _ip(text: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def project_node(obj: Mapping[str, Any]) -> Node:
+    """The API object as a `Node`."""
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    addresses = (obj.get("status") or {}).get("addresses") or ()
+    taints = {str(t.get("key", "")) for t in spec.get("taints") or ()}
+    ips = {_ip(str(a.get("address", ""))) for a in addresses if a.get("type") in _IP_TYPES}
+    dns = {str(a.get("address", "")) for a in addresses if a.get("type") in _DNS_TYPES}
+    return Node(
+        name=str(meta.get("name", "")), uid=str(meta.get("uid", "")),
+        initialised=names.UNINITIALIZED_TAINT not in taints,
+        ips=frozenset(ip for ip in ips if ip is not None), dns_names=frozenset(dns),
+    )  # fmt: skip

@@ -1,0 +1,59 @@
+"""`spec.request` (PEM, or DER) to a `Request`, with `cryptography`. Imported lazily: the
+controller manager pays for `cryptography` only when this controller runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from local_ccm.csr.core.model import KeyKind, Request
+
+_PEM_MARK = b"-----BEGIN CERTIFICATE REQUEST-----"
+
+
+def parse_request(data: bytes) -> Request | None:
+    """The parsed request, or None when `data` is not one PKCS#10 request."""
+    from cryptography import x509  # noqa: PLC0415 (lazy: see the module docstring)
+    from cryptography.exceptions import UnsupportedAlgorithm  # noqa: PLC0415
+
+    try:
+        load = x509.load_pem_x509_csr if _PEM_MARK in data else x509.load_der_x509_csr
+        return _request(load(data))
+    except (ValueError, TypeError, UnsupportedAlgorithm):
+        return None
+
+
+def _request(loaded: Any) -> Request:
+    from cryptography import x509  # noqa: PLC0415
+    from cryptography.x509.oid import NameOID  # noqa: PLC0415
+
+    subject = loaded.subject
+    common = tuple(str(a.value) for a in subject.get_attributes_for_oid(NameOID.COMMON_NAME))
+    orgs = tuple(str(a.value) for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME))
+    known = {NameOID.COMMON_NAME, NameOID.ORGANIZATION_NAME}
+    other = tuple(f"{a.oid.dotted_string}={a.value!s}" for a in subject if a.oid not in known)
+    try:
+        sans = loaded.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        sans = x509.SubjectAlternativeName([])
+    kind, size, curve = _key(loaded.public_key())
+    return Request(
+        common_names=common, organizations=orgs, other_subject=other,
+        dns_names=tuple(sans.get_values_for_type(x509.DNSName)),
+        ip_addresses=tuple(sans.get_values_for_type(x509.IPAddress)),
+        emails=tuple(sans.get_values_for_type(x509.RFC822Name)),
+        uris=tuple(sans.get_values_for_type(x509.UniformResourceIdentifier)),
+        key_kind=kind, key_size=size, curve=curve,
+        signature_valid=loaded.is_signature_valid,
+    )  # fmt: skip
+
+
+def _key(key: Any) -> tuple[KeyKind, int, str]:
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa  # noqa: PLC0415
+
+    if isinstance(key, rsa.RSAPublicKey):
+        return "rsa", key.key_size, ""
+    if isinstance(key, ec.EllipticCurvePublicKey):
+        return "ecdsa", key.curve.key_size, key.curve.name
+    if isinstance(key, ed25519.Ed25519PublicKey):
+        return "ed25519", 256, ""
+    return "other", 0, ""

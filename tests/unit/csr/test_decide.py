@@ -1,0 +1,128 @@
+"""The approver's decisions on plain data: every check, and the order they are taken in."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import replace
+
+import pytest
+
+from local_ccm.csr.core.decide import INVALID_REQUEST, Decision, decide
+from local_ccm.csr.core.model import Csr, Node, Request, project_csr, project_node
+
+IP = ipaddress.ip_address("192.0.2.10")
+CSR = Csr(name="csr-1", uid="u1", signer="kubernetes.io/kubelet-serving",
+          username="system:node:n1", groups=("system:nodes", "system:authenticated"),
+          usages=("digital signature", "server auth"), decided=False, request=b"")  # fmt: skip
+REQ = Request(common_names=("system:node:n1",), organizations=("system:nodes",),
+              other_subject=(), dns_names=("n1",), ip_addresses=(IP,), emails=(), uris=(),
+              key_kind="ecdsa", key_size=256, curve="secp256r1", signature_valid=True)  # fmt: skip
+NODE = Node(name="n1", uid="nu", initialised=True, ips=frozenset({IP}),
+            dns_names=frozenset({"n1"}))  # fmt: skip
+
+
+def kind_reason(decision: Decision) -> tuple[str, str]:
+    return decision.kind, decision.reason
+
+
+def test_a_request_matching_its_initialised_node_is_approved() -> None:
+    assert kind_reason(decide(CSR, REQ, NODE)) == ("approve", "matches_node")
+
+
+def test_an_rsa_request_with_key_encipherment_is_approved() -> None:
+    csr = replace(CSR, usages=("digital signature", "key encipherment", "server auth"))
+    req = replace(REQ, key_kind="rsa", key_size=2048, curve="")
+    assert decide(csr, req, NODE).kind == "approve"
+
+
+def test_an_already_decided_csr_or_another_signer_is_skipped() -> None:
+    assert kind_reason(decide(replace(CSR, decided=True), REQ, NODE)) == ("skip", "decided")
+    other = replace(CSR, signer="kubernetes.io/kube-apiserver-client")
+    assert kind_reason(decide(other, REQ, NODE)) == ("skip", "not_ours")
+
+
+def test_an_unparsable_request_is_denied_as_not_pkcs10() -> None:
+    assert decide(CSR, None, NODE) == Decision("deny", "invalid_request", INVALID_REQUEST)
+
+
+@pytest.mark.parametrize(
+    ("csr", "req", "reason", "named"),
+    [
+        (replace(CSR, username="alice"), REQ, "requester", "'alice'"),
+        (replace(CSR, groups=("system:authenticated",)), REQ, "requester", "system:nodes"),
+        (CSR, replace(REQ, common_names=("system:node:n2",)), "subject", "system:node:n2"),
+        (CSR, replace(REQ, organizations=("system:masters",)), "subject", "O=system:masters"),
+        (CSR, replace(REQ, other_subject=("2.5.4.11=x",)), "subject", "2.5.4.11=x"),
+        (CSR, replace(REQ, emails=("a@example.com",)), "email_san", "a@example.com"),
+        (CSR, replace(REQ, uris=("spiffe://x",)), "uri_san", "spiffe://x"),
+        (CSR, replace(REQ, dns_names=(), ip_addresses=()), "no_san", "DNS or IP SAN"),
+        (replace(CSR, usages=("digital signature", "client auth")), REQ, "usages", "client auth"),
+        (replace(CSR, usages=("digital signature", "key encipherment", "server auth")), REQ,
+         "usages", "key encipherment"),
+        (CSR, replace(REQ, key_kind="rsa", key_size=1024, curve=""), "key", "1024 bits"),
+        (CSR, replace(REQ, curve="secp521r1", key_size=521), "key", "secp521r1"),
+        (CSR, replace(REQ, key_kind="other", key_size=0, curve=""), "key", "OTHER"),
+        (CSR, replace(REQ, signature_valid=False), "signature", "self-signature"),
+    ],
+)  # fmt: skip
+def test_a_request_failing_a_check_is_denied_naming_the_check_and_value(
+    csr: Csr, req: Request, reason: str, named: str
+) -> None:
+    decision = decide(csr, req, NODE)
+    assert kind_reason(decision) == ("deny", reason)
+    assert named in decision.message
+
+
+def test_a_foreign_ip_san_is_denied_naming_the_address() -> None:
+    req = replace(REQ, ip_addresses=(IP, ipaddress.ip_address("203.0.113.9")))
+    decision = decide(CSR, req, NODE)
+    assert kind_reason(decision) == ("deny", "ip_san")
+    assert "203.0.113.9" in decision.message
+
+
+def test_a_foreign_dns_san_is_denied_naming_the_name() -> None:
+    decision = decide(CSR, replace(REQ, dns_names=("n1", "evil.example")), NODE)
+    assert kind_reason(decision) == ("deny", "dns_san")
+    assert "evil.example" in decision.message
+
+
+def test_a_missing_or_uninitialised_node_waits() -> None:
+    assert kind_reason(decide(CSR, REQ, None)) == ("wait", "node_missing")
+    waiting = decide(CSR, REQ, replace(NODE, initialised=False))
+    assert kind_reason(waiting) == ("wait", "node_uninitialized")
+
+
+def test_request_checks_come_before_waiting_for_the_node() -> None:
+    bad = replace(REQ, emails=("a@example.com",))
+    assert decide(CSR, bad, replace(NODE, initialised=False)).kind == "deny"
+
+
+def test_project_node_reads_taint_addresses_and_names() -> None:
+    obj = {
+        "metadata": {"name": "n1", "uid": "nu"},
+        "spec": {"taints": [{"key": "node.cloudprovider.kubernetes.io/uninitialized"}]},
+        "status": {"addresses": [
+            {"type": "InternalIP", "address": "192.0.2.10"},
+            {"type": "ExternalIP", "address": "2001:db8::1"},
+            {"type": "Hostname", "address": "n1"},
+            {"type": "InternalDNS", "address": "n1.internal"},
+            {"type": "Other", "address": "192.0.2.99"},
+        ]},
+    }  # fmt: skip
+    node = project_node(obj)
+    assert not node.initialised
+    assert node.ips == {IP, ipaddress.ip_address("2001:db8::1")}
+    assert node.dns_names == {"n1", "n1.internal"}
+
+
+def test_project_csr_reads_spec_and_whether_a_decision_exists() -> None:
+    obj = {
+        "metadata": {"name": "c", "uid": "u"},
+        "spec": {"signerName": "kubernetes.io/kubelet-serving", "username": "system:node:n1",
+                 "groups": ["system:nodes"], "usages": ["server auth"], "request": "aGk="},
+        "status": {"conditions": [{"type": "Denied", "status": "True"}]},
+    }  # fmt: skip
+    csr = project_csr(obj)
+    assert (csr.node_name, csr.request, csr.decided) == ("n1", b"hi", True)
+    assert not project_csr({"spec": {"username": "bob"}}).decided
+    assert project_csr({"spec": {"username": "bob"}}).node_name == ""
