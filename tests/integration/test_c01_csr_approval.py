@@ -7,7 +7,8 @@ C01: a matching CSR is approved, then signed (a certificate in `status.certifica
 C02: a foreign IP SAN, a foreign DNS SAN, another node's name, an extra organisation, a wrong
 usage and an email SAN are each denied with the reason named. C03: a CSR from a still-tainted
 Node waits and is approved once the Node is initialised. C04: a restart re-decides nothing.
-C05: the controller runs under the ClusterRole the chart renders, with a ServiceAccount token.
+C05: the controller runs under the ClusterRole the chart renders, with a ServiceAccount token
+(and refuses to start, exit 4, without the approver's own ClusterRole).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pytest
 from local_ccm.csr.csrapi import CSRS
 from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
-from tests.support import pki
+from tests.support import chart, pki
 from tests.support.binaries import Binaries, ensure
 from tests.support.controlplane import ControlPlane
 from tests.support.csrs import RSA_USAGES, csr_object, request_pem
@@ -195,3 +196,49 @@ def test_c04_a_restart_redecides_nothing(
     after = {n: (conditions(admin, n), len(events_about(admin, n))) for n in (good, bad)}
     assert after == before
     assert all(len(c) == 1 for c, _ in after.values())
+
+
+def chart_rbac(namespace: str) -> list[dict[str, Any]]:
+    """The manager's RBAC as the chart renders it with the approver on, for `namespace`."""
+    on = {"controllerManager.enabled": "true",
+          "controllerManager.kubeletServingApprover.enabled": "true"}  # fmt: skip
+    with chart.helm(ensure(["helm"]).path("helm")) as h:
+        text = h.template(kube_version=chart.pinned_kube_version(), release=chart.DEFAULT_RELEASE,
+                          namespace=chart.DEFAULT_NAMESPACE, set_values=on)  # fmt: skip
+    rendered = chart.parse(text)
+    shipped = chart.ShippedRbac.of(rendered, "node-lifecycle-controller")
+    target = chart.RbacTarget(f"{namespace}-", "manager", namespace, {})
+    return shipped.for_test(target)
+
+
+@pytest.mark.timeout(120)
+def test_c05_runs_under_the_rbac_the_chart_renders(
+    plane: ControlPlane, admin: Client, test_artifacts: Path
+) -> None:
+    namespace = f"c05-{secrets.token_hex(3)}"
+    admin.create(r.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
+                                "metadata": {"name": namespace}})  # fmt: skip
+    objs = chart_rbac(namespace)
+    own = [o for o in objs if o["metadata"]["name"].endswith("kubelet-serving-approver")]
+    assert {o["kind"] for o in own} == {"ClusterRole", "ClusterRoleBinding"}
+    others = [o for o in objs if o not in own]
+    failures = chart.apply_all(plane.http, others, namespace=namespace, dry_run=False)
+    assert not failures, chart.describe_failures(failures)
+    kubeconfig = plane.token_kubeconfig("manager", namespace)
+    without = start_manager(kubeconfig, test_artifacts / "without.log")
+    assert without.proc.wait(timeout=30) == 4, tail(without.log_path)  # its rules are needed
+    failures = chart.apply_all(plane.http, own, namespace=namespace, dry_run=False)
+    assert not failures, chart.describe_failures(failures)
+    child = start_manager(kubeconfig, test_artifacts / "manager.log")
+    try:
+        node = make_node(admin, "127.1.0.13")
+        good = submit(plane, node, request_pem(node, ips=["127.1.0.13"]))
+        bad = submit(plane, node, request_pem(node, ips=["127.1.0.14"]))
+        got = eventually(lambda: decided(admin, good), timeout=DECIDED, message="approved")
+        assert got["type"] == "Approved"
+        denied = eventually(lambda: decided(admin, bad), timeout=DECIDED, message="denied")
+        assert denied["type"] == "Denied"
+        assert child.exited() is None, tail(child.log_path)
+    finally:
+        child.stop(grace=5)
+    assert "forbidden" not in tail(child.log_path, 400).lower()
