@@ -96,8 +96,8 @@ def build_unit(
 
     async def work(context: LeaderContext | None) -> None:
         may_write = context.may_write if context else lambda: True
-        controller = Controller(api, node_source, settings, metrics, SystemClock(),
-                                may_write=may_write)  # fmt: skip
+        controller = Controller(api, node_source, settings, metrics=metrics,
+                                clock=SystemClock(), may_write=may_write)  # fmt: skip
         running.append(controller)
         try:
             await controller.run()

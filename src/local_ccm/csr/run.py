@@ -52,10 +52,10 @@ class Controller:
         self,
         api: CsrApi,
         nodes: ListWatch,
-        settings: Settings,
+        settings: Settings = Settings(),  # noqa: B008 (frozen)
+        *,
         metrics: CsrMetrics,
         clock: Clock,
-        *,
         may_write: Callable[[], bool] = lambda: True,
         rng: random.Random | None = None,
     ) -> None:

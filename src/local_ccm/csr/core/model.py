@@ -38,14 +38,14 @@ class Request:
 class Csr:
     """The parts of a CertificateSigningRequest the decision reads."""
 
-    name: str
-    uid: str
-    signer: str
-    username: str
-    groups: tuple[str, ...]
-    usages: tuple[str, ...]
-    decided: bool  # has an Approved or Denied condition
-    request: bytes  # spec.request, PEM
+    name: str = ""
+    uid: str = ""
+    signer: str = ""
+    username: str = ""
+    groups: tuple[str, ...] = ()
+    usages: tuple[str, ...] = ()
+    decided: bool = False  # has an Approved or Denied condition
+    request: bytes = b""  # spec.request, PEM
 
     @property
     def node_name(self) -> str:

@@ -1,0 +1,153 @@
+"""The approver's write policy with an in-memory `CsrApi`: one condition per CSR, a conflict
+re-reads and decides again, a deleted CSR is done, `--csr-deny=false` writes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator
+from typing import Any
+
+from local_ccm.csr.csrapi import Obj
+from local_ccm.csr.metrics import CsrMetrics
+from local_ccm.csr.options import Settings
+from local_ccm.csr.run import Controller
+from local_ccm.kube.errors import Conflict, NotFound
+from local_ccm.kube.informer import Change, ListWatch, Page
+from local_ccm.kube.request import WatchEvent
+from tests.fakes.clock import FakeClock
+from tests.support.csrs import csr_object, request_pem
+
+NODE = {"metadata": {"name": "n1", "uid": "nu"},
+        "status": {"addresses": [{"type": "InternalIP", "address": "192.0.2.10"}]}}  # fmt: skip
+
+
+class Unused:
+    """A ListWatch the tests never run (the caches are primed)."""
+
+    async def list_page(self, continue_token: str | None) -> Page:
+        raise AssertionError("not listed")
+
+    def watch(self, resource_version: str, timeout_seconds: int) -> AsyncIterator[WatchEvent]:
+        raise AssertionError("not watched")
+
+
+class FakeCsrApi:
+    """CSRs by name; `conflicts` answers that many approval writes with 409 (after which the
+    stored CSR is `replaced_by`, as another writer would leave it)."""
+
+    def __init__(self, conflicts: int = 0, replaced_by: Obj | None = None) -> None:
+        self.stored: dict[str, Obj] = {}
+        self.writes: list[Obj] = []
+        self.events: list[Obj] = []
+        self.conflicts, self.replaced_by = conflicts, replaced_by
+
+    def list_watch(self) -> ListWatch:
+        return Unused()
+
+    async def get_csr(self, name: str) -> Obj:
+        if name not in self.stored:
+            raise NotFound(404, "NotFound", name)
+        return self.stored[name]
+
+    async def update_approval(self, csr: Obj) -> Obj:
+        name = csr["metadata"]["name"]
+        if name not in self.stored:
+            raise NotFound(404, "NotFound", name)
+        if self.conflicts:
+            self.conflicts -= 1
+            if self.replaced_by is not None:
+                self.stored[name] = self.replaced_by
+            raise Conflict(409, "Conflict", name)
+        self.writes.append(csr)
+        self.stored[name] = csr
+        return csr
+
+    async def create_event(self, namespace: str, body: Obj) -> Obj:
+        self.events.append(body)
+        return body
+
+
+def a_csr(ip: str = "192.0.2.10") -> Obj:
+    obj = csr_object("c1", request_pem("n1", ips=[ip]))
+    obj["metadata"]["uid"] = "cu"
+    obj["spec"] |= {"username": "system:node:n1", "groups": ["system:nodes"]}
+    return obj
+
+
+def controller(api: FakeCsrApi, objs: list[Obj], *, deny: bool = True) -> Controller:
+    made = Controller(api, Unused(), Settings(deny=deny), metrics=CsrMetrics(), clock=FakeClock())
+    made.csrs.prime(objs, "1")
+    made.nodes.prime([NODE], "1")
+    for obj in objs:
+        api.stored[obj["metadata"]["name"]] = obj
+    return made
+
+
+def decisions(made: Controller, decision: str, reason: str) -> float | None:
+    labels = {"decision": decision, "reason": reason}
+    return made.metrics.registry.get_sample_value(
+        "kubelet_serving_approver_csr_decisions_total", labels
+    )
+
+
+def conditions(obj: Obj) -> list[Any]:
+    return list((obj.get("status") or {}).get("conditions") or [])
+
+
+def test_a_matching_csr_gets_one_approved_condition_and_is_counted() -> None:
+    api = FakeCsrApi()
+    made = controller(api, [a_csr()])
+    asyncio.run(made.sync("c1"))
+    assert [c["type"] for c in conditions(api.stored["c1"])] == ["Approved"]
+    assert decisions(made, "approve", "matches_node") == 1
+
+
+def test_a_conflict_rereads_and_a_decision_made_meanwhile_is_left_alone() -> None:
+    elsewhere = a_csr() | {"status": {"conditions": [{"type": "Denied", "status": "True"}]}}
+    api = FakeCsrApi(conflicts=1, replaced_by=elsewhere)
+    made = controller(api, [a_csr()])
+    asyncio.run(made.sync("c1"))
+    assert api.writes == []
+    assert len(conditions(api.stored["c1"])) == 1
+
+
+def test_a_conflict_on_an_undecided_csr_decides_again() -> None:
+    api = FakeCsrApi(conflicts=1)
+    made = controller(api, [a_csr()])
+    asyncio.run(made.sync("c1"))
+    assert len(api.writes) == 1
+
+
+def test_a_csr_deleted_meanwhile_is_done() -> None:
+    api = FakeCsrApi()
+    made = controller(api, [a_csr()])
+    del api.stored["c1"]
+    asyncio.run(made.sync("c1"))
+    assert (api.writes, made.queue.qsize()) == ([], 0)
+
+
+def test_without_deny_a_failing_csr_is_left_pending_and_counted_once() -> None:
+    api = FakeCsrApi()
+    made = controller(api, [a_csr(ip="192.0.2.99")], deny=False)
+    asyncio.run(made.sync("c1"))
+    asyncio.run(made.sync("c1"))
+    assert api.writes == []
+    assert decisions(made, "wait", "ip_san") == 1
+
+
+def test_a_denial_names_the_offending_address() -> None:
+    api = FakeCsrApi()
+    made = controller(api, [a_csr(ip="192.0.2.99")])
+    asyncio.run(made.sync("c1"))
+    [condition] = conditions(api.stored["c1"])
+    assert condition["type"] == "Denied"
+    assert "192.0.2.99" in condition["message"]
+
+
+def test_a_node_change_requeues_only_that_nodes_csrs() -> None:
+    other = csr_object("c2", base64.b64decode(a_csr()["spec"]["request"]))
+    other["spec"]["username"] = "system:node:n2"
+    made = controller(FakeCsrApi(), [a_csr(), other])
+    made._on_node(Change("MODIFIED", "n1", NODE, NODE))
+    assert made.queued == {"c1"}
