@@ -34,6 +34,7 @@ from tests.support.kcm import start_kcm
 from tests.support.processes import Child, spawn, tail
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.kcm
 BINARY = Path(sys.executable).parent / "local-ccm-controller-manager"
 TAINT = {"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true",
          "effect": "NoSchedule"}  # fmt: skip
@@ -198,11 +199,11 @@ def test_c04_a_restart_redecides_nothing(
     assert all(len(c) == 1 for c, _ in after.values())
 
 
-def chart_rbac(namespace: str) -> list[dict[str, Any]]:
+def chart_rbac(helm_binary: Path, namespace: str) -> list[dict[str, Any]]:
     """The manager's RBAC as the chart renders it with the approver on, for `namespace`."""
     on = {"controllerManager.enabled": "true",
           "controllerManager.kubeletServingApprover.enabled": "true"}  # fmt: skip
-    with chart.helm(ensure(["helm"]).path("helm")) as h:
+    with chart.helm(helm_binary) as h:
         text = h.template(kube_version=chart.pinned_kube_version(), release=chart.DEFAULT_RELEASE,
                           namespace=chart.DEFAULT_NAMESPACE, set_values=on)  # fmt: skip
     rendered = chart.parse(text)
@@ -213,12 +214,12 @@ def chart_rbac(namespace: str) -> list[dict[str, Any]]:
 
 @pytest.mark.timeout(120)
 def test_c05_runs_under_the_rbac_the_chart_renders(
-    plane: ControlPlane, admin: Client, test_artifacts: Path
+    plane: ControlPlane, admin: Client, test_artifacts: Path, helm_binary: Path
 ) -> None:
     namespace = f"c05-{secrets.token_hex(3)}"
     admin.create(r.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
                                 "metadata": {"name": namespace}})  # fmt: skip
-    objs = chart_rbac(namespace)
+    objs = chart_rbac(helm_binary, namespace)
     own = [o for o in objs if o["metadata"]["name"].endswith("kubelet-serving-approver")]
     assert {o["kind"] for o in own} == {"ClusterRole", "ClusterRoleBinding"}
     others = [o for o in objs if o not in own]

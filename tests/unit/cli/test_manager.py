@@ -38,7 +38,14 @@ def test_an_unknown_or_empty_selection_is_refused() -> None:
 
 
 def test_a_new_controller_is_one_table_entry() -> None:
-    assert list(manager.CONTROLLERS) == ["node-lifecycle", "node-ipam"]
+    assert list(manager.CONTROLLERS) == ["node-lifecycle", "node-ipam", "kubelet-serving-approver"]
+
+
+def test_the_approver_is_off_unless_named() -> None:
+    defaults = {name: make().default_on for name, make in manager.CONTROLLERS.items()}
+    assert manager.select("*", defaults) == ("node-lifecycle", "node-ipam")
+    assert manager.select("*,kubelet-serving-approver", defaults)[-1] == "kubelet-serving-approver"
+    assert manager.manager_flags().lookup("csr-deny") is not None
 
 
 def test_the_manager_has_every_flag_of_both_once_and_its_own_lease() -> None:
