@@ -64,6 +64,8 @@ class Controller:
         self.queue: asyncio.Queue[str] = asyncio.Queue()
         self.queued: set[str] = set()
         self.noted: set[tuple[str, str]] = set()  # (uid, reason) of waits already counted
+        self.failures: dict[str, int] = {}  # failed writes per CSR name, for the backoff
+        self.retries: set[asyncio.Task[None]] = set()
         self.outbox = EventOutbox(api, clock, ev.Reporter(NAME, settings.instance),
                                   namespace=settings.event_namespace, capacity=1000)  # fmt: skip
         rng = rng or random.Random()
@@ -95,6 +97,10 @@ class Controller:
     def _on_csr(self, change: Change[Obj]) -> None:
         if change.type in ("ADDED", "MODIFIED"):
             self.enqueue(change.key)
+        elif change.type == "DELETED" and change.old is not None:
+            uid = str((change.old.get("metadata") or {}).get("uid", ""))
+            self.noted = {(u, reason) for u, reason in self.noted if u != uid}
+            self.failures.pop(change.key, None)
 
     def _on_node(self, change: Change[Obj]) -> None:
         if change.type not in ("ADDED", "MODIFIED"):
@@ -118,6 +124,7 @@ class Controller:
                 self.queued.discard(name)
                 await self.sync(name)
         finally:
+            tasks += self.retries
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -128,9 +135,12 @@ class Controller:
         try:
             for _ in range(MAX_CONFLICTS):
                 if obj is None or await self._decide_and_write(obj):
+                    self.failures.pop(name, None)
                     return
                 obj = await self.api.get_csr(name)  # a conflict: re-read, decide again
+            log.warning("csr=%s: %d write conflicts in a row, retrying", name, MAX_CONFLICTS)
         except NotFound:
+            self.failures.pop(name, None)
             return  # deleted meanwhile: nothing to decide
         except ApiError as exc:
             self.metrics.write_failures.labels(str(exc.status)).inc()
@@ -138,8 +148,17 @@ class Controller:
         self._retry_later(name)
 
     def _retry_later(self, name: str) -> None:
-        loop = asyncio.get_running_loop()
-        loop.call_later(self.settings.backoff[0], self.enqueue, name)
+        """Enqueue `name` again after a delay that doubles per failure up to the cap."""
+        tries = self.failures[name] = self.failures.get(name, 0) + 1
+        first, cap = self.settings.backoff
+        delay = min(first * 2 ** (tries - 1), cap)
+        task = asyncio.create_task(self._after(delay, name))
+        self.retries.add(task)
+        task.add_done_callback(self.retries.discard)
+
+    async def _after(self, delay: float, name: str) -> None:
+        await self.clock.sleep(delay)
+        self.enqueue(name)
 
     async def _decide_and_write(self, obj: Obj) -> bool:
         """True when done with this version of the CSR; False after a write conflict."""

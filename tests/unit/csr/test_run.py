@@ -12,7 +12,7 @@ from local_ccm.csr.csrapi import Obj
 from local_ccm.csr.metrics import CsrMetrics
 from local_ccm.csr.options import Settings
 from local_ccm.csr.run import Controller
-from local_ccm.kube.errors import Conflict, NotFound
+from local_ccm.kube.errors import Conflict, NotFound, Transient
 from local_ccm.kube.informer import Change, ListWatch, Page
 from local_ccm.kube.request import WatchEvent
 from tests.fakes.clock import FakeClock
@@ -151,3 +151,30 @@ def test_a_node_change_requeues_only_that_nodes_csrs() -> None:
     made = controller(FakeCsrApi(), [a_csr(), other])
     made._on_node(Change("MODIFIED", "n1", NODE, NODE))
     assert made.queued == {"c1"}
+
+
+class Failing(FakeCsrApi):
+    async def update_approval(self, csr: Obj) -> Obj:
+        raise Transient(503, "ServiceUnavailable", "down")
+
+
+def test_a_failed_write_retries_after_a_doubling_capped_delay() -> None:
+    api = Failing()
+    clock = FakeClock()
+    made = Controller(api, Unused(), Settings(backoff=(1.0, 3.0)), metrics=CsrMetrics(),
+                      clock=clock)  # fmt: skip
+    made.csrs.prime([a_csr()], "1")
+    made.nodes.prime([NODE], "1")
+
+    async def scenario() -> list[float]:
+        delays = []
+        for _ in range(3):
+            started = clock.monotonic()
+            await made.sync("c1")
+            while not made.queued:
+                await clock.advance(0.5)
+            made.queued.clear()
+            delays.append(clock.monotonic() - started)
+        return delays
+
+    assert asyncio.run(scenario()) == [1.0, 2.0, 3.0]
