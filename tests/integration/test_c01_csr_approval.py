@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from local_ccm.csr.csrapi import CSRS
-from local_ccm.kube import resources as r
 from local_ccm.kube.client import Client
 from tests.support import chart, pki
+from tests.support import resources as r
 from tests.support.binaries import Binaries, ensure
 from tests.support.controlplane import ControlPlane
 from tests.support.csrs import RSA_USAGES, csr_object, request_pem

@@ -10,7 +10,7 @@ from typing import Any
 from local_ccm import __version__
 from local_ccm.cli import central
 from local_ccm.cli import lifecycle as base
-from local_ccm.cli.common import Lease, Serving, Unit
+from local_ccm.cli.common import Serving, Unit
 from local_ccm.clock import SystemClock
 from local_ccm.csr.csrapi import CSRS, KubeCsrApi
 from local_ccm.csr.metrics import CsrMetrics
@@ -24,6 +24,7 @@ from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.nodes import Access
 from local_ccm.kube.resources import NODES
 from local_ccm.lease.elector import LeaderContext
+from local_ccm.lease.options import Election
 from local_ccm.lifecycle.options import FLAGS as LIFECYCLE_FLAGS
 from local_ccm.lifecycle.options import LifecycleOptions, options_from
 from local_ccm.runtime.serve import Checks
@@ -64,7 +65,7 @@ def load(parsed: Parsed, env: central.Env) -> Any:
     return CsrOptions(shared, parsed.get_bool(DENY_FLAG))
 
 
-def lease_of(options: CsrOptions) -> Lease | None:
+def lease_of(options: CsrOptions) -> Election | None:
     return base.lease_of(options.shared)
 
 
