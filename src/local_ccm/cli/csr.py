@@ -89,7 +89,7 @@ def build_unit(
 ) -> Unit:
     metrics = CsrMetrics()
     client = Client(cluster, field_manager=NAME, user_agent=f"{NAME}/{__version__}")
-    api = KubeCsrApi(AsyncClient(client))
+    api = KubeCsrApi(AsyncClient(client), observe=metrics.observe_request)
     node_source = nodes or KubeListWatch(AsyncClient(client), NODES)
     settings = Settings(deny=options.deny, event_namespace=options.shared.event_namespace,
                         instance=identity)  # fmt: skip
