@@ -22,6 +22,9 @@ from typing import Any
 
 import pytest
 
+from local_ccm import flags
+from local_ccm.cli import csr
+from local_ccm.cli.manager import manager_flags
 from local_ccm.csr.csrapi import CSRS
 from local_ccm.kube.client import Client
 from tests.support import chart, pki
@@ -212,6 +215,20 @@ def chart_rbac(helm_binary: Path, namespace: str) -> list[dict[str, Any]]:
     return shipped.for_test(target)
 
 
+def granted(objs: list[dict[str, Any]]) -> set[tuple[str, ...]]:
+    rules = [rule for o in objs if o["kind"] == "ClusterRole" for rule in o["rules"]]
+    return {(verb, group, resource, name)
+            for rule in rules for verb in rule["verbs"] for group in rule["apiGroups"]
+            for resource in rule["resources"]
+            for name in rule.get("resourceNames", [""])}  # fmt: skip
+
+
+def needed() -> set[tuple[str, ...]]:
+    options = csr.load(flags.parse(manager_flags(), [], {}), ({}, (), ()))
+    return {(a.verb, a.group, a.resource + (f"/{a.subresource}" if a.subresource else ""), a.name)
+            for a in csr.permissions(options) if a.resource != "events"}  # fmt: skip
+
+
 @pytest.mark.timeout(120)
 def test_c05_runs_under_the_rbac_the_chart_renders(
     plane: ControlPlane, admin: Client, test_artifacts: Path, helm_binary: Path
@@ -222,6 +239,7 @@ def test_c05_runs_under_the_rbac_the_chart_renders(
     objs = chart_rbac(helm_binary, namespace)
     own = [o for o in objs if o["metadata"]["name"].endswith("kubelet-serving-approver")]
     assert {o["kind"] for o in own} == {"ClusterRole", "ClusterRoleBinding"}
+    assert granted(own) == needed()  # the chart grants exactly what the controller checks
     others = [o for o in objs if o not in own]
     failures = chart.apply_all(plane.http, others, namespace=namespace, dry_run=False)
     assert not failures, chart.describe_failures(failures)
