@@ -3,6 +3,7 @@ frozen data. Pure, no I/O."""
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -77,8 +78,6 @@ def _conditions_decided(status: Mapping[str, Any]) -> bool:
 
 def project_csr(obj: Mapping[str, Any]) -> Csr:
     """The API object as a `Csr` (`spec.request` is base64 on the wire)."""
-    import base64  # noqa: PLC0415 (stdlib, only here)
-
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
     try:
         request = base64.b64decode(spec.get("request") or "", validate=True)
