@@ -470,6 +470,9 @@ true
 {{- if and .Values.controllerManager.enabled (not $nlc.enabled) -}}
 {{- fail "controllerManager.enabled runs in nodeLifecycleController's place: it needs nodeLifecycleController.enabled=true" -}}
 {{- end -}}
+{{- if and .Values.controllerManager.kubeletServingApprover.enabled (not .Values.controllerManager.enabled) -}}
+{{- fail "controllerManager.kubeletServingApprover.enabled runs in local-ccm-controller-manager: it needs controllerManager.enabled=true" -}}
+{{- end -}}
 {{- $ipam := .Values.nodeIpamController -}}
 {{- if and $ipam.enabled (not (semverCompare ">=1.31.0-0" .Capabilities.KubeVersion.Version)) -}}
 {{- fail "nodeIpamController requires Kubernetes >= 1.31: the ClusterCIDR CRD's validation rules use the CEL CIDR library, which older API servers refuse; set nodeIpamController.enabled=false" -}}

@@ -72,3 +72,49 @@ def test_it_needs_the_lifecycle_controller(chart_helm: Helm, kube_version: str) 
     )  # fmt: skip
     assert result.code != 0
     assert "needs nodeLifecycleController.enabled=true" in result.output
+
+
+APPROVER = "controllerManager.kubeletServingApprover"
+
+
+def csr_rules(objs: list[Obj]) -> list[Obj]:
+    return [rule for role in select(objs, "ClusterRole") for rule in role["rules"]
+            if "certificates.k8s.io" in rule.get("apiGroups", [])]  # fmt: skip
+
+
+def test_the_kubelet_serving_approver_is_off_and_grants_nothing_by_default(
+    chart_helm: Helm, kube_version: str
+) -> None:
+    objs = render(chart_helm, kube_version)
+    (deployment,) = select(objs, "Deployment")
+    assert "kubelet-serving-approver" not in str(flag(deployment, "controllers"))
+    assert csr_rules(objs) == []
+
+
+def test_the_kubelet_serving_approver_on_adds_its_controller_and_rules(
+    chart_helm: Helm, kube_version: str
+) -> None:
+    objs = render(chart_helm, kube_version, **{f"{APPROVER}.enabled": "true",
+                                               f"{APPROVER}.deny": "false"})  # fmt: skip
+    (deployment,) = select(objs, "Deployment")
+    assert flag(deployment, "controllers") == "node-lifecycle,node-ipam,kubelet-serving-approver"
+    assert flag(deployment, "csr-deny") == "false"
+    signers = [r for r in csr_rules(objs) if r["resources"] == ["signers"]]
+    assert signers == [{"apiGroups": ["certificates.k8s.io"], "resources": ["signers"],
+                        "resourceNames": ["kubernetes.io/kubelet-serving"],
+                        "verbs": ["approve"]}]  # fmt: skip
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    (binding,) = [b for b in select(objs, "ClusterRoleBinding")
+                  if b["roleRef"]["name"].endswith("kubelet-serving-approver")]  # fmt: skip
+    assert binding["subjects"][0]["name"] == account
+
+
+def test_the_kubelet_serving_approver_needs_the_controller_manager(
+    chart_helm: Helm, kube_version: str
+) -> None:
+    result = chart_helm.template_result(
+        kube_version=kube_version, values=VALUES,
+        set_values={"controllerManager.enabled": "false", f"{APPROVER}.enabled": "true"},
+    )  # fmt: skip
+    assert result.code != 0
+    assert "needs controllerManager.enabled=true" in result.output
