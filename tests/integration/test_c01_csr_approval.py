@@ -8,7 +8,8 @@ C02: a foreign IP SAN, a foreign DNS SAN, another node's name, an extra organisa
 usage and an email SAN are each denied with the reason named. C03: a CSR from a still-tainted
 Node waits and is approved once the Node is initialised. C04: a restart re-decides nothing.
 C05: the controller runs under the ClusterRole the chart renders, with a ServiceAccount token
-(and refuses to start, exit 4, without the approver's own ClusterRole).
+(and refuses to start, exit 4, without the approver's own ClusterRole). C06: with
+`--csr-deny=false` a failing CSR stays pending, with a log line and an Event.
 """
 
 from __future__ import annotations
@@ -165,8 +166,9 @@ def test_c03_csr_of_a_tainted_node_is_approved_once_initialised(
 ) -> None:
     node = make_node(admin, "127.1.0.10", tainted=True)
     name = submit(plane, node, request_pem(node, ips=["127.1.0.10"]))
-    eventually(lambda: events_about(admin, name), timeout=DECIDED,
-               message="the controller reports the CSR waiting")  # fmt: skip
+    waiting = eventually(lambda: events_about(admin, name) or None, timeout=DECIDED,
+                         message="the controller reports the CSR waiting")  # fmt: skip
+    assert [e["reason"] for e in waiting] == ["KubeletServingWaiting"]
     assert conditions(admin, name) == []
     admin.patch(r.NODES, node, {"spec": {"taints": None}}, patch_type="merge")  # as the agent
     condition = eventually(lambda: decided(admin, name), timeout=DECIDED,
@@ -200,6 +202,26 @@ def test_c04_a_restart_redecides_nothing(
     after = {n: (conditions(admin, n), len(events_about(admin, n))) for n in (good, bad)}
     assert after == before
     assert all(len(c) == 1 for c, _ in after.values())
+
+
+@pytest.mark.timeout(120)
+def test_c06_without_deny_a_bad_csr_stays_pending_with_an_event(
+    plane: ControlPlane, admin: Client, test_artifacts: Path
+) -> None:
+    node = make_node(admin, "127.1.0.15")
+    name = submit(plane, node, request_pem(node, ips=["127.1.0.16"]))
+    child = start_manager(
+        plane.admin_kubeconfig, test_artifacts / "manager.log", "--csr-deny=false"
+    )
+    try:
+        events = eventually(lambda: events_about(admin, name) or None, timeout=DECIDED,
+                            message="the controller reports the CSR it would deny")  # fmt: skip
+    finally:
+        child.stop(grace=5)
+    assert [e["reason"] for e in events] == ["KubeletServingNotApproved"]
+    assert "127.1.0.16" in events[0]["message"]
+    assert conditions(admin, name) == []
+    assert "left pending" in tail(child.log_path, 200)
 
 
 def chart_rbac(helm_binary: Path, namespace: str) -> list[dict[str, Any]]:
