@@ -4,8 +4,9 @@ frozen data. Pure, no I/O."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -91,11 +92,13 @@ def project_csr(obj: Mapping[str, Any]) -> Csr:
     )  # fmt: skip
 
 
-def _ip(text: str) -> IPAddress | None:
-    try:
-        return ipaddress.ip_address(text)
-    except ValueError:
-        return None
+def _parsed_ips(texts: Iterable[str]) -> frozenset[IPAddress]:
+    """The texts that are IP addresses, parsed (anything else is no address of the Node)."""
+    found: set[IPAddress] = set()
+    for text in texts:
+        with contextlib.suppress(ValueError):
+            found.add(ipaddress.ip_address(text))
+    return frozenset(found)
 
 
 def project_node(obj: Mapping[str, Any]) -> Node:
@@ -103,10 +106,10 @@ def project_node(obj: Mapping[str, Any]) -> Node:
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
     addresses = (obj.get("status") or {}).get("addresses") or ()
     taints = {str(t.get("key", "")) for t in spec.get("taints") or ()}
-    ips = {_ip(str(a.get("address", ""))) for a in addresses if a.get("type") in _IP_TYPES}
+    ips = _parsed_ips(str(a.get("address", "")) for a in addresses if a.get("type") in _IP_TYPES)
     dns = {str(a.get("address", "")) for a in addresses if a.get("type") in _DNS_TYPES}
     return Node(
         name=str(meta.get("name", "")), uid=str(meta.get("uid", "")),
         initialised=names.UNINITIALIZED_TAINT not in taints,
-        ips=frozenset(ip for ip in ips if ip is not None), dns_names=frozenset(dns),
+        ips=ips, dns_names=frozenset(dns),
     )  # fmt: skip
