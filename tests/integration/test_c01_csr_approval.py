@@ -9,7 +9,8 @@ usage and an email SAN are each denied with the reason named. C03: a CSR from a 
 Node waits and is approved once the Node is initialised. C04: a restart re-decides nothing.
 C05: the controller runs under the ClusterRole the chart renders, with a ServiceAccount token
 (and refuses to start, exit 4, without the approver's own ClusterRole). C06: with
-`--csr-deny=false` a failing CSR stays pending, with a log line and an Event.
+`--csr-deny=false` a failing CSR stays pending, with a log line and an Event. C07: beside
+node-lifecycle it decides from the manager's one shared Node watch.
 """
 
 from __future__ import annotations
@@ -222,6 +223,28 @@ def test_c06_without_deny_a_bad_csr_stays_pending_with_an_event(
     assert "127.1.0.16" in events[0]["message"]
     assert conditions(admin, name) == []
     assert "left pending" in tail(child.log_path, 200)
+
+
+@pytest.mark.timeout(120)
+def test_c07_beside_node_lifecycle_it_reads_the_shared_node_watch(
+    plane: ControlPlane, admin: Client, test_artifacts: Path
+) -> None:
+    both = (
+        "--controllers=node-lifecycle,kubelet-serving-approver",
+        "--node-selector=local-ccm.io/c07-none=1",
+    )  # the lifecycle controller touches nothing
+    child = start_manager(plane.admin_kubeconfig, test_artifacts / "manager.log", *both)
+    try:
+        node = make_node(admin, "127.1.0.17", tainted=True)
+        name = submit(plane, node, request_pem(node, ips=["127.1.0.17"]))
+        admin.patch(r.NODES, node, {"spec": {"taints": None}}, patch_type="merge")
+        condition = eventually(lambda: decided(admin, name), timeout=DECIDED,
+                               message="decided from the shared Node watch")  # fmt: skip
+        assert child.exited() is None, tail(child.log_path)
+    finally:
+        child.stop(grace=5)
+    assert condition["type"] == "Approved"
+    assert "controllers=node-lifecycle,kubelet-serving-approver" in tail(child.log_path, 400)
 
 
 def chart_rbac(helm_binary: Path, namespace: str) -> list[dict[str, Any]]:
