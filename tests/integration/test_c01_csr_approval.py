@@ -209,11 +209,10 @@ def test_c04_a_restart_redecides_nothing(
 def test_c06_without_deny_a_bad_csr_stays_pending_with_an_event(
     plane: ControlPlane, admin: Client, test_artifacts: Path
 ) -> None:
+    log = test_artifacts / "manager.log"
     node = make_node(admin, "127.1.0.15")
     name = submit(plane, node, request_pem(node, ips=["127.1.0.16"]))
-    child = start_manager(
-        plane.admin_kubeconfig, test_artifacts / "manager.log", "--csr-deny=false"
-    )
+    child = start_manager(plane.admin_kubeconfig, log, "--csr-deny=false")
     try:
         events = eventually(lambda: events_about(admin, name) or None, timeout=DECIDED,
                             message="the controller reports the CSR it would deny")  # fmt: skip
