@@ -8,14 +8,13 @@ label conflicts already reported, so each conflict is one Event, not one per pas
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from local_ccm.agent.core import events as ev
 from local_ccm.agent.core.addresses import NodeAddress
-from local_ccm.agent.core.labels import Conflict, LabelPlan, plan_node_labels
+from local_ccm.agent.core.labels import Conflict, LabelPlan, address_ips, plan_node_labels
 from local_ccm.agent.core.metadata import Rules
 from local_ccm.agent.core.plan import Obj
 from local_ccm.agent.metrics import AgentMetrics
@@ -69,13 +68,9 @@ class NodeMetadata:
     def plan(self, node: Obj, addresses: Sequence[NodeAddress]) -> LabelPlan | None:
         if self.refused is not None:
             return None
-        ips = []
-        for entry in addresses:
-            try:
-                ips.append(ipaddress.ip_address(entry.address))
-            except ValueError:
-                continue  # a hostname entry
-        return plan_node_labels(node, ips, self.rules, self.facts, beta=self.beta)
+        return plan_node_labels(
+            node, address_ips(addresses), self.rules, self.facts, beta=self.beta
+        )
 
     def report(self, plan: LabelPlan, node: dict[str, Any], emit: Emit, *, written: bool) -> None:
         """Log what was written; one Warning Event per new conflict."""

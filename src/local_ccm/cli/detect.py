@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import sys
 from collections.abc import Mapping
@@ -10,7 +9,7 @@ from datetime import UTC, datetime
 
 from local_ccm import names
 from local_ccm.agent.core.candidates import Detection, DetectorKey, Found
-from local_ccm.agent.core.config import IPAddress
+from local_ccm.agent.core.labels import address_ips
 from local_ccm.agent.core.metadata import Rules
 from local_ccm.agent.core.metadatareport import (
     MetadataReport,
@@ -84,7 +83,7 @@ def _metadata(
         return None
     facts = read_facts()
     if isinstance(plan, NodePlan):
-        addresses = [ip for a in plan.desired if (ip := _ip(a.address)) is not None]
+        addresses = address_ips(plan.desired)
     else:
         addresses = [d.address for d in detected.values() if isinstance(d, Found)]
     rules = chosen.rules
@@ -94,10 +93,3 @@ def _metadata(
         dmi_missing=facts.dmi_missing, node_name=options.node_name or "",
         addresses=addresses, node=node, beta=chosen.beta_labels,
     )  # fmt: skip
-
-
-def _ip(text: str) -> IPAddress | None:
-    try:
-        return ipaddress.ip_address(text)
-    except ValueError:
-        return None

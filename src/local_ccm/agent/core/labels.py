@@ -10,10 +10,12 @@ from a foreign label is a conflict to report, never a fight.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from local_ccm.agent.core.addresses import NodeAddress
 from local_ccm.agent.core.config import IPAddress
 from local_ccm.agent.core.metadata import BETA_TWINS, NodeView, Rules, desired_labels
 from local_ccm.agent.core.plan import Obj, Patch, pointer, test_rv
@@ -103,6 +105,17 @@ def plan_label_patch(node: Obj, plan: LabelPlan) -> Patch | None:
         path = pointer("metadata", "annotations", OWNED_LABELS_ANNOTATION)
         ops.append({"op": "add", "path": path, "value": record})
     return Patch(None, tuple(ops))
+
+
+def address_ips(entries: Sequence[NodeAddress]) -> list[IPAddress]:
+    """The IP addresses among ``status.addresses`` entries (hostname entries are skipped)."""
+    ips = []
+    for entry in entries:
+        try:
+            ips.append(ipaddress.ip_address(entry.address))
+        except ValueError:
+            continue
+    return ips
 
 
 def plan_node_labels(
