@@ -1,0 +1,128 @@
+"""Which Service holds which LoadBalancer address: the in-memory ledger of the allocator.
+
+Pure, no I/O. It is rebuilt from the Services' status at start (`allocator.build_ledger`),
+never persisted. Held addresses of each family are also kept in one sorted list, so the used
+count of a range is two bisections and the first free address of a range skips held ones
+without walking the range (a /64 pool is never enumerated).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from local_ccm.lbipam.core.pools import AddressRange, IPAddress, address_key, to_address
+from local_ccm.lbipam.core.service import Port
+
+Key = tuple[int, int]  # (family, integer address)
+
+
+@dataclass(frozen=True)
+class Holder:
+    """One Service on one address. `group` names who may share with it: `key:<sharing key>`,
+    `pool:<pool>` for a pool that allows sharing without a key, or None (shares with nobody)."""
+
+    service: str
+    group: str | None
+    ports: frozenset[Port]
+
+
+def clash(holder: Holder, others: Iterable[Holder]) -> str | None:
+    """Why `holder` cannot join the other holders of an address: "AddressInUse" (no common
+    sharing group) or "SharingPortClash" (a common (protocol, port)); None when it can."""
+    for other in others:
+        if other.service == holder.service:
+            continue
+        if holder.group is None or other.group != holder.group:
+            return "AddressInUse"
+        if holder.ports & other.ports:
+            return "SharingPortClash"
+    return None
+
+
+class Ledger:
+    """Address → holders, and the reverse index Service → addresses."""
+
+    def __init__(self) -> None:
+        self._holders: dict[Key, dict[str, Holder]] = {}
+        self._sorted: dict[int, list[int]] = {4: [], 6: []}
+        self._services: dict[str, tuple[Key, ...]] = {}
+        self._groups: dict[str, set[Key]] = {}
+
+    # ------------------------------------------------------------ queries
+
+    def holders(self, address: IPAddress) -> list[Holder]:
+        return list(self._holders.get(address_key(address), {}).values())
+
+    def held_by(self, service: str) -> tuple[IPAddress, ...]:
+        return tuple(to_address(*key) for key in self._services.get(service, ()))
+
+    def services(self) -> list[str]:
+        return sorted(self._services)
+
+    def group_addresses(self, group: str, version: int) -> list[IPAddress]:
+        """Addresses some holder of `group` is on, ascending."""
+        keys = sorted(k for k in self._groups.get(group, ()) if k[0] == version)
+        return [to_address(*k) for k in keys]
+
+    def used_in(self, span: AddressRange) -> int:
+        held = self._sorted[span.version]
+        return bisect.bisect_right(held, span.last) - bisect.bisect_left(held, span.first)
+
+    def free_in(self, span: AddressRange) -> int:
+        return span.size - self.used_in(span)
+
+    def first_free(self, span: AddressRange, *, descending: bool = False) -> IPAddress | None:
+        """The lowest (or highest) address of `span` nobody holds."""
+        if not self.free_in(span):
+            return None
+        held = self._sorted[span.version]
+        if descending:
+            candidate, index = span.last, bisect.bisect_right(held, span.last) - 1
+            while index >= 0 and held[index] == candidate:
+                candidate, index = candidate - 1, index - 1
+        else:
+            candidate, index = span.first, bisect.bisect_left(held, span.first)
+            while index < len(held) and held[index] == candidate:
+                candidate, index = candidate + 1, index + 1
+        return to_address(span.version, candidate)
+
+    # ------------------------------------------------------------ changes
+
+    def hold(self, holders: list[tuple[IPAddress, Holder]]) -> None:
+        """Record what one Service holds, replacing what it held before."""
+        services = {holder.service for _, holder in holders}
+        for service in services:
+            self.release(service)
+        for address, holder in holders:
+            key = address_key(address)
+            on_address = self._holders.setdefault(key, {})
+            if not on_address:
+                bisect.insort(self._sorted[key[0]], key[1])
+            on_address[holder.service] = holder
+            self._services[holder.service] = (*self._services.get(holder.service, ()), key)
+            if holder.group is not None:
+                self._groups.setdefault(holder.group, set()).add(key)
+
+    def release(self, service: str) -> tuple[IPAddress, ...]:
+        """Forget a Service; returns the addresses it held."""
+        keys = self._services.pop(service, ())
+        for key in keys:
+            on_address = self._holders[key]
+            holder = on_address.pop(service)
+            if holder.group is not None and not any(
+                h.group == holder.group for h in on_address.values()
+            ):
+                self._discard_group(holder.group, key)
+            if not on_address:
+                del self._holders[key]
+                held = self._sorted[key[0]]
+                del held[bisect.bisect_left(held, key[1])]
+        return tuple(to_address(*key) for key in keys)
+
+    def _discard_group(self, group: str, key: Key) -> None:
+        members = self._groups[group]
+        members.discard(key)
+        if not members:
+            del self._groups[group]
