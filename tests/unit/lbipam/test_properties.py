@@ -1,6 +1,8 @@
 """Hypothesis properties of the allocator: across any sequence of decide/hold/release over
 small pools, no address has two holders unless they share a sharing group with disjoint
-ports, and a freed address is handed out again."""
+ports, deciding again changes nothing, a ledger rebuilt from the Services' status decides the
+same, and a freed address is handed out again. The ledger's bisect search agrees with a
+brute-force scan."""
 
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ from typing import NamedTuple
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from local_ccm.lbipam.core.allocator import Allocation, decide, hold, release
-from local_ccm.lbipam.core.ledger import Ledger
+from local_ccm.lbipam.core.allocator import Allocation, build_ledger, decide, hold, release, usage
+from local_ccm.lbipam.core.ledger import Holder, Ledger
 from local_ccm.lbipam.core.pools import AddressRange, Pool
 from local_ccm.lbipam.core.service import ServiceRequest
 
@@ -102,3 +104,49 @@ def test_freed_addresses_are_reusable(order: list[int]) -> None:
         assert isinstance(decision, Allocation)
         assert decision.addresses == freed
         hold(ledger, decision)
+
+
+def snapshot(ledger: Ledger) -> dict[str, tuple[str, ...]]:
+    return {s: tuple(sorted(map(str, ledger.held_by(s)))) for s in ledger.services()}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(asks, max_size=25))
+def test_deciding_again_is_idempotent_and_a_rebuilt_ledger_agrees(steps: list[Ask]) -> None:
+    ledger = Ledger()
+    latest: dict[int, Ask] = {}  # the ask each Service's held addresses answer
+    for ask in steps:
+        decision = decide(request(ask, ledger), POOLS, ledger, {})
+        if isinstance(decision, Allocation):
+            hold(ledger, decision)
+            latest[ask.service] = ask
+            again = decide(request(ask, ledger), POOLS, ledger, {})
+            assert isinstance(again, Allocation)
+            assert set(again.addresses) == set(decision.addresses)
+    held = [request(latest[int(s.removeprefix("ns/s"))], ledger) for s in ledger.services()]
+    rebuilt, notes = build_ledger(held, POOLS)
+    assert notes == []
+    assert snapshot(rebuilt) == snapshot(ledger)
+    assert [usage(p, rebuilt) for p in POOLS] == [usage(p, ledger) for p in POOLS]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sets(st.integers(0, 40), max_size=30),
+    st.integers(0, 40),
+    st.integers(0, 40),
+    st.booleans(),
+)
+def test_first_free_and_used_in_match_a_scan(
+    held: set[int], lo: int, hi: int, descending: bool
+) -> None:
+    ledger = Ledger()
+    for value in held:
+        address = ipaddress.ip_address(V4 + value)
+        ledger.hold([(address, Holder(f"ns/h{value}", None, frozenset()))])
+    span = AddressRange(4, V4 + min(lo, hi), V4 + max(lo, hi))
+    free = [v for v in range(span.first, span.last + 1) if v - V4 not in held]
+    assert ledger.used_in(span) == span.size - len(free)
+    expected = (max(free) if descending else min(free)) if free else None
+    found = ledger.first_free(span, descending=descending)
+    assert (None if found is None else int(found)) == expected

@@ -224,3 +224,11 @@ def build_ledger(
         if kept:
             ledger.hold(kept)
     return ledger, notes
+
+
+def usage(pool: Pool, ledger: Ledger) -> dict[int, int]:
+    """Held addresses of the pool per family, for its status (shared addresses count once)."""
+    used: dict[int, int] = {}
+    for span in pool.ranges:
+        used[span.version] = used.get(span.version, 0) + ledger.used_in(span)
+    return used
