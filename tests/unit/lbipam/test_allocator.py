@@ -211,3 +211,12 @@ def test_first_free_in_a_slash_64_skips_held_addresses_without_a_scan() -> None:
         give(ledger, req(name, families=(6,)), pools)
     assert ledger.used_in(pools[0].ranges[0]) == 3
     assert give(ledger, req("d", families=(6,)), pools) == ("fd00::3",)
+
+
+def test_an_address_listed_twice_is_held_once_and_released_cleanly() -> None:
+    pools = [pool("a", "10.0.0.0/30")]
+    ledger = Ledger()
+    give(ledger, req("x", requested=(ip("10.0.0.1"), ip("10.0.0.1"))), pools)
+    assert ledger.held_by("ns/x") == (ip("10.0.0.1"),)
+    assert release(ledger, "ns/x") == (ip("10.0.0.1"),)
+    assert ledger.holders(ip("10.0.0.1")) == []

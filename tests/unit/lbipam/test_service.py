@@ -101,3 +101,8 @@ def test_require_dual_stack_needs_both() -> None:
     request = read_request(svc(ipFamilies=["IPv6"], ipFamilyPolicy="RequireDualStack"))
     assert wanted_families(request, [4, 6]) == (6, 4)
     assert isinstance(wanted_families(request, [4]), str)
+
+
+def test_an_address_repeated_in_one_annotation_is_asked_once() -> None:
+    request = read_request(svc({"lb.local-ccm.io/ips": "10.0.0.1,10.0.0.1"}))
+    assert request.requested == (ip("10.0.0.1"),)

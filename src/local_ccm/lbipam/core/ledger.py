@@ -98,6 +98,8 @@ class Ledger:
         for address, holder in holders:
             key = address_key(address)
             on_address = self._holders.setdefault(key, {})
+            if holder.service in on_address:
+                continue  # the same address listed twice
             if not on_address:
                 bisect.insort(self._sorted[key[0]], key[1])
             on_address[holder.service] = holder

@@ -61,7 +61,7 @@ def _addresses(text: str, where: str, problems: list[str]) -> tuple[IPAddress, .
             found.append(ipaddress.ip_address(part))
         except ValueError:
             problems.append(f"{where}: {part!r} is not an IP address")
-    return tuple(found)
+    return tuple(dict.fromkeys(found))
 
 
 def _requested(
