@@ -176,8 +176,9 @@ def test_status_of_a_conflicting_pool_is_ready_with_conflict_true() -> None:
 
 def test_status_of_an_invalid_pool_is_not_ready_with_the_problems() -> None:
     parsed = parse_pool(pool_obj(addresses=["x", "y"]))
-    ready = desired_status(parsed, {}, [])["conditions"][0]
+    ready, conflict = desired_status(parsed, {}, [])["conditions"]
     assert (ready["status"], ready["reason"]) == ("False", "Invalid")
+    assert conflict["status"] == "Unknown"
     assert "spec.addresses[0]" in ready["message"]
     assert "spec.addresses[1]" in ready["message"]
 

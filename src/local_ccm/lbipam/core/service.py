@@ -106,7 +106,7 @@ def _current(obj: Mapping[str, Any]) -> tuple[IPAddress, ...]:
     return tuple(found)
 
 
-def read_request(obj: Mapping[str, Any]) -> ServiceRequest:
+def parse_service(obj: Mapping[str, Any]) -> ServiceRequest:
     """Everything the allocator needs of one Service; problems collected, never raised."""
     metadata = obj.get("metadata") or {}
     spec = obj.get("spec") or {}

@@ -82,9 +82,9 @@ def counts(pool: Pool, used: Mapping[int, int]) -> Obj:
     return result
 
 
-def condition(kind: str, ok: bool, reason: str, message: str) -> Obj:
+def condition(kind: str, status: str, reason: str, message: str) -> Obj:
     """A condition without its transition time (the writer keeps the old one when unchanged)."""
-    return {"type": kind, "status": "True" if ok else "False", "reason": reason, "message": message}
+    return {"type": kind, "status": status, "reason": reason, "message": message}
 
 
 def desired_status(
@@ -95,18 +95,18 @@ def desired_status(
     if isinstance(pool, InvalidPool):
         return {
             "conditions": [
-                condition("Ready", False, "Invalid", "; ".join(pool.problems)),
-                condition("Conflict", False, "Invalid", "not checked: the pool is invalid"),
+                condition("Ready", "False", "Invalid", "; ".join(pool.problems)),
+                condition("Conflict", "Unknown", "Invalid", "not checked: the pool is invalid"),
             ]
         }
     ready = (
-        condition("Ready", False, "Disabled", "spec.disabled is true")
+        condition("Ready", "False", "Disabled", "spec.disabled is true")
         if pool.disabled
-        else condition("Ready", True, "Ready", "used for new allocations")
+        else condition("Ready", "True", "Ready", "used for new allocations")
     )
     conflict = (
-        condition("Conflict", True, "Overlap", "; ".join(found_conflicts))
+        condition("Conflict", "True", "Overlap", "; ".join(found_conflicts))
         if found_conflicts
-        else condition("Conflict", False, "NoOverlap", "no overlap found")
+        else condition("Conflict", "False", "NoOverlap", "no overlap found")
     )
     return {**counts(pool, used), "conditions": [ready, conflict]}
