@@ -220,3 +220,10 @@ def test_an_address_listed_twice_is_held_once_and_released_cleanly() -> None:
     assert ledger.held_by("ns/x") == (ip("10.0.0.1"),)
     assert release(ledger, "ns/x") == (ip("10.0.0.1"),)
     assert ledger.holders(ip("10.0.0.1")) == []
+
+
+def test_a_service_without_ports_never_shares() -> None:
+    pools = [pool("kv", "10.0.0.0/31", allow_share=True)]
+    ledger = Ledger()
+    give(ledger, req("a"), pools)
+    assert give(ledger, req("b", ports=frozenset({("TCP", 80)})), pools) == ("10.0.0.1",)

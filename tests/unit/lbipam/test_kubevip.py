@@ -84,3 +84,18 @@ def test_bad_values_are_listed_by_key() -> None:
         "skip-end-ips-in-cidr",
     ]
     assert [p.name for p in read.pools] == ["kubevip-global"]
+
+
+def test_namespace_pool_takes_allow_share_global_when_it_has_none() -> None:
+    pools = by_name(
+        parse_kubevip(
+            {
+                "cidr-a": "10.0.0.0/30",
+                "cidr-b": "10.0.1.0/30",
+                "allow-share-b": "false",
+                "allow-share-global": "true",
+            }
+        ).pools
+    )
+    assert pools["kubevip-a"].allow_share
+    assert not pools["kubevip-b"].allow_share

@@ -71,10 +71,13 @@ def parse_kubevip(data: Mapping[str, str]) -> KubeVipPools:
     skip_ends = _boolean(data, "skip-end-ips-in-cidr", problems)
     scopes = _scopes(data)
     namespaces = frozenset(scopes - {GLOBAL})
+    global_share = data.get("allow-share-global", "").strip().lower() == "true"
     pools = []
     for scope in sorted(scopes):
         ranges = _ranges(data, scope, skip_ends, problems)
         share = _boolean(data, f"allow-share-{scope}", problems)
+        if f"allow-share-{scope}" not in data:
+            share = global_share  # kube-vip falls back to allow-share-global
         if not ranges:
             continue
         own = scope != GLOBAL

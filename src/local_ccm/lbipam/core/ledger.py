@@ -30,14 +30,15 @@ class Holder:
 
 def clash(holder: Holder, others: Iterable[Holder]) -> str | None:
     """Why `holder` cannot join the other holders of an address: "AddressInUse" (no common
-    sharing group) or "SharingPortClash" (a common (protocol, port)); None when it can."""
+    sharing group) or "SharingPortClash" (a common (protocol, port), or a Service without
+    ports, which kube-vip also counts as using the whole address); None when it can."""
     for other in others:
         if other.service == holder.service:
             continue
         if holder.group is None or other.group != holder.group:
             return "AddressInUse"
-        if holder.ports & other.ports:
-            return "SharingPortClash"
+        if not holder.ports or not other.ports or holder.ports & other.ports:
+            return "SharingPortClash"  # a Service without ports takes the whole address
     return None
 
 
