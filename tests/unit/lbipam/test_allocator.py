@@ -6,8 +6,8 @@ import ipaddress
 from typing import Any
 
 from local_ccm.lbipam.core.allocator import Allocation, Problem, build_ledger, decide, hold, release
-from local_ccm.lbipam.core.ledger import Ledger
-from local_ccm.lbipam.core.pools import Pool, parse_address_text, parse_pool
+from local_ccm.lbipam.core.ledger import Holder, Ledger
+from local_ccm.lbipam.core.pools import AddressRange, Pool, parse_address_text, parse_pool
 from local_ccm.lbipam.core.service import ServiceRequest
 
 
@@ -227,3 +227,19 @@ def test_a_service_without_ports_never_shares() -> None:
     ledger = Ledger()
     give(ledger, req("a"), pools)
     assert give(ledger, req("b", ports=frozenset({("TCP", 80)})), pools) == ("10.0.0.1",)
+
+
+def test_first_free_jumps_over_a_long_run_of_held_addresses() -> None:
+    ledger = Ledger()
+    base = int(ip("fd00::"))
+    for offset in range(5000):
+        ledger.hold(
+            [(ipaddress.IPv6Address(base + offset), Holder(f"ns/{offset}", None, frozenset()))]
+        )
+    span = AddressRange(6, base, base + 2**64 - 1)
+    assert ledger.first_free(span) == ipaddress.IPv6Address(base + 5000)
+    assert ledger.first_free(AddressRange(6, base, base + 4999)) is None
+    assert (
+        ledger.first_free(AddressRange(6, base - 10, base + 4999), descending=True)
+        == ip("fd00::") - 1
+    )

@@ -2,8 +2,9 @@
 
 Pure, no I/O. It is rebuilt from the Services' status at start (`allocator.build_ledger`),
 never persisted. Held addresses of each family are also kept in one sorted list, so the used
-count of a range is two bisections and the first free address of a range skips held ones
-without walking the range (a /64 pool is never enumerated).
+count of a range is two bisections, and the first free address of a range is found by
+bisection as well, jumping over a run of held addresses in one step (a /64 pool is never
+enumerated, and a pool filled from its start costs O(log n) per allocation, not O(n)).
 """
 
 from __future__ import annotations
@@ -75,19 +76,20 @@ class Ledger:
         return span.size - self.used_in(span)
 
     def first_free(self, span: AddressRange, *, descending: bool = False) -> IPAddress | None:
-        """The lowest (or highest) address of `span` nobody holds."""
+        """The lowest (or highest) address of `span` nobody holds: O(log n), since a run of
+        consecutive held addresses is found by bisection too (see `_run_end`)."""
         if not self.free_in(span):
             return None
         held = self._sorted[span.version]
         if descending:
-            candidate, index = span.last, bisect.bisect_right(held, span.last) - 1
-            while index >= 0 and held[index] == candidate:
-                candidate, index = candidate - 1, index - 1
-        else:
-            candidate, index = span.first, bisect.bisect_left(held, span.first)
-            while index < len(held) and held[index] == candidate:
-                candidate, index = candidate + 1, index + 1
-        return to_address(span.version, candidate)
+            index = bisect.bisect_right(held, span.last) - 1
+            if index < 0 or held[index] != span.last:
+                return to_address(span.version, span.last)
+            return to_address(span.version, held[_run_start(held, index)] - 1)
+        index = bisect.bisect_left(held, span.first)
+        if index == len(held) or held[index] != span.first:
+            return to_address(span.version, span.first)
+        return to_address(span.version, held[_run_end(held, index)] + 1)
 
     # ------------------------------------------------------------ changes
 
@@ -129,3 +131,31 @@ class Ledger:
         members.discard(key)
         if not members:
             del self._groups[group]
+
+
+# In a sorted list of distinct integers, held[k] - k never decreases, and it is constant exactly
+# along a run of consecutive values: the ends of the run through `index` are two bisections.
+
+
+def _run_end(held: list[int], index: int) -> int:
+    """The last index of the run of consecutive values through `index`."""
+    offset, low, high = held[index] - index, index, len(held)
+    while low < high:
+        middle = (low + high) // 2
+        if held[middle] - middle <= offset:
+            low = middle + 1
+        else:
+            high = middle
+    return low - 1
+
+
+def _run_start(held: list[int], index: int) -> int:
+    """The first index of the run of consecutive values through `index`."""
+    offset, low, high = held[index] - index, 0, index + 1
+    while low < high:
+        middle = (low + high) // 2
+        if held[middle] - middle < offset:
+            low = middle + 1
+        else:
+            high = middle
+    return low
