@@ -14,7 +14,7 @@ from pathlib import Path
 
 # The apiserver's advertise address: a documentation address on no interface.
 ADVERTISE_ADDRESS = "192.0.2.1"
-SERVICE_CIDR = "203.0.113.0/24"
+SERVICE_CIDR = "203.0.113.0/24,fd00:5e::/112"  # dual-stack, so Services may ask for both
 FIRST_SERVICE_IP = "203.0.113.1"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 ADMISSION_PLUGINS = ("NodeRestriction", "ValidatingAdmissionPolicy")

@@ -110,3 +110,17 @@ def desired_status(
         else condition("Conflict", "False", "NoOverlap", "no overlap found")
     )
     return {**counts(pool, used), "conditions": [ready, conflict]}
+
+
+def status_update(current: Mapping[str, Any] | None, desired: Obj, now: str) -> Obj | None:
+    """The status to write (conditions with transition times, kept when a condition's status
+    did not change), or None when `current` already says the same."""
+    old = {c.get("type"): c for c in (current or {}).get("conditions") or ()}
+    conditions = []
+    for item in desired.get("conditions") or ():
+        before = old.get(item["type"])
+        same = before is not None and before.get("status") == item["status"]
+        stamp = before.get("lastTransitionTime", now) if same and before else now
+        conditions.append({**item, "lastTransitionTime": stamp})
+    wanted = {**desired, "conditions": conditions}
+    return None if dict(current or {}) == wanted else wanted
