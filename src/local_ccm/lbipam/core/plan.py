@@ -72,7 +72,7 @@ def condition(decision: Decision | None, generation: int, now: str) -> Obj:
         status, reason, message = "False", "Released", "no address: released"
     else:
         status, reason, message = "False", decision.reason, decision.message
-    found = {"type": CONDITION, "status": status, "reason": reason, "message": message[:32768],
+    found: Obj = {"type": CONDITION, "status": status, "reason": reason, "message": message[:32768],
              "lastTransitionTime": now}  # fmt: skip
     if generation:  # Services carry no generation today; 0 would be dropped (omitempty)
         found["observedGeneration"] = generation
