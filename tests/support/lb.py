@@ -21,7 +21,7 @@ from tests.support.processes import Child, spawn
 BINARY = Path(sys.executable).parent / "local-ccm-controller-manager"
 ARGS = ("--controllers=service-lb-ipam", "--metrics-bind-address=0",
         "--health-probe-bind-address=0")  # fmt: skip
-_blocks = itertools.count(1)
+_blocks = itertools.count(1 + secrets.randbelow(200))
 
 
 def start(kubeconfig: Path, log: Path, *extra: str, leader_elect: bool = False) -> Child:
@@ -32,7 +32,7 @@ def start(kubeconfig: Path, log: Path, *extra: str, leader_elect: bool = False) 
 
 def block() -> str:
     """A /24 of 198.18.0.0/15 (the benchmarking range) no other test of the session uses."""
-    n = next(_blocks) + 16 * (secrets.randbelow(15))
+    n = next(_blocks)
     return f"198.{18 + n // 256}.{n % 256}"
 
 

@@ -243,9 +243,9 @@ class Controller:
         await self.clock.sleep(delay)
         self.enqueue(key)
 
-    def _age(self, key: str) -> tuple[str, str]:
+    def _age(self, key: str) -> tuple[str, int, str, str]:
         obj = self.services.cache.get(key)
-        return created(obj) if obj is not None else ("", key)
+        return created(obj) if obj is not None else ("", 0, "", key)
 
     def _release(self, key: str) -> None:
         assert self.ledger is not None

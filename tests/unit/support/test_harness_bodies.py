@@ -30,7 +30,7 @@ def test_apiserver_flags_follow_the_table() -> None:
         "--etcd-servers=http://127.0.0.1:2379",
         "--bind-address=127.0.0.1",
         "--advertise-address=192.0.2.1",
-        "--service-cluster-ip-range=203.0.113.0/24",
+        "--service-cluster-ip-range=203.0.113.0/24,fd00:5e::/112",
         "--authorization-mode=Node,RBAC",
         "--enable-admission-plugins=NodeRestriction,ValidatingAdmissionPolicy",
         "--allow-privileged=true",

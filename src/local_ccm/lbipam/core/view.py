@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from local_ccm.lbipam.core.plan import CONDITION
 from local_ccm.lbipam.core.pools import InvalidPool, Pool, parse_pool
 from local_ccm.lbipam.core.status import NodeNetworks
 from local_ccm.runtime import events as ev
@@ -50,6 +51,16 @@ def service_subject(obj: Mapping[str, Any]) -> ev.Subject:
                       str(meta.get("namespace", "default")))  # fmt: skip
 
 
-def created(obj: Obj) -> tuple[str, str]:
+def created(obj: Mapping[str, Any]) -> tuple[str, int, str, str]:
+    """The order in which Services keep a contested address at start: the oldest first;
+    within the same second (creation times have whole seconds), the one whose allocation this
+    controller recorded first (its condition's transition time); a status written by hand
+    has no such condition and comes last; then by uid."""
     meta = obj.get("metadata") or {}
-    return str(meta.get("creationTimestamp", "")), str(meta.get("uid", ""))
+    conditions = (obj.get("status") or {}).get("conditions") or ()
+    ours = next(
+        (c for c in conditions if c.get("type") == CONDITION and c.get("status") == "True"), None
+    )
+    since = str(ours.get("lastTransitionTime", "")) if ours else ""
+    uid = str(meta.get("uid", ""))
+    return str(meta.get("creationTimestamp", "")), 0 if ours else 1, since, uid
