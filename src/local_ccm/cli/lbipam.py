@@ -87,7 +87,7 @@ def permissions(options: LbOptions) -> list[Access]:
         Access("patch", SERVICES.plural),
         Access("patch", SERVICES.plural, subresource="status"),
         Access("patch", POOLS.plural, POOLS.group, subresource="status"),
-        Access("create", "events", namespace=s.event_namespace),
+        Access("create", "events"),  # about a Service: in its own namespace
     ]
     if s.kubevip:
         namespace, name = s.kubevip
