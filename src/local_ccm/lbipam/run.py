@@ -22,7 +22,15 @@ from local_ccm.clock import Clock
 from local_ccm.kube.errors import ApiError, Conflict, Forbidden, NotFound, Transient, Unauthorized
 from local_ccm.kube.informer import Change, ErrorKinds, Informer, ListWatch, StreamEnd
 from local_ccm.lbipam.core import plan
-from local_ccm.lbipam.core.allocator import Allocation, Decision, build_ledger, decide, usage
+from local_ccm.lbipam.core.allocator import (
+    Allocation,
+    Decision,
+    build_ledger,
+    decide,
+    hold,
+    release,
+    usage,
+)
 from local_ccm.lbipam.core.kubevip import parse_kubevip
 from local_ccm.lbipam.core.ledger import Holder, Ledger
 from local_ccm.lbipam.core.pools import Pool
@@ -251,7 +259,7 @@ class Controller:
         assert self.ledger is not None
         self.first_seen.pop(key, None)
         self.waiting.discard(key)
-        if self.ledger.release(key):
+        if release(self.ledger, key):
             self.metrics.releases.inc()
             self.pools_dirty.set()
             log.info("svc=%s: addresses released", key)
@@ -299,7 +307,7 @@ class Controller:
             await self.api.patch_service_status(namespace, name, patch)
             self._written(key, obj, decision, entries)
         if isinstance(decision, Allocation):
-            self.ledger.hold([(p.address, p.holder) for p in decision.placements])
+            hold(self.ledger, decision)
             self.pools_dirty.set()
 
     def _reserve(

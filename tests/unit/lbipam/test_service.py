@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from local_ccm.lbipam.core.service import is_ours, parse_service, wanted_families
+from local_ccm.lbipam.core.service import parse_service, wanted_families
 
 
 def svc(annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
@@ -17,18 +17,6 @@ def svc(annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any
 
 def ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     return ipaddress.ip_address(text)
-
-
-def test_is_ours_by_class_or_classless_setting() -> None:
-    assert is_ours(
-        svc(loadBalancerClass="lb.local-ccm.io/pools"),
-        "lb.local-ccm.io/pools",
-        also_classless=False,
-    )
-    assert not is_ours(svc(loadBalancerClass="other"), "lb.local-ccm.io/pools", also_classless=True)
-    assert not is_ours(svc(), "lb.local-ccm.io/pools", also_classless=False)
-    assert is_ours(svc(), "lb.local-ccm.io/pools", also_classless=True)
-    assert not is_ours(svc(type="ClusterIP"), "x", also_classless=True)
 
 
 def test_first_present_address_source_wins() -> None:

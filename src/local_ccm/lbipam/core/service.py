@@ -45,15 +45,6 @@ class ServiceRequest:
     problems: tuple[str, ...] = ()
 
 
-def is_ours(obj: Mapping[str, Any], class_name: str, *, also_classless: bool) -> bool:
-    """A LoadBalancer Service of our class, or of no class when `also_classless` is on."""
-    spec = obj.get("spec") or {}
-    if spec.get("type") != "LoadBalancer":
-        return False
-    given = spec.get("loadBalancerClass")
-    return given == class_name or (given is None and also_classless)
-
-
 def _addresses(text: str, where: str, problems: list[str]) -> tuple[IPAddress, ...]:
     found = []
     for part in filter(None, (p.strip() for p in text.split(","))):
