@@ -353,6 +353,7 @@ class Controller:
         assert self.ledger is not None
         usable = self.pools()
         nodes = list(self.nodes.cache.values())
+        self.metrics.pool_addresses.clear()  # a deleted pool's series go with it
         for pool in usable:
             used = usage(pool, self.ledger)
             for version in pool.families:

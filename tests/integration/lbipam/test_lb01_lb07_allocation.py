@@ -4,17 +4,22 @@ process per test, pools selecting only the test's own namespace.
 LB01 single-stack; LB02 dual-stack (RequireDualStack, PreferDualStack); LB03 requested
 addresses (our annotation, MetalLB's, kube-vip's, spec.loadBalancerIP); LB04 an address
 outside every pool; LB05 sharing allowed and denied by ports; LB06 class filtering;
-LB07 exhaustion and recovery on release.
+LB07 exhaustion and recovery on release; LB15 readiness and the metrics.
 """
 
 from __future__ import annotations
 
+import urllib.error
+import urllib.request
+
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from local_ccm.kube.client import Client
 from local_ccm.lbipam.lbapi import SERVICES
 from tests.integration.lbipam.conftest import StartLb
 from tests.support import lb
+from tests.support.processes import free_port
 from tests.support.waiting import eventually
 
 SETTLE = 20.0
@@ -234,3 +239,41 @@ def test_lb07_type_change_clears_status_and_releases(
     assert cond is not None
     assert cond["reason"] == "Released"
     assert allocated(space, "c") == [f"{net}.4"]
+
+
+def scrape(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return int(answer.status), answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), ""
+
+
+def sample(text: str, name: str, labels: dict[str, str]) -> float | None:
+    for family in text_string_to_metric_families(text):
+        for found in family.samples:
+            if found.name == name and all(found.labels.get(k) == v for k, v in labels.items()):
+                return float(found.value)
+    return None
+
+
+def test_lb15_readiness_and_metrics(space: lb.Space, start_lb: StartLb) -> None:
+    net = lb.block()
+    pool = space.pool([f"{net}.0/29"])
+    metrics, health = free_port(), free_port()
+    start_lb(f"--metrics-bind-address=127.0.0.1:{metrics}", "--metrics-secure=false",
+             f"--health-probe-bind-address=127.0.0.1:{health}")  # fmt: skip
+    eventually(lambda: scrape(health, "/readyz")[0] == 200, timeout=SETTLE, message="ready")
+    space.service("web")
+    allocated(space, "web")
+    used = {"pool": pool, "family": "IPv4", "state": "used"}
+
+    def counted() -> str | None:
+        text = scrape(metrics, "/metrics")[1]
+        return text if sample(text, "service_lb_ipam_pool_addresses", used) == 1 else None
+
+    text = eventually(counted, timeout=SETTLE, message="pool usage exported")
+    free = sample(text, "service_lb_ipam_pool_addresses", {**used, "state": "free"})
+    assert free == 5
+    assert sample(text, "service_lb_ipam_allocation_latency_seconds_count", {}) == 1
+    assert sample(text, "service_lb_ipam_allocations_total", {"result": "allocated"}) == 1
