@@ -232,6 +232,7 @@ KINDS: Mapping[str, Kind] = {
     "ValidatingAdmissionPolicyBinding": Kind("validatingadmissionpolicybindings", False),
     "CustomResourceDefinition": Kind("customresourcedefinitions", False),
     "PodMonitor": Kind("podmonitors", True),
+    "LoadBalancerIPPool": Kind("loadbalancerippools", False),
 }
 
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 # The apiserver's advertise address: a documentation address on no interface.
 ADVERTISE_ADDRESS = "192.0.2.1"
-SERVICE_CIDR = "203.0.113.0/24"
-FIRST_SERVICE_IP = "203.0.113.1"
+# Dual-stack, so Services may ask for both families; a /16 holds the 2 000 Services of LB14.
+SERVICE_CIDR = "10.96.0.0/16,fd00:5e::/112"
+FIRST_SERVICE_IP = "10.96.0.1"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 ADMISSION_PLUGINS = ("NodeRestriction", "ValidatingAdmissionPolicy")
 # Controllers that cannot disturb other tests. Never node-ipam-controller: it would be a

@@ -24,7 +24,8 @@ from tests.support.controlplane import ControlPlane
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_CIDR_CRD = REPO / "charts" / "local-ccm" / "files" / "networking.x-k8s.io_clustercidrs.yaml"
-CRD_FILES = (CLUSTER_CIDR_CRD,)
+POOL_CRD = REPO / "charts" / "local-ccm" / "files" / "lb.local-ccm.io_loadbalancerippools.yaml"
+CRD_FILES = (CLUSTER_CIDR_CRD, POOL_CRD)
 ESTABLISH_TIMEOUT = 30.0
 FIELD_MANAGER = "local-ccm-test"
 

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.csr.metrics import CsrMetrics
 from local_ccm.ipam.metrics import IpamMetrics
+from local_ccm.lbipam.metrics import LbMetrics
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.runtime.metrics import Metrics, counter, gauge, histogram
 
@@ -55,5 +56,6 @@ def test_metric_names_types_labels_and_help_are_unchanged() -> None:
         *describe(IpamMetrics()),
         *describe(LifecycleMetrics()),
         *describe(CsrMetrics()),
+        *describe(LbMetrics()),
     ]
     assert found == NAMES.read_text().splitlines()

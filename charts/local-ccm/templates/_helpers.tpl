@@ -473,6 +473,20 @@ true
 {{- if and .Values.controllerManager.kubeletServingApprover.enabled (not .Values.controllerManager.enabled) -}}
 {{- fail "controllerManager.kubeletServingApprover.enabled runs in local-ccm-controller-manager: it needs controllerManager.enabled=true" -}}
 {{- end -}}
+{{- $lb := .Values.controllerManager.loadBalancer -}}
+{{- if and $lb.enabled (not .Values.controllerManager.enabled) -}}
+{{- fail "controllerManager.loadBalancer.enabled runs in local-ccm-controller-manager: it needs controllerManager.enabled=true" -}}
+{{- end -}}
+{{- if and $lb.kubeVipConfigMap (not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?$" $lb.kubeVipConfigMap)) -}}
+{{- fail (printf "controllerManager.loadBalancer.kubeVipConfigMap: %q is not namespace/name (empty turns it off)" $lb.kubeVipConfigMap) -}}
+{{- end -}}
+{{- $poolNames := list -}}
+{{- range $i, $p := $lb.pools -}}
+{{- if has $p.name $poolNames -}}
+{{- fail (printf "controllerManager.loadBalancer.pools[%d]: the name %q is used twice" $i $p.name) -}}
+{{- end -}}
+{{- $poolNames = append $poolNames $p.name -}}
+{{- end -}}
 {{- $ipam := .Values.nodeIpamController -}}
 {{- if and $ipam.enabled (not (semverCompare ">=1.31.0-0" .Capabilities.KubeVersion.Version)) -}}
 {{- fail "nodeIpamController requires Kubernetes >= 1.31: the ClusterCIDR CRD's validation rules use the CEL CIDR library, which older API servers refuse; set nodeIpamController.enabled=false" -}}

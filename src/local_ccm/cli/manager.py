@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from local_ccm import __version__
-from local_ccm.cli import csr, ipam, lifecycle
+from local_ccm.cli import csr, ipam, lbipam, lifecycle
 from local_ccm.cli.central import MANAGER, Controller, run_main
 from local_ccm.flags import Flag, FlagSet, Parsed, unite
 
@@ -20,6 +20,7 @@ CONTROLLERS: Mapping[str, Callable[[], Controller]] = {
     "node-lifecycle": lifecycle.controller,
     "node-ipam": ipam.controller,
     "kubelet-serving-approver": csr.controller,
+    "service-lb-ipam": lbipam.controller,
 }
 
 

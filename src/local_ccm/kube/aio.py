@@ -183,10 +183,12 @@ class KubeListWatch:
         *,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        namespace: str | None = None,
         page_size: int = 500,
     ) -> None:
         self._client, self._res, self._page_size = client, res, page_size
-        self._selectors = {"label_selector": label_selector, "field_selector": field_selector}
+        self._selectors = {"label_selector": label_selector, "field_selector": field_selector,
+                           "namespace": namespace}  # fmt: skip
 
     async def list_page(self, continue_token: str | None) -> Page:
         page = await self._client.list(

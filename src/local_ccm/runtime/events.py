@@ -19,12 +19,14 @@ SAME_EVENT_EVERY: Final = 600.0  # the same key at most once per 10 min
 
 @dataclass(frozen=True)
 class Subject:
-    """The object an Event is about (cluster-scoped: Nodes, ClusterCIDRs)."""
+    """The object an Event is about; `namespace` only for a namespaced one (a Service), whose
+    Events must live in its own namespace."""
 
     kind: str
     name: str
     uid: str
     api_version: str
+    namespace: str | None = None
 
 
 def node(name: str, uid: str) -> Subject:
@@ -60,8 +62,12 @@ def rfc3339(moment: datetime) -> str:
 def event_body(
     spec: EventSpec, subject: Subject, reporter: Reporter, *, namespace: str, now: datetime
 ) -> dict[str, Any]:
-    """A core/v1 Event in `namespace` about `subject`."""
+    """A core/v1 Event about `subject`, in its namespace or else in `namespace`."""
     stamp = rfc3339(now)
+    involved = {"apiVersion": subject.api_version, "kind": subject.kind,
+                "name": subject.name, "uid": subject.uid}  # fmt: skip
+    if subject.namespace is not None:
+        namespace = involved["namespace"] = subject.namespace
     source = {"component": reporter.component}
     if reporter.host is not None:
         source["host"] = reporter.host
@@ -69,8 +75,7 @@ def event_body(
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"generateName": f"{subject.name}.", "namespace": namespace},
-        "involvedObject": {"apiVersion": subject.api_version, "kind": subject.kind,
-                           "name": subject.name, "uid": subject.uid},
+        "involvedObject": involved,
         "type": spec.type,
         "reason": spec.reason,
         "message": clip(spec.message),

@@ -92,7 +92,7 @@ class EventOutbox:
 
     async def _send(self, body: Obj) -> None:
         try:
-            await self.sink.create_event(self.namespace, body)
+            await self.sink.create_event(body["metadata"]["namespace"], body)
         except self.errors as exc:
             self.on_drop()
             subject = body["involvedObject"]

@@ -37,12 +37,12 @@ RENDER_SETS: dict[str, list[Path]] = {
 }
 EXPECTED_SETS = {
     "default", "original-v0.3.0", "all-features", "minimal", "nlc-unprivileged", "talos",
-    "static", "ipam-only", "lifecycle-only", "controller-manager",
+    "static", "ipam-only", "lifecycle-only", "controller-manager", "load-balancer",
 }  # fmt: skip
 
 
 #: The sets with agent.enabled=false.
-AGENTLESS_SETS = {"ipam-only", "lifecycle-only", "controller-manager"}
+AGENTLESS_SETS = {"ipam-only", "lifecycle-only", "controller-manager", "load-balancer"}
 
 
 def render(chart_helm: Helm, kube_version: str, name: str = "default", **kw: object) -> list[Obj]:

@@ -25,11 +25,11 @@ from tests.integration.deploy.test_d01_d03_render import RENDER_SETS
 from tests.support import resources as r
 from tests.support.chart import Helm, apply_all, describe_failures
 from tests.support.controlplane import ControlPlane
-from tests.support.crds import CRD_FILES, install, load_crds, wait_established
+from tests.support.crds import CRD_FILES, POOL_CRD, install, load_crds, wait_established
 
 OFFLINE_SCHEMA_VERSION = kubernetes_validate.latest_version()
 CLUSTER_CIDR_CRD = "clustercidrs.networking.x-k8s.io"
-CUSTOM_KINDS = {"PodMonitor"}
+CUSTOM_KINDS = {"PodMonitor", "LoadBalancerIPPool"}
 # A stand-in for prometheus-operator's CRD: the kind exists, any spec is accepted.
 PODMONITOR_CRD: Obj = {
     "apiVersion": "apiextensions.k8s.io/v1",
@@ -64,9 +64,9 @@ def cidr_library(kube_version: str) -> bool:
 @pytest.fixture(scope="module")
 def crds(control_plane: ControlPlane, cidr_library: bool) -> Iterator[list[Obj]]:
     """The chart's CRDs on this module's plane (the session fixture serves only the newest);
-    none below 1.31, which refuses the only one (ClusterCIDR)."""
+    below 1.31 only the pool CRD (1.30 refuses ClusterCIDR's)."""
     with Client.from_kubeconfig(control_plane.admin_kubeconfig, field_manager="t") as kube:
-        yield install(kube, CRD_FILES if cidr_library else ())
+        yield install(kube, CRD_FILES if cidr_library else (POOL_CRD,))
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,16 @@ def test_an_unknown_or_empty_selection_is_refused() -> None:
 
 
 def test_a_new_controller_is_one_table_entry() -> None:
-    assert list(manager.CONTROLLERS) == ["node-lifecycle", "node-ipam", "kubelet-serving-approver"]
+    assert list(manager.CONTROLLERS) == [
+        "node-lifecycle", "node-ipam", "kubelet-serving-approver", "service-lb-ipam"
+    ]  # fmt: skip
+
+
+def test_the_allocator_is_off_unless_named() -> None:
+    defaults = {name: make().default_on for name, make in manager.CONTROLLERS.items()}
+    assert "service-lb-ipam" not in manager.select("*", defaults)
+    assert manager.select("*,service-lb-ipam", defaults)[-1] == "service-lb-ipam"
+    assert manager.manager_flags().lookup("lb-class") is not None
 
 
 def test_the_approver_is_off_unless_named() -> None:

@@ -30,7 +30,7 @@ def test_apiserver_flags_follow_the_table() -> None:
         "--etcd-servers=http://127.0.0.1:2379",
         "--bind-address=127.0.0.1",
         "--advertise-address=192.0.2.1",
-        "--service-cluster-ip-range=203.0.113.0/24",
+        "--service-cluster-ip-range=10.96.0.0/16,fd00:5e::/112",
         "--authorization-mode=Node,RBAC",
         "--enable-admission-plugins=NodeRestriction,ValidatingAdmissionPolicy",
         "--allow-privileged=true",
@@ -147,7 +147,7 @@ def test_serving_certificate_has_the_documented_sans() -> None:
     cert = pki.issue_serving(ca, NOW).cert
     san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     ips = {str(ip) for ip in san.get_values_for_type(x509.IPAddress)}
-    assert ips == {"127.0.0.1", "::1", "203.0.113.1", "192.0.2.1"}
+    assert ips == {"127.0.0.1", "::1", "10.96.0.1", "192.0.2.1"}
     assert "kubernetes.default.svc.cluster.local" in san.get_values_for_type(x509.DNSName)
     eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert list(eku) == [ExtendedKeyUsageOID.SERVER_AUTH]

@@ -1,0 +1,1 @@
+"""The LoadBalancer address component (not wired into a binary yet)."""

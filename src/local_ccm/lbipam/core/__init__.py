@@ -1,0 +1,1 @@
+"""Pure decisions of the LoadBalancer address component."""

@@ -1,0 +1,130 @@
+"""What the controller writes on a Service and on a pool, decided from the objects as read.
+
+Pure, no I/O. Every Service write is a JSON Patch guarded by the object's resourceVersion, so
+a write decided from a stale read fails (and is re-decided) instead of overwriting a change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Literal
+
+from local_ccm.lbipam.core.allocator import Allocation, Decision
+from local_ccm.lbipam.core.pools import IPAddress
+
+Obj = dict[str, Any]
+FINALIZER: Final = "service.kubernetes.io/load-balancer-cleanup"
+CONDITION: Final = "lb.local-ccm.io/Allocated"
+Step = Literal["allocate", "cleanup", "forget"]
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def has_finalizer(obj: Mapping[str, Any]) -> bool:
+    return FINALIZER in (_meta(obj).get("finalizers") or ())
+
+
+def class_matches(obj: Mapping[str, Any], lb_class: str, *, classless: bool) -> bool:
+    """Whether the Service's class is ours. The apiserver clears the class when the type
+    changes away from LoadBalancer, so a former LoadBalancer Service reads as classless."""
+    given = (obj.get("spec") or {}).get("loadBalancerClass")
+    return given == lb_class or (given is None and classless)
+
+
+def step(obj: Mapping[str, Any] | None, lb_class: str, *, classless: bool) -> Step:
+    """`allocate` a LoadBalancer Service of our class that is not being deleted; `cleanup`
+    one of our class that is being deleted or no longer a LoadBalancer but still carries the
+    finalizer (as the cloud service controller does); otherwise `forget` it."""
+    if obj is None or not class_matches(obj, lb_class, classless=classless):
+        return "forget"
+    deleting = bool(_meta(obj).get("deletionTimestamp"))
+    if not deleting and (obj.get("spec") or {}).get("type") == "LoadBalancer":
+        return "allocate"
+    return "cleanup" if has_finalizer(obj) else "forget"
+
+
+def _guard(obj: Mapping[str, Any]) -> Obj:
+    return {"op": "test", "path": "/metadata/resourceVersion",
+            "value": str(_meta(obj).get("resourceVersion", ""))}  # fmt: skip
+
+
+def finalizer_patch(obj: Mapping[str, Any], *, present: bool) -> list[Obj]:
+    """The JSON Patch that adds or removes our finalizer, others kept."""
+    others = [f for f in _meta(obj).get("finalizers") or () if f != FINALIZER]
+    wanted = [*others, FINALIZER] if present else others
+    return [_guard(obj), {"op": "add", "path": "/metadata/finalizers", "value": wanted}]
+
+
+def ingress(addresses: Sequence[IPAddress]) -> list[Obj]:
+    """`status.loadBalancer.ingress`: one entry per address, `ipMode: VIP` (traffic to the
+    address reaches the node with the address still its destination, KEP-1860)."""
+    return [{"ip": str(a), "ipMode": "VIP"} for a in addresses]
+
+
+def condition(decision: Decision | None, generation: int, now: str) -> Obj:
+    """Our Service condition (metav1.Condition) for a decision; None: released."""
+    if isinstance(decision, Allocation):
+        status, reason = "True", "Allocated"
+        message = "allocated " + ", ".join(str(a) for a in decision.addresses)
+    elif decision is None:
+        status, reason, message = "False", "Released", "no address: released"
+    else:
+        status, reason, message = "False", decision.reason, decision.message
+    found: Obj = {"type": CONDITION, "status": status, "reason": reason, "message": message[:32768],
+             "lastTransitionTime": now}  # fmt: skip
+    if generation:  # Services carry no generation today; 0 would be dropped (omitempty)
+        found["observedGeneration"] = generation
+    return found
+
+
+def _merged(old: Sequence[Mapping[str, Any]], new: Obj) -> list[Obj]:
+    """`old` conditions with ours replaced by `new`, its transition time kept if unchanged."""
+    kept = [dict(c) for c in old if c.get("type") != CONDITION]
+    before = next((c for c in old if c.get("type") == CONDITION), None)
+    if before is not None and before.get("status") == new["status"]:
+        new = {
+            **new,
+            "lastTransitionTime": before.get("lastTransitionTime", new["lastTransitionTime"]),
+        }
+    return [*kept, new]
+
+
+def _same(a: Mapping[str, Any] | None, b: Mapping[str, Any]) -> bool:
+    ignore = ("lastTransitionTime",)
+    return a is not None and {k: v for k, v in a.items() if k not in ignore} == {
+        k: v for k, v in b.items() if k not in ignore
+    }
+
+
+def status_patch(obj: Mapping[str, Any], entries: list[Obj] | None, cond: Obj) -> list[Obj] | None:
+    """The JSON Patch that sets the ingress (`None`: leaves it) and our condition; None when
+    the status already says that (no write)."""
+    status = dict(obj.get("status") or {})
+    balancer = dict(status.get("loadBalancer") or {})
+    old_conditions = status.get("conditions") or []
+    ours = next((c for c in old_conditions if c.get("type") == CONDITION), None)
+    same_ingress = entries is None or (balancer.get("ingress") or []) == entries
+    if same_ingress and _same(ours, cond):
+        return None
+    if entries is not None:
+        balancer["ingress"] = entries
+        if not entries:
+            balancer.pop("ingress")
+    status["loadBalancer"] = balancer
+    status["conditions"] = _merged(old_conditions, cond)
+    return [_guard(obj), {"op": "add", "path": "/status", "value": status}]
+
+
+def current_ips(obj: Mapping[str, Any]) -> list[str]:
+    balancer = (obj.get("status") or {}).get("loadBalancer") or {}
+    return [str(e.get("ip")) for e in balancer.get("ingress") or () if e.get("ip")]
+
+
+def deleting(obj: Mapping[str, Any]) -> bool:
+    return bool(_meta(obj).get("deletionTimestamp"))
+
+
+def generation(obj: Mapping[str, Any]) -> int:
+    return int(_meta(obj).get("generation") or 0)

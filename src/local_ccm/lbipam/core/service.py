@@ -1,0 +1,141 @@
+"""What a `type: LoadBalancer` Service asks of the address pools, read from its dict.
+
+Pure, no I/O.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from local_ccm.lbipam.core.pools import IPAddress
+
+ADDRESS_ANNOTATIONS = (
+    "lb.local-ccm.io/ips",
+    "metallb.io/loadBalancerIPs",
+    "metallb.universe.tf/loadBalancerIPs",
+    "kube-vip.io/loadbalancerIPs",
+)
+"""Requested-address annotations, first present wins; `spec.loadBalancerIP` comes last."""
+SHARING_ANNOTATIONS = (
+    "lb.local-ccm.io/sharing-key",
+    "metallb.io/allow-shared-ip",
+    "metallb.universe.tf/allow-shared-ip",
+)
+FAMILY_VERSIONS = {"IPv4": 4, "IPv6": 6}
+
+Port = tuple[str, int]  # (protocol, port)
+
+
+@dataclass(frozen=True)
+class ServiceRequest:
+    """The parts of a Service the allocator reads. `key` is `namespace/name`."""
+
+    key: str
+    namespace: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    families: tuple[int, ...] = (4,)
+    family_policy: str = "SingleStack"
+    requested: tuple[IPAddress, ...] = ()
+    sharing_key: str | None = None
+    ports: frozenset[Port] = frozenset()
+    current: tuple[IPAddress, ...] = ()
+    problems: tuple[str, ...] = ()
+
+
+def _addresses(text: str, where: str, problems: list[str]) -> tuple[IPAddress, ...]:
+    found = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        try:
+            found.append(ipaddress.ip_address(part))
+        except ValueError:
+            problems.append(f"{where}: {part!r} is not an IP address")
+    return tuple(dict.fromkeys(found))
+
+
+def _requested(
+    annotations: Mapping[str, str], spec: Mapping[str, Any], problems: list[str]
+) -> tuple[IPAddress, ...]:
+    sources = [(f"annotation {k}", annotations[k]) for k in ADDRESS_ANNOTATIONS if k in annotations]
+    if spec.get("loadBalancerIP"):
+        sources.append(("spec.loadBalancerIP", str(spec["loadBalancerIP"])))
+    if not sources:
+        return ()
+    parsed = [(where, _addresses(text, where, problems)) for where, text in sources]
+    first_where, first = parsed[0]
+    for where, other in parsed[1:]:
+        if set(other) != set(first):
+            problems.append(f"{where} asks for other addresses than {first_where}")
+    return first
+
+
+def _sharing_key(annotations: Mapping[str, str], problems: list[str]) -> str | None:
+    keys = {k: annotations[k].strip() for k in SHARING_ANNOTATIONS if annotations.get(k)}
+    if len(set(keys.values())) > 1:
+        problems.append("the sharing-key annotations disagree: " + ", ".join(sorted(keys)))
+    return next(iter(keys.values()), None)
+
+
+def _ports(spec: Mapping[str, Any]) -> frozenset[Port]:
+    return frozenset(
+        (str(p.get("protocol") or "TCP"), int(p["port"]))
+        for p in spec.get("ports") or []
+        if isinstance(p, Mapping) and isinstance(p.get("port"), int)
+    )
+
+
+def _current(obj: Mapping[str, Any]) -> tuple[IPAddress, ...]:
+    ingress = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    found: list[IPAddress] = []
+    for entry in ingress:
+        try:
+            found.append(ipaddress.ip_address(str((entry or {}).get("ip", ""))))
+        except ValueError:
+            continue  # hostname entries and garbage are not ours to keep
+    return tuple(found)
+
+
+def parse_service(obj: Mapping[str, Any]) -> ServiceRequest:
+    """Everything the allocator needs of one Service; problems collected, never raised."""
+    metadata = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    annotations = metadata.get("annotations") or {}
+    problems: list[str] = []
+    namespace = str(metadata.get("namespace") or "default")
+    families = tuple(
+        FAMILY_VERSIONS[f] for f in spec.get("ipFamilies") or ["IPv4"] if f in FAMILY_VERSIONS
+    )
+    return ServiceRequest(
+        key=f"{namespace}/{metadata.get('name', '')}",
+        namespace=namespace,
+        labels=dict(metadata.get("labels") or {}),
+        families=families or (4,),
+        family_policy=str(spec.get("ipFamilyPolicy") or "SingleStack"),
+        requested=_requested(annotations, spec, problems),
+        sharing_key=_sharing_key(annotations, problems),
+        ports=_ports(spec),
+        current=_current(obj),
+        problems=tuple(problems),
+    )
+
+
+def wanted_families(request: ServiceRequest, servable: Sequence[int]) -> tuple[int, ...] | str:
+    """The families to give an address of, or the problem. `servable`: the families some
+    selecting pool has. Requested addresses decide the families themselves (see allocator)."""
+    listed = request.families
+    if request.family_policy == "RequireDualStack":
+        missing = [v for v in (4, 6) if v not in servable]
+        if missing:
+            return f"RequireDualStack needs IPv{missing[0]} and no selecting pool has it"
+        return tuple(dict.fromkeys((*listed, 4, 6)))
+    if request.family_policy == "PreferDualStack":
+        usable = tuple(v for v in listed if v in servable)
+        return usable or f"no selecting pool serves {_names(listed)}"
+    first = listed[0]
+    return (first,) if first in servable else f"no selecting pool serves IPv{first}"
+
+
+def _names(versions: Sequence[int]) -> str:
+    return " or ".join(f"IPv{v}" for v in versions)

@@ -1,0 +1,38 @@
+"""service-lb-ipam's Prometheus metrics on its own registry."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from local_ccm import __version__
+from local_ccm.runtime.metrics import Metrics, counter, gauge, histogram
+
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class LbMetrics(Metrics):
+    """Every metric of the allocator, registered on `registry` (a fresh one by default)."""
+
+    prefix = "service_lb_ipam_"
+    pool_addresses = gauge(
+        "pool_addresses", "Addresses of a pool per family and state (used, free)",
+        "pool", "family", "state",
+    )  # fmt: skip
+    allocations = counter(
+        "allocations", "Service decisions written (result: allocated, or the problem reason)",
+        "result",
+    )  # fmt: skip
+    releases = counter("releases", "Services whose addresses were released")
+    allocation_latency = histogram(
+        "allocation_latency_seconds",
+        "From a Service first seen without an address to its address written",
+        buckets=LATENCY_BUCKETS,
+    )
+    write_failures = counter("write_failures", "Failed writes", "resource", "code")
+    watch_restarts = counter("watch_restarts", "Watch re-establishments", "resource", "reason")
+    leader = gauge("leader", "1 while leading")
+    build_info = gauge("build_info", "Build information", "version")
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        super().__init__(registry)
+        self.build_info.labels(__version__).set(1)

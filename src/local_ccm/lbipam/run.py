@@ -1,0 +1,388 @@
+"""The loop of service-lb-ipam: what the leader does.
+
+At start it watches Nodes, Namespaces, pools, the kube-vip ConfigMap and Services, and once
+all are listed rebuilds the ledger from the Services' status (`build_ledger`, oldest first),
+never from memory. Handlers only enqueue Service keys; one worker decides one Service at a
+time and writes with JSON Patches guarded by resourceVersion. An address is reserved in the
+ledger before its status write (with the Service's current addresses, until the write lands),
+so no failure or retry can hand one address to two Services; it is released only after the
+Service is gone, or after its status is cleared and the finalizer removed. Pool status is
+written apart, at most once per `Settings.status_every`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from local_ccm.clock import Clock
+from local_ccm.kube.errors import ApiError, Conflict, Forbidden, NotFound, Transient, Unauthorized
+from local_ccm.kube.informer import Change, ErrorKinds, Informer, ListWatch, StreamEnd
+from local_ccm.lbipam.core import plan
+from local_ccm.lbipam.core.allocator import (
+    Allocation,
+    Decision,
+    build_ledger,
+    decide,
+    hold,
+    release,
+    usage,
+)
+from local_ccm.lbipam.core.kubevip import parse_kubevip
+from local_ccm.lbipam.core.ledger import Holder, Ledger
+from local_ccm.lbipam.core.pools import Pool
+from local_ccm.lbipam.core.service import parse_service
+from local_ccm.lbipam.core.status import NodeNetworks, conflicts, desired_status, status_update
+from local_ccm.lbipam.core.view import (
+    PoolEntry,
+    created,
+    project_data,
+    project_labels,
+    project_node,
+    project_pool,
+    service_subject,
+)
+from local_ccm.lbipam.lbapi import POOLS, LbApi, Obj
+from local_ccm.lbipam.metrics import LbMetrics
+from local_ccm.lbipam.options import NAME, Settings
+from local_ccm.runtime import events as ev
+from local_ccm.runtime.outbox import EventOutbox
+
+log = logging.getLogger(__name__)
+# A pool list answers 404 while the CRD is not installed: wait for it like for a restart.
+DEFAULT_ERRORS = ErrorKinds()
+POOL_ERRORS = ErrorKinds(retried=(Transient, Forbidden, Unauthorized, NotFound))
+
+
+class Controller:
+    """The leader's state and work; `run()` until cancelled."""
+
+    def __init__(
+        self,
+        api: LbApi,
+        nodes: ListWatch,
+        settings: Settings = Settings(),  # noqa: B008 (frozen)
+        *,
+        metrics: LbMetrics,
+        clock: Clock,
+        may_write: Callable[[], bool] = lambda: True,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.api, self.settings, self.metrics, self.clock = api, settings, metrics, clock
+        self.may_write = may_write
+        self.ledger: Ledger | None = None
+        self.queue: asyncio.Queue[str] = asyncio.Queue()
+        self.queued: set[str] = set()
+        self.failures: dict[str, int] = {}
+        self.first_seen: dict[str, float] = {}
+        self.waiting: set[str] = set()  # Services whose last decision was a problem
+        self.retries: set[asyncio.Task[None]] = set()
+        self.pools_dirty = asyncio.Event()
+        self.outbox = EventOutbox(api, clock, ev.Reporter(NAME, settings.instance),
+                                  namespace=settings.event_namespace, capacity=1000)  # fmt: skip
+        rng = rng or random.Random()
+
+        def informer(source: ListWatch, project: Callable[[Obj], Any], name: str,
+                     errors: ErrorKinds = DEFAULT_ERRORS) -> Informer[Any]:  # fmt: skip
+            made: Informer[Any] = Informer(source, project, clock=clock, rng=rng, name=name,
+                                           errors=errors, on_end=self._ended(name))  # fmt: skip
+            return made
+
+        self.nodes = informer(nodes, project_node, "nodes")
+        self.namespaces = informer(api.list_watch("namespaces"), project_labels, "namespaces")
+        self.pool_objects = informer(api.list_watch("pools"), project_pool, "pools", POOL_ERRORS)
+        self.services = informer(api.list_watch("services"), dict, "services")
+        self.kubevip = (informer(api.list_watch("kubevip"), project_data, "kubevip")
+                        if settings.kubevip else None)  # fmt: skip
+        self.services.add_handler(self._on_service)
+        self.pool_objects.add_handler(self._on_pools)
+        self.namespaces.add_handler(self._on_namespace)
+        self.nodes.add_handler(self._on_node)
+        if self.kubevip is not None:
+            self.kubevip.add_handler(self._on_pools)
+        self.kubevip_problems: tuple[str, ...] = ()
+
+    def _informers(self) -> list[Informer[Any]]:
+        found = [self.nodes, self.namespaces, self.pool_objects, self.kubevip, self.services]
+        return [i for i in found if i is not None]
+
+    def _ended(self, what: str) -> Callable[[StreamEnd], None]:
+        def ended(end: StreamEnd) -> None:
+            if end.reason != "stopped":
+                self.metrics.watch_restarts.labels(what, end.reason).inc()
+
+        return ended
+
+    def ready(self) -> tuple[bool, str]:
+        waiting = [i.name for i in self._informers() if not i.has_synced()]
+        if waiting:
+            return False, "caches not synced: " + ", ".join(waiting)
+        return (True, "ok") if self.ledger is not None else (False, "rebuilding allocations")
+
+    # ------------------------------------------------------------ pools
+
+    def pools(self) -> list[Pool]:
+        """Every usable pool: the valid `LoadBalancerIPPool`s and the kube-vip ConfigMap's."""
+        found = [e.parsed for e in self.pool_objects.cache.values()
+                 if isinstance(e.parsed, Pool)]  # fmt: skip
+        if self.kubevip is not None:
+            for data in self.kubevip.cache.values():
+                parsed = parse_kubevip(data)
+                found += parsed.pools
+                self._report_kubevip(parsed.problems)
+        return found
+
+    def _report_kubevip(self, problems: tuple[str, ...]) -> None:
+        if problems and problems != self.kubevip_problems:
+            log.warning("kube-vip ConfigMap: %s", "; ".join(problems))
+        self.kubevip_problems = problems
+
+    # ------------------------------------------------------------ handlers: enqueue only
+
+    def enqueue(self, key: str) -> None:
+        if key and key not in self.queued:
+            self.queued.add(key)
+            self.queue.put_nowait(key)
+
+    def _ours(self, obj: Mapping[str, Any]) -> bool:
+        s = self.settings
+        return plan.class_matches(obj, s.lb_class, classless=s.classless)
+
+    def enqueue_all(self, namespace: str | None = None) -> None:
+        for key, obj in self.services.cache.items():
+            if (namespace is None or key.startswith(namespace + "/")) and self._ours(obj):
+                self.enqueue(key)
+
+    def _on_service(self, change: Change[Obj]) -> None:
+        if change.type in ("ADDED", "MODIFIED", "DELETED"):
+            self.enqueue(change.key)
+
+    def _on_pools(self, change: Change[Any]) -> None:
+        if change.type in ("SYNCED", "BOOKMARK"):
+            return
+        self.pools_dirty.set()
+        old, new = change.old, change.new
+        if (
+            not (isinstance(old, PoolEntry) and isinstance(new, PoolEntry))
+            or old.parsed != new.parsed
+        ):
+            self.enqueue_all()
+
+    def _on_namespace(self, change: Change[Mapping[str, str]]) -> None:
+        if change.type in ("ADDED", "MODIFIED") and change.old != change.new:
+            self.enqueue_all(change.key)
+
+    def _on_node(self, change: Change[NodeNetworks]) -> None:
+        if change.type in ("ADDED", "MODIFIED", "DELETED") and change.old != change.new:
+            self.pools_dirty.set()
+
+    # ------------------------------------------------------------ run
+
+    async def run(self) -> None:
+        """Watch, rebuild the ledger, then decide queued Services until cancelled."""
+        tasks = [asyncio.create_task(i.run()) for i in self._informers()]
+        tasks.append(asyncio.create_task(self.outbox.run()))
+        try:
+            for informer in self._informers():
+                await informer.wait_synced()
+            self._rebuild()
+            tasks.append(asyncio.create_task(self._pool_status_loop()))
+            while True:
+                key = await self.queue.get()
+                self.queued.discard(key)
+                await self.sync(key)
+        finally:
+            tasks += self.retries
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _rebuild(self) -> None:
+        """The ledger from every Service of our class that holds or may hold addresses."""
+        held = sorted(
+            (obj for obj in self.services.cache.values()
+             if self._ours(obj) and (plan.has_finalizer(obj) or plan.current_ips(obj))),
+            key=created,
+        )  # fmt: skip
+        self.ledger, notes = build_ledger([parse_service(o) for o in held], self.pools())
+        for note in notes:
+            log.warning("address claimed twice at start, the older Service keeps it: %s", note)
+        log.info("allocations rebuilt from %d Services", len(held))
+        self.pools_dirty.set()
+        self.enqueue_all()
+
+    async def sync(self, key: str) -> None:
+        """Decide one Service and write; a conflict or an error retries later."""
+        obj = self.services.cache.get(key)
+        s = self.settings
+        what = plan.step(obj, s.lb_class, classless=s.classless)
+        try:
+            if what == "forget" and (obj is None or not plan.deleting(obj)):
+                self._release(key)
+            elif what != "forget" and not self.may_write():
+                self._retry_later(key)
+                return
+            elif what == "cleanup" and obj is not None:
+                await self._cleanup(key, obj)
+            elif what == "allocate" and obj is not None:
+                await self._allocate(key, obj)
+            self.failures.pop(key, None)
+            return
+        except NotFound:
+            return  # deleted meanwhile: its DELETED event comes
+        except Conflict:
+            log.debug("svc=%s: changed meanwhile, deciding again", key)
+        except ApiError as exc:
+            self.metrics.write_failures.labels("services", str(exc.status or "error")).inc()
+            log.warning("svc=%s: write failed, retrying: %s", key, exc)
+        self._retry_later(key)
+
+    def _retry_later(self, key: str) -> None:
+        tries = self.failures[key] = self.failures.get(key, 0) + 1
+        first, cap = self.settings.backoff
+        task = asyncio.create_task(self._after(min(first * 2 ** (tries - 1), cap), key))
+        self.retries.add(task)
+        task.add_done_callback(self.retries.discard)
+
+    async def _after(self, delay: float, key: str) -> None:
+        await self.clock.sleep(delay)
+        self.enqueue(key)
+
+    def _age(self, key: str) -> tuple[str, int, str, str]:
+        obj = self.services.cache.get(key)
+        return created(obj) if obj is not None else ("", 0, "", key)
+
+    def _release(self, key: str) -> None:
+        assert self.ledger is not None
+        self.first_seen.pop(key, None)
+        self.waiting.discard(key)
+        if release(self.ledger, key):
+            self.metrics.releases.inc()
+            self.pools_dirty.set()
+            log.info("svc=%s: addresses released", key)
+            for waiting in sorted(self.waiting, key=self._age):  # oldest first: the freed
+                self.enqueue(waiting)  # address may be what they wait for
+
+    async def _cleanup(self, key: str, obj: Obj) -> None:
+        """A deleted or no-longer-LoadBalancer Service: status cleared (if it still exists as
+        another type), then the finalizer removed; its addresses are released when it is gone
+        (deleted) or at once (type changed: nothing shows them any more)."""
+        namespace, name = key.split("/", 1)
+        deleting = plan.deleting(obj)
+        if not deleting:
+            patch = plan.status_patch(obj, [], plan.condition(None, plan.generation(obj),
+                                                              self._now()))  # fmt: skip
+            if patch is not None:
+                obj = await self.api.patch_service_status(namespace, name, patch)
+        await self.api.patch_service(namespace, name, plan.finalizer_patch(obj, present=False))
+        if not deleting:
+            self._release(key)
+        log.info("svc=%s: finalizer removed", key)
+
+    async def _allocate(self, key: str, obj: Obj) -> None:
+        assert self.ledger is not None
+        namespace, name = key.split("/", 1)
+        if not plan.has_finalizer(obj):
+            obj = await self.api.patch_service(
+                namespace, name, plan.finalizer_patch(obj, present=True)
+            )
+        request = parse_service(obj)
+        labels = self.namespaces.cache.get(namespace) or {}
+        decision = decide(request, self.pools(), self.ledger, labels)
+        if isinstance(decision, Allocation):
+            self.waiting.discard(key)
+            self._reserve(request.key, decision, request.current, request.ports)
+            entries: list[Obj] | None = plan.ingress(decision.addresses)
+        else:
+            self.waiting.add(key)
+            entries = None  # a problem changes nothing held
+        if not request.current:
+            self.first_seen.setdefault(key, self.clock.monotonic())
+        cond = plan.condition(decision, plan.generation(obj), self._now())
+        patch = plan.status_patch(obj, entries, cond)
+        if patch is not None:
+            await self.api.patch_service_status(namespace, name, patch)
+            self._written(key, obj, decision, entries)
+        if isinstance(decision, Allocation):
+            hold(self.ledger, decision)
+            self.pools_dirty.set()
+
+    def _reserve(
+        self, key: str, allocation: Allocation, current: tuple[Any, ...], ports: frozenset[Any]
+    ) -> None:
+        """Hold the new addresses and, until the write lands, the current ones."""
+        assert self.ledger is not None
+        placed = [(p.address, p.holder) for p in allocation.placements]
+        keep = [(a, Holder(key, None, ports)) for a in current if a not in allocation.addresses]
+        self.ledger.hold(placed + keep)
+
+    def _written(self, key: str, obj: Obj, decision: Decision, entries: list[Obj] | None) -> None:
+        subject = service_subject(obj)
+        if isinstance(decision, Allocation):
+            self.metrics.allocations.labels("allocated").inc()
+            if entries is not None and plan.current_ips(obj) != [e["ip"] for e in entries]:
+                started = self.first_seen.pop(key, None)
+                if started is not None:
+                    self.metrics.allocation_latency.observe(self.clock.monotonic() - started)
+                text = ", ".join(e["ip"] for e in entries)
+                log.info("svc=%s: allocated %s", key, text)
+                self.outbox.emit(ev.EventSpec("Normal", "AddressAllocated", f"allocated {text}"),
+                                 subject)  # fmt: skip
+            return
+        self.metrics.allocations.labels(decision.reason).inc()
+        log.info("svc=%s: no address: %s: %s", key, decision.reason, decision.message)
+        self.outbox.emit(ev.EventSpec("Warning", decision.reason, decision.message), subject)
+
+    def _now(self) -> str:
+        return ev.rfc3339(self.clock.now())
+
+    # ------------------------------------------------------------ pool status
+
+    async def _pool_status_loop(self) -> None:
+        while True:
+            await self.pools_dirty.wait()
+            self.pools_dirty.clear()
+            if self.may_write():
+                await self._write_pool_statuses()
+            await self.clock.sleep(self.settings.status_every)
+
+    async def _write_pool_statuses(self) -> None:
+        assert self.ledger is not None
+        usable = self.pools()
+        nodes = list(self.nodes.cache.values())
+        self.metrics.pool_addresses.clear()  # a deleted pool's series go with it
+        for pool in usable:
+            used = usage(pool, self.ledger)
+            for version in pool.families:
+                family, taken = f"IPv{version}", used.get(version, 0)
+                self.metrics.pool_addresses.labels(pool.name, family, "used").set(taken)
+                free = pool.capacity(version) - taken
+                self.metrics.pool_addresses.labels(pool.name, family, "free").set(free)
+        for name, entry in list(self.pool_objects.cache.items()):
+            parsed = entry.parsed
+            if isinstance(parsed, Pool):
+                found = conflicts(parsed, usable, self.settings.service_cidrs, nodes)
+                desired = desired_status(parsed, usage(parsed, self.ledger), found)
+            else:
+                desired = desired_status(parsed, {}, [])
+            wanted = status_update(entry.status, desired, self._now())
+            if wanted is not None:
+                await self._write_pool(name, entry, wanted)
+
+    async def _write_pool(self, name: str, entry: PoolEntry, status: Obj) -> None:
+        try:
+            await self.api.write_pool_status(name, status)
+        except ApiError as exc:
+            self.metrics.write_failures.labels(POOLS.plural, str(exc.status or "error")).inc()
+            log.warning("pool=%s: status write failed: %s", name, exc)
+            self.pools_dirty.set()
+            return
+        subject = ev.Subject(POOLS.kind, name, entry.uid, POOLS.api_version)
+        for item in status.get("conditions") or ():
+            bad = (item["type"], item["status"]) in (("Ready", "False"), ("Conflict", "True"))
+            if bad and item["reason"] != "Disabled":
+                spec = ev.EventSpec("Warning", f"Pool{item['reason']}", item["message"])
+                self.outbox.once(spec, subject, item["message"])

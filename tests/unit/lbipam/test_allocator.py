@@ -1,0 +1,245 @@
+"""The allocation decision: examples for each outcome."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from local_ccm.lbipam.core.allocator import Allocation, Problem, build_ledger, decide, hold, release
+from local_ccm.lbipam.core.ledger import Holder, Ledger
+from local_ccm.lbipam.core.pools import AddressRange, Pool, parse_address_text, parse_pool
+from local_ccm.lbipam.core.service import ServiceRequest
+
+
+def pool(name: str, *texts: str, **kwargs: Any) -> Pool:
+    spans = [parse_address_text(t, allow_first_last=True) for t in texts]
+    assert all(not isinstance(s, str) for s in spans)
+    return Pool(name, tuple(s for s in spans if not isinstance(s, str)), **kwargs)
+
+
+def ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    return ipaddress.ip_address(text)
+
+
+def req(name: str, **kwargs: Any) -> ServiceRequest:
+    return ServiceRequest(key=f"ns/{name}", namespace="ns", **kwargs)
+
+
+def allocated(decision: Allocation | Problem) -> tuple[str, ...]:
+    assert isinstance(decision, Allocation), decision
+    return tuple(str(a) for a in decision.addresses)
+
+
+def reason(decision: Allocation | Problem) -> str:
+    assert isinstance(decision, Problem), decision
+    return decision.reason
+
+
+def give(ledger: Ledger, request: ServiceRequest, pools: list[Pool]) -> tuple[str, ...]:
+    decision = decide(request, pools, ledger, {})
+    assert isinstance(decision, Allocation), decision
+    hold(ledger, decision)
+    return allocated(decision)
+
+
+def test_lowest_free_address_of_the_first_pool_by_priority() -> None:
+    pools = [pool("b", "10.0.1.0-10.0.1.3", priority=1), pool("a", "10.0.0.5-10.0.0.6", priority=2)]
+    ledger = Ledger()
+    assert give(ledger, req("x"), pools) == ("10.0.1.0",)
+    assert give(ledger, req("y"), pools) == ("10.0.1.1",)
+
+
+def test_descending_pool_allocates_from_the_end() -> None:
+    pools = [pool("kv", "10.0.0.1-10.0.0.4", "10.0.0.10-10.0.0.11", descending=True)]
+    ledger = Ledger()
+    assert [give(ledger, req(n), pools) for n in "abc"] == [
+        ("10.0.0.11",),
+        ("10.0.0.10",),
+        ("10.0.0.4",),
+    ]
+
+
+def test_exhausted_pool_falls_through_to_the_next_then_fails() -> None:
+    pools = [pool("a", "10.0.0.1/32"), pool("b", "10.0.0.9/32", priority=1)]
+    ledger = Ledger()
+    assert give(ledger, req("x"), pools) == ("10.0.0.1",)
+    assert give(ledger, req("y"), pools) == ("10.0.0.9",)
+    assert reason(decide(req("z"), pools, ledger, {})) == "PoolExhausted"
+
+
+def test_current_address_is_kept_no_churn() -> None:
+    pools = [pool("a", "10.0.0.0/29")]
+    ledger, notes = build_ledger([req("x", current=(ip("10.0.0.5"),))], pools)
+    assert notes == []
+    assert allocated(decide(req("x", current=(ip("10.0.0.5"),)), pools, ledger, {})) == (
+        "10.0.0.5",
+    )
+    assert give(ledger, req("y"), pools) == ("10.0.0.0",)
+
+
+def test_current_address_outside_every_pool_is_replaced() -> None:
+    pools = [pool("a", "10.0.0.0/30")]
+    ledger, _ = build_ledger([req("x", current=(ip("10.9.9.9"),))], pools)
+    assert allocated(decide(req("x", current=(ip("10.9.9.9"),)), pools, ledger, {})) == (
+        "10.0.0.0",
+    )
+
+
+def test_no_pool_selects_the_service() -> None:
+    pools = [
+        pool("a", "10.0.0.0/30", namespaces=frozenset({"other"})),
+        pool("b", "10.0.0.8/30", disabled=True),
+    ]
+    assert reason(decide(req("x"), pools, Ledger(), {})) == "NoPool"
+
+
+def test_namespace_labels_reach_the_namespace_selector() -> None:
+    parsed = parse_pool(
+        {
+            "metadata": {"name": "a"},
+            "spec": {
+                "addresses": ["10.0.0.0/30"],
+                "namespaceSelector": {"matchLabels": {"t": "1"}},
+            },
+        }
+    )
+    assert isinstance(parsed, Pool)
+    assert reason(decide(req("x"), [parsed], Ledger(), {})) == "NoPool"
+    assert allocated(decide(req("x"), [parsed], Ledger(), {"t": "1"})) == ("10.0.0.1",)
+
+
+def test_requested_address_outside_the_pools() -> None:
+    decision = decide(
+        req("x", requested=(ip("10.1.0.1"),)), [pool("a", "10.0.0.0/30")], Ledger(), {}
+    )
+    assert reason(decision) == "AddressNotInPool"
+
+
+def test_requested_address_in_use() -> None:
+    pools = [pool("a", "10.0.0.0/30")]
+    ledger = Ledger()
+    give(ledger, req("x", requested=(ip("10.0.0.2"),)), pools)
+    assert (
+        reason(decide(req("y", requested=(ip("10.0.0.2"),)), pools, ledger, {})) == "AddressInUse"
+    )
+
+
+def test_same_sharing_key_shares_one_address_when_ports_differ() -> None:
+    pools = [pool("a", "10.0.0.0/30")]
+    ledger = Ledger()
+    web = req("web", sharing_key="k", ports=frozenset({("TCP", 80)}))
+    dns = req("dns", sharing_key="k", ports=frozenset({("UDP", 53)}))
+    assert give(ledger, web, pools) == give(ledger, dns, pools) == ("10.0.0.0",)
+
+
+def test_same_sharing_key_with_a_port_clash_takes_another_address() -> None:
+    pools = [pool("a", "10.0.0.0/30")]
+    ledger = Ledger()
+    give(ledger, req("a", sharing_key="k", ports=frozenset({("TCP", 80)})), pools)
+    other = req("b", sharing_key="k", ports=frozenset({("TCP", 80)}))
+    assert give(ledger, other, pools) == ("10.0.0.1",)
+    asked = req("c", sharing_key="k", ports=frozenset({("TCP", 80)}), requested=(ip("10.0.0.0"),))
+    assert reason(decide(asked, pools, ledger, {})) == "SharingPortClash"
+
+
+def test_different_sharing_keys_never_share() -> None:
+    pools = [pool("a", "10.0.0.0/30")]
+    ledger = Ledger()
+    give(ledger, req("a", sharing_key="k"), pools)
+    assert (
+        reason(decide(req("b", sharing_key="j", requested=(ip("10.0.0.0"),)), pools, ledger, {}))
+        == "AddressInUse"
+    )
+
+
+def test_kube_vip_allow_share_shares_without_a_key() -> None:
+    pools = [pool("kv", "10.0.0.0/30", allow_share=True)]
+    ledger = Ledger()
+    first = give(ledger, req("a", ports=frozenset({("TCP", 80)})), pools)
+    assert give(ledger, req("b", ports=frozenset({("TCP", 443)})), pools) == first
+
+
+def test_family_unavailable_for_single_stack_ipv6() -> None:
+    decision = decide(req("x", families=(6,)), [pool("a", "10.0.0.0/30")], Ledger(), {})
+    assert reason(decision) == "FamilyUnavailable"
+
+
+def test_dual_stack_gets_one_address_per_family_in_order() -> None:
+    pools = [pool("a", "10.0.0.0/30", "fd00::/126")]
+    request = req("x", families=(6, 4), family_policy="RequireDualStack")
+    assert allocated(decide(request, pools, Ledger(), {})) == ("fd00::", "10.0.0.0")
+
+
+def test_prefer_dual_stack_keeps_the_family_that_has_room() -> None:
+    pools = [pool("a", "10.0.0.0/32", "fd00::/128")]
+    ledger = Ledger()
+    give(ledger, req("v6", families=(6,)), pools)
+    request = req("x", families=(4, 6), family_policy="PreferDualStack")
+    assert allocated(decide(request, pools, ledger, {})) == ("10.0.0.0",)
+
+
+def test_conflicting_requests_are_reported() -> None:
+    decision = decide(
+        req("x", problems=("two annotations disagree",)), [pool("a", "10.0.0.0/30")], Ledger(), {}
+    )
+    assert reason(decision) == "ConflictingRequests"
+
+
+def test_release_frees_the_address_for_the_next_service() -> None:
+    pools = [pool("a", "10.0.0.0/32")]
+    ledger = Ledger()
+    give(ledger, req("x"), pools)
+    assert release(ledger, "ns/x") == (ip("10.0.0.0"),)
+    assert give(ledger, req("y"), pools) == ("10.0.0.0",)
+
+
+def test_rebuilt_ledger_keeps_the_first_claim_and_notes_the_second() -> None:
+    pools = [pool("a", "10.0.0.0/30")]
+    claims = [req("old", current=(ip("10.0.0.1"),)), req("new", current=(ip("10.0.0.1"),))]
+    ledger, notes = build_ledger(claims, pools)
+    assert ledger.held_by("ns/old") == (ip("10.0.0.1"),)
+    assert ledger.held_by("ns/new") == ()
+    assert len(notes) == 1
+    assert notes[0].startswith("ns/new:")
+    assert allocated(decide(claims[1], pools, ledger, {})) == ("10.0.0.0",)
+
+
+def test_first_free_in_a_slash_64_skips_held_addresses_without_a_scan() -> None:
+    pools = [pool("big", "fd00::/64")]
+    ledger = Ledger()
+    for name in "abc":
+        give(ledger, req(name, families=(6,)), pools)
+    assert ledger.used_in(pools[0].ranges[0]) == 3
+    assert give(ledger, req("d", families=(6,)), pools) == ("fd00::3",)
+
+
+def test_an_address_listed_twice_is_held_once_and_released_cleanly() -> None:
+    pools = [pool("a", "10.0.0.0/30")]
+    ledger = Ledger()
+    give(ledger, req("x", requested=(ip("10.0.0.1"), ip("10.0.0.1"))), pools)
+    assert ledger.held_by("ns/x") == (ip("10.0.0.1"),)
+    assert release(ledger, "ns/x") == (ip("10.0.0.1"),)
+    assert ledger.holders(ip("10.0.0.1")) == []
+
+
+def test_a_service_without_ports_never_shares() -> None:
+    pools = [pool("kv", "10.0.0.0/31", allow_share=True)]
+    ledger = Ledger()
+    give(ledger, req("a"), pools)
+    assert give(ledger, req("b", ports=frozenset({("TCP", 80)})), pools) == ("10.0.0.1",)
+
+
+def test_first_free_jumps_over_a_long_run_of_held_addresses() -> None:
+    ledger = Ledger()
+    base = int(ip("fd00::"))
+    for offset in range(5000):
+        ledger.hold(
+            [(ipaddress.IPv6Address(base + offset), Holder(f"ns/{offset}", None, frozenset()))]
+        )
+    span = AddressRange(6, base, base + 2**64 - 1)
+    assert ledger.first_free(span) == ipaddress.IPv6Address(base + 5000)
+    assert ledger.first_free(AddressRange(6, base, base + 4999)) is None
+    assert (
+        ledger.first_free(AddressRange(6, base - 10, base + 4999), descending=True)
+        == ip("fd00::") - 1
+    )

@@ -1,0 +1,108 @@
+"""The controller's write decisions for a Service (pure)."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from local_ccm.flags import FlagSet, parse
+from local_ccm.lbipam.core import plan
+from local_ccm.lbipam.core.allocator import Allocation, Placement, Problem
+from local_ccm.lbipam.core.ledger import Holder
+from local_ccm.lbipam.core.view import created
+from local_ccm.lbipam.options import FLAGS, NAME, Settings, settings_from
+
+TABLE = FlagSet(NAME, list(FLAGS), version="0")
+NOW, LATER = "2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z"
+
+
+def svc(**spec: Any) -> dict[str, Any]:
+    meta = {"name": "s", "namespace": "n", "resourceVersion": "7", **spec.pop("meta", {})}
+    return {"metadata": meta, "spec": {"type": "LoadBalancer", **spec},
+            "status": spec.pop("status", {"loadBalancer": {}})}  # fmt: skip
+
+
+def allocation(*ips: str) -> Allocation:
+    holder = Holder("n/s", None, frozenset())
+    return Allocation(tuple(Placement(ipaddress.ip_address(i), "p", holder) for i in ips))
+
+
+def test_step_follows_class_type_and_deletion() -> None:
+    def step(obj: dict[str, Any] | None, classless: bool = True) -> str:
+        return plan.step(obj, "x.io/lb", classless=classless)
+
+    assert step(svc()) == "allocate"
+    assert step(svc(), classless=False) == "forget"
+    assert step(svc(loadBalancerClass="x.io/lb"), classless=False) == "allocate"
+    assert step(svc(loadBalancerClass="other.io/lb")) == "forget"
+    assert step(None) == "forget"
+    gone = svc(meta={"deletionTimestamp": NOW, "finalizers": [plan.FINALIZER]})
+    assert step(gone) == "cleanup"
+    assert step(svc(type="ClusterIP", meta={"finalizers": [plan.FINALIZER]})) == "cleanup"
+    assert step(svc(type="ClusterIP")) == "forget"
+
+
+def test_finalizer_patch_keeps_other_finalizers_and_is_guarded() -> None:
+    obj = svc(meta={"finalizers": ["a/b"]})
+    add = plan.finalizer_patch(obj, present=True)
+    assert add[0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "7"}
+    assert add[1]["value"] == ["a/b", plan.FINALIZER]
+    both = svc(meta={"finalizers": ["a/b", plan.FINALIZER]})
+    removed = plan.finalizer_patch(both, present=False)
+    assert removed[1]["value"] == ["a/b"]
+
+
+def test_status_patch_writes_ingress_and_condition_once() -> None:
+    obj = svc(status={"loadBalancer": {}, "conditions": [{"type": "Other", "status": "True"}]})
+    cond = plan.condition(allocation("10.0.0.1", "fd00::1"), 0, NOW)
+    patch = plan.status_patch(obj, plan.ingress(allocation("10.0.0.1", "fd00::1").addresses), cond)
+    assert patch is not None
+    status = patch[1]["value"]
+    assert status["loadBalancer"]["ingress"] == [
+        {"ip": "10.0.0.1", "ipMode": "VIP"}, {"ip": "fd00::1", "ipMode": "VIP"}
+    ]  # fmt: skip
+    assert [c["type"] for c in status["conditions"]] == ["Other", plan.CONDITION]
+    assert "observedGeneration" not in status["conditions"][1]
+    written = {**obj, "status": status}
+    same = plan.condition(allocation("10.0.0.1", "fd00::1"), 0, LATER)
+    assert plan.status_patch(written, plan.ingress(allocation("10.0.0.1", "fd00::1").addresses),
+                             same) is None  # fmt: skip
+
+
+def test_a_problem_keeps_the_ingress_and_the_transition_time_when_unchanged() -> None:
+    held = svc(status={"loadBalancer": {"ingress": [{"ip": "10.0.0.1", "ipMode": "VIP"}]},
+                       "conditions": [plan.condition(Problem("NoPool", "a"), 0, NOW)]})  # fmt: skip
+    patch = plan.status_patch(held, None, plan.condition(Problem("NoPool", "b"), 0, LATER))
+    assert patch is not None
+    status = patch[1]["value"]
+    assert status["loadBalancer"]["ingress"] == [{"ip": "10.0.0.1", "ipMode": "VIP"}]
+    assert status["conditions"][0]["lastTransitionTime"] == NOW  # still False
+    assert status["conditions"][0]["message"] == "b"
+
+
+def test_released_clears_the_ingress() -> None:
+    held = svc(status={"loadBalancer": {"ingress": [{"ip": "10.0.0.1"}]}})
+    patch = plan.status_patch(held, [], plan.condition(None, 0, NOW))
+    assert patch is not None
+    assert patch[1]["value"]["loadBalancer"] == {}
+    assert patch[1]["value"]["conditions"][0]["reason"] == "Released"
+
+
+def test_created_orders_recorded_allocations_before_hand_edits_within_a_second() -> None:
+    mine = svc(meta={"creationTimestamp": NOW, "uid": "z"},
+               status={"conditions": [plan.condition(allocation("10.0.0.1"), 0, NOW)]})  # fmt: skip
+    edited = svc(meta={"creationTimestamp": NOW, "uid": "a"})
+    older = svc(meta={"creationTimestamp": "2025-01-01T00:00:00Z", "uid": "q"})
+    assert sorted([edited, mine, older], key=created) == [older, mine, edited]
+
+
+def test_options_list_every_problem() -> None:
+    argv = ["--lb-class=nope", "--lb-kubevip-configmap=x", "--lb-service-cidrs=10.0.0.1/8,zz"]
+    parsed = parse(TABLE, argv, {})
+    problems = settings_from(parsed)
+    assert isinstance(problems, list)
+    assert [p.flag for p in problems] == [
+        "lb-class", "lb-kubevip-configmap", "lb-service-cidrs", "lb-service-cidrs"
+    ]  # fmt: skip
+    ok = settings_from(parse(TABLE, ["--lb-kubevip-configmap=", "--lb-classless=false"], {}))
+    assert ok == Settings(classless=False, kubevip=None)

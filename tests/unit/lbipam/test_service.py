@@ -1,0 +1,96 @@
+"""What a Service asks for."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from local_ccm.lbipam.core.service import parse_service, wanted_families
+
+
+def svc(annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "web", "namespace": "shop", "annotations": annotations or {}},
+        "spec": {"type": "LoadBalancer", **spec},
+    }
+
+
+def ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    return ipaddress.ip_address(text)
+
+
+def test_first_present_address_source_wins() -> None:
+    request = parse_service(
+        svc(
+            {
+                "metallb.io/loadBalancerIPs": "10.0.0.1, fd00::1",
+                "kube-vip.io/loadbalancerIPs": "fd00::1,10.0.0.1",
+            }
+        )
+    )
+    assert request.requested == (ip("10.0.0.1"), ip("fd00::1"))
+    assert request.problems == ()
+
+
+def test_our_annotation_comes_before_metallb() -> None:
+    request = parse_service(
+        svc({"lb.local-ccm.io/ips": "10.0.0.2", "metallb.io/loadBalancerIPs": "10.0.0.3"})
+    )
+    assert request.requested == (ip("10.0.0.2"),)
+    assert "metallb.io/loadBalancerIPs" in request.problems[0]
+
+
+def test_spec_load_balancer_ip_is_the_last_source() -> None:
+    assert parse_service(svc(loadBalancerIP="10.0.0.9")).requested == (ip("10.0.0.9"),)
+    conflicting = parse_service(svc({"lb.local-ccm.io/ips": "10.0.0.2"}, loadBalancerIP="10.0.0.9"))
+    assert "spec.loadBalancerIP" in conflicting.problems[0]
+
+
+def test_bad_address_text_is_a_problem() -> None:
+    assert parse_service(svc({"lb.local-ccm.io/ips": "10.0.0.300"})).problems
+
+
+def test_sharing_key_sources_and_disagreement() -> None:
+    assert parse_service(svc({"metallb.universe.tf/allow-shared-ip": "k"})).sharing_key == "k"
+    clash = parse_service(
+        svc({"lb.local-ccm.io/sharing-key": "a", "metallb.io/allow-shared-ip": "b"})
+    )
+    assert clash.sharing_key == "a"
+    assert clash.problems
+
+
+def test_ports_and_current_addresses_are_read() -> None:
+    obj = svc(
+        ports=[{"port": 80, "protocol": "TCP"}, {"port": 53, "protocol": "UDP"}, {"port": 443}]
+    )
+    obj["status"] = {
+        "loadBalancer": {"ingress": [{"ip": "10.0.0.4", "ipMode": "VIP"}, {"hostname": "x"}]}
+    }
+    request = parse_service(obj)
+    assert request.ports == {("TCP", 80), ("UDP", 53), ("TCP", 443)}
+    assert request.current == (ip("10.0.0.4"),)
+    assert request.key == "shop/web"
+
+
+def test_single_stack_takes_the_first_family() -> None:
+    request = parse_service(svc(ipFamilies=["IPv6", "IPv4"], ipFamilyPolicy="SingleStack"))
+    assert wanted_families(request, [4, 6]) == (6,)
+    assert isinstance(wanted_families(request, [4]), str)
+
+
+def test_prefer_dual_stack_takes_the_servable_families() -> None:
+    request = parse_service(svc(ipFamilies=["IPv4", "IPv6"], ipFamilyPolicy="PreferDualStack"))
+    assert wanted_families(request, [4, 6]) == (4, 6)
+    assert wanted_families(request, [6]) == (6,)
+    assert isinstance(wanted_families(request, []), str)
+
+
+def test_require_dual_stack_needs_both() -> None:
+    request = parse_service(svc(ipFamilies=["IPv6"], ipFamilyPolicy="RequireDualStack"))
+    assert wanted_families(request, [4, 6]) == (6, 4)
+    assert isinstance(wanted_families(request, [4]), str)
+
+
+def test_an_address_repeated_in_one_annotation_is_asked_once() -> None:
+    request = parse_service(svc({"lb.local-ccm.io/ips": "10.0.0.1,10.0.0.1"}))
+    assert request.requested == (ip("10.0.0.1"),)
