@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LOST, EXIT_PRECONDITION = 0, 1, 2, 3, 4
-WATCHDOG_TICK = 1.0
+WATCHDOG_TICK = 4.0  # a tick wakes an idle process: as rarely as the limit allows
 WATCHDOG_LIMIT = 10.0  # /healthz fails when the event loop has not ticked for this long
 WAITING = "waiting for the API server"
 
