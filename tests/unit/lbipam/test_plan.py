@@ -106,3 +106,16 @@ def test_options_list_every_problem() -> None:
     ]  # fmt: skip
     ok = settings_from(parse(TABLE, ["--lb-kubevip-configmap=", "--lb-classless=false"], {}))
     assert ok == Settings(classless=False, kubevip=None)
+
+
+def test_annotation_patch_sets_removes_and_leaves_alone() -> None:
+    obj = svc(meta={"annotations": {"a": "1"}})
+    patch = plan.annotation_patch(obj, "kube-vip.io/loadbalancerIPs", "10.0.0.1")
+    assert patch is not None
+    assert patch[1]["value"] == {"a": "1", "kube-vip.io/loadbalancerIPs": "10.0.0.1"}
+    written = svc(meta={"annotations": patch[1]["value"]})
+    assert plan.annotation_patch(written, "kube-vip.io/loadbalancerIPs", "10.0.0.1") is None
+    removed = plan.annotation_patch(written, "kube-vip.io/loadbalancerIPs", None)
+    assert removed is not None
+    assert removed[1]["value"] == {"a": "1"}
+    assert plan.annotation_patch(svc(), "x", None) is None

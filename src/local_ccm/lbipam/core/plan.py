@@ -128,3 +128,16 @@ def deleting(obj: Mapping[str, Any]) -> bool:
 
 def generation(obj: Mapping[str, Any]) -> int:
     return int(_meta(obj).get("generation") or 0)
+
+
+def annotation_patch(obj: Mapping[str, Any], key: str, value: str | None) -> list[Obj] | None:
+    """The JSON Patch that sets (or, with None, removes) one annotation; None when it already
+    says that."""
+    annotations = dict(_meta(obj).get("annotations") or {})
+    if annotations.get(key) == value:
+        return None
+    if value is None:
+        annotations.pop(key)
+    else:
+        annotations[key] = value
+    return [_guard(obj), {"op": "add", "path": "/metadata/annotations", "value": annotations}]
