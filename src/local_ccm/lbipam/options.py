@@ -12,6 +12,7 @@ NAME: Final = "service-lb-ipam"
 DEFAULT_CLASS: Final = "lb.local-ccm.io/pools"
 CLASS_FLAG, CLASSLESS_FLAG = "lb-class", "lb-classless"
 KUBEVIP_FLAG, SERVICE_CIDRS_FLAG = "lb-kubevip-configmap", "lb-service-cidrs"
+ANNOTATE_FLAG = "lb-kubevip-annotation"
 FLAGS: Final = (
     Flag(CLASS_FLAG, "string", DEFAULT_CLASS, "service-lb-ipam: the spec.loadBalancerClass "
          "whose Services get addresses from the pools.", metavar="class", env=("LB_CLASS",)),
@@ -21,6 +22,9 @@ FLAGS: Final = (
     Flag(KUBEVIP_FLAG, "string", "kube-system/kubevip", "service-lb-ipam: the "
          "kube-vip-cloud-provider ConfigMap (namespace/name) read as pools when it exists; "
          "empty turns it off.", metavar="namespace/name", env=("LB_KUBEVIP_CONFIGMAP",)),
+    Flag(ANNOTATE_FLAG, "bool", False, "service-lb-ipam: also write the addresses to the "
+         "annotation kube-vip.io/loadbalancerIPs, which kube-vip reads to announce them.",
+         env=("LB_KUBEVIP_ANNOTATION",)),
     Flag(SERVICE_CIDRS_FLAG, "string", "", "service-lb-ipam: the cluster's Service CIDRs "
          "(comma list, as kube-apiserver's --service-cluster-ip-range), reported as a pool "
          "Conflict when a pool overlaps them.", metavar="cidrs", env=("LB_SERVICE_CIDRS",)),
@@ -33,6 +37,7 @@ class Settings:
     classless: bool = True  # --lb-classless
     kubevip: tuple[str, str] | None = ("kube-system", "kubevip")  # --lb-kubevip-configmap
     service_cidrs: tuple[str, ...] = ()  # --lb-service-cidrs
+    kubevip_annotation: bool = False  # --lb-kubevip-annotation
     event_namespace: str = "default"  # Events about pools (cluster-scoped) live there
     instance: str = NAME
     backoff: tuple[float, float] = (0.5, 30.0)  # first and longest retry delay of a write
@@ -63,4 +68,5 @@ def settings_from(parsed: Parsed) -> Settings | list[Problem]:
         classless=parsed.get_bool(CLASSLESS_FLAG),
         kubevip=(namespace, name) if where else None,
         service_cidrs=cidrs,
+        kubevip_annotation=parsed.get_bool(ANNOTATE_FLAG),
     )

@@ -34,7 +34,7 @@ from local_ccm.lbipam.core.allocator import (
 from local_ccm.lbipam.core.kubevip import parse_kubevip
 from local_ccm.lbipam.core.ledger import Holder, Ledger
 from local_ccm.lbipam.core.pools import Pool
-from local_ccm.lbipam.core.service import parse_service
+from local_ccm.lbipam.core.service import KUBEVIP_ANNOTATION, parse_service
 from local_ccm.lbipam.core.status import NodeNetworks, conflicts, desired_status, status_update
 from local_ccm.lbipam.core.view import (
     PoolEntry,
@@ -132,13 +132,10 @@ class Controller:
             for data in self.kubevip.cache.values():
                 parsed = parse_kubevip(data)
                 found += parsed.pools
-                self._report_kubevip(parsed.problems)
+                if parsed.problems and parsed.problems != self.kubevip_problems:
+                    log.warning("kube-vip ConfigMap: %s", "; ".join(parsed.problems))
+                self.kubevip_problems = parsed.problems
         return found
-
-    def _report_kubevip(self, problems: tuple[str, ...]) -> None:
-        if problems and problems != self.kubevip_problems:
-            log.warning("kube-vip ConfigMap: %s", "; ".join(problems))
-        self.kubevip_problems = problems
 
     # ------------------------------------------------------------ handlers: enqueue only
 
@@ -277,7 +274,10 @@ class Controller:
                                                               self._now()))  # fmt: skip
             if patch is not None:
                 obj = await self.api.patch_service_status(namespace, name, patch)
-        await self.api.patch_service(namespace, name, plan.finalizer_patch(obj, present=False))
+        patch = plan.finalizer_patch(obj, present=False)
+        if not deleting and self.settings.kubevip_annotation:
+            patch += (plan.annotation_patch(obj, KUBEVIP_ANNOTATION, None) or [])[1:]
+        await self.api.patch_service(namespace, name, patch)
         if not deleting:
             self._release(key)
         log.info("svc=%s: finalizer removed", key)
@@ -304,11 +304,21 @@ class Controller:
         cond = plan.condition(decision, plan.generation(obj), self._now())
         patch = plan.status_patch(obj, entries, cond)
         if patch is not None:
-            await self.api.patch_service_status(namespace, name, patch)
+            written = await self.api.patch_service_status(namespace, name, patch)
             self._written(key, obj, decision, entries)
+            obj = written or obj
         if isinstance(decision, Allocation):
             hold(self.ledger, decision)
             self.pools_dirty.set()
+            if self.settings.kubevip_annotation:
+                await self._annotate(namespace, name, obj, decision)
+
+    async def _annotate(self, namespace: str, name: str, obj: Obj, allocation: Allocation) -> None:
+        """kube-vip's annotation names the addresses, after the status (the source of truth)."""
+        text = ",".join(str(a) for a in allocation.addresses)
+        patch = plan.annotation_patch(obj, KUBEVIP_ANNOTATION, text)
+        if patch is not None:
+            await self.api.patch_service(namespace, name, patch)
 
     def _reserve(
         self, key: str, allocation: Allocation, current: tuple[Any, ...], ports: frozenset[Any]

@@ -1,7 +1,8 @@
 """LB08–LB12: pools on a real apiserver.
 
 LB08 conflict detection (another pool, the Service CIDR, a Node's address and podCIDR);
-LB09 the kube-vip-cloud-provider ConfigMap read as pools; LB10 a restart rebuilds the
+LB09 the kube-vip-cloud-provider ConfigMap read as pools, and kube-vip's annotation written for
+kube-vip to announce; LB10 a restart rebuilds the
 allocations from Service status (no write for what is held, a hand-made duplicate resolved
 oldest-first); LB11 invalid pools rejected by the apiserver with clear messages, and what
 admission cannot see reported in `Ready`; LB12 a disabled pool gives nothing new.
@@ -24,6 +25,7 @@ from tests.support.cleanup import Tracker
 from tests.support.waiting import eventually
 
 SETTLE = 20.0
+KUBEVIP = "kube-vip.io/loadbalancerIPs"
 
 
 def allocated(space: lb.Space, name: str) -> list[str]:
@@ -89,6 +91,32 @@ def test_lb09_kube_vip_configmap_pools(
                patch_type="merge", namespace=space.name)  # fmt: skip
     space.service("more", annotations={"kube-vip.io/loadbalancerIPs": f"{net}.100"})
     assert allocated(space, "more") == [f"{net}.100"]
+
+
+def test_lb09_kube_vip_annotation_for_kube_vip_to_announce(
+    space: lb.Space, start_lb: StartLb, kube: Client
+) -> None:
+    net = lb.block()
+    space.pool([f"{net}.0/28"])
+    flags = ("--lb-kubevip-annotation", "--lb-kubevip-configmap=")
+    first = start_lb(*flags)
+    space.service("vip")
+    address = allocated(space, "vip")[0]
+
+    def annotation() -> str | None:
+        return (space.get("vip")["metadata"].get("annotations") or {}).get(KUBEVIP)
+
+    assert eventually(annotation, timeout=SETTLE, message="kube-vip's annotation") == address
+    version = space.get("vip")["metadata"]["resourceVersion"]
+    first.stop(grace=5)
+    start_lb(*flags)  # the annotation is read back as what the Service holds, not a request
+    space.service("next")
+    assert allocated(space, "next") != [address]
+    assert space.get("vip")["metadata"]["resourceVersion"] == version
+    kube.patch(SERVICES, "vip", {"spec": {"type": "ClusterIP"}}, patch_type="merge",
+               namespace=space.name)  # fmt: skip
+    eventually(lambda: annotation() is None and not lb.has_finalizer(space.get("vip")),
+               timeout=SETTLE, message="annotation and finalizer removed")  # fmt: skip
 
 
 def test_lb10_restart_rebuilds_from_status(

@@ -106,3 +106,34 @@ def test_options_list_every_problem() -> None:
     ]  # fmt: skip
     ok = settings_from(parse(TABLE, ["--lb-kubevip-configmap=", "--lb-classless=false"], {}))
     assert ok == Settings(classless=False, kubevip=None)
+
+
+def test_annotation_patch_sets_removes_and_leaves_alone() -> None:
+    obj = svc(meta={"annotations": {"a": "1"}})
+    patch = plan.annotation_patch(obj, "kube-vip.io/loadbalancerIPs", "10.0.0.1")
+    assert patch is not None
+    assert patch[1]["value"] == {"a": "1", "kube-vip.io/loadbalancerIPs": "10.0.0.1"}
+    written = svc(meta={"annotations": patch[1]["value"]})
+    assert plan.annotation_patch(written, "kube-vip.io/loadbalancerIPs", "10.0.0.1") is None
+    removed = plan.annotation_patch(written, "kube-vip.io/loadbalancerIPs", None)
+    assert removed is not None
+    assert removed[1]["value"] == {"a": "1"}
+    assert plan.annotation_patch(svc(), "x", None) is None
+
+
+def test_an_announcer_adding_ports_or_reordering_is_not_overwritten() -> None:
+    cond = plan.condition(allocation("10.0.0.1", "fd00::1"), 0, NOW)
+    announced = [{"ip": "fd00::1", "ipMode": "VIP", "ports": [{"port": 80, "protocol": "TCP"}]},
+                 {"ip": "10.0.0.1", "ipMode": "VIP"}]  # fmt: skip
+    obj = svc(status={"loadBalancer": {"ingress": announced}, "conditions": [cond]})
+    entries = plan.ingress(allocation("10.0.0.1", "fd00::1").addresses)
+    assert plan.status_patch(obj, entries, cond) is None
+    moved = plan.ingress(allocation("10.0.0.2", "fd00::1").addresses)
+    patch = plan.status_patch(obj, moved, plan.condition(allocation("10.0.0.2", "fd00::1"), 0, NOW))
+    assert patch is not None
+    assert patch[1]["value"]["loadBalancer"]["ingress"] == [
+        {"ip": "10.0.0.2", "ipMode": "VIP"},
+        {"ip": "fd00::1", "ipMode": "VIP", "ports": [{"port": 80, "protocol": "TCP"}]},
+    ]
+    proxied = svc(status={"loadBalancer": {"ingress": [{"ip": "10.0.0.1", "ipMode": "Proxy"}]}})
+    assert plan.status_patch(proxied, plan.ingress(allocation("10.0.0.1").addresses), cond)

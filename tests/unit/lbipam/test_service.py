@@ -94,3 +94,15 @@ def test_require_dual_stack_needs_both() -> None:
 def test_an_address_repeated_in_one_annotation_is_asked_once() -> None:
     request = parse_service(svc({"lb.local-ccm.io/ips": "10.0.0.1,10.0.0.1"}))
     assert request.requested == (ip("10.0.0.1"),)
+
+
+def test_the_kube_vip_annotation_naming_what_the_service_holds_is_no_request() -> None:
+    held = {"loadBalancer": {"ingress": [{"ip": "10.0.0.5"}]}}
+    echo = svc(annotations={"kube-vip.io/loadbalancerIPs": "10.0.0.5"})
+    echo["status"] = held
+    assert parse_service(echo).requested == ()
+    asks = svc(annotations={"kube-vip.io/loadbalancerIPs": "10.0.0.6"})
+    asks["status"] = held
+    assert [str(a) for a in parse_service(asks).requested] == ["10.0.0.6"]
+    fresh = svc(annotations={"kube-vip.io/loadbalancerIPs": "10.0.0.5"})
+    assert [str(a) for a in parse_service(fresh).requested] == ["10.0.0.5"]

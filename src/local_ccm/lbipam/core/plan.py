@@ -98,6 +98,14 @@ def _same(a: Mapping[str, Any] | None, b: Mapping[str, Any]) -> bool:
     }
 
 
+def _same_ingress(before: Sequence[Mapping[str, Any]], entries: Sequence[Obj]) -> bool:
+    """The same addresses, in VIP mode. Other fields (kube-vip adds `ports` when it announces)
+    and the order are not ours to fight over."""
+    ips = sorted(str(e.get("ip")) for e in before)
+    modes = {e.get("ipMode", "VIP") for e in before}
+    return ips == sorted(str(e["ip"]) for e in entries) and modes <= {"VIP"}
+
+
 def status_patch(obj: Mapping[str, Any], entries: list[Obj] | None, cond: Obj) -> list[Obj] | None:
     """The JSON Patch that sets the ingress (`None`: leaves it) and our condition; None when
     the status already says that (no write)."""
@@ -105,11 +113,13 @@ def status_patch(obj: Mapping[str, Any], entries: list[Obj] | None, cond: Obj) -
     balancer = dict(status.get("loadBalancer") or {})
     old_conditions = status.get("conditions") or []
     ours = next((c for c in old_conditions if c.get("type") == CONDITION), None)
-    same_ingress = entries is None or (balancer.get("ingress") or []) == entries
+    before = list(balancer.get("ingress") or [])
+    same_ingress = entries is None or _same_ingress(before, entries)
     if same_ingress and _same(ours, cond):
         return None
     if entries is not None:
-        balancer["ingress"] = entries
+        by_ip = {e.get("ip"): e for e in before}
+        balancer["ingress"] = [{**by_ip.get(e["ip"], {}), **e} for e in entries]
         if not entries:
             balancer.pop("ingress")
     status["loadBalancer"] = balancer
@@ -128,3 +138,16 @@ def deleting(obj: Mapping[str, Any]) -> bool:
 
 def generation(obj: Mapping[str, Any]) -> int:
     return int(_meta(obj).get("generation") or 0)
+
+
+def annotation_patch(obj: Mapping[str, Any], key: str, value: str | None) -> list[Obj] | None:
+    """The JSON Patch that sets (or, with None, removes) one annotation; None when it already
+    says that."""
+    annotations = dict(_meta(obj).get("annotations") or {})
+    if annotations.get(key) == value:
+        return None
+    if value is None:
+        annotations.pop(key)
+    else:
+        annotations[key] = value
+    return [_guard(obj), {"op": "add", "path": "/metadata/annotations", "value": annotations}]

@@ -19,6 +19,10 @@ ADDRESS_ANNOTATIONS = (
     "kube-vip.io/loadbalancerIPs",
 )
 """Requested-address annotations, first present wins; `spec.loadBalancerIP` comes last."""
+KUBEVIP_ANNOTATION = "kube-vip.io/loadbalancerIPs"
+"""kube-vip announces a Service's addresses only once this annotation (or the deprecated
+`spec.loadBalancerIP`) names them: with `--lb-kubevip-annotation` the controller writes it, and
+then reads it back as an echo of the allocation, not as a request."""
 SHARING_ANNOTATIONS = (
     "lb.local-ccm.io/sharing-key",
     "metallb.io/allow-shared-ip",
@@ -55,10 +59,22 @@ def _addresses(text: str, where: str, problems: list[str]) -> tuple[IPAddress, .
     return tuple(dict.fromkeys(found))
 
 
+def _echo(annotations: Mapping[str, str], current: tuple[IPAddress, ...]) -> bool:
+    """The kube-vip annotation names exactly the addresses the Service holds (written by the
+    controller, or by kube-vip-cloud-provider before it): what it has, not what it asks."""
+    text = annotations.get(KUBEVIP_ANNOTATION)
+    return bool(current) and text is not None and set(_addresses(text, "", [])) == set(current)
+
+
 def _requested(
-    annotations: Mapping[str, str], spec: Mapping[str, Any], problems: list[str]
+    annotations: Mapping[str, str],
+    spec: Mapping[str, Any],
+    problems: list[str],
+    current: tuple[IPAddress, ...] = (),
 ) -> tuple[IPAddress, ...]:
-    sources = [(f"annotation {k}", annotations[k]) for k in ADDRESS_ANNOTATIONS if k in annotations]
+    echo = _echo(annotations, current)
+    sources = [(f"annotation {k}", annotations[k]) for k in ADDRESS_ANNOTATIONS
+               if k in annotations and not (echo and k == KUBEVIP_ANNOTATION)]  # fmt: skip
     if spec.get("loadBalancerIP"):
         sources.append(("spec.loadBalancerIP", str(spec["loadBalancerIP"])))
     if not sources:
@@ -107,16 +123,17 @@ def parse_service(obj: Mapping[str, Any]) -> ServiceRequest:
     families = tuple(
         FAMILY_VERSIONS[f] for f in spec.get("ipFamilies") or ["IPv4"] if f in FAMILY_VERSIONS
     )
+    current = _current(obj)
     return ServiceRequest(
         key=f"{namespace}/{metadata.get('name', '')}",
         namespace=namespace,
         labels=dict(metadata.get("labels") or {}),
         families=families or (4,),
         family_policy=str(spec.get("ipFamilyPolicy") or "SingleStack"),
-        requested=_requested(annotations, spec, problems),
+        requested=_requested(annotations, spec, problems, current),
         sharing_key=_sharing_key(annotations, problems),
         ports=_ports(spec),
-        current=_current(obj),
+        current=current,
         problems=tuple(problems),
     )
 
