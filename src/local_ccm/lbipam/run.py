@@ -50,6 +50,7 @@ from local_ccm.lbipam.metrics import LbMetrics
 from local_ccm.lbipam.options import NAME, Settings
 from local_ccm.runtime import events as ev
 from local_ccm.runtime.outbox import EventOutbox
+from local_ccm.runtime.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 # A pool list answers 404 while the CRD is not installed: wait for it like for a restart.
@@ -74,12 +75,9 @@ class Controller:
         self.api, self.settings, self.metrics, self.clock = api, settings, metrics, clock
         self.may_write = may_write
         self.ledger: Ledger | None = None
-        self.queue: asyncio.Queue[str] = asyncio.Queue()
-        self.queued: set[str] = set()
-        self.failures: dict[str, int] = {}
+        self.queue = WorkQueue(clock, settings.backoff)
         self.first_seen: dict[str, float] = {}
         self.waiting: set[str] = set()  # Services whose last decision was a problem
-        self.retries: set[asyncio.Task[None]] = set()
         self.pools_dirty = asyncio.Event()
         self.outbox = EventOutbox(api, clock, ev.Reporter(NAME, settings.instance),
                                   namespace=settings.event_namespace, capacity=1000)  # fmt: skip
@@ -139,11 +137,6 @@ class Controller:
 
     # ------------------------------------------------------------ handlers: enqueue only
 
-    def enqueue(self, key: str) -> None:
-        if key and key not in self.queued:
-            self.queued.add(key)
-            self.queue.put_nowait(key)
-
     def _ours(self, obj: Mapping[str, Any]) -> bool:
         s = self.settings
         return plan.class_matches(obj, s.lb_class, classless=s.classless)
@@ -151,11 +144,11 @@ class Controller:
     def enqueue_all(self, namespace: str | None = None) -> None:
         for key, obj in self.services.cache.items():
             if (namespace is None or key.startswith(namespace + "/")) and self._ours(obj):
-                self.enqueue(key)
+                self.queue.add(key)
 
     def _on_service(self, change: Change[Obj]) -> None:
         if change.type in ("ADDED", "MODIFIED", "DELETED"):
-            self.enqueue(change.key)
+            self.queue.add(change.key)
 
     def _on_pools(self, change: Change[Any]) -> None:
         if change.type in ("SYNCED", "BOOKMARK"):
@@ -188,11 +181,9 @@ class Controller:
             self._rebuild()
             tasks.append(asyncio.create_task(self._pool_status_loop()))
             while True:
-                key = await self.queue.get()
-                self.queued.discard(key)
-                await self.sync(key)
+                await self.sync(await self.queue.get())
         finally:
-            tasks += self.retries
+            await self.queue.close()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -220,13 +211,13 @@ class Controller:
             if what == "forget" and (obj is None or not plan.deleting(obj)):
                 self._release(key)
             elif what != "forget" and not self.may_write():
-                self._retry_later(key)
+                self.queue.retry(key)
                 return
             elif what == "cleanup" and obj is not None:
                 await self._cleanup(key, obj)
             elif what == "allocate" and obj is not None:
                 await self._allocate(key, obj)
-            self.failures.pop(key, None)
+            self.queue.done(key)
             return
         except NotFound:
             return  # deleted meanwhile: its DELETED event comes
@@ -235,18 +226,7 @@ class Controller:
         except ApiError as exc:
             self.metrics.write_failures.labels("services", str(exc.status or "error")).inc()
             log.warning("svc=%s: write failed, retrying: %s", key, exc)
-        self._retry_later(key)
-
-    def _retry_later(self, key: str) -> None:
-        tries = self.failures[key] = self.failures.get(key, 0) + 1
-        first, cap = self.settings.backoff
-        task = asyncio.create_task(self._after(min(first * 2 ** (tries - 1), cap), key))
-        self.retries.add(task)
-        task.add_done_callback(self.retries.discard)
-
-    async def _after(self, delay: float, key: str) -> None:
-        await self.clock.sleep(delay)
-        self.enqueue(key)
+        self.queue.retry(key)
 
     def _age(self, key: str) -> tuple[str, int, str, str]:
         obj = self.services.cache.get(key)
@@ -261,7 +241,7 @@ class Controller:
             self.pools_dirty.set()
             log.info("svc=%s: addresses released", key)
             for waiting in sorted(self.waiting, key=self._age):  # oldest first: the freed
-                self.enqueue(waiting)  # address may be what they wait for
+                self.queue.add(waiting)  # address may be what they wait for
 
     async def _cleanup(self, key: str, obj: Obj) -> None:
         """A deleted or no-longer-LoadBalancer Service: status cleared (if it still exists as
