@@ -20,13 +20,12 @@ from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.nodes import Access
 from local_ccm.kube.resources import NODES
-from local_ccm.lifecycle.options import LifecycleOptions
 
 SIGNER_NAME = "kubernetes.io/kubelet-serving"
 CsrOptions = managed.Managed[bool]  # own: --csr-deny
 
 
-def load_own(parsed: Parsed, shared: LifecycleOptions) -> bool:
+def load_own(parsed: Parsed) -> bool:
     return parsed.get_bool(DENY_FLAG)
 
 

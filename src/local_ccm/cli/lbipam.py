@@ -11,7 +11,6 @@ from local_ccm import __version__
 from local_ccm.cli import central, managed
 from local_ccm.cli.common import Unit
 from local_ccm.clock import SystemClock
-from local_ccm.flags import Parsed, Problem
 from local_ccm.kube.aio import AsyncClient, KubeListWatch
 from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig
@@ -22,19 +21,13 @@ from local_ccm.lbipam.lbapi import CONFIGMAPS, NAMESPACES, POOLS, SERVICES, Kube
 from local_ccm.lbipam.metrics import LbMetrics
 from local_ccm.lbipam.options import FLAGS, NAME, Settings, settings_from
 from local_ccm.lbipam.run import Controller
-from local_ccm.lifecycle.options import LifecycleOptions
 
 LbOptions = managed.Managed[Settings]
 
 
-def load_own(parsed: Parsed, shared: LifecycleOptions) -> Settings | list[Problem]:
-    own = settings_from(parsed)
-    return own if isinstance(own, list) else replace(own, event_namespace=shared.event_namespace)
-
-
 def controller() -> central.Controller:
     """The allocator's entry in the controller manager's table."""
-    return managed.entry(NAME, FLAGS, load_own, fields, build_unit)
+    return managed.entry(NAME, FLAGS, settings_from, fields, build_unit)
 
 
 def fields(options: LbOptions) -> dict[str, object]:
@@ -69,7 +62,9 @@ def build_unit(
     client = Client(cluster, field_manager=NAME, user_agent=f"{NAME}/{__version__}")
     api = KubeLbApi(AsyncClient(client), options.own.kubevip, observe=metrics.observe_request)
     node_source = nodes or KubeListWatch(AsyncClient(client), NODES)
-    settings = replace(options.own, instance=identity)
+    settings = replace(
+        options.own, instance=identity, event_namespace=options.shared.event_namespace
+    )
 
     def make(may_write: Callable[[], bool]) -> Controller:
         return Controller(api, node_source, settings, metrics=metrics, clock=SystemClock(),

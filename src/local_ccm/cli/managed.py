@@ -46,18 +46,21 @@ class Runner(Protocol):
 def entry(
     name: str,
     own_flags: Sequence[Flag],
-    load_own: Callable[[Parsed, LifecycleOptions], T | list[Problem]],
+    load_own: Callable[[Parsed], T | list[Problem]],
     fields: Callable[[Managed[T]], dict[str, object]],
     build: Callable[..., Unit],
 ) -> central.Controller:
     """The controller's row in the manager's table (off unless named in --controllers)."""
 
     def load(parsed: Parsed, env: central.Env) -> Managed[T] | list[Problem]:
+        """Both option sets read; every problem of either listed."""
         shared = options_from(parsed)
-        if isinstance(shared, list):
-            return shared
-        own = load_own(parsed, shared)
-        return own if isinstance(own, list) else Managed(shared, own)
+        own = load_own(parsed)
+        problems = [*(shared if isinstance(shared, list) else ()),
+                    *(own if isinstance(own, list) else ())]  # fmt: skip
+        if problems or isinstance(shared, list) or isinstance(own, list):
+            return problems
+        return Managed(shared, own)
 
     return central.Controller(
         name, central.MANAGER,

@@ -37,3 +37,12 @@ def test_permissions_are_the_csr_rules_and_events_only() -> None:
         Access("approve", "signers", group, name="kubernetes.io/kubelet-serving"),
         Access("create", "events", namespace="default"),
     ]
+
+
+def test_a_bad_shared_flag_and_a_bad_own_flag_are_both_listed() -> None:
+    from local_ccm.cli import lbipam
+
+    parsed = flags.parse(manager.manager_flags(), ["--lb-class=bad", "--not-ready-timeout=zz"], {})
+    problems = lbipam.controller().load(parsed, ({}, (), ()))
+    assert isinstance(problems, list)
+    assert sorted(p.flag for p in problems) == ["lb-class", "not-ready-timeout"]
