@@ -4,7 +4,7 @@ exactly the permissions the chart grants."""
 from __future__ import annotations
 
 from local_ccm import flags
-from local_ccm.cli import csr, managed, manager
+from local_ccm.cli import csr, lbipam, managed, manager
 from local_ccm.kube.nodes import Access
 
 
@@ -40,9 +40,8 @@ def test_permissions_are_the_csr_rules_and_events_only() -> None:
 
 
 def test_a_bad_shared_flag_and_a_bad_own_flag_are_both_listed() -> None:
-    from local_ccm.cli import lbipam
-
-    parsed = flags.parse(manager.manager_flags(), ["--lb-class=bad", "--not-ready-timeout=zz"], {})
+    argv = ["--lb-class=bad", "--not-ready-timeout=zz"]
+    parsed = flags.parse(manager.manager_flags(), argv, {})
     problems = lbipam.controller().load(parsed, ({}, (), ()))
     assert isinstance(problems, list)
     assert sorted(p.flag for p in problems) == ["lb-class", "not-ready-timeout"]
