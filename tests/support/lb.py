@@ -17,7 +17,9 @@ from local_ccm.lbipam.core.plan import CONDITION, FINALIZER
 from local_ccm.lbipam.lbapi import POOLS, SERVICES
 from tests.support import resources as r
 from tests.support.processes import Child, spawn
+from tests.support.waiting import eventually
 
+SETTLE = 20.0  # seconds for the controller to act on a change
 BINARY = Path(sys.executable).parent / "local-ccm-controller-manager"
 ARGS = ("--controllers=service-lb-ipam", "--metrics-bind-address=0",
         "--health-probe-bind-address=0")  # fmt: skip
@@ -122,3 +124,23 @@ def gone(kube: Client, namespace: str, name: str) -> bool:
     except NotFound:
         return True
     return False
+
+
+def allocated(space: Space, name: str, count: int = 1) -> list[str]:
+    """The Service's addresses once it holds `count` of them."""
+
+    def check() -> list[str] | None:
+        found = ips(space.get(name))
+        return found if len(found) == count else None
+
+    return eventually(check, timeout=SETTLE, message=f"{name} gets {count} address(es)")
+
+
+def refused(space: Space, name: str, reason: str) -> Obj:
+    """Our condition on the Service once its reason is `reason`."""
+
+    def check() -> Obj | None:
+        found = condition(space.get(name))
+        return found if found and found["reason"] == reason else None
+
+    return eventually(check, timeout=SETTLE, message=f"{name}: condition {reason}")

@@ -43,6 +43,7 @@ from local_ccm.lbipam.core.view import (
     project_labels,
     project_node,
     project_pool,
+    project_service,
     service_subject,
 )
 from local_ccm.lbipam.lbapi import POOLS, LbApi, Obj
@@ -92,7 +93,7 @@ class Controller:
         self.nodes = informer(nodes, project_node, "nodes")
         self.namespaces = informer(api.list_watch("namespaces"), project_labels, "namespaces")
         self.pool_objects = informer(api.list_watch("pools"), project_pool, "pools", POOL_ERRORS)
-        self.services = informer(api.list_watch("services"), dict, "services")
+        self.services = informer(api.list_watch("services"), project_service, "services")
         self.kubevip = (informer(api.list_watch("kubevip"), project_data, "kubevip")
                         if settings.kubevip else None)  # fmt: skip
         self.services.add_handler(self._on_service)

@@ -22,23 +22,7 @@ from tests.support import lb
 from tests.support.processes import free_port
 from tests.support.waiting import eventually
 
-SETTLE = 20.0
-
-
-def allocated(space: lb.Space, name: str, count: int = 1) -> list[str]:
-    def check() -> list[str] | None:
-        found = lb.ips(space.get(name))
-        return found if len(found) == count else None
-
-    return eventually(check, timeout=SETTLE, message=f"{name} gets {count} address(es)")
-
-
-def refused(space: lb.Space, name: str, reason: str) -> dict[str, object]:
-    def check() -> dict[str, object] | None:
-        cond = lb.condition(space.get(name))
-        return cond if cond and cond["reason"] == reason else None
-
-    return eventually(check, timeout=SETTLE, message=f"{name}: condition {reason}")
+SETTLE = lb.SETTLE
 
 
 def test_lb01_single_stack_service_gets_the_first_usable_address(
@@ -48,7 +32,7 @@ def test_lb01_single_stack_service_gets_the_first_usable_address(
     pool = space.pool([f"{net}.0/29"])
     start_lb()
     space.service("web")
-    assert allocated(space, "web") == [f"{net}.1"]  # .0 skipped: allowFirstAndLast false
+    assert lb.allocated(space, "web") == [f"{net}.1"]  # .0 skipped: allowFirstAndLast false
     svc = space.get("web")
     assert svc["status"]["loadBalancer"]["ingress"] == [{"ip": f"{net}.1", "ipMode": "VIP"}]
     assert lb.has_finalizer(svc)
@@ -69,11 +53,11 @@ def test_lb02_dual_stack_gets_one_address_per_family(space: lb.Space, start_lb: 
     space.pool([f"{net}.16/30", "fd00:18:1::/126"], allowFirstAndLast=True)
     start_lb()
     space.service("both", ipFamilyPolicy="RequireDualStack", ipFamilies=["IPv6", "IPv4"])
-    assert allocated(space, "both", 2) == ["fd00:18:1::", f"{net}.16"]  # the listed order
+    assert lb.allocated(space, "both", 2) == ["fd00:18:1::", f"{net}.16"]  # the listed order
     space.service("prefer", ipFamilyPolicy="PreferDualStack", ipFamilies=["IPv4", "IPv6"])
-    assert allocated(space, "prefer", 2) == [f"{net}.17", "fd00:18:1::1"]
+    assert lb.allocated(space, "prefer", 2) == [f"{net}.17", "fd00:18:1::1"]
     space.service("six", ipFamilies=["IPv6"])
-    assert allocated(space, "six") == ["fd00:18:1::2"]
+    assert lb.allocated(space, "six") == ["fd00:18:1::2"]
 
 
 def test_lb02_prefer_dual_stack_takes_one_family_when_the_other_has_no_pool(
@@ -83,9 +67,9 @@ def test_lb02_prefer_dual_stack_takes_one_family_when_the_other_has_no_pool(
     space.pool([f"{net}.0/30"])
     start_lb()
     space.service("prefer", ipFamilyPolicy="PreferDualStack", ipFamilies=["IPv4", "IPv6"])
-    assert allocated(space, "prefer") == [f"{net}.1"]
+    assert lb.allocated(space, "prefer") == [f"{net}.1"]
     space.service("require", ipFamilyPolicy="RequireDualStack")
-    cond = refused(space, "require", "FamilyUnavailable")
+    cond = lb.refused(space, "require", "FamilyUnavailable")
     assert "IPv6" in str(cond["message"])
 
 
@@ -101,9 +85,9 @@ def test_lb03_requested_address(space: lb.Space, start_lb: StartLb, annotation: 
         space.service("asks", loadBalancerIP=f"{net}.9")
     else:
         space.service("asks", annotations={annotation: f"{net}.9"})
-    assert allocated(space, "asks") == [f"{net}.9"]
+    assert lb.allocated(space, "asks") == [f"{net}.9"]
     space.service("next")
-    assert allocated(space, "next") == [f"{net}.1"]
+    assert lb.allocated(space, "next") == [f"{net}.1"]
 
 
 def test_lb03_disagreeing_requests_are_refused_whole(space: lb.Space, start_lb: StartLb) -> None:
@@ -112,7 +96,7 @@ def test_lb03_disagreeing_requests_are_refused_whole(space: lb.Space, start_lb: 
     start_lb()
     space.service("torn", annotations={"lb.local-ccm.io/ips": f"{net}.3"},
                   loadBalancerIP=f"{net}.4")  # fmt: skip
-    cond = refused(space, "torn", "ConflictingRequests")
+    cond = lb.refused(space, "torn", "ConflictingRequests")
     assert "spec.loadBalancerIP" in str(cond["message"])
     assert lb.ips(space.get("torn")) == []
 
@@ -124,7 +108,7 @@ def test_lb04_address_outside_every_pool_is_refused_with_an_event(
     space.pool([f"{net}.0/28"])
     start_lb()
     space.service("outside", annotations={"lb.local-ccm.io/ips": "192.0.2.77"})
-    cond = refused(space, "outside", "AddressNotInPool")
+    cond = lb.refused(space, "outside", "AddressNotInPool")
     assert cond["status"] == "False"
     assert "192.0.2.77" in str(cond["message"])
     assert lb.ips(space.get("outside")) == []
@@ -138,7 +122,7 @@ def test_lb04_address_outside_every_pool_is_refused_with_an_event(
     svc = space.get("outside")
     svc["metadata"]["annotations"]["lb.local-ccm.io/ips"] = f"{net}.5"
     space.kube.update(SERVICES, svc, namespace=space.name)
-    assert allocated(space, "outside") == [f"{net}.5"]
+    assert lb.allocated(space, "outside") == [f"{net}.5"]
 
 
 def test_lb05_sharing_by_key_when_ports_differ_and_never_when_they_clash(
@@ -149,17 +133,17 @@ def test_lb05_sharing_by_key_when_ports_differ_and_never_when_they_clash(
     start_lb()
     key = {"lb.local-ccm.io/sharing-key": "front"}
     space.service("http", ports=[80], annotations=key)
-    first = allocated(space, "http")
+    first = lb.allocated(space, "http")
     space.service("dns", ports=[("UDP", 53)], annotations={"metallb.io/allow-shared-ip": "front"})
-    assert allocated(space, "dns") == first  # same key, other ports: one address
+    assert lb.allocated(space, "dns") == first  # same key, other ports: one address
     space.service("http2", ports=[80], annotations=key)
-    second = allocated(space, "http2")
+    second = lb.allocated(space, "http2")
     assert second != first  # same key, same port: its own address
     space.service("asks-clash", ports=[80], annotations={**key, "lb.local-ccm.io/ips": first[0]})
-    cond = refused(space, "asks-clash", "SharingPortClash")
+    cond = lb.refused(space, "asks-clash", "SharingPortClash")
     assert first[0] in str(cond["message"])
     space.service("asks-nokey", ports=[8443], annotations={"lb.local-ccm.io/ips": first[0]})
-    refused(space, "asks-nokey", "AddressInUse")
+    lb.refused(space, "asks-nokey", "AddressInUse")
     assert lb.ips(space.get("asks-nokey")) == []
 
 
@@ -171,7 +155,7 @@ def test_lb06_class_filtering(space: lb.Space, start_lb: StartLb) -> None:
     space.service("classless")
     space.service("theirs", loadBalancerClass="example.com/other")
     space.service("plain", ports=[80], type="ClusterIP")
-    assert allocated(space, "ours") == [f"{net}.1"]
+    assert lb.allocated(space, "ours") == [f"{net}.1"]
     for name in ("classless", "theirs", "plain"):
         svc = space.get(name)
         assert lb.ips(svc) == []
@@ -186,8 +170,8 @@ def test_lb06_classless_served_by_default(space: lb.Space, start_lb: StartLb) ->
     space.service("classless")
     space.service("ours", loadBalancerClass="lb.local-ccm.io/pools")
     space.service("theirs", loadBalancerClass="example.com/other")
-    assert allocated(space, "classless") == [f"{net}.1"]
-    assert allocated(space, "ours") == [f"{net}.2"]
+    assert lb.allocated(space, "classless") == [f"{net}.1"]
+    assert lb.allocated(space, "ours") == [f"{net}.2"]
     assert not lb.has_finalizer(space.get("theirs"))
 
 
@@ -199,17 +183,17 @@ def test_lb07_exhaustion_then_recovery_on_release(
     start_lb()
     space.service("a")
     space.service("b")
-    held = {allocated(space, "a")[0], allocated(space, "b")[0]}
+    held = {lb.allocated(space, "a")[0], lb.allocated(space, "b")[0]}
     assert held == {f"{net}.5", f"{net}.6"}
     space.service("c")
-    cond = refused(space, "c", "PoolExhausted")
+    cond = lb.refused(space, "c", "PoolExhausted")
     assert pool in str(cond["message"])
     eventually(lambda: lb.pool_status(kube, pool).get("ipv4", {}).get("free") == "0",
                timeout=SETTLE)  # fmt: skip
     freed = lb.ips(space.get("a"))[0]
     kube.delete(SERVICES, "a", namespace=space.name)
     eventually(lambda: lb.gone(kube, space.name, "a"), timeout=SETTLE, message="finalizer removed")
-    assert allocated(space, "c") == [freed]
+    assert lb.allocated(space, "c") == [freed]
     cond_c = lb.condition(space.get("c"))
     assert cond_c is not None
     assert cond_c["status"] == "True"
@@ -223,10 +207,10 @@ def test_lb07_type_change_clears_status_and_releases(
     start_lb()
     space.service("a")
     space.service("b")
-    assert allocated(space, "a") == [f"{net}.4"]
-    allocated(space, "b")
+    assert lb.allocated(space, "a") == [f"{net}.4"]
+    lb.allocated(space, "b")
     space.service("c")
-    refused(space, "c", "PoolExhausted")
+    lb.refused(space, "c", "PoolExhausted")
     kube.patch(SERVICES, "a", {"spec": {"type": "ClusterIP"}}, patch_type="merge",
                namespace=space.name)  # fmt: skip
 
@@ -238,7 +222,7 @@ def test_lb07_type_change_clears_status_and_releases(
     cond = lb.condition(space.get("a"))
     assert cond is not None
     assert cond["reason"] == "Released"
-    assert allocated(space, "c") == [f"{net}.4"]
+    assert lb.allocated(space, "c") == [f"{net}.4"]
 
 
 def scrape(port: int, path: str) -> tuple[int, str]:
@@ -265,7 +249,7 @@ def test_lb15_readiness_and_metrics(space: lb.Space, start_lb: StartLb) -> None:
              f"--health-probe-bind-address=127.0.0.1:{health}")  # fmt: skip
     eventually(lambda: scrape(health, "/readyz")[0] == 200, timeout=SETTLE, message="ready")
     space.service("web")
-    allocated(space, "web")
+    lb.allocated(space, "web")
     used = {"pool": pool, "family": "IPv4", "state": "used"}
 
     def counted() -> str | None:

@@ -24,13 +24,8 @@ from tests.support import resources as r
 from tests.support.cleanup import Tracker
 from tests.support.waiting import eventually
 
-SETTLE = 20.0
+SETTLE = lb.SETTLE
 KUBEVIP = "kube-vip.io/loadbalancerIPs"
-
-
-def allocated(space: lb.Space, name: str) -> list[str]:
-    return eventually(lambda: lb.ips(space.get(name)) or None, timeout=SETTLE,
-                      message=f"{name} gets an address")  # fmt: skip
 
 
 def conflict_message(kube: Client, pool: str, *parts: str) -> str:
@@ -66,7 +61,7 @@ def test_lb08_conflicts_are_named_and_do_not_stop_the_pool(
     assert ready is not None
     assert ready["status"] == "True"
     space.service("still-served")
-    served = allocated(space, "still-served")[0]
+    served = lb.allocated(space, "still-served")[0]
     assert served.startswith(f"{net}.")  # from one of the overlapping pools
     assert 1 <= int(served.rsplit(".", 1)[1]) <= 14
     kube.delete(POOLS, second)
@@ -85,12 +80,12 @@ def test_lb09_kube_vip_configmap_pools(
     kube.create(CONFIGMAPS, body, namespace=space.name)
     start_lb(f"--lb-kubevip-configmap={space.name}/kubevip")
     space.service("vip")
-    assert allocated(space, "vip") == [f"{net}{first}"]  # kube-vip keeps a CIDR's ends
+    assert lb.allocated(space, "vip") == [f"{net}{first}"]  # kube-vip keeps a CIDR's ends
     # a change of the ConfigMap applies without a restart
     kube.patch(CONFIGMAPS, "kubevip", {"data": {f"range-{space.name}": f"{net}.100-{net}.100"}},
                patch_type="merge", namespace=space.name)  # fmt: skip
     space.service("more", annotations={"kube-vip.io/loadbalancerIPs": f"{net}.100"})
-    assert allocated(space, "more") == [f"{net}.100"]
+    assert lb.allocated(space, "more") == [f"{net}.100"]
 
 
 def test_lb09_kube_vip_annotation_for_kube_vip_to_announce(
@@ -101,7 +96,7 @@ def test_lb09_kube_vip_annotation_for_kube_vip_to_announce(
     flags = ("--lb-kubevip-annotation", "--lb-kubevip-configmap=")
     first = start_lb(*flags)
     space.service("vip")
-    address = allocated(space, "vip")[0]
+    address = lb.allocated(space, "vip")[0]
 
     def annotation() -> str | None:
         return (space.get("vip")["metadata"].get("annotations") or {}).get(KUBEVIP)
@@ -111,7 +106,7 @@ def test_lb09_kube_vip_annotation_for_kube_vip_to_announce(
     first.stop(grace=5)
     start_lb(*flags)  # the annotation is read back as what the Service holds, not a request
     space.service("next")
-    assert allocated(space, "next") != [address]
+    assert lb.allocated(space, "next") != [address]
     assert space.get("vip")["metadata"]["resourceVersion"] == version
     kube.patch(SERVICES, "vip", {"spec": {"type": "ClusterIP"}}, patch_type="merge",
                namespace=space.name)  # fmt: skip
@@ -128,7 +123,7 @@ def test_lb10_restart_rebuilds_from_status(
     held = {}
     for name in ("a", "b", "c"):
         space.service(name)
-        held[name] = allocated(space, name)
+        held[name] = lb.allocated(space, name)
     versions = {n: space.get(n)["metadata"]["resourceVersion"] for n in held}
     controller.stop(grace=5)
     space.service("late")
@@ -138,7 +133,7 @@ def test_lb10_restart_rebuilds_from_status(
     kube.update(SERVICES, late, namespace=space.name, subresource="status")
     space.service("d")
     start_lb()
-    fresh = allocated(space, "d")
+    fresh = lb.allocated(space, "d")
     claimed = held["b"][0]
 
     def moved_away() -> list[str] | None:
@@ -208,7 +203,7 @@ def test_lb12_a_disabled_pool_gives_nothing_new_and_keeps_what_is_held(
     pool = space.pool([f"{net}.0/28"])
     start_lb()
     space.service("before")
-    held = allocated(space, "before")
+    held = lb.allocated(space, "before")
     kube.patch(POOLS, pool, {"spec": {"disabled": True}}, patch_type="merge")
     eventually(lambda: (lb.pool_condition(kube, pool, "Ready") or {}).get("reason") == "Disabled",
                timeout=SETTLE)  # fmt: skip

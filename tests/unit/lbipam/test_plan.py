@@ -9,7 +9,7 @@ from local_ccm.flags import FlagSet, parse
 from local_ccm.lbipam.core import plan
 from local_ccm.lbipam.core.allocator import Allocation, Placement, Problem
 from local_ccm.lbipam.core.ledger import Holder
-from local_ccm.lbipam.core.view import created
+from local_ccm.lbipam.core.view import created, project_service
 from local_ccm.lbipam.options import FLAGS, NAME, Settings, settings_from
 
 TABLE = FlagSet(NAME, list(FLAGS), version="0")
@@ -137,3 +137,12 @@ def test_an_announcer_adding_ports_or_reordering_is_not_overwritten() -> None:
     ]
     proxied = svc(status={"loadBalancer": {"ingress": [{"ip": "10.0.0.1", "ipMode": "Proxy"}]}})
     assert plan.status_patch(proxied, plan.ingress(allocation("10.0.0.1").addresses), cond)
+
+
+def test_the_kept_service_drops_only_managed_fields() -> None:
+    obj = svc(meta={"managedFields": [{"manager": "kubectl"}], "annotations": {"a": "1"}})
+    kept = project_service(obj)
+    assert "managedFields" not in kept["metadata"]
+    assert kept["metadata"]["annotations"] == {"a": "1"}
+    assert (kept["spec"], kept["status"]) == (obj["spec"], obj["status"])
+    assert "managedFields" in obj["metadata"]  # the listed object is not changed
