@@ -31,7 +31,7 @@ from local_ccm.lbipam.core.allocator import (
     release,
     usage,
 )
-from local_ccm.lbipam.core.kubevip import parse_kubevip
+from local_ccm.lbipam.core.kubevip import KubeVipPools
 from local_ccm.lbipam.core.ledger import Holder, Ledger
 from local_ccm.lbipam.core.pools import Pool
 from local_ccm.lbipam.core.service import KUBEVIP_ANNOTATION, parse_service
@@ -39,7 +39,7 @@ from local_ccm.lbipam.core.status import NodeNetworks, conflicts, desired_status
 from local_ccm.lbipam.core.view import (
     PoolEntry,
     created,
-    project_data,
+    project_kubevip,
     project_labels,
     project_node,
     project_pool,
@@ -57,6 +57,10 @@ log = logging.getLogger(__name__)
 # A pool list answers 404 while the CRD is not installed: wait for it like for a restart.
 DEFAULT_ERRORS = ErrorKinds()
 POOL_ERRORS = ErrorKinds(retried=(Transient, Forbidden, Unauthorized, NotFound))
+
+
+def _pools_of(entry: PoolEntry | KubeVipPools) -> object:
+    return entry.parsed if isinstance(entry, PoolEntry) else entry.pools
 
 
 class Controller:
@@ -94,7 +98,7 @@ class Controller:
         self.namespaces = informer(api.list_watch("namespaces"), project_labels, "namespaces")
         self.pool_objects = informer(api.list_watch("pools"), project_pool, "pools", POOL_ERRORS)
         self.services = informer(api.list_watch("services"), project_service, "services")
-        self.kubevip = (informer(api.list_watch("kubevip"), project_data, "kubevip")
+        self.kubevip = (informer(api.list_watch("kubevip"), project_kubevip, "kubevip")
                         if settings.kubevip else None)  # fmt: skip
         self.services.add_handler(self._on_service)
         self.pool_objects.add_handler(self._on_pools)
@@ -102,7 +106,6 @@ class Controller:
         self.nodes.add_handler(self._on_node)
         if self.kubevip is not None:
             self.kubevip.add_handler(self._on_pools)
-        self.kubevip_problems: tuple[str, ...] = ()
 
     def _informers(self) -> list[Informer[Any]]:
         found = [self.nodes, self.namespaces, self.pool_objects, self.kubevip, self.services]
@@ -127,13 +130,8 @@ class Controller:
         """Every usable pool: the valid `LoadBalancerIPPool`s and the kube-vip ConfigMap's."""
         found = [e.parsed for e in self.pool_objects.cache.values()
                  if isinstance(e.parsed, Pool)]  # fmt: skip
-        if self.kubevip is not None:
-            for data in self.kubevip.cache.values():
-                parsed = parse_kubevip(data)
-                found += parsed.pools
-                if parsed.problems and parsed.problems != self.kubevip_problems:
-                    log.warning("kube-vip ConfigMap: %s", "; ".join(parsed.problems))
-                self.kubevip_problems = parsed.problems
+        for parsed in self.kubevip.cache.values() if self.kubevip is not None else ():
+            found += parsed.pools
         return found
 
     # ------------------------------------------------------------ handlers: enqueue only
@@ -154,13 +152,13 @@ class Controller:
     def _on_pools(self, change: Change[Any]) -> None:
         if change.type in ("SYNCED", "BOOKMARK"):
             return
-        self.pools_dirty.set()
         old, new = change.old, change.new
-        if (
-            not (isinstance(old, PoolEntry) and isinstance(new, PoolEntry))
-            or old.parsed != new.parsed
-        ):
-            self.enqueue_all()
+        problems = new.problems if isinstance(new, KubeVipPools) else ()
+        if problems and problems != getattr(old, "problems", ()):
+            log.warning("kube-vip ConfigMap: %s", "; ".join(problems))
+        self.pools_dirty.set()
+        if old is None or new is None or _pools_of(old) != _pools_of(new):
+            self.enqueue_all()  # status or an unchanged relist: decisions stay as they are
 
     def _on_namespace(self, change: Change[Mapping[str, str]]) -> None:
         if change.type in ("ADDED", "MODIFIED") and change.old != change.new:
