@@ -114,6 +114,14 @@ def writes(samples: dict[str, list[tuple[dict[str, str], float]]]) -> float:
                if labels.get("verb") in ("PATCH", "POST", "PUT"))  # fmt: skip
 
 
+def status_writes(samples: dict[str, list[tuple[dict[str, str], float]]]) -> dict[str, float]:
+    """Service status PATCHes by answer code ("200", "422" for a failed resourceVersion test)."""
+    found = samples.get("service_lb_ipam_api_requests_total", [])
+    kind = ("PATCH", "services/status")
+    return {labels["code"]: v for labels, v in found
+            if (labels.get("verb"), labels.get("resource")) == kind}  # fmt: skip
+
+
 def quantile(samples: dict[str, list[tuple[dict[str, str], float]]], q: float) -> float | None:
     """The upper bound of the histogram bucket holding quantile `q` of the latency."""
     found = samples.get("service_lb_ipam_allocation_latency_seconds_bucket", [])
@@ -209,6 +217,9 @@ def test_lb_scale_5000_services(
         "controller_rss_after_allocation_mib": round(stats.rss_mib, 1),
         "controller_rss_peak_mib": round(end.hwm_mib, 1),
         "writes_per_service_allocation": round(writes(after_create) / SERVICES_N, 2),
+        # One written status per Service; a second one that lands means the Service was moved
+        # to another address, which another Service was then shown with too.
+        "status_writes_allocation": status_writes(after_create),
         "writes_per_service_release": round(
             (writes(after_delete) - writes(after_create)) / SERVICES_N, 2),
         "allocation_latency_p50_le_s": quantile(after_create, 0.5),
@@ -233,3 +244,5 @@ def test_lb_scale_5000_services(
     assert len(set(addresses)) == len(addresses), "an address held twice"
     assert all(ipaddress.ip_address(a) in (v4 if ":" not in a else v6) for a in addresses)
     assert all(lb.has_finalizer(s) for s in items)
+    moved = status_writes(after_create).get("200", 0) - SERVICES_N
+    assert moved == 0, f"{moved:.0f} Services moved to another address after their first"

@@ -302,10 +302,13 @@ class Controller:
     def _reserve(
         self, key: str, allocation: Allocation, current: tuple[Any, ...], ports: frozenset[Any]
     ) -> None:
-        """Hold the new addresses and, until the write lands, the current ones."""
+        """Hold the new addresses and, until the write lands, the ones the Service may show:
+        its current ones and those the ledger holds for it (the cached copy can predate a
+        status write that landed; deciding on it must not free what that write shows)."""
         assert self.ledger is not None
         placed = [(p.address, p.holder) for p in allocation.placements]
-        keep = [(a, Holder(key, None, ports)) for a in current if a not in allocation.addresses]
+        shown = dict.fromkeys((*current, *self.ledger.held_by(key)))
+        keep = [(a, Holder(key, None, ports)) for a in shown if a not in allocation.addresses]
         self.ledger.hold(placed + keep)
 
     def _written(self, key: str, obj: Obj, decision: Decision, entries: list[Obj] | None) -> None:

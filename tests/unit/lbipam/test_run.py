@@ -1,0 +1,111 @@
+"""The controller's loop against a fake API: what a decision taken on a stale cached Service
+may and may not change in the ledger."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator
+from typing import Any
+
+from local_ccm.kube.errors import Conflict, NotFound
+from local_ccm.kube.informer import Page
+from local_ccm.kube.request import WatchEvent
+from local_ccm.lbipam.core.plan import FINALIZER
+from local_ccm.lbipam.lbapi import Obj
+from local_ccm.lbipam.metrics import LbMetrics
+from local_ccm.lbipam.run import Controller
+from tests.fakes.clock import FakeClock
+
+POOL = {"apiVersion": "lb.local-ccm.io/v1alpha1", "kind": "LoadBalancerIPPool",
+        "metadata": {"name": "p", "uid": "pu"},
+        "spec": {"addresses": ["198.18.0.0/24"]}}  # fmt: skip
+
+
+class Unused:
+    """A ListWatch the tests never run (the caches are primed)."""
+
+    async def list_page(self, continue_token: str | None) -> Page:
+        raise AssertionError("not listed")
+
+    def watch(self, resource_version: str, timeout_seconds: int) -> AsyncIterator[WatchEvent]:
+        raise AssertionError("not watched")
+
+
+class FakeLbApi:
+    """Services by "namespace/name"; a JSON Patch whose resourceVersion test fails is a
+    Conflict, as the client reports it."""
+
+    def __init__(self) -> None:
+        self.stored: dict[str, Obj] = {}
+
+    def list_watch(self, what: str) -> Unused:
+        return Unused()
+
+    def _apply(self, key: str, patch: list[Obj]) -> Obj:
+        if key not in self.stored:
+            raise NotFound(404, "NotFound", key)
+        obj = copy.deepcopy(self.stored[key])
+        for op in patch:
+            if op["op"] == "test":
+                if obj["metadata"]["resourceVersion"] != op["value"]:
+                    raise Conflict(409, "Conflict", key)
+            elif op["path"] == "/status":
+                obj["status"] = op["value"]
+            elif op["path"] == "/metadata/finalizers":
+                obj["metadata"]["finalizers"] = op["value"]
+        obj["metadata"]["resourceVersion"] = str(int(obj["metadata"]["resourceVersion"]) + 1)
+        self.stored[key] = obj
+        return copy.deepcopy(obj)
+
+    async def patch_service(self, namespace: str, name: str, patch: list[Obj]) -> Obj:
+        return self._apply(f"{namespace}/{name}", patch)
+
+    async def patch_service_status(self, namespace: str, name: str, patch: list[Obj]) -> Obj:
+        return self._apply(f"{namespace}/{name}", patch)
+
+    async def write_pool_status(self, name: str, status: Obj) -> Obj:
+        return {}
+
+    async def create_event(self, namespace: str, body: Obj) -> Obj:
+        return body
+
+
+def service(name: str, uid: str) -> Obj:
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": "1",
+                         "creationTimestamp": "2026-01-01T00:00:00Z", "finalizers": [FINALIZER]},
+            "spec": {"type": "LoadBalancer", "ipFamilies": ["IPv4"],
+                     "ipFamilyPolicy": "SingleStack",
+                     "ports": [{"name": "p", "protocol": "TCP", "port": 80}]}}  # fmt: skip
+
+
+def ips(obj: Obj) -> list[Any]:
+    return [e["ip"] for e in obj.get("status", {}).get("loadBalancer", {}).get("ingress", [])]
+
+
+def test_a_decision_on_a_stale_service_never_frees_what_its_last_write_showed() -> None:
+    """The watch event of the finalizer write can arrive after the status write landed: the
+    cached Service then shows no address yet. Its write fails (resourceVersion), and the
+    address its status does show stays held, so the next Service gets another one."""
+    api = FakeLbApi()
+    cached = [service("a", "ua"), service("b", "ub")]
+    for obj in cached:
+        api.stored[f"ns/{obj['metadata']['name']}"] = copy.deepcopy(obj)
+    made = Controller(api, Unused(), metrics=LbMetrics(), clock=FakeClock())
+    made.services.prime(cached, "1")  # never updated: the cache stays at resourceVersion 1
+    made.pool_objects.prime([POOL], "1")
+    made.namespaces.prime([{"metadata": {"name": "ns"}}], "1")
+    made.nodes.prime([], "1")
+
+    async def scenario() -> None:
+        made._rebuild()
+        await made.sync("ns/a")  # written: stored at resourceVersion 2
+        await made.sync("ns/a")  # again from the stale cache: the write fails
+        await made.sync("ns/b")
+
+    asyncio.run(scenario())
+    first, second = ips(api.stored["ns/a"]), ips(api.stored["ns/b"])
+    assert first
+    assert second
+    assert first != second, "one address shown by two Services"
