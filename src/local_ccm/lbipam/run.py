@@ -83,6 +83,7 @@ class Controller:
         self.queue = WorkQueue(clock, settings.backoff)
         self.first_seen: dict[str, float] = {}
         self.waiting: set[str] = set()  # Services whose last decision was a problem
+        self.written: dict[str, tuple[frozenset[str], Obj]] = {}  # see _fresh
         self.pools_dirty = asyncio.Event()
         self.outbox = EventOutbox(api, clock, ev.Reporter(NAME, settings.instance),
                                   namespace=settings.event_namespace, capacity=1000)  # fmt: skip
@@ -203,7 +204,7 @@ class Controller:
 
     async def sync(self, key: str) -> None:
         """Decide one Service and write; a conflict or an error retries later."""
-        obj = self.services.cache.get(key)
+        obj = self._fresh(key)
         s = self.settings
         what = plan.step(obj, s.lb_class, classless=s.classless)
         try:
@@ -227,6 +228,26 @@ class Controller:
             log.warning("svc=%s: write failed, retrying: %s", key, exc)
         self.queue.retry(key)
 
+    def _fresh(self, key: str) -> Obj | None:
+        """The cached Service, or what this controller's last write returned while the cache
+        still shows a version that write replaced (its watch event is on the way): deciding on
+        the older copy would only end in a refused write."""
+        obj, mine = self.services.cache.get(key), self.written.get(key)
+        if obj is not None and mine is not None and plan.version(obj) in mine[0]:
+            return mine[1]
+        self.written.pop(key, None)
+        return obj
+
+    async def _patch(self, key: str, base: Obj, patch: list[Obj], *, status: bool = False) -> Obj:
+        namespace, name = key.split("/", 1)
+        call = self.api.patch_service_status if status else self.api.patch_service
+        answer = await call(namespace, name, patch)
+        if not answer:
+            return base
+        replaced = self.written.get(key, (frozenset[str](), base))[0] | {plan.version(base)}
+        self.written[key] = (replaced, answer)
+        return answer
+
     def _age(self, key: str) -> tuple[str, int, str, str]:
         obj = self.services.cache.get(key)
         return created(obj) if obj is not None else ("", 0, "", key)
@@ -246,28 +267,25 @@ class Controller:
         """A deleted or no-longer-LoadBalancer Service: status cleared (if it still exists as
         another type), then the finalizer removed; its addresses are released when it is gone
         (deleted) or at once (type changed: nothing shows them any more)."""
-        namespace, name = key.split("/", 1)
         deleting = plan.deleting(obj)
         if not deleting:
             patch = plan.status_patch(obj, [], plan.condition(None, plan.generation(obj),
                                                               self._now()))  # fmt: skip
             if patch is not None:
-                obj = await self.api.patch_service_status(namespace, name, patch)
+                obj = await self._patch(key, obj, patch, status=True)
         patch = plan.finalizer_patch(obj, present=False)
         if not deleting and self.settings.kubevip_annotation:
             patch += (plan.annotation_patch(obj, KUBEVIP_ANNOTATION, None) or [])[1:]
-        await self.api.patch_service(namespace, name, patch)
+        await self._patch(key, obj, patch)
         if not deleting:
             self._release(key)
         log.info("svc=%s: finalizer removed", key)
 
     async def _allocate(self, key: str, obj: Obj) -> None:
         assert self.ledger is not None
-        namespace, name = key.split("/", 1)
+        namespace = key.split("/", 1)[0]
         if not plan.has_finalizer(obj):
-            obj = await self.api.patch_service(
-                namespace, name, plan.finalizer_patch(obj, present=True)
-            )
+            obj = await self._patch(key, obj, plan.finalizer_patch(obj, present=True))
         request = parse_service(obj)
         labels = self.namespaces.cache.get(namespace) or {}
         decision = decide(request, self.pools(), self.ledger, labels)
@@ -283,21 +301,21 @@ class Controller:
         cond = plan.condition(decision, plan.generation(obj), self._now())
         patch = plan.status_patch(obj, entries, cond)
         if patch is not None:
-            written = await self.api.patch_service_status(namespace, name, patch)
+            written = await self._patch(key, obj, patch, status=True)
             self._written(key, obj, decision, entries)
-            obj = written or obj
+            obj = written
         if isinstance(decision, Allocation):
             hold(self.ledger, decision)
             self.pools_dirty.set()
             if self.settings.kubevip_annotation:
-                await self._annotate(namespace, name, obj, decision)
+                await self._annotate(key, obj, decision)
 
-    async def _annotate(self, namespace: str, name: str, obj: Obj, allocation: Allocation) -> None:
+    async def _annotate(self, key: str, obj: Obj, allocation: Allocation) -> None:
         """kube-vip's annotation names the addresses, after the status (the source of truth)."""
         text = ",".join(str(a) for a in allocation.addresses)
         patch = plan.annotation_patch(obj, KUBEVIP_ANNOTATION, text)
         if patch is not None:
-            await self.api.patch_service(namespace, name, patch)
+            await self._patch(key, obj, patch)
 
     def _reserve(
         self, key: str, allocation: Allocation, current: tuple[Any, ...], ports: frozenset[Any]
