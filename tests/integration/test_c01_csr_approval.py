@@ -268,7 +268,7 @@ def granted(objs: list[dict[str, Any]]) -> set[tuple[str, ...]]:
 
 
 def needed() -> set[tuple[str, ...]]:
-    options = csr.load(flags.parse(manager_flags(), [], {}), ({}, (), ()))
+    options = csr.controller().load(flags.parse(manager_flags(), [], {}), ({}, (), ()))
     return {(a.verb, a.group, a.resource + (f"/{a.subresource}" if a.subresource else ""), a.name)
             for a in csr.permissions(options) if a.resource != "events"}  # fmt: skip
 

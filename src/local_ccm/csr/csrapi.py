@@ -3,18 +3,16 @@ the `approval` subresource write, and Events. Errors arrive as `local_ccm.kube.e
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any, Final, Protocol
 
 from local_ccm.csr.core.decide import Decision
 from local_ccm.csr.core.model import SIGNER
-from local_ccm.kube.aio import AsyncClient, KubeListWatch
-from local_ccm.kube.errors import ApiError
+from local_ccm.kube.aio import AsyncClient, KubeListWatch, Observe, observed, unobserved
 from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.resources import EVENTS, Resource
 
 Obj = dict[str, Any]
-Observe = Callable[[str, str, str], None]
 CSRS: Final = Resource(
     "certificates.k8s.io", "v1", "certificatesigningrequests", "CertificateSigningRequest", False
 )
@@ -41,25 +39,15 @@ def with_condition(csr: Obj, decision: Decision, now: str) -> Obj:
     return {**csr, "status": status}
 
 
-def _nowhere(verb: str, resource: str, code: str) -> None:
-    return None
-
-
 class KubeCsrApi:
     """`CsrApi` on the project's REST client; `observe` is told (verb, resource, code) of
     every request but the watch."""
 
-    def __init__(self, client: AsyncClient, observe: Observe = _nowhere) -> None:
+    def __init__(self, client: AsyncClient, observe: Observe = unobserved) -> None:
         self.client, self.observe = client, observe
 
     async def _call(self, verb: str, resource: str, request: Awaitable[Obj]) -> Obj:
-        try:
-            answer = await request
-        except ApiError as exc:
-            self.observe(verb, resource, str(exc.status or "error"))
-            raise
-        self.observe(verb, resource, "200")
-        return answer
+        return await observed(self.observe, verb, resource, request)
 
     def list_watch(self) -> ListWatch:
         return KubeListWatch(self.client, CSRS, field_selector=FIELD_SELECTOR)

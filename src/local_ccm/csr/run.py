@@ -24,6 +24,7 @@ from local_ccm.kube.errors import ApiError, Conflict, NotFound
 from local_ccm.kube.informer import Change, Informer, ListWatch, StreamEnd
 from local_ccm.runtime import events as ev
 from local_ccm.runtime.outbox import EventOutbox
+from local_ccm.runtime.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 MAX_CONFLICTS = 5
@@ -61,11 +62,8 @@ class Controller:
     ) -> None:
         self.api, self.settings, self.metrics, self.clock = api, settings, metrics, clock
         self.may_write = may_write
-        self.queue: asyncio.Queue[str] = asyncio.Queue()
-        self.queued: set[str] = set()
+        self.queue = WorkQueue(clock, settings.backoff)
         self.noted: set[tuple[str, str]] = set()  # (uid, reason) of waits already counted
-        self.failures: dict[str, int] = {}  # failed writes per CSR name, for the backoff
-        self.retries: set[asyncio.Task[None]] = set()
         self.outbox = EventOutbox(api, clock, ev.Reporter(NAME, settings.instance),
                                   namespace=settings.event_namespace, capacity=1000)  # fmt: skip
         rng = rng or random.Random()
@@ -89,18 +87,13 @@ class Controller:
 
     # ------------------------------------------------------------ handlers: enqueue only
 
-    def enqueue(self, name: str) -> None:
-        if name and name not in self.queued:
-            self.queued.add(name)
-            self.queue.put_nowait(name)
-
     def _on_csr(self, change: Change[Obj]) -> None:
         if change.type in ("ADDED", "MODIFIED"):
-            self.enqueue(change.key)
+            self.queue.add(change.key)
         elif change.type == "DELETED" and change.old is not None:
             uid = str((change.old.get("metadata") or {}).get("uid", ""))
             self.noted = {(u, reason) for u, reason in self.noted if u != uid}
-            self.failures.pop(change.key, None)
+            self.queue.done(change.key)
 
     def _on_node(self, change: Change[Obj]) -> None:
         if change.type not in ("ADDED", "MODIFIED"):
@@ -108,7 +101,7 @@ class Controller:
         user = NODE_USER_PREFIX + change.key
         for key, obj in self.csrs.cache.items():
             if (obj.get("spec") or {}).get("username") == user:
-                self.enqueue(key)
+                self.queue.add(key)
 
     # ------------------------------------------------------------ run
 
@@ -120,11 +113,9 @@ class Controller:
             tasks.append(asyncio.create_task(self.csrs.run()))
             await self.csrs.wait_synced()
             while True:
-                name = await self.queue.get()
-                self.queued.discard(name)
-                await self.sync(name)
+                await self.sync(await self.queue.get())
         finally:
-            tasks += self.retries
+            await self.queue.close()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -135,30 +126,17 @@ class Controller:
         try:
             for _ in range(MAX_CONFLICTS):
                 if obj is None or await self._decide_and_write(obj):
-                    self.failures.pop(name, None)
+                    self.queue.done(name)
                     return
                 obj = await self.api.get_csr(name)  # a conflict: re-read, decide again
             log.warning("csr=%s: %d write conflicts in a row, retrying", name, MAX_CONFLICTS)
         except NotFound:
-            self.failures.pop(name, None)
+            self.queue.done(name)
             return  # deleted meanwhile: nothing to decide
         except ApiError as exc:
             self.metrics.write_failures.labels(str(exc.status)).inc()
             log.warning("csr=%s: approval write failed, retrying: %s", name, exc)
-        self._retry_later(name)
-
-    def _retry_later(self, name: str) -> None:
-        """Enqueue `name` again after a delay that doubles per failure up to the cap."""
-        tries = self.failures[name] = self.failures.get(name, 0) + 1
-        first, cap = self.settings.backoff
-        delay = min(first * 2 ** (tries - 1), cap)
-        task = asyncio.create_task(self._after(delay, name))
-        self.retries.add(task)
-        task.add_done_callback(self.retries.discard)
-
-    async def _after(self, delay: float, name: str) -> None:
-        await self.clock.sleep(delay)
-        self.enqueue(name)
+        self.queue.retry(name)
 
     async def _decide_and_write(self, obj: Obj) -> bool:
         """True when done with this version of the CSR; False after a write conflict."""
@@ -171,7 +149,7 @@ class Controller:
             self._note_pending(csr, decision)
             return True
         if not self.may_write():
-            self._retry_later(csr.name)
+            self.queue.retry(csr.name)
             return True
         try:
             await self.api.update_approval(with_condition(obj, decision, self._now()))

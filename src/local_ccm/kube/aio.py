@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 from local_ccm.kube.client import Client, WatchStream
+from local_ccm.kube.errors import ApiError
 from local_ccm.kube.informer import Page
 from local_ccm.kube.request import Obj, WatchEvent
 from local_ccm.kube.resources import Resource
@@ -124,6 +125,24 @@ class ThreadedIterator(Generic[T]):
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
+
+
+Observe = Callable[[str, str, str], None]  # (verb, resource, code) of one request
+
+
+def unobserved(verb: str, resource: str, code: str) -> None:
+    return None
+
+
+async def observed(observe: Observe, verb: str, resource: str, request: Awaitable[Obj]) -> Obj:
+    """Await `request`, telling `observe` its code ("200", the error's status or "error")."""
+    try:
+        answer = await request
+    except ApiError as exc:
+        observe(verb, resource, str(exc.status or "error"))
+        raise
+    observe(verb, resource, "200")
+    return answer
 
 
 class AsyncClient:

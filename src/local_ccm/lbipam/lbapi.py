@@ -4,17 +4,15 @@ writes, Events. Errors arrive as `local_ccm.kube.errors`."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any, Final, Protocol
 
-from local_ccm.kube.aio import AsyncClient, KubeListWatch
-from local_ccm.kube.errors import ApiError
+from local_ccm.kube.aio import AsyncClient, KubeListWatch, Observe, observed, unobserved
 from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.resources import EVENTS, Resource
 from local_ccm.lbipam.core.pools import GROUP, KIND
 
 Obj = dict[str, Any]
-Observe = Callable[[str, str, str], None]
 SERVICES: Final = Resource("", "v1", "services", "Service", True)
 NAMESPACES: Final = Resource("", "v1", "namespaces", "Namespace", False)
 CONFIGMAPS: Final = Resource("", "v1", "configmaps", "ConfigMap", True)
@@ -29,10 +27,6 @@ class LbApi(Protocol):
     async def create_event(self, namespace: str, body: Obj) -> Obj: ...
 
 
-def _nowhere(verb: str, resource: str, code: str) -> None:
-    return None
-
-
 class KubeLbApi:
     """`LbApi` on the project's REST client; `observe` is told (verb, resource, code) of every
     request but the watches. `kubevip` is the ConfigMap's (namespace, name), None: not read."""
@@ -41,18 +35,12 @@ class KubeLbApi:
         self,
         client: AsyncClient,
         kubevip: tuple[str, str] | None,
-        observe: Observe = _nowhere,
+        observe: Observe = unobserved,
     ) -> None:
         self.client, self.kubevip, self.observe = client, kubevip, observe
 
     async def _call(self, verb: str, resource: str, request: Awaitable[Obj]) -> Obj:
-        try:
-            answer = await request
-        except ApiError as exc:
-            self.observe(verb, resource, str(exc.status or "error"))
-            raise
-        self.observe(verb, resource, "200")
-        return answer
+        return await observed(self.observe, verb, resource, request)
 
     def list_watch(self, what: str) -> ListWatch:
         """`services`, `pools`, `namespaces` or `kubevip` (the one ConfigMap, by name)."""

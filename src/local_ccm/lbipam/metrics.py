@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry
-
-from local_ccm import __version__
-from local_ccm.runtime.metrics import Metrics, counter, gauge, histogram
+from local_ccm.runtime.metrics import ControllerMetrics, counter, gauge, histogram
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
-class LbMetrics(Metrics):
+class LbMetrics(ControllerMetrics):
     """Every metric of the allocator, registered on `registry` (a fresh one by default)."""
 
     prefix = "service_lb_ipam_"
@@ -29,10 +26,3 @@ class LbMetrics(Metrics):
         buckets=LATENCY_BUCKETS,
     )
     write_failures = counter("write_failures", "Failed writes", "resource", "code")
-    watch_restarts = counter("watch_restarts", "Watch re-establishments", "resource", "reason")
-    leader = gauge("leader", "1 while leading")
-    build_info = gauge("build_info", "Build information", "version")
-
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        super().__init__(registry)
-        self.build_info.labels(__version__).set(1)

@@ -31,7 +31,7 @@ from local_ccm.lbipam.core.allocator import (
     release,
     usage,
 )
-from local_ccm.lbipam.core.kubevip import parse_kubevip
+from local_ccm.lbipam.core.kubevip import KubeVipPools
 from local_ccm.lbipam.core.ledger import Holder, Ledger
 from local_ccm.lbipam.core.pools import Pool
 from local_ccm.lbipam.core.service import KUBEVIP_ANNOTATION, parse_service
@@ -39,7 +39,7 @@ from local_ccm.lbipam.core.status import NodeNetworks, conflicts, desired_status
 from local_ccm.lbipam.core.view import (
     PoolEntry,
     created,
-    project_data,
+    project_kubevip,
     project_labels,
     project_node,
     project_pool,
@@ -51,11 +51,16 @@ from local_ccm.lbipam.metrics import LbMetrics
 from local_ccm.lbipam.options import NAME, Settings
 from local_ccm.runtime import events as ev
 from local_ccm.runtime.outbox import EventOutbox
+from local_ccm.runtime.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 # A pool list answers 404 while the CRD is not installed: wait for it like for a restart.
 DEFAULT_ERRORS = ErrorKinds()
 POOL_ERRORS = ErrorKinds(retried=(Transient, Forbidden, Unauthorized, NotFound))
+
+
+def _pools_of(entry: PoolEntry | KubeVipPools) -> object:
+    return entry.parsed if isinstance(entry, PoolEntry) else entry.pools
 
 
 class Controller:
@@ -75,12 +80,10 @@ class Controller:
         self.api, self.settings, self.metrics, self.clock = api, settings, metrics, clock
         self.may_write = may_write
         self.ledger: Ledger | None = None
-        self.queue: asyncio.Queue[str] = asyncio.Queue()
-        self.queued: set[str] = set()
-        self.failures: dict[str, int] = {}
+        self.queue = WorkQueue(clock, settings.backoff)
         self.first_seen: dict[str, float] = {}
         self.waiting: set[str] = set()  # Services whose last decision was a problem
-        self.retries: set[asyncio.Task[None]] = set()
+        self.written: dict[str, tuple[frozenset[str], Obj]] = {}  # see _fresh
         self.pools_dirty = asyncio.Event()
         self.outbox = EventOutbox(api, clock, ev.Reporter(NAME, settings.instance),
                                   namespace=settings.event_namespace, capacity=1000)  # fmt: skip
@@ -96,7 +99,7 @@ class Controller:
         self.namespaces = informer(api.list_watch("namespaces"), project_labels, "namespaces")
         self.pool_objects = informer(api.list_watch("pools"), project_pool, "pools", POOL_ERRORS)
         self.services = informer(api.list_watch("services"), project_service, "services")
-        self.kubevip = (informer(api.list_watch("kubevip"), project_data, "kubevip")
+        self.kubevip = (informer(api.list_watch("kubevip"), project_kubevip, "kubevip")
                         if settings.kubevip else None)  # fmt: skip
         self.services.add_handler(self._on_service)
         self.pool_objects.add_handler(self._on_pools)
@@ -104,7 +107,6 @@ class Controller:
         self.nodes.add_handler(self._on_node)
         if self.kubevip is not None:
             self.kubevip.add_handler(self._on_pools)
-        self.kubevip_problems: tuple[str, ...] = ()
 
     def _informers(self) -> list[Informer[Any]]:
         found = [self.nodes, self.namespaces, self.pool_objects, self.kubevip, self.services]
@@ -129,21 +131,11 @@ class Controller:
         """Every usable pool: the valid `LoadBalancerIPPool`s and the kube-vip ConfigMap's."""
         found = [e.parsed for e in self.pool_objects.cache.values()
                  if isinstance(e.parsed, Pool)]  # fmt: skip
-        if self.kubevip is not None:
-            for data in self.kubevip.cache.values():
-                parsed = parse_kubevip(data)
-                found += parsed.pools
-                if parsed.problems and parsed.problems != self.kubevip_problems:
-                    log.warning("kube-vip ConfigMap: %s", "; ".join(parsed.problems))
-                self.kubevip_problems = parsed.problems
+        for parsed in self.kubevip.cache.values() if self.kubevip is not None else ():
+            found += parsed.pools
         return found
 
     # ------------------------------------------------------------ handlers: enqueue only
-
-    def enqueue(self, key: str) -> None:
-        if key and key not in self.queued:
-            self.queued.add(key)
-            self.queue.put_nowait(key)
 
     def _ours(self, obj: Mapping[str, Any]) -> bool:
         s = self.settings
@@ -152,22 +144,22 @@ class Controller:
     def enqueue_all(self, namespace: str | None = None) -> None:
         for key, obj in self.services.cache.items():
             if (namespace is None or key.startswith(namespace + "/")) and self._ours(obj):
-                self.enqueue(key)
+                self.queue.add(key)
 
     def _on_service(self, change: Change[Obj]) -> None:
         if change.type in ("ADDED", "MODIFIED", "DELETED"):
-            self.enqueue(change.key)
+            self.queue.add(change.key)
 
     def _on_pools(self, change: Change[Any]) -> None:
         if change.type in ("SYNCED", "BOOKMARK"):
             return
-        self.pools_dirty.set()
         old, new = change.old, change.new
-        if (
-            not (isinstance(old, PoolEntry) and isinstance(new, PoolEntry))
-            or old.parsed != new.parsed
-        ):
-            self.enqueue_all()
+        problems = new.problems if isinstance(new, KubeVipPools) else ()
+        if problems and problems != getattr(old, "problems", ()):
+            log.warning("kube-vip ConfigMap: %s", "; ".join(problems))
+        self.pools_dirty.set()
+        if old is None or new is None or _pools_of(old) != _pools_of(new):
+            self.enqueue_all()  # status or an unchanged relist: decisions stay as they are
 
     def _on_namespace(self, change: Change[Mapping[str, str]]) -> None:
         if change.type in ("ADDED", "MODIFIED") and change.old != change.new:
@@ -189,11 +181,9 @@ class Controller:
             self._rebuild()
             tasks.append(asyncio.create_task(self._pool_status_loop()))
             while True:
-                key = await self.queue.get()
-                self.queued.discard(key)
-                await self.sync(key)
+                await self.sync(await self.queue.get())
         finally:
-            tasks += self.retries
+            await self.queue.close()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -214,20 +204,20 @@ class Controller:
 
     async def sync(self, key: str) -> None:
         """Decide one Service and write; a conflict or an error retries later."""
-        obj = self.services.cache.get(key)
+        obj = self._fresh(key)
         s = self.settings
         what = plan.step(obj, s.lb_class, classless=s.classless)
         try:
             if what == "forget" and (obj is None or not plan.deleting(obj)):
                 self._release(key)
             elif what != "forget" and not self.may_write():
-                self._retry_later(key)
+                self.queue.retry(key)
                 return
             elif what == "cleanup" and obj is not None:
                 await self._cleanup(key, obj)
             elif what == "allocate" and obj is not None:
                 await self._allocate(key, obj)
-            self.failures.pop(key, None)
+            self.queue.done(key)
             return
         except NotFound:
             return  # deleted meanwhile: its DELETED event comes
@@ -236,18 +226,27 @@ class Controller:
         except ApiError as exc:
             self.metrics.write_failures.labels("services", str(exc.status or "error")).inc()
             log.warning("svc=%s: write failed, retrying: %s", key, exc)
-        self._retry_later(key)
+        self.queue.retry(key)
 
-    def _retry_later(self, key: str) -> None:
-        tries = self.failures[key] = self.failures.get(key, 0) + 1
-        first, cap = self.settings.backoff
-        task = asyncio.create_task(self._after(min(first * 2 ** (tries - 1), cap), key))
-        self.retries.add(task)
-        task.add_done_callback(self.retries.discard)
+    def _fresh(self, key: str) -> Obj | None:
+        """The cached Service, or what this controller's last write returned while the cache
+        still shows a version that write replaced (its watch event is on the way): deciding on
+        the older copy would only end in a refused write."""
+        obj, mine = self.services.cache.get(key), self.written.get(key)
+        if obj is not None and mine is not None and plan.version(obj) in mine[0]:
+            return mine[1]
+        self.written.pop(key, None)
+        return obj
 
-    async def _after(self, delay: float, key: str) -> None:
-        await self.clock.sleep(delay)
-        self.enqueue(key)
+    async def _patch(self, key: str, base: Obj, patch: list[Obj], *, status: bool = False) -> Obj:
+        namespace, name = key.split("/", 1)
+        call = self.api.patch_service_status if status else self.api.patch_service
+        answer = await call(namespace, name, patch)
+        if not answer:
+            return base
+        replaced = self.written.get(key, (frozenset[str](), base))[0] | {plan.version(base)}
+        self.written[key] = (replaced, answer)
+        return answer
 
     def _age(self, key: str) -> tuple[str, int, str, str]:
         obj = self.services.cache.get(key)
@@ -262,34 +261,31 @@ class Controller:
             self.pools_dirty.set()
             log.info("svc=%s: addresses released", key)
             for waiting in sorted(self.waiting, key=self._age):  # oldest first: the freed
-                self.enqueue(waiting)  # address may be what they wait for
+                self.queue.add(waiting)  # address may be what they wait for
 
     async def _cleanup(self, key: str, obj: Obj) -> None:
         """A deleted or no-longer-LoadBalancer Service: status cleared (if it still exists as
         another type), then the finalizer removed; its addresses are released when it is gone
         (deleted) or at once (type changed: nothing shows them any more)."""
-        namespace, name = key.split("/", 1)
         deleting = plan.deleting(obj)
         if not deleting:
             patch = plan.status_patch(obj, [], plan.condition(None, plan.generation(obj),
                                                               self._now()))  # fmt: skip
             if patch is not None:
-                obj = await self.api.patch_service_status(namespace, name, patch)
+                obj = await self._patch(key, obj, patch, status=True)
         patch = plan.finalizer_patch(obj, present=False)
         if not deleting and self.settings.kubevip_annotation:
             patch += (plan.annotation_patch(obj, KUBEVIP_ANNOTATION, None) or [])[1:]
-        await self.api.patch_service(namespace, name, patch)
+        await self._patch(key, obj, patch)
         if not deleting:
             self._release(key)
         log.info("svc=%s: finalizer removed", key)
 
     async def _allocate(self, key: str, obj: Obj) -> None:
         assert self.ledger is not None
-        namespace, name = key.split("/", 1)
+        namespace = key.split("/", 1)[0]
         if not plan.has_finalizer(obj):
-            obj = await self.api.patch_service(
-                namespace, name, plan.finalizer_patch(obj, present=True)
-            )
+            obj = await self._patch(key, obj, plan.finalizer_patch(obj, present=True))
         request = parse_service(obj)
         labels = self.namespaces.cache.get(namespace) or {}
         decision = decide(request, self.pools(), self.ledger, labels)
@@ -305,21 +301,21 @@ class Controller:
         cond = plan.condition(decision, plan.generation(obj), self._now())
         patch = plan.status_patch(obj, entries, cond)
         if patch is not None:
-            written = await self.api.patch_service_status(namespace, name, patch)
+            written = await self._patch(key, obj, patch, status=True)
             self._written(key, obj, decision, entries)
-            obj = written or obj
+            obj = written
         if isinstance(decision, Allocation):
             hold(self.ledger, decision)
             self.pools_dirty.set()
             if self.settings.kubevip_annotation:
-                await self._annotate(namespace, name, obj, decision)
+                await self._annotate(key, obj, decision)
 
-    async def _annotate(self, namespace: str, name: str, obj: Obj, allocation: Allocation) -> None:
+    async def _annotate(self, key: str, obj: Obj, allocation: Allocation) -> None:
         """kube-vip's annotation names the addresses, after the status (the source of truth)."""
         text = ",".join(str(a) for a in allocation.addresses)
         patch = plan.annotation_patch(obj, KUBEVIP_ANNOTATION, text)
         if patch is not None:
-            await self.api.patch_service(namespace, name, patch)
+            await self._patch(key, obj, patch)
 
     def _reserve(
         self, key: str, allocation: Allocation, current: tuple[Any, ...], ports: frozenset[Any]

@@ -22,6 +22,8 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from local_ccm import __version__
+
 M = TypeVar("M", Counter, Gauge, Histogram)
 Series = Sequence[Sequence[str]]
 
@@ -94,3 +96,15 @@ class Metrics:
     ) -> None:
         """One API request: `api_requests_total{verb,resource,code}`."""
         self.api_requests.labels(verb, resource, code).inc()
+
+
+class ControllerMetrics(Metrics):
+    """What a controller of the manager exports beside its own metrics."""
+
+    watch_restarts = counter("watch_restarts", "Watch re-establishments", "resource", "reason")
+    leader = gauge("leader", "1 while leading")
+    build_info = gauge("build_info", "Build information", "version")
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        super().__init__(registry)
+        self.build_info.labels(__version__).set(1)

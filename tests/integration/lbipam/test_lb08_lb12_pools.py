@@ -43,14 +43,14 @@ def test_lb08_conflicts_are_named_and_do_not_stop_the_pool(
     net, other = lb.block(), lb.block()
     first = space.pool([f"{net}.0/28"])
     second = space.pool([f"{net}.8/29"])
-    service_range = space.pool(["10.96.255.240/28"])
+    service_range = space.pool(["10.96.255.240/28"], priority=10)  # tried after the first two
     node = f"lb08-{secrets.token_hex(3)}"
     kube.create(r.NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
                           "spec": {"podCIDRs": [f"{other}.128/25"]}})  # fmt: skip
     track(r.NODES, node)
     kube.patch(r.NODES, node, {"status": {"addresses": [{"type": "InternalIP",
                "address": f"{other}.5"}]}}, patch_type="merge", subresource="status")  # fmt: skip
-    near_node = space.pool([f"{other}.0/24"])
+    near_node = space.pool([f"{other}.0/24"], priority=10)
     start_lb("--lb-service-cidrs=10.96.0.0/16,fd00:5e::/112")
     conflict_message(kube, first, f"overlaps pool {second}")
     conflict_message(kube, second, f"overlaps pool {first}")

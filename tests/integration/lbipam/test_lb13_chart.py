@@ -68,7 +68,7 @@ def granted(objs: list[dict[str, Any]]) -> set[tuple[str, ...]]:
 
 def needed(namespace: str) -> set[tuple[str, ...]]:
     argv = [f"--lb-kubevip-configmap={namespace}/kubevip"]
-    options = lbipam.load(flags.parse(manager_flags(), argv, {}), ({}, (), ()))
+    options = lbipam.controller().load(flags.parse(manager_flags(), argv, {}), ({}, (), ()))
     return {(a.verb, a.group, a.resource + (f"/{a.subresource}" if a.subresource else ""),
              a.namespace, a.name) for a in lbipam.permissions(options)}  # fmt: skip
 

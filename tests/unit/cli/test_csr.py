@@ -4,27 +4,27 @@ exactly the permissions the chart grants."""
 from __future__ import annotations
 
 from local_ccm import flags
-from local_ccm.cli import csr, manager
+from local_ccm.cli import csr, lbipam, managed, manager
 from local_ccm.kube.nodes import Access
 
 
 def load(*argv: str) -> csr.CsrOptions:
     parsed = flags.parse(manager.manager_flags(), list(argv), {})
     assert isinstance(parsed, flags.Parsed)
-    options = csr.load(parsed, ({}, (), ()))
-    assert isinstance(options, csr.CsrOptions)
+    options = csr.controller().load(parsed, ({}, (), ()))
+    assert isinstance(options, managed.Managed)
     return options
 
 
 def test_csr_deny_is_on_by_default_and_can_be_turned_off() -> None:
-    assert load().deny is True
-    assert load("--csr-deny=false").deny is False
+    assert load().own is True
+    assert load("--csr-deny=false").own is False
 
 
 def test_the_shared_settings_are_the_lifecycle_controllers() -> None:
     options = load("--kubeconfig=/k", "--leader-elect=false")
     assert options.kubeconfig == "/k"
-    assert csr.lease_of(options) is None
+    assert csr.controller().lease(options) is None
 
 
 def test_permissions_are_the_csr_rules_and_events_only() -> None:
@@ -37,3 +37,11 @@ def test_permissions_are_the_csr_rules_and_events_only() -> None:
         Access("approve", "signers", group, name="kubernetes.io/kubelet-serving"),
         Access("create", "events", namespace="default"),
     ]
+
+
+def test_a_bad_shared_flag_and_a_bad_own_flag_are_both_listed() -> None:
+    argv = ["--lb-class=bad", "--not-ready-timeout=zz"]
+    parsed = flags.parse(manager.manager_flags(), argv, {})
+    problems = lbipam.controller().load(parsed, ({}, (), ()))
+    assert isinstance(problems, list)
+    assert sorted(p.flag for p in problems) == ["lb-class", "not-ready-timeout"]

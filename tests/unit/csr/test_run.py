@@ -150,7 +150,7 @@ def test_a_node_change_requeues_only_that_nodes_csrs() -> None:
     other["spec"]["username"] = "system:node:n2"
     made = controller(FakeCsrApi(), [a_csr(), other])
     made._on_node(Change("MODIFIED", "n1", NODE, NODE))
-    assert made.queued == {"c1"}
+    assert made.queue.queued == {"c1"}
 
 
 class Failing(FakeCsrApi):
@@ -171,9 +171,9 @@ def test_a_failed_write_retries_after_a_doubling_capped_delay() -> None:
         for _ in range(3):
             started = clock.monotonic()
             await made.sync("c1")
-            while not made.queued:
+            while not made.queue.queued:
                 await clock.advance(0.5)
-            made.queued.clear()
+            made.queue.queued.clear()
             delays.append(clock.monotonic() - started)
         return delays
 

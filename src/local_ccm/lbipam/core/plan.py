@@ -46,8 +46,7 @@ def step(obj: Mapping[str, Any] | None, lb_class: str, *, classless: bool) -> St
 
 
 def _guard(obj: Mapping[str, Any]) -> Obj:
-    return {"op": "test", "path": "/metadata/resourceVersion",
-            "value": str(_meta(obj).get("resourceVersion", ""))}  # fmt: skip
+    return {"op": "test", "path": "/metadata/resourceVersion", "value": version(obj)}
 
 
 def finalizer_patch(obj: Mapping[str, Any], *, present: bool) -> list[Obj]:
@@ -151,3 +150,7 @@ def annotation_patch(obj: Mapping[str, Any], key: str, value: str | None) -> lis
     else:
         annotations[key] = value
     return [_guard(obj), {"op": "add", "path": "/metadata/annotations", "value": annotations}]
+
+
+def version(obj: Mapping[str, Any]) -> str:
+    return str(_meta(obj).get("resourceVersion", ""))

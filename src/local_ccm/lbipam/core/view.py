@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from local_ccm.lbipam.core.kubevip import KubeVipPools, parse_kubevip
 from local_ccm.lbipam.core.plan import CONDITION
 from local_ccm.lbipam.core.pools import InvalidPool, Pool, parse_pool
 from local_ccm.lbipam.core.status import NodeNetworks
@@ -49,8 +50,9 @@ def project_labels(obj: Obj) -> Mapping[str, str]:
     return dict((obj.get("metadata") or {}).get("labels") or {})
 
 
-def project_data(obj: Obj) -> Mapping[str, str]:
-    return {str(k): str(v) for k, v in (obj.get("data") or {}).items()}
+def project_kubevip(obj: Obj) -> KubeVipPools:
+    """The kube-vip ConfigMap as pools, parsed once per change of the ConfigMap."""
+    return parse_kubevip({str(k): str(v) for k, v in (obj.get("data") or {}).items()})
 
 
 def service_subject(obj: Mapping[str, Any]) -> ev.Subject:

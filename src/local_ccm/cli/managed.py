@@ -1,0 +1,97 @@
+"""What the controllers that exist only in local-ccm-controller-manager (kubelet-serving-approver,
+service-lb-ipam) share: the manager's options as the lifecycle controller reads them
+(credentials, Lease, servers) plus flags of their own, and one controller object run while
+leading, ready once its caches are."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from local_ccm import __version__
+from local_ccm.cli import central
+from local_ccm.cli import lifecycle as base
+from local_ccm.cli.common import Unit
+from local_ccm.flags import Flag, Parsed, Problem, unite
+from local_ccm.kube.client import Client
+from local_ccm.kube.nodes import Access
+from local_ccm.lease.elector import LeaderContext
+from local_ccm.lifecycle.options import FLAGS as LIFECYCLE_FLAGS
+from local_ccm.lifecycle.options import LifecycleOptions, options_from
+from local_ccm.runtime.metrics import ControllerMetrics
+from local_ccm.runtime.serve import Checks
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Managed(Generic[T]):
+    """The shared options and the controller's own (`own`)."""
+
+    shared: LifecycleOptions
+    own: T
+
+    def __getattr__(self, name: str) -> Any:
+        """The settings the process reads from its first controller's options (credentials,
+        logging) are the lifecycle controller's."""
+        return getattr(self.shared, name)
+
+
+class Runner(Protocol):
+    async def run(self) -> None: ...
+    def ready(self) -> tuple[bool, str]: ...
+
+
+def entry(
+    name: str,
+    own_flags: Sequence[Flag],
+    load_own: Callable[[Parsed], T | list[Problem]],
+    fields: Callable[[Managed[T]], dict[str, object]],
+    build: Callable[..., Unit],
+) -> central.Controller:
+    """The controller's row in the manager's table (off unless named in --controllers)."""
+
+    def load(parsed: Parsed, env: central.Env) -> Managed[T] | list[Problem]:
+        """Both option sets read; every problem of either listed."""
+        shared = options_from(parsed)
+        own = load_own(parsed)
+        problems = [*(shared if isinstance(shared, list) else ()),
+                    *(own if isinstance(own, list) else ())]  # fmt: skip
+        if problems or isinstance(shared, list) or isinstance(own, list):
+            return problems
+        return Managed(shared, own)
+
+    return central.Controller(
+        name, central.MANAGER,
+        lambda: unite(central.MANAGER, [LIFECYCLE_FLAGS.flags, own_flags], version=__version__),
+        load, fields, lambda o: base.lease_of(o.shared), lambda o: base.serving_of(o.shared),
+        build, default_on=False,
+    )  # fmt: skip
+
+
+def unit(
+    name: str,
+    client: Client,
+    permissions: list[Access],
+    metrics: ControllerMetrics,
+    make: Callable[[Callable[[], bool]], Runner],
+) -> Unit:
+    """A unit that runs `make(may_write)` while leading; /readyz asks it, a standby is ready."""
+    running: list[Runner] = []
+
+    async def work(context: LeaderContext | None) -> None:
+        controller = make(context.may_write if context else lambda: True)
+        running.append(controller)
+        try:
+            await controller.run()
+        finally:
+            running.remove(controller)
+
+    def checks(healthz: Checks, readyz: Checks) -> None:
+        readyz.add(name, lambda: running[0].ready() if running else (True, "standby"))
+
+    def leading(value: bool) -> None:
+        metrics.leader.set(1 if value else 0)
+
+    return Unit(name, client, permissions, metrics.registry, work, checks, leading)
