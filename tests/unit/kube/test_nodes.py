@@ -16,6 +16,7 @@ from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.nodes import Access, KubeNodeApi, NodeListWatch, TokenBucket
 from local_ccm.kube.request import Response
+from local_ccm.runtime.access import KubeReviews
 from tests.fakes.nodes import FakeNodeApi
 from tests.fakes.transport import FakeStream, FakeTransport, json_response, node, page
 
@@ -80,7 +81,8 @@ def test_access_review_and_event() -> None:
         json_response(201, {"status": {"allowed": True}}), json_response(201, {"kind": "Event"}),
     ])  # fmt: skip
     api, seen = adapter(fake)
-    assert asyncio.run(api.can_i(Access("patch", "nodes", subresource="status"))) is True
+    reviews = KubeReviews(api.client, observe=lambda v, res, c: seen.append((v, res, c)))
+    assert asyncio.run(reviews.allowed(Access("patch", "nodes", subresource="status"))) is True
     asyncio.run(api.create_event("default", {"metadata": {"generateName": "x."}}))
     review = json.loads(fake.sent[0].body or b"")
     assert review["spec"]["resourceAttributes"] == {
