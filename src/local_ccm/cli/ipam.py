@@ -52,10 +52,7 @@ def controller() -> central.Controller:
 
 
 def lease_of(options: IpamOptions) -> Election | None:
-    if not options.leader_election:
-        return None
-    return Election(True, options.lease_name, options.lease_namespace, options.lease_duration,
-                    options.renew_deadline, options.retry_period, options.identity)  # fmt: skip
+    return options.election if options.election.enabled else None
 
 
 def serving_of(options: IpamOptions) -> Serving:
