@@ -19,14 +19,13 @@ from typing import Any, Protocol, TypeVar
 
 from local_ccm.kube import errors as ke
 from local_ccm.kube import resources as r
-from local_ccm.kube.aio import AsyncClient
+from local_ccm.kube.aio import PAGE_SIZE, AsyncClient
 from local_ccm.kube.informer import WATCH_TIMEOUT, Page
 from local_ccm.kube.request import WatchEvent
 
 Obj = dict[str, Any]
 T = TypeVar("T")
 RequestObserver = Callable[[str, str, str, float | None], None]  # verb, resource, code, seconds
-PAGE_SIZE = 500
 
 
 @dataclass(frozen=True, order=True)
