@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from local_ccm.kube import errors as ke
-from local_ccm.kube.nodes import Access, NodeEvent, NodeList
+from local_ccm.kube.nodes import NodeEvent, NodeList
 
 Obj = dict[str, Any]
 END = None  # pushed to a watch: the server ends the stream
@@ -78,19 +78,11 @@ class SentPatch:
         return list(self.operations)
 
 
-def _short(access: Access) -> str:
-    return (
-        f"{access.verb} {access.resource}{'/' + access.subresource if access.subresource else ''}"
-    )
-
-
 class FakeNodeApi:
     """Nodes by name, with a call log, recorded writes, injected failures and watches.
 
-    `name` names the Node of a one-Node test (`node` reads and writes it). `denied` holds
-    permissions answered False, as `str(Access)` or "verb resource[/sub]"; `fail_next` and
-    `ssar_fail_next` are raised by the next patches and reviews; `before_patch` plays a
-    racing writer.
+    `name` names the Node of a one-Node test (`node` reads and writes it). `fail_next` are
+    raised by the next patches; `before_patch` plays a racing writer.
     """
 
     def __init__(self, name: str = "", node: Obj | None = None, *, nodes: Sequence[Obj] = ()):
@@ -103,9 +95,7 @@ class FakeNodeApi:
         self.gets: list[str] = []
         self.deletes: list[tuple[str, bool]] = []
         self.attachments: dict[str, int] = {}
-        self.denied: set[str] = set()
         self.fail_next: list[ke.ApiError] = []
-        self.ssar_fail_next: list[ke.ApiError] = []
         self.before_patch: Callable[[FakeNodeApi], None] | None = None
         self.watchers: list[asyncio.Queue[NodeEvent | BaseException | None]] = []
         for each in (*nodes, *([node] if node is not None else [])):
@@ -147,11 +137,6 @@ class FakeNodeApi:
     @property
     def lists(self) -> int:
         return self.calls.count("list")
-
-    @property
-    def reviews(self) -> int:
-        """SelfSubjectAccessReviews asked so far."""
-        return self.calls.count("ssar")
 
     def api_calls(self) -> int:
         """Every request but the long-running watch."""
@@ -228,9 +213,3 @@ class FakeNodeApi:
         self.calls.append("event")
         self.events.append(body)
         return body
-
-    async def can_i(self, access: Access) -> bool:
-        self.calls.append("ssar")
-        if self.ssar_fail_next:
-            raise self.ssar_fail_next.pop(0)
-        return not {str(access), _short(access)} & self.denied

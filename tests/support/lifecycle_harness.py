@@ -31,7 +31,6 @@ from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.errors import NotFound
 from local_ccm.kube.informer import ListWatch
-from local_ccm.kube.nodes import Access
 from local_ccm.lifecycle.health import Status
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.nodeapi import NodeApi, NodeEvent, NodeList, Obj
@@ -338,6 +337,3 @@ class NamedNodes:
 
     async def create_event(self, namespace: str, body: Obj) -> Obj:
         return await self.inner.create_event(namespace, body)
-
-    async def can_i(self, access: Access) -> bool:
-        return await self.inner.can_i(access)

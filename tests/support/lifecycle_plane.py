@@ -25,7 +25,6 @@ from typing import Any
 
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import ApiError
-from local_ccm.kube.nodes import Access
 from local_ccm.lifecycle.nodeapi import NodeApi, NodeEvent, NodeList, Obj
 from tests.support import names
 from tests.support import resources as r
@@ -187,6 +186,3 @@ class HeldWatch:
 
     async def create_event(self, namespace: str, body: Obj) -> Obj:
         return await self._api().create_event(namespace, body)
-
-    async def can_i(self, access: Access) -> bool:
-        return await self._api().can_i(access)

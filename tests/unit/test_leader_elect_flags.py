@@ -115,15 +115,15 @@ def test_lifecycle_main_exits_2_on_a_conflict(capsys: pytest.CaptureFixture[str]
 
 # ---------------------------------------------------------------- node-ipam-controller
 def test_ipam_aliases_keep_upstreams_meanings() -> None:
-    assert not ipm("--enable-leader-election=false").leader_election
-    assert not ipm("--leader-elect=false").leader_election
-    assert ipm("--leader-elect-id=replica-a").identity == "replica-a"
-    assert ipm("--leader-elect-identity=replica-a").identity == "replica-a"
-    assert ipm("--leader-elect-namespace=ops").lease_namespace == "ops"
-    assert ipm("--leader-elect-resource-namespace=ops").lease_namespace == "ops"
-    assert ipm("--leader-elect-resource-name=lease").lease_name == "lease"
+    assert not ipm("--enable-leader-election=false").election.enabled
+    assert not ipm("--leader-elect=false").election.enabled
+    assert ipm("--leader-elect-id=replica-a").election.identity == "replica-a"
+    assert ipm("--leader-elect-identity=replica-a").election.identity == "replica-a"
+    assert ipm("--leader-elect-namespace=ops").election.namespace == "ops"
+    assert ipm("--leader-elect-resource-namespace=ops").election.namespace == "ops"
+    assert ipm("--leader-elect-resource-name=lease").election.lease_name == "lease"
     same = ipm("--enable-leader-election=false", "--leader-elect=0")
-    assert not same.leader_election  # the same value, spelled differently: fine
+    assert not same.election.enabled  # the same value, spelled differently: fine
 
 
 def test_ipam_alias_and_canonical_with_different_values_is_one_line_each() -> None:

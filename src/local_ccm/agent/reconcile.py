@@ -77,7 +77,7 @@ class Reconciler:
         self.triggers = Triggers(clock, settings.debounce_quiet, settings.debounce_max)
         self.events = EventOutbox(
             api, clock, Reporter(names.AGENT, name, host=name), namespace=settings.event_namespace,
-            budget=ev.budget(), errors=(ke.ApiError,),
+            budget=ev.budget(),
         )  # fmt: skip
         self.cache = NodeCache(
             api, name, clock=clock, rng=rng, metrics=metrics, health=self.health,

@@ -15,7 +15,7 @@ import socket
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry
 
@@ -28,6 +28,7 @@ from local_ccm.kube.nodes import Access
 from local_ccm.logs import configure_logging, kv
 from local_ccm.runtime import process as proc
 from local_ccm.runtime.access import KubeReviews, lease_permissions
+from local_ccm.runtime.metrics import ControllerMetrics
 from local_ccm.runtime.metricsserver import (
     REVIEWS,
     TlsContext,
@@ -142,6 +143,41 @@ class Unit:
     work: Callable[[LeaderContext | None], Coroutine[Any, Any, None]]
     checks: Callable[[Checks, Checks], None] = lambda healthz, readyz: None
     on_leading: Callable[[bool], None] = lambda leading: None
+
+
+class Runner(Protocol):
+    async def run(self) -> None: ...
+    def ready(self) -> tuple[bool, str]: ...
+
+
+def leader_unit(
+    name: str,
+    client: Client,
+    permissions: list[Access],
+    metrics: ControllerMetrics,
+    make: Callable[[Callable[[], bool]], Runner],
+    *,
+    check: str = "",
+) -> Unit:
+    """A unit that runs `make(may_write)` while leading; /readyz (as `check`, else `name`)
+    asks it, a standby is ready."""
+    running: list[Runner] = []
+
+    async def work(context: LeaderContext | None) -> None:
+        controller = make(context.may_write if context else lambda: True)
+        running.append(controller)
+        try:
+            await controller.run()
+        finally:
+            running.remove(controller)
+
+    def checks(healthz: Checks, readyz: Checks) -> None:
+        readyz.add(check or name, lambda: running[0].ready() if running else (True, "standby"))
+
+    def leading(value: bool) -> None:
+        metrics.leader.set(1 if value else 0)
+
+    return Unit(name, client, permissions, metrics.registry, work, checks, leading)
 
 
 @dataclass(frozen=True)

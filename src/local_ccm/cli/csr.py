@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from local_ccm import __version__
 from local_ccm.cli import central, managed
-from local_ccm.cli.common import Unit
+from local_ccm.cli.common import Unit, leader_unit
 from local_ccm.clock import SystemClock
 from local_ccm.csr.csrapi import CSRS, KubeCsrApi
 from local_ccm.csr.metrics import CsrMetrics
@@ -60,4 +60,4 @@ def build_unit(
         return Controller(api, node_source, settings, metrics=metrics, clock=SystemClock(),
                           may_write=may_write)  # fmt: skip
 
-    return managed.unit(NAME, client, permissions(options), metrics, make)
+    return leader_unit(NAME, client, permissions(options), metrics, make)

@@ -6,12 +6,12 @@ leadership lost; 4 start-up precondition failed (credentials, RBAC).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from local_ccm import __version__, names
 from local_ccm.cli import central
-from local_ccm.cli.common import Serving, Unit
+from local_ccm.cli.common import Serving, Unit, leader_unit
 from local_ccm.clock import SystemClock
 from local_ccm.flags import Parsed
 from local_ccm.ipam import options as ipam_options
@@ -25,9 +25,7 @@ from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.nodes import Access
-from local_ccm.lease.elector import LeaderContext
 from local_ccm.lease.options import Election
-from local_ccm.runtime.serve import Checks
 
 GROUP = "networking.x-k8s.io"
 
@@ -52,10 +50,7 @@ def controller() -> central.Controller:
 
 
 def lease_of(options: IpamOptions) -> Election | None:
-    if not options.leader_election:
-        return None
-    return Election(True, options.lease_name, options.lease_namespace, options.lease_duration,
-                    options.renew_deadline, options.retry_period, options.identity)  # fmt: skip
+    return options.election if options.election.enabled else None
 
 
 def serving_of(options: IpamOptions) -> Serving:
@@ -105,25 +100,10 @@ def build_unit(
         count=lambda verb, res, code: metrics.api_requests.labels(verb, res, code).inc(),
         limiter=TokenBucket(options.qps, options.burst),
     )
-    running: list[Controller] = []  # the leader's controller, read by /readyz
 
-    async def work(context: LeaderContext | None) -> None:
-        may_write = context.may_write if context else lambda: True
-        controller = Controller(api, settings_from(options, identity), metrics, SystemClock(),
-                                may_write=may_write, nodes=nodes)  # fmt: skip
-        running.append(controller)
-        try:
-            await controller.run()
-        finally:
-            running.remove(controller)
+    def make(may_write: Callable[[], bool]) -> Controller:
+        return Controller(api, settings_from(options, identity), metrics, SystemClock(),
+                          may_write=may_write, nodes=nodes)  # fmt: skip
 
-    def ready() -> tuple[bool, str]:
-        return running[0].ready() if running else (True, "standby")
-
-    def checks(healthz: Checks, readyz: Checks) -> None:
-        readyz.add("controller", ready)
-
-    def leading(value: bool) -> None:
-        metrics.leader.set(1 if value else 0)
-
-    return Unit("node-ipam", client, permissions(options), metrics.registry, work, checks, leading)
+    return leader_unit("node-ipam", client, permissions(options), metrics, make,
+                       check="controller")  # fmt: skip

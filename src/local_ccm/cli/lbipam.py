@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from local_ccm import __version__
 from local_ccm.cli import central, managed
-from local_ccm.cli.common import Unit
+from local_ccm.cli.common import Unit, leader_unit
 from local_ccm.clock import SystemClock
 from local_ccm.kube.aio import AsyncClient, KubeListWatch
 from local_ccm.kube.client import Client
@@ -70,4 +70,4 @@ def build_unit(
         return Controller(api, node_source, settings, metrics=metrics, clock=SystemClock(),
                           may_write=may_write)  # fmt: skip
 
-    return managed.unit(NAME, client, permissions(options), metrics, make)
+    return leader_unit(NAME, client, permissions(options), metrics, make)

@@ -7,20 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 from local_ccm import __version__
 from local_ccm.cli import central
 from local_ccm.cli import lifecycle as base
 from local_ccm.cli.common import Unit
 from local_ccm.flags import Flag, Parsed, Problem, unite
-from local_ccm.kube.client import Client
-from local_ccm.kube.nodes import Access
-from local_ccm.lease.elector import LeaderContext
 from local_ccm.lifecycle.options import FLAGS as LIFECYCLE_FLAGS
 from local_ccm.lifecycle.options import LifecycleOptions, options_from
-from local_ccm.runtime.metrics import ControllerMetrics
-from local_ccm.runtime.serve import Checks
 
 T = TypeVar("T")
 
@@ -36,11 +31,6 @@ class Managed(Generic[T]):
         """The settings the process reads from its first controller's options (credentials,
         logging) are the lifecycle controller's."""
         return getattr(self.shared, name)
-
-
-class Runner(Protocol):
-    async def run(self) -> None: ...
-    def ready(self) -> tuple[bool, str]: ...
 
 
 def entry(
@@ -68,30 +58,3 @@ def entry(
         load, fields, lambda o: base.lease_of(o.shared), lambda o: base.serving_of(o.shared),
         build, default_on=False,
     )  # fmt: skip
-
-
-def unit(
-    name: str,
-    client: Client,
-    permissions: list[Access],
-    metrics: ControllerMetrics,
-    make: Callable[[Callable[[], bool]], Runner],
-) -> Unit:
-    """A unit that runs `make(may_write)` while leading; /readyz asks it, a standby is ready."""
-    running: list[Runner] = []
-
-    async def work(context: LeaderContext | None) -> None:
-        controller = make(context.may_write if context else lambda: True)
-        running.append(controller)
-        try:
-            await controller.run()
-        finally:
-            running.remove(controller)
-
-    def checks(healthz: Checks, readyz: Checks) -> None:
-        readyz.add(name, lambda: running[0].ready() if running else (True, "standby"))
-
-    def leading(value: bool) -> None:
-        metrics.leader.set(1 if value else 0)
-
-    return Unit(name, client, permissions, metrics.registry, work, checks, leading)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from local_ccm.runtime.metrics import ControllerMetrics, counter
 
-DECISIONS = ("approve", "deny", "wait")
-
 
 class CsrMetrics(ControllerMetrics):
     """Every metric of the approver, registered on `registry` (a fresh one by default)."""

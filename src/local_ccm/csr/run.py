@@ -21,7 +21,7 @@ from local_ccm.csr.metrics import CsrMetrics
 from local_ccm.csr.options import NAME, Settings
 from local_ccm.csr.parse import parse_request
 from local_ccm.kube.errors import ApiError, Conflict, NotFound
-from local_ccm.kube.informer import Change, Informer, ListWatch, StreamEnd
+from local_ccm.kube.informer import Change, Informer, ListWatch
 from local_ccm.runtime import events as ev
 from local_ccm.runtime.outbox import EventOutbox
 from local_ccm.runtime.workqueue import WorkQueue
@@ -67,19 +67,13 @@ class Controller:
         self.outbox = EventOutbox(api, clock, ev.Reporter(NAME, settings.instance),
                                   namespace=settings.event_namespace, capacity=1000)  # fmt: skip
         rng = rng or random.Random()
+        ended = metrics.watch_ended
         self.csrs: Informer[Obj] = Informer(api.list_watch(), dict, clock=clock, rng=rng,
-                                            name="csrs", on_end=self._ended("csrs"))  # fmt: skip
+                                            name="csrs", on_end=ended("csrs"))  # fmt: skip
         self.nodes: Informer[Obj] = Informer(nodes, dict, clock=clock, rng=rng, name="nodes",
-                                             on_end=self._ended("nodes"))  # fmt: skip
+                                             on_end=ended("nodes"))  # fmt: skip
         self.csrs.add_handler(self._on_csr)
         self.nodes.add_handler(self._on_node)
-
-    def _ended(self, what: str) -> Callable[[StreamEnd], None]:
-        def ended(end: StreamEnd) -> None:
-            if end.reason != "stopped":
-                self.metrics.watch_restarts.labels(what, end.reason).inc()
-
-        return ended
 
     def ready(self) -> tuple[bool, str]:
         synced = self.csrs.has_synced() and self.nodes.has_synced()

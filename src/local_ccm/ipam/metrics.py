@@ -6,11 +6,10 @@ series of a deleted pool are removed [fix].
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import Counter, Gauge
 
-from local_ccm import __version__
 from local_ccm.ipam.core.ledger import PoolUsage
-from local_ccm.runtime.metrics import Metrics, counter, gauge, histogram
+from local_ccm.runtime.metrics import ControllerMetrics, counter, gauge, histogram
 
 S = "multicidrset_"
 POOL = ("clusterCIDR", "clusterCIDRName")
@@ -19,7 +18,7 @@ POOL_STATES = ("ready", "invalid", "frozen", "terminating")
 WAIT_REASONS = ("no_matching_clustercidr", "exhausted", "write_pending")
 
 
-class IpamMetrics(Metrics):
+class IpamMetrics(ControllerMetrics):
     """Every controller metric, registered on `registry` (a fresh one by default)."""
 
     prefix = "node_ipam_controller_"
@@ -44,13 +43,6 @@ class IpamMetrics(Metrics):
     conflicts = gauge("cidr_conflicts", "Overlapping Node CIDR pairs")
     unowned = gauge("unowned_cidrs", "Node CIDRs owned by no pool")
     events_dropped = counter("events_dropped", "Events dropped under pressure")
-    leader = gauge("leader", "1 while leading")
-    watch_restarts = counter("watch_restarts", "Watch re-establishments", "resource", "reason")
-    build_info = gauge("build_info", "Build information", "version")
-
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        super().__init__(registry)
-        self.build_info.labels(__version__).set(1)
 
     def set_pool(self, name: str, usage: PoolUsage) -> None:
         for fam in usage.families:

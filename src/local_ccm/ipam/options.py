@@ -18,7 +18,7 @@ from local_ccm.flags.groups import check_metrics_port, logging_flags, metrics_fl
 from local_ccm.flags.values import LogFormat, at_least, duration, positive
 from local_ccm.gosyntax import GoSyntaxError, format_go_duration, go_quote, parse_go_duration
 from local_ccm.ipam.core.cidrset import IPV6_MAX_BLOCKS, IPNetwork
-from local_ccm.lease.options import election_flags, election_from
+from local_ccm.lease.options import Election, election_flags, election_from
 from local_ccm.validate import BindAddress, ValidationError, parse_bind_address, parse_cidr_list
 
 PROG: Final = names.IPAM
@@ -30,6 +30,7 @@ _MIGRATION_LOCKS = ("endpointsleases", "configmapsleases")
 SECURE_METRICS_ADDRESS = ":8094"
 EVENT_NAMESPACE = "default"  # the only namespace of Events about cluster-scoped objects
 MetricsMode = Literal["web", "separate", "off"]
+DEFAULT_ELECTION: Final = Election(lease_name="node-ipam-controller")
 
 
 def _lock(value: str) -> str:
@@ -165,14 +166,7 @@ class IpamOptions:
     metrics_mode: MetricsMode = "web"
     metrics_secure: bool = False  # HTTPS + TokenReview/SubjectAccessReview (mode "separate")
     metrics_cert_dir: str = ""  # empty: self-signed at start-up
-    leader_election: bool = True
-    lease_duration: float = 15.0
-    renew_deadline: float = 10.0
-    retry_period: float = 2.0
-    resource_lock: str = "leases"
-    lease_name: str = "node-ipam-controller"
-    lease_namespace: str = ""
-    identity: str = ""  # "" = generated at start-up
+    election: Election = DEFAULT_ELECTION
     pod_name: str = ""
     verbosity: int = 0
     log_format: LogFormat = "text"
@@ -231,13 +225,13 @@ def options_from(
 ) -> IpamOptions | list[Problem]:
     """Validate a parsed command line (the CLI handles --help/--version first)."""
     read = Loader(parsed, problems)
-    election, cluster = _election(read), read("cluster-cidr")
+    cluster = read("cluster-cidr")
     use_old_name = read.given("health-probe-address")
     web_flag = "health-probe-address" if use_old_name else "webserver-bind-address"
     web, mode, metrics = _web(read, web_flag)
     masks = _masks(read, cluster)
     options = read.into(
-        IpamOptions, _OPTIONS_FLAGS, **election, web_bind=web, web_flag=web_flag,
+        IpamOptions, _OPTIONS_FLAGS, election=election_from(read), web_bind=web, web_flag=web_flag,
         metrics_bind=metrics, metrics_mode=mode,
         metrics_secure=read("metrics-secure") and mode == "separate",
         pod_name=env.get("POD_NAME", ""), cluster_cidrs=cluster, mask_v4=masks[0],
@@ -245,21 +239,6 @@ def options_from(
         warnings=(*warnings, *_notes(parsed)),
     )  # fmt: skip
     return read.result(options)
-
-
-def _election(read: Loader) -> dict[str, object]:
-    """The shared group's values under IpamOptions' (upstream-shaped) field names."""
-    election = election_from(read)
-    return {
-        "leader_election": election.enabled,
-        "lease_duration": election.lease_duration,
-        "renew_deadline": election.renew_deadline,
-        "retry_period": election.retry_period,
-        "resource_lock": election.lock,
-        "lease_name": election.lease_name,
-        "lease_namespace": election.namespace,
-        "identity": election.identity,
-    }
 
 
 def _notes(parsed: Parsed) -> list[str]:
@@ -324,13 +303,14 @@ def _mask_problem(mask: int, width: int, cidrs: Sequence[IPNetwork], version: in
 
 def startup_fields(options: IpamOptions) -> dict[str, str]:
     """The effective configuration, logged at INFO at start-up."""
+    election = options.election
     return {
-        "leader_election": str(options.leader_election).lower(),
-        "lease": f"{options.lease_namespace or '-'}/{options.lease_name}",
-        "lock": options.resource_lock,
-        "lease_duration": format_go_duration(options.lease_duration),
-        "renew_deadline": format_go_duration(options.renew_deadline),
-        "retry_period": format_go_duration(options.retry_period),
+        "leader_election": str(election.enabled).lower(),
+        "lease": f"{election.namespace or '-'}/{election.lease_name}",
+        "lock": election.lock,
+        "lease_duration": format_go_duration(election.lease_duration),
+        "renew_deadline": format_go_duration(election.renew_deadline),
+        "retry_period": format_go_duration(election.retry_period),
         "cluster_cidr": ",".join(map(str, options.cluster_cidrs)) or "-",
         "node_cidr_mask_size_ipv4": str(options.mask_v4),
         "node_cidr_mask_size_ipv6": str(options.mask_v6),

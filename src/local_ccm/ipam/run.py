@@ -33,7 +33,7 @@ from local_ccm.ipam.nodes import NodeWork
 from local_ccm.ipam.readiness import WatchState, observe_watch, readiness, watch_problems
 from local_ccm.ipam.upkeep import PoolKeeper, Shared
 from local_ccm.kube.errors import ApiError
-from local_ccm.kube.informer import Change, Informer, ListWatch, StreamEnd
+from local_ccm.kube.informer import Change, Informer, ListWatch
 from local_ccm.kube.request import WatchEvent
 from local_ccm.logs import V2, kv
 from local_ccm.runtime.events import Reporter, node
@@ -127,15 +127,11 @@ class Controller:
     def _informer(self, what: Watched) -> Informer[Any]:
         """Started as a task named after `what` (a fatal one); its changes go to the handlers."""
 
-        def ended(end: StreamEnd) -> None:
-            if end.reason != "stopped":
-                self.metrics.watch_restarts.labels(what, end.reason).inc()
-
         project: Callable[[Obj], Any] = project_node if what == "nodes" else dict
         informer: Informer[Any] = Informer(
             (what == "nodes" and self.nodes) or self.api.list_watch(what), project,
             clock=self.clock, rng=self.rng, name=what,
-            on_end=ended,
+            on_end=self.metrics.watch_ended(what),
         )  # fmt: skip
         informer.add_handler(self._on_node_change if what == "nodes" else self._on_pool_change)
         self.informers[what] = informer

@@ -254,7 +254,7 @@ class Authenticator:
     """The credential for the next request; thread-safe.
 
     - a static token or client certificate never changes;
-    - a token file is re-read at most every ``reread`` seconds and after a 401;
+    - a token file is re-read at most every ``TOKEN_REREAD_SECONDS`` and after a 401;
     - an exec plugin's credential is cached until its expirationTimestamp, and the
       plugin runs again after a 401.
     """
@@ -267,12 +267,10 @@ class Authenticator:
         wall_clock: Callable[[], float] = time.time,
         run: Runner = subprocess.run,
         environ: Mapping[str, str] | None = None,
-        reread: float = TOKEN_REREAD_SECONDS,
     ) -> None:
         self._config = config
         self._clock, self._wall, self._run = clock, wall_clock, run
         self._environ = os.environ if environ is None else environ
-        self._reread = reread
         self._lock = threading.Lock()
         self._cached: Credential | None = None
         self._valid_until = 0.0  # monotonic for token files, wall clock for exec
@@ -309,7 +307,7 @@ class Authenticator:
             self._cached = Credential(
                 token, self._config.client_cert_data, self._config.client_key_data
             )
-            self._valid_until = now + self._reread
+            self._valid_until = now + TOKEN_REREAD_SECONDS
         return self._cached
 
     def _exec_credential(self) -> Credential:

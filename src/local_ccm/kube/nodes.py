@@ -1,4 +1,4 @@
-"""The Node API adapter: what the components do with Nodes, Events and access reviews.
+"""The Node API adapter: what the components do with Nodes and Events.
 
 :class:`NodeApi` is the seam the components are written against; :class:`KubeNodeApi` is the
 adapter over :class:`AsyncClient`. Errors are the kinds of ``local_ccm.kube.errors``
@@ -19,14 +19,13 @@ from typing import Any, Protocol, TypeVar
 
 from local_ccm.kube import errors as ke
 from local_ccm.kube import resources as r
-from local_ccm.kube.aio import AsyncClient
+from local_ccm.kube.aio import PAGE_SIZE, AsyncClient
 from local_ccm.kube.informer import WATCH_TIMEOUT, Page
-from local_ccm.kube.request import WatchEvent, access_review, review_allowed
+from local_ccm.kube.request import WatchEvent
 
 Obj = dict[str, Any]
 T = TypeVar("T")
 RequestObserver = Callable[[str, str, str, float | None], None]  # verb, resource, code, seconds
-PAGE_SIZE = 500
 
 
 @dataclass(frozen=True, order=True)
@@ -98,10 +97,6 @@ class NodeApi(Protocol):
         ...
 
     async def create_event(self, namespace: str, body: Obj) -> Obj: ...
-
-    async def can_i(self, access: Access) -> bool:
-        """SelfSubjectAccessReview for the client's own identity."""
-        ...
 
 
 class NodeListWatch:
@@ -241,12 +236,3 @@ class KubeNodeApi:
         return await self.call("POST", "events", lambda: self.client.create(
             r.EVENTS, body, namespace=namespace, timeout=self._write_timeout,
         ))  # fmt: skip
-
-    async def can_i(self, access: Access) -> bool:
-        body = access_review(
-            access.verb, access.resource, group=access.group, namespace=access.namespace,
-            subresource=access.subresource, name=access.name,
-        )  # fmt: skip
-        res = r.SELF_SUBJECT_ACCESS_REVIEWS
-        review = await self.call("POST", res.plural, lambda: self.client.create(res, body))
-        return review_allowed(review)

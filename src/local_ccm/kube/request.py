@@ -57,6 +57,11 @@ def quote(text: str) -> str:
     return "".join(chr(b) if b in _UNRESERVED else f"%{b:02X}" for b in text.encode())
 
 
+def pointer(*parts: str | int) -> str:
+    """RFC 6901 JSON Pointer (for JSON Patch paths): ``~`` -> ``~0``, ``/`` -> ``~1``."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
 def encode_query(params: Iterable[tuple[str, str | None]]) -> str:
     """``?a=1&b=x%3Dy`` from pairs, dropping None values; "" when nothing is left."""
     pairs = [f"{quote(k)}={quote(v)}" for k, v in params if v is not None]

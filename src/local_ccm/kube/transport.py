@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 # connection the request was not processed (Go's net/http retries the same way).
 # After an apiserver restart a reused TLS connection can also end in an EOF without
 # close_notify (ssl.SSLEOFError), which must reconnect the same way.
+MAX_IDLE = 4  # idle keep-alive connections kept per client
 _STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError, ssl.SSLEOFError)
 
 
@@ -160,15 +161,13 @@ class HttpStream:
 
 
 class HttpTransport:
-    """Thread-safe; keeps at most ``max_idle`` idle keep-alive connections."""
+    """Thread-safe; keeps at most ``MAX_IDLE`` idle keep-alive connections."""
 
     def __init__(
         self,
         config: ClusterConfig,
         *,
         user_agent: str,
-        authenticator: Authenticator | None = None,
-        max_idle: int = 4,
     ) -> None:
         url = urlsplit(config.server)
         self._config = config
@@ -176,8 +175,7 @@ class HttpTransport:
         self._host, self._port = url.hostname or "", url.port
         self._base = url.path.rstrip("/")
         self._user_agent = user_agent
-        self._auth = authenticator or Authenticator(config)
-        self._max_idle = max_idle
+        self._auth = Authenticator(config)
         self._lock = threading.Lock()
         self._idle: list[http.client.HTTPConnection] = []
         self._busy: set[http.client.HTTPConnection] = set()  # requests waiting for answers
@@ -249,7 +247,7 @@ class HttpTransport:
         # pool nobody will drain again (it would leak the socket).
         with self._lock:
             self._busy.discard(conn)
-            if not self._closed and len(self._idle) < self._max_idle:
+            if not self._closed and len(self._idle) < MAX_IDLE:
                 self._idle.append(conn)
                 return
         conn.close()

@@ -20,7 +20,7 @@ from typing import Any
 
 from local_ccm.clock import Clock
 from local_ccm.kube.errors import ApiError, Conflict, Forbidden, NotFound, Transient, Unauthorized
-from local_ccm.kube.informer import Change, ErrorKinds, Informer, ListWatch, StreamEnd
+from local_ccm.kube.informer import Change, ErrorKinds, Informer, ListWatch
 from local_ccm.lbipam.core import plan
 from local_ccm.lbipam.core.allocator import (
     Allocation,
@@ -87,12 +87,12 @@ class Controller:
         self.pools_dirty = asyncio.Event()
         self.outbox = EventOutbox(api, clock, ev.Reporter(NAME, settings.instance),
                                   namespace=settings.event_namespace, capacity=1000)  # fmt: skip
-        rng = rng or random.Random()
+        rng, ended = rng or random.Random(), metrics.watch_ended
 
         def informer(source: ListWatch, project: Callable[[Obj], Any], name: str,
                      errors: ErrorKinds = DEFAULT_ERRORS) -> Informer[Any]:  # fmt: skip
             made: Informer[Any] = Informer(source, project, clock=clock, rng=rng, name=name,
-                                           errors=errors, on_end=self._ended(name))  # fmt: skip
+                                           errors=errors, on_end=ended(name))  # fmt: skip
             return made
 
         self.nodes = informer(nodes, project_node, "nodes")
@@ -111,13 +111,6 @@ class Controller:
     def _informers(self) -> list[Informer[Any]]:
         found = [self.nodes, self.namespaces, self.pool_objects, self.kubevip, self.services]
         return [i for i in found if i is not None]
-
-    def _ended(self, what: str) -> Callable[[StreamEnd], None]:
-        def ended(end: StreamEnd) -> None:
-            if end.reason != "stopped":
-                self.metrics.watch_restarts.labels(what, end.reason).inc()
-
-        return ended
 
     def ready(self) -> tuple[bool, str]:
         waiting = [i.name for i in self._informers() if not i.has_synced()]

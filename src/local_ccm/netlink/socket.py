@@ -102,7 +102,7 @@ class NetlinkSocket:
                     return replies
 
     def dump(self, build: Callable[[int], bytes]) -> list[Message]:
-        """Run a dump built by ``build(seq)``, retrying when the kernel reports it interrupted."""
+        """Run a request built by ``build(seq)``, retrying a dump the kernel reports interrupted."""
         for attempt in range(1, DUMP_ATTEMPTS + 1):
             seq = self.next_seq()
             try:
@@ -112,9 +112,8 @@ class NetlinkSocket:
         raise NetlinkError(errno.EAGAIN, "netlink dump kept being interrupted by changes")
 
     def get_route(self, dst: IPAddress, *, oif: int | None, mark: int | None) -> Route:
-        seq = self.next_seq()
         try:
-            replies = self.request(m.build_route_get(dst, seq, oif=oif, mark=mark), seq)
+            replies = self.dump(lambda seq: m.build_route_get(dst, seq, oif=oif, mark=mark))
         except NetlinkError as exc:
             if exc.errno in m.NO_ROUTE_ERRNOS:
                 raise m.no_route_error(dst, exc.errno) from None
@@ -125,8 +124,7 @@ class NetlinkSocket:
         return routes[0]
 
     def get_link(self, index: int) -> Link:
-        seq = self.next_seq()
-        replies = self.request(m.build_link_request(seq, index), seq)
+        replies = self.dump(lambda seq: m.build_link_request(seq, index))
         links = [m.parse_link(r.payload) for r in replies if r.type == m.RTM_NEWLINK]
         if not links:
             raise NetlinkError(errno.ENODEV, f"no link with index {index}")

@@ -92,41 +92,23 @@ class Reviews(Protocol):
 
 
 class KubeReviews:
-    """`Reviews` over the REST client; `observe(verb, resource, code)` counts each request."""
+    """`Reviews` over the REST client."""
 
-    def __init__(
-        self,
-        client: AsyncClient,
-        *,
-        timeout: float | None = None,
-        observe: Callable[[str, str, str], None] | None = None,
-    ) -> None:
-        self._client, self._timeout, self._observe = client, timeout, observe
+    def __init__(self, client: AsyncClient, *, timeout: float | None = None) -> None:
+        self._client, self._timeout = client, timeout
 
     async def rules(self, namespace: str) -> Sequence[Mapping[str, Any]]:
         body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
                 "spec": {"namespace": namespace}}  # fmt: skip
-        review = await self._create(SELF_SUBJECT_RULES_REVIEWS, body)
+        review = await self._client.create(SELF_SUBJECT_RULES_REVIEWS, body, timeout=self._timeout)
         return list((review.get("status") or {}).get("resourceRules") or ())
 
     async def allowed(self, permission: Access) -> bool:
         p = permission
         body = access_review(p.verb, p.resource, group=p.group, namespace=p.namespace,
                              subresource=p.subresource, name=p.name)  # fmt: skip
-        return review_allowed(await self._create(r.SELF_SUBJECT_ACCESS_REVIEWS, body))
-
-    async def _create(self, resource: r.Resource, body: Obj) -> Obj:
-        code = "error"
-        try:
-            answer = await self._client.create(resource, body, timeout=self._timeout)
-            code = "201"
-            return answer
-        except ke.ApiError as exc:
-            code = str(exc.status or "error")
-            raise
-        finally:
-            if self._observe is not None:
-                self._observe("POST", resource.plural, code)
+        res = r.SELF_SUBJECT_ACCESS_REVIEWS
+        return review_allowed(await self._client.create(res, body, timeout=self._timeout))
 
 
 # ---------------------------------------------------------------- the check

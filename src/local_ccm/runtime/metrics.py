@@ -13,7 +13,7 @@ dashboards see zeros rather than nothing.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -23,6 +23,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from local_ccm import __version__
+from local_ccm.kube.informer import StreamEnd
 
 M = TypeVar("M", Counter, Gauge, Histogram)
 Series = Sequence[Sequence[str]]
@@ -108,3 +109,12 @@ class ControllerMetrics(Metrics):
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         super().__init__(registry)
         self.build_info.labels(__version__).set(1)
+
+    def watch_ended(self, resource: str) -> Callable[[StreamEnd], None]:
+        """An informer's `on_end`: counts the restarts of the watch of `resource`."""
+
+        def ended(end: StreamEnd) -> None:
+            if end.reason != "stopped":
+                self.watch_restarts.labels(resource, end.reason).inc()
+
+        return ended

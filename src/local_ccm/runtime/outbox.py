@@ -41,11 +41,10 @@ class EventOutbox:
         budget: ev.EventBudget | None = None,
         capacity: int = 0,
         on_drop: Callable[[], None] = lambda: None,
-        errors: tuple[type[Exception], ...] = (ApiError,),
         failure_level: int = logging.WARNING,
     ) -> None:
         self.sink, self.clock, self.reporter, self.namespace = sink, clock, reporter, namespace
-        self.budget, self.on_drop, self.errors = budget, on_drop, errors
+        self.budget, self.on_drop = budget, on_drop
         self.failure_level = failure_level  # of "not sent": quieter where drops are expected
         self.queue: asyncio.Queue[Obj] = asyncio.Queue(capacity)
         self.noted: set[tuple[Hashable, ...]] = set()
@@ -93,7 +92,7 @@ class EventOutbox:
     async def _send(self, body: Obj) -> None:
         try:
             await self.sink.create_event(body["metadata"]["namespace"], body)
-        except self.errors as exc:
+        except ApiError as exc:
             self.on_drop()
             subject = body["involvedObject"]
             fields = kv(node=subject["name"]) if subject["kind"] == "Node" else {}

@@ -19,8 +19,8 @@ from local_ccm.agent.core.plan import (
     plan_addresses,
     plan_status_patch,
     plan_taint_patch,
-    pointer,
 )
+from local_ccm.kube.request import pointer
 from tests.unit.agent.builders import UNINITIALIZED, addrs, detections, found, node
 
 NOW = "2026-11-21T12:00:00Z"

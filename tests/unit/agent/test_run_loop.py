@@ -281,27 +281,32 @@ async def test_node_deleted_sends_nothing_and_a_recreated_node_is_initialised() 
 
 
 class AccessReviews:
-    """The process runtime's access reviews, answered by the fake API's
-    SelfSubjectAccessReviews (no rules review)."""
+    """The process runtime's access reviews (no rules review), logged as "ssar" in the fake
+    API's calls: `denied` holds permissions answered False, as "verb resource[/sub]";
+    `fail_next` are raised by the next reviews."""
 
     def __init__(self, api: FakeNodeApi) -> None:
-        self.api = api
+        self.api, self.denied, self.fail_next = api, set[str](), list[Exception]()
 
     async def rules(self, namespace: str) -> Sequence[Mapping[str, Any]]:
         return ()
 
     async def allowed(self, permission: Access) -> bool:
-        return await self.api.can_i(permission)
+        self.api.calls.append("ssar")
+        if self.fail_next:
+            raise self.fail_next.pop(0)
+        sub = f"/{permission.subresource}" if permission.subresource else ""
+        return f"{permission.verb} {permission.resource}{sub}" not in self.denied
 
 
-def agent_process(agent: Agent, api: FakeNodeApi, clock: FakeClock) -> Process:
+def agent_process(agent: Agent, reviews: AccessReviews, clock: FakeClock) -> Process:
     """The agent's loop as its binary runs it: the runtime's access review first."""
     cluster = ClusterConfig(server="https://192.0.2.1:6443", source="fake")
     options = load_options(["--node-name=n1"], {}, resolve=lambda *_: cluster)
     assert isinstance(options, AgentOptions)
     return Process(
         prog=names.AGENT, clock=clock, stop=asyncio.Event(),
-        serve=lambda healthz, readyz: Servers([], None, None), reviews=AccessReviews(api),
+        serve=lambda healthz, readyz: Servers([], None, None), reviews=reviews,
         permissions=permissions(options), work=lambda _: agent.run_loop(),
     )  # fmt: skip
 
@@ -309,9 +314,10 @@ def agent_process(agent: Agent, api: FakeNodeApi, clock: FakeClock) -> Process:
 @run_async
 async def test_missing_permissions_exit_4() -> None:
     api, detector, clock = tainted()
-    api.denied = {"patch nodes/status", "create events"}
+    reviews = AccessReviews(api)
+    reviews.denied = {"patch nodes/status", "create events"}
     agent = make(api, detector, clock)
-    assert await run_process(agent_process(agent, api, clock)) == EXIT_PRECONDITION
+    assert await run_process(agent_process(agent, reviews, clock)) == EXIT_PRECONDITION
     assert "list" not in api.calls
 
 
@@ -319,9 +325,10 @@ async def test_missing_permissions_exit_4() -> None:
 async def test_an_unreachable_api_server_during_the_permission_check_is_waited_for() -> None:
     api, detector, clock = tainted()
     refused = Transient(0, "ConnectionRefused", "connection refused")
-    api.ssar_fail_next = [refused for _ in range(3)]
+    reviews = AccessReviews(api)
+    reviews.fail_next = [refused for _ in range(3)]
     agent = make(api, detector, clock)
-    process = agent_process(agent, api, clock)
+    process = agent_process(agent, reviews, clock)
     task = asyncio.get_running_loop().create_task(run_process(process))
     await clock.run_until(lambda: agent.health.first_pass, timeout=60)
     assert not task.done()

@@ -27,11 +27,15 @@ def problems(*argv: str, env: dict[str, str] | None = None) -> list[str]:
 
 def test_defaults_are_upstreams() -> None:
     o = ok()
-    assert (o.lease_duration, o.renew_deadline, o.retry_period) == (15.0, 10.0, 2.0)
-    assert (o.resource_lock, o.lease_name, o.lease_namespace) == (
+    assert (o.election.lease_duration, o.election.renew_deadline, o.election.retry_period) == (
+        15.0,
+        10.0,
+        2.0,
+    )
+    assert (o.election.lock, o.election.lease_name, o.election.namespace) == (
         "leases", "node-ipam-controller", "kube-system",
     )  # fmt: skip
-    assert o.leader_election is True
+    assert o.election.enabled is True
     assert o.web_bind == BindAddress(None, 8081)
     # Not upstream's: /metrics leaves the plain web server for HTTPS with authentication.
     assert (o.metrics_mode, str(o.metrics_bind), o.metrics_secure) == ("separate", ":8094", True)
@@ -46,7 +50,7 @@ def test_defaults_are_upstreams() -> None:
 def test_flag_beats_environment_beats_default() -> None:
     env = {"IPAM_LEASE_DURATION": "20s", "IPAM_RENEW_DEADLINE": "12s"}
     o = ok("--leader-elect-lease-duration=30s", env=env)
-    assert (o.lease_duration, o.renew_deadline) == (30.0, 12.0)
+    assert (o.election.lease_duration, o.election.renew_deadline) == (30.0, 12.0)
 
 
 def test_environment_variables_of_upstream_and_new_ones() -> None:
@@ -57,7 +61,7 @@ def test_environment_variables_of_upstream_and_new_ones() -> None:
         "IPAM_RESERVED_CIDRS": "10.96.0.0/24", "IPAM_LOG_FORMAT": "json",
     }  # fmt: skip
     o = ok(env=env)
-    assert (o.kubeconfig, o.apiserver, o.leader_election, o.lease_name) == (
+    assert (o.kubeconfig, o.apiserver, o.election.enabled, o.election.lease_name) == (
         "/k", "https://192.0.2.1:6443", False, "lock",
     )  # fmt: skip
     assert o.cluster_cidrs == (ip_network("10.96.0.0/12"), ip_network("fd00::/112"))
@@ -87,13 +91,13 @@ def test_i36_four_problems_one_line_each() -> None:
 )
 def test_ipam_resource_lock_rule(value: str, retry: float, lock: str) -> None:
     o = ok(env={"IPAM_RESOURCE_LOCK": value})
-    assert (o.retry_period, o.resource_lock) == (retry, lock)
+    assert (o.election.retry_period, o.election.lock) == (retry, lock)
     assert o.warnings, "a deprecation or interpretation WARNING is logged"
 
 
 def test_ipam_resource_lock_loses_to_the_new_variable() -> None:
     env = {"IPAM_RESOURCE_LOCK": "3s", "IPAM_LEADER_ELECT_RETRY_PERIOD": "1s"}
-    assert ok(env=env).retry_period == 1.0
+    assert ok(env=env).election.retry_period == 1.0
 
 
 def test_ipam_resource_lock_garbage_is_exit_2() -> None:
@@ -113,7 +117,7 @@ def test_resource_lock_env_rewrite_is_pure() -> None:
 def test_removed_lock_types_are_rejected_and_migration_ones_warn() -> None:
     assert "no longer supported" in problems("--leader-elect-resource-lock=endpoints")[0]
     o = ok("--leader-elect-resource-lock=configmapsleases")
-    assert o.resource_lock == "leases"
+    assert o.election.lock == "leases"
     assert o.warnings
 
 
@@ -122,7 +126,7 @@ def test_lease_namespace_required_with_leader_election() -> None:
     assert isinstance(loaded, list)
     assert "leader-elect-namespace" in str(loaded[0])
     assert isinstance(load_options(["--enable-leader-election=false"], {}), IpamOptions)
-    assert ok("--leader-elect-namespace=ipam").lease_namespace == "ipam"
+    assert ok("--leader-elect-namespace=ipam").election.namespace == "ipam"
 
 
 def test_election_durations_are_checked_together() -> None:

@@ -16,6 +16,7 @@ from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.nodes import Access, KubeNodeApi, NodeListWatch, TokenBucket
 from local_ccm.kube.request import Response
+from local_ccm.runtime.access import KubeReviews
 from tests.fakes.nodes import FakeNodeApi
 from tests.fakes.transport import FakeStream, FakeTransport, json_response, node, page
 
@@ -80,14 +81,18 @@ def test_access_review_and_event() -> None:
         json_response(201, {"status": {"allowed": True}}), json_response(201, {"kind": "Event"}),
     ])  # fmt: skip
     api, seen = adapter(fake)
-    assert asyncio.run(api.can_i(Access("patch", "nodes", subresource="status"))) is True
+    reviews = KubeReviews(api.client)
+    assert asyncio.run(reviews.allowed(Access("patch", "nodes", subresource="status"))) is True
     asyncio.run(api.create_event("default", {"metadata": {"generateName": "x."}}))
     review = json.loads(fake.sent[0].body or b"")
     assert review["spec"]["resourceAttributes"] == {
         "verb": "patch", "resource": "nodes", "subresource": "status",
     }  # fmt: skip
     assert fake.sent[1].path.startswith("/api/v1/namespaces/default/events?")
-    assert [s[:2] for s in seen] == [("POST", "selfsubjectaccessreviews"), ("POST", "events")]
+    assert (fake.sent[0].method, fake.sent[0].path.split("?")[0]) == (
+        "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+    )  # fmt: skip
+    assert [s[:2] for s in seen] == [("POST", "events")]
 
 
 def test_watch_yields_events_and_is_observed_when_it_ends() -> None:

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from local_ccm.agent.core.addresses import NodeAddress
 from local_ccm.agent.core.config import IPAddress
 from local_ccm.agent.core.metadata import BETA_TWINS, NodeView, Rules, desired_labels
-from local_ccm.agent.core.plan import Obj, Patch, pointer, test_rv
+from local_ccm.agent.core.plan import Obj, Patch, test_rv
+from local_ccm.kube.request import pointer
 from local_ccm.names import OWNED_LABELS_ANNOTATION
 
 

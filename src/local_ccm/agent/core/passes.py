@@ -17,8 +17,9 @@ from local_ccm.agent.core.addresses import AddressPlan
 from local_ccm.agent.core.candidates import Detected, Disabled, Found
 from local_ccm.agent.core.config import FAMILIES, AgentConfig, family_name
 from local_ccm.agent.core.gates import BlockReason, Gates
-from local_ccm.agent.core.plan import Patch, addresses_match, is_tainted, node_inputs, pointer
+from local_ccm.agent.core.plan import Patch, addresses_match, is_tainted, node_inputs
 from local_ccm.agent.core.timing import Settle, settle_step
+from local_ccm.kube.request import pointer
 from local_ccm.names import OWNED_ADDRESSES_ANNOTATION as OWNED_ADDRESSES
 from local_ccm.names import OWNED_LABELS_ANNOTATION as OWNED_LABELS
 from local_ccm.runtime.events import EventSpec

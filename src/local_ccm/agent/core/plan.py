@@ -26,6 +26,7 @@ from local_ccm.agent.core.addresses import (
 )
 from local_ccm.agent.core.candidates import Detected
 from local_ccm.agent.core.config import AgentConfig, IPAddress
+from local_ccm.kube.request import pointer
 
 Obj = Mapping[str, Any]
 Operation = dict[str, Any]
@@ -42,11 +43,6 @@ class Patch:
 
     def body(self) -> list[Operation]:
         return list(self.operations)
-
-
-def pointer(*parts: str | int) -> str:
-    """RFC 6901 JSON Pointer: ``~`` -> ``~0``, ``/`` -> ``~1``."""
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
 def test_rv(node: Obj) -> Operation:

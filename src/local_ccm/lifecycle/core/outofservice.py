@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from local_ccm.kube.request import pointer
 from local_ccm.lifecycle.core.model import (
     OUT_OF_SERVICE_ANNOTATION,
     OUT_OF_SERVICE_EFFECT,
@@ -53,11 +54,6 @@ def plan_out_of_service(
     return OutOfService("wait")
 
 
-def _pointer(*parts: str | int) -> str:
-    """RFC 6901 JSON Pointer: `~` -> `~0`, `/` -> `~1`."""
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
-
-
 def _oos_taint() -> dict[str, str]:
     return {"key": OUT_OF_SERVICE_TAINT, "value": OUT_OF_SERVICE_VALUE,
             "effect": OUT_OF_SERVICE_EFFECT}  # fmt: skip
@@ -81,7 +77,7 @@ def add_out_of_service_patch(fresh: Obj, now: datetime) -> tuple[dict[str, Any],
              "value": {OUT_OF_SERVICE_ANNOTATION: stamp}}
         )  # fmt: skip
     else:
-        path = _pointer("metadata", "annotations", OUT_OF_SERVICE_ANNOTATION)
+        path = pointer("metadata", "annotations", OUT_OF_SERVICE_ANNOTATION)
         ops.append({"op": "add", "path": path, "value": stamp})
     return tuple(ops)
 
@@ -95,10 +91,10 @@ def remove_out_of_service_patch(fresh: Obj) -> tuple[dict[str, Any], ...]:
     taints = list(spec.get("taints") or ())
     # Highest index first, so earlier removals do not shift later ones.
     for index in reversed([i for i, t in enumerate(taints) if t == _oos_taint()]):
-        path = _pointer("spec", "taints", index)
+        path = pointer("spec", "taints", index)
         ops.append({"op": "test", "path": path, "value": taints[index]})
         ops.append({"op": "remove", "path": path})
     if OUT_OF_SERVICE_ANNOTATION in (meta.get("annotations") or {}):
-        ops.append({"op": "remove", "path": _pointer("metadata", "annotations",
+        ops.append({"op": "remove", "path": pointer("metadata", "annotations",
                                                      OUT_OF_SERVICE_ANNOTATION)})  # fmt: skip
     return tuple(ops)
