@@ -237,6 +237,7 @@ class Controller:
         answer = await call(namespace, name, patch)
         if not answer:
             return base
+        answer = project_service(answer)  # kept like the cache's copies
         replaced = self.written.get(key, (frozenset[str](), base))[0] | {plan.version(base)}
         self.written[key] = (replaced, answer)
         return answer
