@@ -51,7 +51,7 @@ class FakeListWatch:
         self.open_errors: deque[BaseException] = deque()
         self.streams: list[FakeWatch] = []
         self.list_calls: list[str | None] = []
-        self.watch_calls: list[tuple[str, int]] = []
+        self.watch_calls: list[tuple[str, int | None]] = []
 
     async def list_page(self, continue_token: str | None) -> Page:
         self.list_calls.append(continue_token)
@@ -60,7 +60,7 @@ class FakeListWatch:
             raise item
         return copy.deepcopy(item)
 
-    def watch(self, resource_version: str, timeout_seconds: int) -> FakeWatch:
+    def watch(self, resource_version: str, timeout_seconds: int | None) -> FakeWatch:
         self.watch_calls.append((resource_version, timeout_seconds))
         stream = FakeWatch(self.open_errors.popleft() if self.open_errors else None)
         self.streams.append(stream)

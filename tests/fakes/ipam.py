@@ -178,7 +178,7 @@ class _FakeListWatch:
         items = self._api.nodes if self._what == "nodes" else self._api.pools
         return Page([copy.deepcopy(obj) for obj in items.values()], "9")
 
-    def watch(self, resource_version: str, timeout_seconds: int) -> _FakeStream:
+    def watch(self, resource_version: str, timeout_seconds: int | None) -> _FakeStream:
         return _FakeStream(self._api, self._what)
 
 

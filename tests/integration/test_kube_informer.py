@@ -37,7 +37,9 @@ class Recording:
         self.lists.append(continue_token)
         return await self.inner.list_page(continue_token)
 
-    def watch(self, resource_version: str, timeout_seconds: int) -> AsyncIterator[WatchEvent]:
+    def watch(
+        self, resource_version: str, timeout_seconds: int | None
+    ) -> AsyncIterator[WatchEvent]:
         stream = self.inner.watch(resource_version, timeout_seconds)
         with self.lock:
             self.watches.append(resource_version)

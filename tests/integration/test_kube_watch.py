@@ -187,7 +187,9 @@ class StaleOnce:
     async def list_page(self, continue_token: str | None) -> Page:
         return await self.inner.list_page(continue_token)
 
-    def watch(self, resource_version: str, timeout_seconds: int) -> AsyncIterator[WatchEvent]:
+    def watch(
+        self, resource_version: str, timeout_seconds: int | None
+    ) -> AsyncIterator[WatchEvent]:
         if self.armed.is_set():
             self.armed.clear()
             resource_version = "1"

@@ -76,7 +76,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _item_needs(item: pytest.Item) -> set[str]:
-    tier = next((t for t in tiers.DEFAULT_TIMEOUT if item.get_closest_marker(t)), None)
+    # The heaviest tier marker wins: an integration test marked `netns` too needs a plane.
+    marked = [t for t in tiers.DEFAULT_TIMEOUT if item.get_closest_marker(t)]
+    tier = marked[-1] if marked else None
     markers = {m.name for m in item.iter_markers()}
     fixtures = getattr(item, "fixturenames", ())
     extra = [PLANE_FIXTURE_NEEDS[f] for f in fixtures if f in PLANE_FIXTURE_NEEDS]

@@ -73,21 +73,29 @@ class DetectionReport:
     candidates: tuple[Candidate, ...]
     verdicts: Mapping[AddressType, tuple[Verdict, ...]]  # hygiene per type, for detect mode
     lookups: Mapping[IPAddress, RouteLookup | LookupFailed]
+    dump_failed: bool = False  # the address or link dump failed (every detector Failed)
 
 
 def detect_addresses(
-    config: AgentConfig, *, netns: str | None = None, reader: NetlinkReader | None = None
+    config: AgentConfig,
+    *,
+    netns: str | None = None,
+    reader: NetlinkReader | None = None,
+    candidates: tuple[Candidate, ...] | None = None,
 ) -> DetectionReport:
-    """Run every detector once. Never raises for kernel errors: they become Failed."""
+    """Run every detector once: the route lookups always, the address and link dumps unless
+    `candidates` (an earlier dump still known to be current) are given. Never raises for
+    kernel errors: they become Failed."""
     reader = reader or KernelNetlink(netns)
     lookups = {t: lookup_route(reader, t) for t in _targets(config)}
     try:
-        candidates = read_candidates(reader)
+        candidates = read_candidates(reader) if candidates is None else candidates
     except OSError as exc:
         log.warning("netlink address dump failed: %s", exc)
         failed = Failed("netlink_error", f"address dump failed: {exc}")
         failures = {(k, f): failed if config.enabled(k, f) else DISABLED for k, f in DETECTORS}
-        return DetectionReport(failures, (), dict.fromkeys(ADDRESS_TYPES, ()), lookups)
+        empty = dict.fromkeys(ADDRESS_TYPES, ())
+        return DetectionReport(failures, (), empty, lookups, dump_failed=True)
     results: dict[DetectorKey, Detection] = {}
     for kind, family in DETECTORS:
         target = config.settings(kind).target(family)

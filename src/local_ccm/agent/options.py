@@ -112,7 +112,8 @@ FLAGS = FlagSet(
              value=parse_provider_id),
         Flag("report-condition", "bool", True, "Maintain the LocalCCMAddressesSynced "
              "condition."),
-        Flag("resync-interval", "duration", 30 * MINUTE, "Full resync against the API "
+        Flag("resync-interval", "duration", 30 * MINUTE, "Full pass: kernel state "
+             "re-read even without a netlink notification, Node from the watch "
              "(>= 1m, >= --reconcile-interval).", value=duration(MINUTE)),
         Flag("settle-time", "duration", 5, "A changed address must be stable this long "
              "(0-5m).", value=duration(0.0, 5 * MINUTE)),

@@ -125,8 +125,6 @@ class Reconciler:
         detected = await self._detect()
         self._observe_detection(detected)
         try:
-            if "resync" in triggers:
-                await self.cache.relist()
             if self.cache.node is None:
                 return "noop"
             if self._clock.monotonic() < self.retry.until and "retry" not in triggers:

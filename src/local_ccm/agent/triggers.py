@@ -13,10 +13,12 @@ from local_ccm.agent.core.timing import debounce_wait
 from local_ccm.clock import Clock
 
 WATCH_GRACE = 60.0  # readiness tolerates a reconnecting watch this long
+TIMERS = frozenset({"tick", "resync"})  # a burst of only these starts at once: no debounce
 
 
 class Triggers:
-    """Bursts as ``timing.debounce_wait`` times them; kinds in order of first appearance."""
+    """Bursts as ``timing.debounce_wait`` times them; kinds in order of first appearance. A
+    timer alone does not wait for more (a periodic pass on a quiet node wakes once)."""
 
     def __init__(self, clock: Clock, quiet: float, longest: float) -> None:
         self._clock, self._quiet, self._longest = clock, quiet, longest
@@ -53,7 +55,7 @@ class Triggers:
     async def next_burst(self) -> list[str]:
         await self._event.wait()
         first = self._clock.monotonic()
-        while (wait := self._wait(first)) > 0:
+        while not TIMERS.issuperset(self._pending) and (wait := self._wait(first)) > 0:
             await self._clock.sleep(wait)
         kinds, self._pending = self._pending, []
         self._event.clear()

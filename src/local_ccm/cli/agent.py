@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from local_ccm import names
 from local_ccm.agent import options
 from local_ccm.agent.core.metadata import Rules
-from local_ccm.agent.kernel import kernel_changes, kernel_detector
+from local_ccm.agent.kernel import Kernel
 from local_ccm.agent.loop import REQUIRED_ACCESS, Agent, LoopSettings
 from local_ccm.agent.machine import read_facts
 from local_ccm.agent.metrics import AgentMetrics
@@ -187,10 +187,10 @@ def build_agent(
         api_timeout=options.api_timeout, event_namespace=options.event_namespace,
         provider_id=options.provider_id,
     )  # fmt: skip
-    detect = kernel_detector(options.config, netns)
+    kernel = Kernel(options.config, netns, full_every=options.resync_interval)
     metrics = AgentMetrics() if metrics is None else metrics
-    return Agent(settings, options.config, api, detect, metrics=metrics,
-                 changes=kernel_changes(netns), provider_ids=provider_ids,
+    return Agent(settings, options.config, api, kernel.detect, metrics=metrics,
+                 changes=kernel.changes, provider_ids=provider_ids,
                  metadata=node_metadata(options, metrics))  # fmt: skip
 
 

@@ -217,7 +217,7 @@ class KubeListWatch:
         rv, token = str(meta.get("resourceVersion", "")), meta.get("continue") or None
         return Page(page.get("items") or [], rv, token)
 
-    def watch(self, resource_version: str, timeout_seconds: int) -> WatchIterator:
+    def watch(self, resource_version: str, timeout_seconds: int | None) -> WatchIterator:
         return self._client.watch(
             self._res, resource_version=resource_version or None,
             timeout_seconds=timeout_seconds, allow_bookmarks=True, **self._selectors,

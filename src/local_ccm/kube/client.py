@@ -24,10 +24,12 @@ __all__ = ["Client", "Obj", "Stream", "Transport", "WatchEvent", "WatchStream"]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# A watch read timeout beyond the server's own timeoutSeconds: a silent half-open
-# connection is noticed instead of hanging forever.
+# A watch read timeout beyond the timeoutSeconds asked for: a silent half-open connection is
+# noticed instead of hanging forever.
 WATCH_READ_SLACK = 60.0
-WATCH_READ_DEFAULT = 330.0
+# With no timeoutSeconds (the informers' way), the API server sends a bookmark about once a
+# minute to a watch that asked for them: three missed ones mean a dead connection.
+WATCH_SILENCE = 180.0
 
 
 class Stream(Protocol):
@@ -104,6 +106,7 @@ class Client:
         timeout: float = 15.0,
         retry: RetryPolicy | None = None,
         transport: Transport | None = None,
+        watch_silence: float = WATCH_SILENCE,
     ) -> None:
         if not field_manager:
             raise ValueError("a field manager is required")
@@ -115,6 +118,7 @@ class Client:
         self.field_manager = field_manager
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
+        self.watch_silence = watch_silence  # see WATCH_SILENCE
         self._transport = transport
 
     @classmethod
@@ -208,7 +212,7 @@ class Client:
         """One raw watch stream (opened lazily, when iterated); see WatchStream."""
         req = rq.watch_request(res, **kw)
         seconds = kw.get("timeout_seconds")
-        read_timeout = seconds + WATCH_READ_SLACK if seconds else WATCH_READ_DEFAULT
+        read_timeout = seconds + WATCH_READ_SLACK if seconds else self.watch_silence
 
         def open_stream() -> Stream:
             return self._with_retries(

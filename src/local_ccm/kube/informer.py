@@ -4,9 +4,12 @@ What it does, in order:
 
 1. a paged LIST; each listed object is projected at once (``project``: a component's slim
    view), so a page of whole objects is garbage as soon as the next one is asked for;
-2. WATCH from the list's resourceVersion with bookmarks; every event moves the remembered
-   resourceVersion, so a stream the server ends (its ``timeoutSeconds``) or a broken
-   connection resumes from there without a LIST;
+2. WATCH from the list's resourceVersion with bookmarks and no ``timeoutSeconds``: the API
+   server ends the stream after its own ``--min-request-timeout`` (30 to 60 minutes by
+   default) and sends a bookmark about once a minute meanwhile, which is the liveness signal
+   (the client's read timeout, ``client.WATCH_SILENCE``, notices a dead connection); every
+   event moves the remembered resourceVersion, so an ended or broken stream resumes from
+   there without a LIST;
 3. ``410 Gone``/``Expired`` relists and applies the difference against what it had: new keys
    are ``ADDED``, changed ones (uid or resourceVersion) ``MODIFIED``, vanished ones ``DELETED``
    (the old projection as a tombstone), then ``SYNCED`` again;
@@ -16,8 +19,9 @@ What it does, in order:
    NotFound end ``run()`` with the error.
 
 Every stream's start is reported (``on_watch``), and its end (``on_end``, counted in ``ends``)
-with its reason: ``timeout`` (the server ended it after the shortest timeout asked for),
-``closed`` (sooner: a server or proxy hung up), ``gone``, ``error``, ``stopped``. Handlers see
+with its reason: ``timeout`` (the server ended it after the shortest timeout asked for, or
+after ``SERVER_TIMEOUT_FLOOR`` when none was asked), ``closed`` (sooner: a server or proxy hung
+up), ``gone``, ``error``, ``stopped``. Handlers see
 ``Change``s on the event loop and should only record and wake; one event loop, no locks. Time
 and randomness are injected.
 """
@@ -41,7 +45,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 WATCH_BACKOFF = Backoff(initial=0.5, factor=2.0, cap=30.0, jitter=0.2)
-WATCH_TIMEOUT = (300, 600)  # timeoutSeconds random in this range spreads renewals
+# timeoutSeconds asked for: none; a test may ask a (low, high) range (random in it)
+WATCH_TIMEOUT: tuple[int, int] | None = None
+SERVER_TIMEOUT_FLOOR = 60.0  # a clean end sooner than this, with no timeout asked: "closed"
 EndReason = Literal["timeout", "closed", "gone", "error", "stopped"]
 ChangeType = Literal["ADDED", "MODIFIED", "DELETED", "SYNCED", "BOOKMARK"]
 WatchStatus = Literal["connected", "reconnecting", "failing"]
@@ -59,7 +65,9 @@ class ListWatch(Protocol):
 
     async def list_page(self, continue_token: str | None) -> Page: ...
 
-    def watch(self, resource_version: str, timeout_seconds: int) -> AsyncIterator[WatchEvent]:
+    def watch(
+        self, resource_version: str, timeout_seconds: int | None
+    ) -> AsyncIterator[WatchEvent]:
         """One stream; ends when the server ends it; raises Gone when the version is too old.
         An iterator with an ``is_open`` attribute tells when its connection is up, one with a
         ``watch_status()`` method (a view of a shared watch) tells the status itself."""
@@ -122,7 +130,7 @@ class Informer(Generic[T]):
         on_end: Callable[[StreamEnd], None] | None = None,
         on_watch: Callable[[], None] | None = None,
         backoff: Backoff = WATCH_BACKOFF,
-        timeouts: tuple[int, int] = WATCH_TIMEOUT,
+        timeouts: tuple[int, int] | None = WATCH_TIMEOUT,
     ) -> None:
         self._source, self._project, self._clock, self._rng = source, project, clock, rng
         self.name, self._errors, self._on_end, self._on_watch = name, errors, on_end, on_watch
@@ -228,8 +236,10 @@ class Informer(Generic[T]):
             self._on_end(end)
 
     async def _watch_once(self) -> StreamEnd:
-        low, high = self._timeouts
-        timeout = low + int((high - low) * self._rng.random())
+        timeout, shortest = None, SERVER_TIMEOUT_FLOOR
+        if self._timeouts is not None:
+            shortest, high = self._timeouts
+            timeout = shortest + int((high - shortest) * self._rng.random())
         started = self._clock.monotonic()
         if self._on_watch is not None:
             self._on_watch()
@@ -238,7 +248,7 @@ class Informer(Generic[T]):
         async for event in stream:
             self._delivered, self._failing = True, False
             self._apply(event)
-        return StreamEnd(watch_end_reason(self._clock.monotonic() - started, low))
+        return StreamEnd(watch_end_reason(self._clock.monotonic() - started, shortest))
 
     # ------------------------------------------------------------------ the cache
     def _apply(self, event: WatchEvent) -> None:

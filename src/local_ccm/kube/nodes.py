@@ -11,7 +11,6 @@ deadline, so a deposed leader's write cannot land after a successor acquired the
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 from local_ccm.kube import errors as ke
 from local_ccm.kube import resources as r
 from local_ccm.kube.aio import PAGE_SIZE, AsyncClient
-from local_ccm.kube.informer import WATCH_TIMEOUT, Page
+from local_ccm.kube.informer import Page
 from local_ccm.kube.request import WatchEvent
 
 Obj = dict[str, Any]
@@ -76,8 +75,9 @@ class NodeApi(Protocol):
     def watch_nodes(
         self, selector: str | None, resource_version: str, *, fields: str | None = None
     ) -> AsyncIterator[NodeEvent]:
-        """One watch stream from `resource_version`, with bookmarks and a `timeoutSeconds` in
-        `WATCH_TIMEOUT`; ends when the server ends it; raises Gone when the version is too old."""
+        """One watch stream from `resource_version`, with bookmarks and no `timeoutSeconds`
+        (the server's own timeout ends it; a silence longer than `client.WATCH_SILENCE` is a
+        dead connection); raises Gone when the version is too old."""
         ...
 
     async def get_node(self, name: str) -> Obj:
@@ -109,7 +109,9 @@ class NodeListWatch:
         listed = await self._api.list_nodes(self._selector, continue_token, fields=self._fields)
         return Page(listed.items, listed.resource_version, listed.continue_token)
 
-    async def watch(self, resource_version: str, timeout_seconds: int) -> AsyncIterator[WatchEvent]:
+    async def watch(
+        self, resource_version: str, timeout_seconds: int | None
+    ) -> AsyncIterator[WatchEvent]:
         events = self._api.watch_nodes(self._selector, resource_version, fields=self._fields)
         async for event in events:
             yield WatchEvent(event.type, event.node)
@@ -159,12 +161,10 @@ class KubeNodeApi:
         observe: RequestObserver = lambda *_: None,
         limiter: TokenBucket | None = None,
         slim: Callable[[Obj], Obj] = lambda node: node,
-        rng: random.Random | None = None,
     ) -> None:
         self.client, self._slim = client, slim
         self._write_timeout = write_timeout
         self._observe, self._limiter = observe, limiter
-        self._rng = rng or random.Random()
 
     async def call(self, verb: str, resource: str, make: Callable[[], Awaitable[T]]) -> T:
         """One observed, rate-limited request; errors translated."""
@@ -198,8 +198,7 @@ class KubeNodeApi:
     ) -> AsyncIterator[NodeEvent]:
         stream = self.client.watch(
             r.NODES, label_selector=selector or None, field_selector=fields,
-            resource_version=resource_version or None,
-            timeout_seconds=self._rng.randint(*WATCH_TIMEOUT), allow_bookmarks=True,
+            resource_version=resource_version or None, allow_bookmarks=True,
         )  # fmt: skip
         code = "200"
         try:

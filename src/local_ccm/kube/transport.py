@@ -81,6 +81,11 @@ def pem_files(cert: bytes, key: bytes) -> Iterator[tuple[str, str]]:
         yield str(paths[0]), str(paths[1])
 
 
+# Probe after 30 s idle, every 10 s, give up after 3 unanswered: a dead peer ends the
+# connection within about a minute (Go's net/http dialer probes every 15 s).
+KEEPALIVE = ((socket.TCP_KEEPIDLE, 30), (socket.TCP_KEEPINTVL, 10), (socket.TCP_KEEPCNT, 3))
+
+
 class _Connection(http.client.HTTPSConnection):
     """HTTPSConnection that can verify a different name than it dials (tls-server-name)."""
 
@@ -355,9 +360,18 @@ def _connect(conn: http.client.HTTPConnection) -> None:
     """Connect now, so a failure here is known to have sent nothing."""
     try:
         conn.connect()
+        _keepalive(conn.sock)
     except (OSError, http.client.HTTPException) as exc:
         conn.close()
         raise _transient(exc, sent=False) from exc
+
+
+def _keepalive(sock: socket.socket) -> None:
+    """TCP keepalive: the kernel probes an idle connection (a watch between bookmarks) and
+    ends one whose peer is gone, without waking this process."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in KEEPALIVE:
+        sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
 def _client_closed() -> ApiError:

@@ -6,7 +6,6 @@ Errors are the kinds of ``local_ccm.kube.errors``; the loop has one policy for e
 
 from __future__ import annotations
 
-import random
 from typing import Protocol
 
 from local_ccm.kube import nodes as kn
@@ -37,11 +36,8 @@ class KubeNodeApi(kn.KubeNodeApi):
         *,
         write_timeout: float | None = None,
         observe: kn.RequestObserver = lambda verb, resource, code, seconds: None,
-        rng: random.Random | None = None,
     ) -> None:
-        super().__init__(
-            client, write_timeout=write_timeout, slim=slim_node, rng=rng, observe=observe
-        )
+        super().__init__(client, write_timeout=write_timeout, slim=slim_node, observe=observe)
 
     async def count_volume_attachments(self, node_name: str) -> int:
         listed = await self.call(

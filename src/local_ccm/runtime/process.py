@@ -1,6 +1,6 @@
 """The one process runtime every binary goes through, in this order:
 
-1. the health server listens at once: `/healthz` 200 while the event loop ticks, `/readyz` 503
+1. the health server listens at once: `/healthz` 200 while the event loop answers, `/readyz` 503
    with the reason until start-up is done (an API server outage at start is "not ready", never
    a liveness failure); a listen flag this host cannot serve is one line and exit 2;
 2. the permission check (`runtime.access`), retried with backoff while the API server does not
@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -33,8 +34,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LOST, EXIT_PRECONDITION = 0, 1, 2, 3, 4
-WATCHDOG_TICK = 4.0  # a tick wakes an idle process: as rarely as the limit allows
-WATCHDOG_LIMIT = 10.0  # /healthz fails when the event loop has not ticked for this long
+WATCHDOG_LIMIT = 10.0  # /healthz fails when the event loop has not answered for this long
 WAITING = "waiting for the API server"
 
 Work = Callable[["LeaderContext | None"], Awaitable[int | None]]  # an exit status, or None: 0
@@ -42,11 +42,17 @@ Work = Callable[["LeaderContext | None"], Awaitable[int | None]]  # an exit stat
 
 @dataclass
 class Status:
-    """Plain values the health checks read from the HTTP server's thread."""
+    """Plain values the health checks read from the HTTP server's thread.
+
+    The loop check wakes nothing while nobody probes: a probe asks the event loop to answer
+    (``ask`` schedules the answer from the HTTP thread) and the loop is stuck once a question
+    stays unanswered for ``WATCHDOG_LIMIT``. Without ``ask``, ``last_tick`` is read as is."""
 
     waiting: str | None = None  # why start-up is not done yet (run_process sets it)
     leading: bool = False
-    last_tick: float | None = None
+    last_tick: float | None = None  # when the event loop last answered
+    ask: Callable[[], None] | None = None
+    asked: float | None = None  # when the unanswered question was asked
 
 
 def process_checks(status: Status, clock: Clock) -> tuple[Checks, Checks]:
@@ -54,9 +60,14 @@ def process_checks(status: Status, clock: Clock) -> tuple[Checks, Checks]:
     healthz, readyz = Checks(), Checks()
 
     def loop_alive() -> tuple[bool, str]:
-        tick = status.last_tick
-        ok = tick is not None and clock.monotonic() - tick < WATCHDOG_LIMIT
-        return ok, "" if ok else f"the event loop has not ticked for {WATCHDOG_LIMIT:g}s"
+        now, ask, asked = clock.monotonic(), status.ask, status.asked
+        if ask is not None and asked is None:
+            asked = status.asked = now  # read once: the loop may answer before the check ends
+            with contextlib.suppress(RuntimeError):  # a closed loop never answers
+                ask()
+        since = asked if ask is not None else status.last_tick
+        ok = since is not None and now - since < WATCHDOG_LIMIT
+        return ok, "" if ok else f"the event loop has not answered for {WATCHDOG_LIMIT:g}s"
 
     def started() -> tuple[bool, str]:
         waiting = status.waiting
@@ -96,7 +107,7 @@ async def run_process(p: Process) -> int:
     except BindError as exc:  # a listen flag this host cannot serve: bad input
         print(f"{p.prog}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    watchdog = asyncio.create_task(run_watchdog(p.status, p.clock), name="watchdog")
+    answer_probes(p.status, p.clock)
     try:
         refused = await _check_access(p)
         if refused is not None:
@@ -107,7 +118,7 @@ async def run_process(p: Process) -> int:
         return await run_elected(p.work, elector=p.elector, stop=p.stop, grace=p.grace,
                                  on_stop=p.on_stop)  # fmt: skip
     finally:
-        watchdog.cancel()
+        p.status.ask = None
         servers.close()
 
 
@@ -197,9 +208,15 @@ async def until_stopped(
     return None
 
 
-async def run_watchdog(status: Status, clock: Clock) -> None:
-    """Tick `status.last_tick` for /healthz's loop check, from the moment the health server
-    listens until the process ends (a task the caller cancels)."""
-    while True:
-        status.last_tick = clock.monotonic()
-        await clock.sleep(WATCHDOG_TICK)
+def answer_probes(status: Status, clock: Clock) -> None:
+    """From now on /healthz's questions are answered on the running event loop."""
+    loop = asyncio.get_running_loop()
+
+    def answer() -> None:
+        status.last_tick, status.asked = clock.monotonic(), None
+
+    def ask() -> None:
+        loop.call_soon_threadsafe(answer)
+
+    answer()
+    status.ask = ask

@@ -85,7 +85,7 @@ class _View:
         informer = await self._shared.synced()
         return Page(list(informer.cache.values()), informer.resource_version)
 
-    def watch(self, resource_version: str, timeout_seconds: int) -> _Stream:
+    def watch(self, resource_version: str, timeout_seconds: int | None) -> _Stream:
         return _Stream(self._shared, resource_version)
 
 

@@ -1,6 +1,6 @@
-"""Why the Node watch was re-established (``local_ccm_watch_restarts_total{reason}``): a stream the
-server ends before the shortest
-``timeoutSeconds`` the agent asks for (300 s) is ``closed``; a later end is ``timeout``."""
+"""Why the Node watch was re-established (``local_ccm_watch_restarts_total{reason}``): the agent
+asks no ``timeoutSeconds``, so a stream the server ends within ``SERVER_TIMEOUT_FLOOR`` (60 s)
+is ``closed``; a later end is the server's own ``timeout``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import random
 from local_ccm.agent.loop import Agent, LoopSettings
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.kube.errors import Transient
+from local_ccm.kube.informer import SERVER_TIMEOUT_FLOOR
 from tests.fakes.agent import FakeDetector, run_async, start_loop, stop
 from tests.fakes.clock import FakeClock
 from tests.fakes.nodes import FakeNodeApi
@@ -55,7 +56,7 @@ async def test_a_server_close_before_the_requested_timeout_counts_as_closed() ->
     api, clock, agent, task = await started()
     touch(api)
     opened = watches(api)
-    await clock.advance(60)
+    await clock.advance(SERVER_TIMEOUT_FLOOR / 2)
     end_stream(api)
     await clock.advance(0)
     assert (restarts(agent, "closed"), restarts(agent, "timeout")) == (1, 0)

@@ -28,7 +28,9 @@ class Unused:
     async def list_page(self, continue_token: str | None) -> Page:
         raise AssertionError("not listed")
 
-    def watch(self, resource_version: str, timeout_seconds: int) -> AsyncIterator[WatchEvent]:
+    def watch(
+        self, resource_version: str, timeout_seconds: int | None
+    ) -> AsyncIterator[WatchEvent]:
         raise AssertionError("not watched")
 
 

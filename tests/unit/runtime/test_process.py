@@ -12,7 +12,7 @@ import pytest
 from local_ccm.kube import errors as ke
 from local_ccm.kube.nodes import Access
 from local_ccm.lease.elector import LeaderContext
-from local_ccm.runtime.process import Process, Status, run_process
+from local_ccm.runtime.process import Process, Status, answer_probes, process_checks, run_process
 from local_ccm.runtime.serve import BindError, Checks, Servers
 from tests.fakes.clock import FakeClock
 from tests.unit.runtime.test_access import FakeReviews
@@ -111,3 +111,41 @@ def test_a_stop_during_the_check_exits_0() -> None:
 
     assert asyncio.run(scenario()) == 0
     assert "work" not in world.events
+
+
+def test_liveness_asks_the_loop_and_fails_only_when_it_stays_unanswered() -> None:
+    """No periodic tick: a probe schedules an answer on the event loop; a loop that runs
+    answers at once, one that never runs fails the check 10 s after the first question."""
+    clock = FakeClock()
+    status = Status()
+    healthz, _ = process_checks(status, clock)
+
+    async def running() -> list[tuple[str, bool, str]]:
+        answer_probes(status, clock)
+        await clock.advance(60)  # idle for a minute: nothing ticked meanwhile
+        status.asked = None
+        results = healthz.run()  # the question...
+        await asyncio.sleep(0)  # ...is answered as soon as the loop runs
+        assert status.asked is None
+        assert status.last_tick == clock.monotonic()
+        return results
+
+    assert all(ok for _, ok, _ in asyncio.run(running()))
+
+    stuck = asyncio.new_event_loop()  # never run: it cannot answer
+
+    def ask() -> None:
+        stuck.call_soon_threadsafe(lambda: None)
+
+    status.ask = ask
+    status.asked = None
+    assert all(ok for _, ok, _ in healthz.run())  # asked now: not stuck for 10 s yet
+
+    async def later(seconds: float) -> None:
+        await clock.advance(seconds)
+
+    asyncio.run(later(9))
+    assert all(ok for _, ok, _ in healthz.run())
+    asyncio.run(later(1))
+    assert [(name, ok) for name, ok, _ in healthz.run() if not ok] == [("loop", False)]
+    stuck.close()
