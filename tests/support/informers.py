@@ -28,9 +28,7 @@ class Running:
     """Runs `informer` until `stop()`; iterating yields its changes as WatchEvents (the
     object is the new projection, or the old one for DELETED)."""
 
-    def __init__(
-        self, source: ListWatch, *, timeouts: tuple[int, int] | None = (300, 600)
-    ) -> None:
+    def __init__(self, source: ListWatch, *, timeouts: tuple[int, int] | None = (300, 600)) -> None:
         self.ends: list[StreamEnd] = []
         self.informer: Informer[Obj] = Informer(
             source, whole, clock=SystemClock(), rng=random.Random(), name="test",
