@@ -165,7 +165,12 @@ class HttpServer:
     def __init__(
         self, address: BindAddress, routes: Routes, tls: ssl.SSLContext | None = None
     ) -> None:
-        self._server = Server(_bind(address), functools.partial(answer, routes), tls)
+        listener = _bind(address)
+        try:
+            self._server = Server(listener, functools.partial(answer, routes), tls)
+        except BaseException:  # no thread or wake socket (out of descriptors): free the port
+            listener.close()
+            raise
 
     @property
     def port(self) -> int:
