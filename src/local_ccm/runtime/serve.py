@@ -5,30 +5,28 @@
 200 `ok`, or 503 listing the failing checks; `?verbose` lists every check as
 `[+]name ok` / `[-]name failed: reason`.
 
-The server runs in its own daemon thread (stdlib `ThreadingHTTPServer`), so a
-stuck event loop cannot stop `/healthz` from answering "not healthy". Checks are
-therefore called from that thread: they must only read simple state (a
-timestamp, a flag), never touch the event loop.
+Each server runs in its own daemon threads (`runtime.httpd`: an acceptor and one
+thread per connection), so a stuck event loop cannot stop `/healthz` from
+answering "not healthy". Checks are therefore called from those threads: they
+must only read simple state (a timestamp, a flag), never touch the event loop.
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import logging
-import selectors
 import socket
 import ssl
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from local_ccm.logs import V4
+from local_ccm.runtime.httpd import BACKLOG, TEXT, Request, Response, Server
 from local_ccm.runtime.metricsauth import METRICS_PATH, Verdict
 from local_ccm.validate import BindAddress, parse_bind_address
 
@@ -37,7 +35,6 @@ log = logging.getLogger(__name__)
 Check = Callable[[], tuple[bool, str]]
 # Decides a /metrics request from its Authorization header (`runtime.metricsauth.MetricsAuth`).
 Guard = Callable[[str | None], Verdict]
-TLS_HANDSHAKE_TIMEOUT = 10.0
 
 
 class Checks:
@@ -92,98 +89,74 @@ class Routes:
     guard: Guard | None = None
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-
-    def do_GET(self) -> None:
-        url = urlsplit(self.path)
-        routes = self.server.routes
-        checks = {"/healthz": routes.healthz, "/readyz": routes.readyz}.get(url.path)
-        if checks is not None:
-            self._health(url.path, checks, "verbose" in parse_qs(url.query, keep_blank_values=True))
-        elif url.path == METRICS_PATH and routes.registry is not None:
-            self._metrics(routes.registry)
-        else:
-            self._reply(404, "text/plain; charset=utf-8", b"404 page not found\n")
-
-    def _health(self, path: str, checks: Checks, verbose: bool) -> None:
-        results = checks.run()
-        status = 200 if all(ok for _, ok, _ in results) else 503
-        body = render_checks(path, results, verbose).encode()
-        self._reply(status, "text/plain; charset=utf-8", body)
-
-    def _metrics(self, registry: CollectorRegistry) -> None:
-        if not self._guarded(self.server.routes.guard):
-            return
-        encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-        self._reply(200, content_type, encoder(registry))
-
-    def _guarded(self, guard: Guard | None) -> bool:
-        """True when the request may go on; otherwise the refusal has been sent."""
-        if guard is None:
-            return True
-        try:
-            verdict = guard(self.headers.get("Authorization"))
-        except Exception as exc:  # a broken guard refuses, it never serves or crashes
-            log.error("metrics authorization failed: %s: %s", type(exc).__name__, exc)
-            verdict = Verdict(500, "metrics authorization failed")
-        if verdict.allowed:
-            return True
-        self._reply(verdict.status, "text/plain; charset=utf-8", f"{verdict.message}\n".encode())
-        return False
-
-    def _reply(self, status: int, content_type: str, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.log(V4, "http %s " + format, self.client_address[0], *args)
+def answer(routes: Routes, request: Request) -> Response:
+    """The response of `routes` to a GET of `request.target`."""
+    url = urlsplit(request.target)
+    checks = {"/healthz": routes.healthz, "/readyz": routes.readyz}.get(url.path)
+    if checks is not None:
+        verbose = "verbose" in parse_qs(url.query, keep_blank_values=True)
+        return _health(url.path, checks, verbose)
+    if url.path == METRICS_PATH and routes.registry is not None:
+        refused = _refusal(routes.guard, request.header("Authorization"))
+        if refused is not None:
+            return refused
+        content_type, body = exposition(routes.registry, request.header("Accept") or "")
+        return Response(200, content_type, body)
+    return Response(404, TEXT, b"404 page not found\n")
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+def _health(path: str, checks: Checks, verbose: bool) -> Response:
+    results = checks.run()
+    status = 200 if all(ok for _, ok, _ in results) else 503
+    return Response(status, TEXT, render_checks(path, results, verbose).encode())
 
-    def __init__(self, family: socket.AddressFamily, address: tuple[str, int], routes: Routes):
-        self.address_family = family
-        self.routes = routes
-        super().__init__(address, _Handler)
 
-    def server_bind(self) -> None:
-        if self.address_family == socket.AF_INET6 and self.server_address[0] == "::":
+def exposition(registry: CollectorRegistry, accept: str) -> tuple[str, bytes]:
+    """(content type, body) of `registry` in the format the `Accept` header asks for."""
+    encoder, content_type = choose_encoder(accept)
+    return content_type, encoder(registry)
+
+
+def _refusal(guard: Guard | None, authorization: str | None) -> Response | None:
+    """None when the request may go on, else the refusal to send."""
+    if guard is None:
+        return None
+    try:
+        verdict = guard(authorization)
+    except Exception as exc:  # a broken guard refuses, it never serves or crashes
+        log.error("metrics authorization failed: %s: %s", type(exc).__name__, exc)
+        verdict = Verdict(500, "metrics authorization failed")
+    if verdict.allowed:
+        return None
+    return Response(verdict.status, TEXT, f"{verdict.message}\n".encode())
+
+
+def _socket(family: socket.AddressFamily, address: tuple[str, int]) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6 and address[0] == "::":
             # `:port` means every address of both families: one dual-stack socket.
-            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        super().server_bind()
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        # TLS: the handshake runs here, in the request's own thread, not in accept().
-        if isinstance(request, ssl.SSLSocket):
-            request.settimeout(TLS_HANDSHAKE_TIMEOUT)
-            try:
-                request.do_handshake()
-            except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
-                log.log(V4, "https %s handshake failed: %s", client_address[0], exc)
-                return
-        super().finish_request(request, client_address)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # One line instead of socketserver's traceback on stderr (a client hung up, …).
-        log.log(V4, "http %s request failed", client_address[0], exc_info=True)
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(address)
+        sock.listen(BACKLOG)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
-def _bind(address: BindAddress, routes: Routes) -> _Server:
+def _bind(address: BindAddress) -> socket.socket:
     if address.host is None:
         try:
-            return _Server(socket.AF_INET6, ("::", address.port), routes)
+            return _socket(socket.AF_INET6, ("::", address.port))
         except OSError as exc:
             if exc.errno not in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT):
                 raise
             log.info("IPv6 unavailable (%s); listening on IPv4 only", exc)
-            return _Server(socket.AF_INET, ("0.0.0.0", address.port), routes)
+            return _socket(socket.AF_INET, ("0.0.0.0", address.port))
     family = socket.AF_INET6 if address.host.version == 6 else socket.AF_INET
-    return _Server(family, (str(address.host), address.port), routes)
+    return _socket(family, (str(address.host), address.port))
 
 
 class HttpServer:
@@ -192,39 +165,20 @@ class HttpServer:
     def __init__(
         self, address: BindAddress, routes: Routes, tls: ssl.SSLContext | None = None
     ) -> None:
-        self._server = _bind(address, routes)
-        if tls is not None:
-            self._server.socket = tls.wrap_socket(
-                self._server.socket, server_side=True, do_handshake_on_connect=False
-            )
-        self._server.timeout = 0
-        self._wake, self._waker = socket.socketpair()
-        self._thread = threading.Thread(target=self._serve, name=f"http-{self.port}", daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        """Block until a connection or `close()`: unlike `serve_forever`, which wakes every
-        `poll_interval` to look for a shutdown request, an idle server costs no CPU at all."""
-        with selectors.DefaultSelector() as selector:
-            selector.register(self._server, selectors.EVENT_READ)
-            selector.register(self._wake, selectors.EVENT_READ)
-            while True:
-                ready = [key.fileobj for key, _ in selector.select()]
-                if self._wake in ready:
-                    return
-                self._server.handle_request()  # timeout 0: never blocks past the ready one
+        listener = _bind(address)
+        try:
+            self._server = Server(listener, functools.partial(answer, routes), tls)
+        except BaseException:  # no thread or wake socket (out of descriptors): free the port
+            listener.close()
+            raise
 
     @property
     def port(self) -> int:
         """The bound port (the ephemeral one when asked for port 0)."""
-        return int(self._server.server_address[1])
+        return self._server.port
 
     def close(self) -> None:
-        self._waker.send(b"x")
-        self._thread.join()
-        self._server.server_close()
-        self._wake.close()
-        self._waker.close()
+        self._server.close()
 
 
 @dataclass(frozen=True)
