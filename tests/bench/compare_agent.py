@@ -164,3 +164,46 @@ def metric_values(run: dict[str, Any]) -> dict[str, float | None]:
         "agent_startup_requests": run["startup_requests"],
         "agent_address_change_s": round(statistics.median(changes), 3) if changes else None,
     }
+
+
+# ------------------------------------------------------------------ a real hour, side by side
+def run_hour(bench: AgentBench, hour_s: float) -> list[dict[str, Any]]:
+    """Ours and the Go agent started together on Nodes of their own, then left idle for
+    `hour_s`: the requests each made (audit log) and the CPU each used over that time."""
+    started: list[tuple[str, str, str, AgentProcess, NodeWatcher]] = []
+    try:
+        for impl in ("ours", "go"):
+            user, name = f"bench-{impl}-hour-{secrets.token_hex(2)}", f"bench-{impl}-hour"
+            kubeconfig = _identity(bench, impl, user)
+            node = bench.kube.create(r.NODES, nodes.node_body(name, {}, uninitialized=True))
+            watcher = NodeWatcher(bench.kube, name, node["metadata"]["resourceVersion"])
+            watcher.__enter__()
+            log = bench.logs / f"agent-{impl}-hour.log"
+            started.append((impl, user, name, _start(bench, impl, name, kubeconfig, log), watcher))
+        for *_, watcher in started:
+            watcher.wait_for(lambda n: not is_tainted(n), timeout=WAIT)
+        time.sleep(STARTUP_SETTLE)
+        since, t0 = datetime.now(UTC), time.monotonic()
+        agents = [agent for _, _, _, agent, _ in started]
+        cpu0 = [task_cpu_seconds(agent.pid) for agent in agents]
+        time.sleep(hour_s)
+        cpu = [task_cpu_seconds(a.pid) - c for a, c in zip(agents, cpu0, strict=True)]
+        elapsed, until = time.monotonic() - t0, datetime.now(UTC)
+        return [
+            {
+                "impl": impl, "user": user, "node": name, "idle_s": round(elapsed, 1),
+                "requests": len(reqs := bench.audit.requests(user=user, since=since, until=until)),
+                "request_kinds": sorted(f"{e.verb} {e.resource}" for e in reqs),
+                "idle_cpu_s": round(used, 4), "exited": agent.child.exited(),
+            }
+            for (impl, user, name, agent, _), used in zip(started, cpu, strict=True)
+        ]  # fmt: skip
+    finally:
+        for _, _, name, agent, watcher in started:
+            agent.stop()
+            watcher.__exit__(None, None, None)
+            bench.kube.delete(r.NODES, name)
+
+
+def hour_values(run: dict[str, Any]) -> dict[str, float | None]:
+    return {"agent_api_requests_hour": run["requests"], "agent_idle_cpu_hour_s": run["idle_cpu_s"]}

@@ -136,13 +136,17 @@ def test_compare_agent(  # noqa: PLR0917 (pytest passes fixtures by name)
                                               changes=settings.agent_changes)  # fmt: skip
                 runs.append(run)
                 collect(rounds, impl, compare_agent.metric_values(run))
+        hour = compare_agent.run_hour(bench, settings.agent_hour_s) if settings.agent_hour_s else []
+        for run in hour:
+            collect(rounds, run["impl"], compare_agent.hour_values(run))
     kube.close()
     write("agent", binaries, agent_plane, {
         "settings": settings.as_dict(), "originals": {"go": provenance(built, "go-local-ccm")},
-        "rounds": rounds, "runs": runs, "loadavg_samples": load.samples,
+        "rounds": rounds, "runs": runs, "hour": hour, "loadavg_samples": load.samples,
         "wall_s": round(time.monotonic() - started, 1),
     })  # fmt: skip
     assert [run["exit_code"] for run in runs if run["impl"] == "ours"] == [0] * settings.rounds
+    assert [run["exited"] for run in hour if run["impl"] == "ours"] == [None] * bool(hour)
 
 
 # ------------------------------------------------------------------ IPAM

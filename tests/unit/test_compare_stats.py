@@ -92,9 +92,12 @@ def test_sizing_is_a_line_through_the_two_measured_points_with_headroom() -> Non
 def test_settings_come_from_bench_variables_and_the_hour_switch() -> None:
     assert c.settings_from_env({}) == c.Settings()
     got = c.settings_from_env({"BENCH_ROUNDS": "5", "BENCH_IPAM_NODES": "1000", "BENCH_HOUR": "1"})
-    assert (got.rounds, got.ipam_nodes, got.agent_idle_s) == (5, 1000, 3600.0)
+    assert (got.rounds, got.ipam_nodes, got.agent_hour_s) == (5, 1000, 3600.0)
+    assert got.agent_idle_s == c.Settings().agent_idle_s  # the rounds keep their short window
     with pytest.raises(ValueError, match=r"BENCH_ROUNDS='x'.*BENCH_AGENT_CHANGES must be even"):
         c.settings_from_env({"BENCH_ROUNDS": "x", "BENCH_AGENT_CHANGES": "3"})
+    with pytest.raises(ValueError, match=r"BENCH_HOUR='one' is not a number of hours"):
+        c.settings_from_env({"BENCH_HOUR": "one"})
 
 
 RESULT = {
