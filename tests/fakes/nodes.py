@@ -98,6 +98,7 @@ class FakeNodeApi:
         self.fail_next: list[ke.ApiError] = []
         self.before_patch: Callable[[FakeNodeApi], None] | None = None
         self.watchers: list[asyncio.Queue[NodeEvent | BaseException | None]] = []
+        self.serves_initial_events = True  # False: refuses them with 422, as before 1.32
         for each in (*nodes, *([node] if node is not None else [])):
             self.store(each)
 
@@ -156,11 +157,26 @@ class FakeNodeApi:
         return NodeList(items, str(self.rv))
 
     async def watch_nodes(
-        self, selector: str | None, resource_version: str, *, fields: str | None = None
+        self,
+        selector: str | None,
+        resource_version: str,
+        *,
+        fields: str | None = None,
+        initial_events: bool = False,
     ) -> AsyncIterator[NodeEvent]:
-        self.calls.append(f"watch {resource_version}")
+        self.calls.append("watch initial" if initial_events else f"watch {resource_version}")
+        if initial_events and not self.serves_initial_events:
+            raise ke.Invalid(422, "Invalid", "sendInitialEvents is forbidden for watch")
         queue: asyncio.Queue[NodeEvent | BaseException | None] = asyncio.Queue()
         self.watchers.append(queue)
+        if initial_events:
+            wanted = (fields or "").removeprefix("metadata.name=") or None
+            for key, node in self.nodes.items():
+                if wanted in (None, key):
+                    queue.put_nowait(NodeEvent("ADDED", copy.deepcopy(node)))
+            end = {"metadata": {"resourceVersion": str(self.rv),
+                                "annotations": {"k8s.io/initial-events-end": "true"}}}  # fmt: skip
+            queue.put_nowait(NodeEvent("BOOKMARK", end))
         try:
             while (item := await queue.get()) is not END:
                 if isinstance(item, BaseException):

@@ -12,6 +12,8 @@ import threading
 import time
 from urllib.parse import urlsplit
 
+import pytest
+
 from local_ccm.kube.aio import AsyncClient, KubeListWatch
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.config import load_kubeconfig
@@ -120,6 +122,7 @@ def test_a_silently_dropped_watch_connection_is_noticed_and_resumed_without_a_li
         relay.close()
 
 
+@pytest.mark.timeout(BOOKMARK_WAIT + 60)
 def test_a_quiet_watch_without_a_timeout_receives_bookmarks(
     control_plane: ControlPlane, kube: Client, unique_name: str
 ) -> None:

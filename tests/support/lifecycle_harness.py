@@ -312,9 +312,16 @@ class NamedNodes:
         return NodeList(mine, listed.resource_version, listed.continue_token)
 
     async def watch_nodes(
-        self, selector: str | None, resource_version: str, *, fields: str | None = None
+        self,
+        selector: str | None,
+        resource_version: str,
+        *,
+        fields: str | None = None,
+        initial_events: bool = False,
     ) -> AsyncIterator[NodeEvent]:
-        async for event in self.inner.watch_nodes(selector, resource_version, fields=fields):
+        async for event in self.inner.watch_nodes(
+            selector, resource_version, fields=fields, initial_events=initial_events
+        ):
             if event.type == "BOOKMARK" or self._mine(event.node):
                 yield event
 

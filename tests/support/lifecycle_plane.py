@@ -160,11 +160,18 @@ class HeldWatch:
         return await self._api().list_nodes(selector, token, fields=fields)
 
     async def watch_nodes(
-        self, selector: str | None, resource_version: str, *, fields: str | None = None
+        self,
+        selector: str | None,
+        resource_version: str,
+        *,
+        fields: str | None = None,
+        initial_events: bool = False,
     ) -> AsyncIterator[NodeEvent]:
         while not self._released.is_set():
             await asyncio.sleep(0.05)  # cancellable, unlike a thread blocked in Event.wait
-        async for event in self._api().watch_nodes(selector, resource_version, fields=fields):
+        async for event in self._api().watch_nodes(
+            selector, resource_version, fields=fields, initial_events=initial_events
+        ):
             yield event
 
     async def get_node(self, name: str) -> Obj:

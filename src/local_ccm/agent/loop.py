@@ -109,7 +109,9 @@ class Agent:
         try:
             # The monitor first, so no address change during start-up is missed.
             jobs.append(loop.create_task(self._watch_kernel()))
-            await self._until_answered(f"listing Node {self.name}", passes.cache.relist)
+            read = passes.cache.read
+            await self._until_answered(f"reading Node {self.name}",
+                                       lambda: read(self.settings.api_timeout))  # fmt: skip
             await self._fetch_provider_id()
             await passes.run_pass(["startup"])
             self.health.first_pass = True

@@ -1,6 +1,8 @@
-"""The agent's copy of its own Node, read and written through: one LIST by field selector, then
-one watch (an Informer) from that LIST's version; every write is a ``test``-guarded JSON Patch
-whose returned Node replaces the copy. Steady state costs no API request per pass.
+"""The agent's copy of its own Node, read and written through: one watch by field selector that
+starts with the Node's current state (``sendInitialEvents``; on an API server that does not
+serve it, a LIST and then a watch from its version), kept by an Informer; every write is a
+``test``-guarded JSON Patch whose returned Node replaces the copy. Steady state costs no API
+request per pass, and start-up one request fewer than LIST + WATCH.
 
 A new or vanished Node object (another uid) calls ``replaced``, so the pass starts that
 Node's state over; a watch update of the same object calls ``updated`` first (fight detection).
@@ -12,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from local_ccm.agent.core import events as ev
@@ -24,12 +26,15 @@ from local_ccm.agent.triggers import Health, Triggers
 from local_ccm.clock import Clock
 from local_ccm.kube import informer as inf
 from local_ccm.kube.errors import ApiError, Forbidden, Invalid
+from local_ccm.kube.request import WatchEvent, ends_initial_events
 from local_ccm.logs import V1, V2, kv
 from local_ccm.runtime.events import EventSpec
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 _RESULTS = {"conflict": "conflict", "invalid": "invalid", "forbidden": "forbidden"}
+# How an API server without the streaming list (WatchList off, before 1.32) refuses it.
+REFUSED_INITIAL_EVENTS = (400, 422)
 
 
 class NodeCache:
@@ -58,11 +63,35 @@ class NodeCache:
         self._listed_rv = ""
         self.rejected: object = None  # the key of a write rejected as invalid
         self.watch_task: asyncio.Task[None] | None = None
+        self._initial: AsyncGenerator[WatchEvent, None] | None = None  # read() left it open
         self._informer: inf.Informer[Obj] = inf.Informer(
             own_node(api, name), dict, clock=clock, rng=rng, name="Node",
             errors=INFORMER_ERRORS, on_end=self._watch_ended,
         )  # fmt: skip
         self._informer.add_handler(self._on_change)
+
+    async def read(self, timeout: float) -> None:
+        """The start-up read: the initial events of a watch that stays open for
+        ``start_watch``, or a LIST where the server refuses them (or sends no end bookmark
+        within ``timeout``)."""
+        stream = own_node(self._api, self.name).watch_initial()
+        try:
+            node, rv = await asyncio.wait_for(_initial_state(stream), timeout)
+        except (ApiError, InitialEventsError, TimeoutError) as exc:
+            await stream.aclose()
+            if isinstance(exc, ApiError) and exc.status not in REFUSED_INITIAL_EVENTS:
+                raise
+            self._log.log(V2, "no initial events from the watch (%s): listing", exc)
+            await self.relist()
+            return
+        except BaseException:
+            await stream.aclose()
+            raise
+        self._listed_rv, self._initial = rv, stream
+        if node is None:
+            self.gone()
+        else:
+            self._adopt(node, watch=False)
 
     async def relist(self) -> None:
         """LIST by field selector (a consistent read) and adopt the result."""
@@ -75,7 +104,8 @@ class NodeCache:
 
     def start_watch(self) -> None:
         """The informer, from the start-up LIST's version: it watches at once."""
-        self._informer.prime([] if self.node is None else [self.node], self._listed_rv)
+        stream, self._initial = self._initial, None
+        self._informer.prime([] if self.node is None else [self.node], self._listed_rv, stream)
         self.watch_task = asyncio.get_running_loop().create_task(self._informer.run())
 
     async def write(self, patch: Patch, key: object) -> Obj:
@@ -141,3 +171,20 @@ class NodeCache:
             if self._health.watch_down_since is None:
                 self._health.watch_down_since = self._clock.monotonic()
             self._log.log(V1, "watch failed (%s); reconnecting in %.1fs", end.error, end.delay)
+
+
+async def _initial_state(stream: AsyncIterator[WatchEvent]) -> tuple[Obj | None, str]:
+    """The Node (None: absent) and the resourceVersion of the end bookmark."""
+    node: Obj | None = None
+    async for event in stream:
+        if ends_initial_events(event):
+            return node, node_rv(event.object)
+        if event.type in ("ADDED", "MODIFIED"):
+            node = event.object
+        elif event.type == "DELETED":
+            node = None
+    raise InitialEventsError("the watch ended before its initial events did")
+
+
+class InitialEventsError(Exception):
+    """A watch that ended without the initial-events-end bookmark."""

@@ -107,7 +107,14 @@ async def serve_agent(
     client = Client(options.cluster, field_manager=names.AGENT, user_agent=agent_name,
                     timeout=options.api_timeout)  # fmt: skip
     aio = AsyncClient(client)
-    api = KubeNodeApi(aio, observe=metrics.observe_request)
+    refused = asyncio.Event()  # the permission check runs when a request is first refused
+
+    def observe(verb: str, resource: str, code: str, seconds: float | None) -> None:
+        metrics.observe_request(verb, resource, code, seconds)
+        if code == "403":
+            refused.set()
+
+    api = KubeNodeApi(aio, observe=observe)
     agent = build_agent(options, api, metrics=metrics, netns=netns, provider_ids=provider_ids)
     try:
         if options.run_once:
@@ -119,6 +126,7 @@ async def serve_agent(
             reviews=KubeReviews(aio, timeout=options.api_timeout), permissions=permissions(options),
             work=lambda _: serve_until(agent, stop), on_stop=lambda: None,
             grace=SHUTDOWN_GRACE + 1, on_running=lambda _: on_start(agent) if on_start else None,
+            check_on_refusal=refused,
         )  # fmt: skip
         return await run_process(process)
     finally:

@@ -139,6 +139,7 @@ class Informer(Generic[T]):
         self._known: dict[str, tuple[str, str]] = {}  # key -> (uid, resourceVersion)
         self._handlers: list[Callable[[Change[T]], None]] = []
         self._stream: object | None = None
+        self._primed: AsyncIterator[WatchEvent] | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = self._failing = self._delivered = self._listed = False
         self._synced = asyncio.Event()
@@ -177,9 +178,16 @@ class Informer(Generic[T]):
         self._items.pop(key, None)
         self._known.pop(key, None)
 
-    def prime(self, objs: Iterable[Obj], resource_version: str) -> None:
+    def prime(
+        self,
+        objs: Iterable[Obj],
+        resource_version: str,
+        stream: AsyncIterator[WatchEvent] | None = None,
+    ) -> None:
         """Start from a LIST the caller made and has already acted on: no handler is told,
-        and ``run()`` watches from ``resource_version`` at once."""
+        and ``run()`` watches from ``resource_version`` at once, first on ``stream`` when the
+        caller read ``objs`` from a watch that is still open (``initial_events``)."""
+        self._primed = stream
         items = list(objs)
         self._items = {object_key(obj): self._project(obj) for obj in items}
         self._known = {object_key(obj): identity(obj) for obj in items}
@@ -243,7 +251,10 @@ class Informer(Generic[T]):
         started = self._clock.monotonic()
         if self._on_watch is not None:
             self._on_watch()
-        stream = self._source.watch(self.resource_version, timeout)
+        stream, self._primed = (
+            self._primed or self._source.watch(self.resource_version, timeout),
+            None,
+        )
         self._stream = stream
         async for event in stream:
             self._delivered, self._failing = True, False

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -73,11 +73,17 @@ class NodeApi(Protocol):
         ...
 
     def watch_nodes(
-        self, selector: str | None, resource_version: str, *, fields: str | None = None
+        self,
+        selector: str | None,
+        resource_version: str,
+        *,
+        fields: str | None = None,
+        initial_events: bool = False,
     ) -> AsyncIterator[NodeEvent]:
         """One watch stream from `resource_version`, with bookmarks and no `timeoutSeconds`
         (the server's own timeout ends it; a silence longer than `client.WATCH_SILENCE` is a
-        dead connection); raises Gone when the version is too old."""
+        dead connection); raises Gone when the version is too old. `initial_events`: from
+        the current state instead (`request.list_request`), Invalid where not served."""
         ...
 
     async def get_node(self, name: str) -> Obj:
@@ -113,6 +119,13 @@ class NodeListWatch:
         self, resource_version: str, timeout_seconds: int | None
     ) -> AsyncIterator[WatchEvent]:
         events = self._api.watch_nodes(self._selector, resource_version, fields=self._fields)
+        async for event in events:
+            yield WatchEvent(event.type, event.node)
+
+    async def watch_initial(self) -> AsyncGenerator[WatchEvent, None]:
+        """A watch from the current state (the Nodes as ADDED, then the end bookmark)."""
+        events = self._api.watch_nodes(self._selector, "", fields=self._fields,
+                                       initial_events=True)  # fmt: skip
         async for event in events:
             yield WatchEvent(event.type, event.node)
 
@@ -194,11 +207,17 @@ class KubeNodeApi:
         return NodeList(items, str(meta.get("resourceVersion", "")), token)
 
     async def watch_nodes(
-        self, selector: str | None, resource_version: str, *, fields: str | None = None
+        self,
+        selector: str | None,
+        resource_version: str,
+        *,
+        fields: str | None = None,
+        initial_events: bool = False,
     ) -> AsyncIterator[NodeEvent]:
         stream = self.client.watch(
             r.NODES, label_selector=selector or None, field_selector=fields,
             resource_version=resource_version or None, allow_bookmarks=True,
+            initial_events=initial_events,
         )  # fmt: skip
         code = "200"
         try:

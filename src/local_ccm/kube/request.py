@@ -98,11 +98,17 @@ def list_request(
     watch: bool = False,
     timeout_seconds: int | None = None,
     allow_bookmarks: bool = True,
+    initial_events: bool = False,
 ) -> Request:
-    """A LIST, or with `watch` a WATCH (with bookmarks unless `allow_bookmarks` is False)."""
+    """A LIST, or with `watch` a WATCH (with bookmarks unless `allow_bookmarks` is False);
+    `initial_events`: a watch that starts with the current objects, then a bookmark marked
+    `k8s.io/initial-events-end` (a LIST and a WATCH in one request, KEP-3157)."""
+    streaming = watch and initial_events
     query = encode_query([
         ("watch", "1" if watch else None),
-        ("allowWatchBookmarks", "true" if watch and allow_bookmarks else None),
+        ("sendInitialEvents", "true" if streaming else None),
+        ("resourceVersionMatch", "NotOlderThan" if streaming else None),
+        ("allowWatchBookmarks", "true" if watch and (allow_bookmarks or streaming) else None),
         ("labelSelector", label_selector), ("fieldSelector", field_selector),
         ("limit", _number(limit)), ("continue", continue_token),
         ("resourceVersion", resource_version), ("timeoutSeconds", _number(timeout_seconds)),
@@ -112,6 +118,18 @@ def list_request(
 
 def watch_request(res: Resource, **kw: Any) -> Request:
     return list_request(res, watch=True, **kw)
+
+
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
+def ends_initial_events(event: WatchEvent) -> bool:
+    """The bookmark after the initial events of an `initial_events` watch."""
+    meta = event.object.get("metadata") or {}
+    return (
+        event.type == "BOOKMARK"
+        and (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true"
+    )
 
 
 def create_request(

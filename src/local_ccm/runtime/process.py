@@ -4,7 +4,10 @@
    with the reason until start-up is done (an API server outage at start is "not ready", never
    a liveness failure); a listen flag this host cannot serve is one line and exit 2;
 2. the permission check (`runtime.access`), retried with backoff while the API server does not
-   answer; rejected credentials or a missing permission exit 4;
+   answer; rejected credentials or a missing permission exit 4. A process that sets
+   `check_on_refusal` (the node agent: every request at start-up counts, times every Node)
+   starts its work at once and runs the same check when the API server first refuses one of
+   its requests (403): a missing permission still exits 4, listing every one;
 3. leader election where enabled: the controllers run only while leading, losing the Lease
    exits 3;
 4. the controllers (each syncs its informers before acting);
@@ -35,6 +38,7 @@ T = TypeVar("T")
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LOST, EXIT_PRECONDITION = 0, 1, 2, 3, 4
 WATCHDOG_LIMIT = 10.0  # /healthz fails when the event loop has not answered for this long
+RECHECK_AFTER = 300.0  # with check_on_refusal: refusals this soon after a clean check wait
 WAITING = "waiting for the API server"
 
 Work = Callable[["LeaderContext | None"], Awaitable[int | None]]  # an exit status, or None: 0
@@ -96,6 +100,7 @@ class Process:
     grace: float | None = None  # how long a stop waits for the work before cancelling it
     on_stop: Callable[[], None] | None = None  # without election: asks the work to stop
     on_running: Callable[[Servers], None] | None = None
+    check_on_refusal: asyncio.Event | None = None  # set on a 403: the check then, not first
 
 
 async def run_process(p: Process) -> int:
@@ -109,17 +114,42 @@ async def run_process(p: Process) -> int:
         return EXIT_USAGE
     answer_probes(p.status, p.clock)
     try:
-        refused = await _check_access(p)
-        if refused is not None:
+        if p.check_on_refusal is None and (refused := await _check_access(p)) is not None:
             return refused
         p.status.waiting = None
         if p.on_running is not None:
             p.on_running(servers)
-        return await run_elected(p.work, elector=p.elector, stop=p.stop, grace=p.grace,
+        work = p.work if p.check_on_refusal is None else _checked_on_refusal(p, p.check_on_refusal)
+        return await run_elected(work, elector=p.elector, stop=p.stop, grace=p.grace,
                                  on_stop=p.on_stop)  # fmt: skip
     finally:
         p.status.ask = None
         servers.close()
+
+
+def _checked_on_refusal(p: Process, refused: asyncio.Event) -> Work:
+    """`p.work`, and the permission check each time `refused` is set (at most once per
+    `RECHECK_AFTER`): a missing permission cancels the work and exits 4; with nothing missing
+    (an admission policy refused a write, say) the work goes on."""
+
+    async def work(context: LeaderContext | None) -> int | None:
+        main = asyncio.ensure_future(p.work(context))
+        try:
+            while True:
+                waiter = asyncio.ensure_future(refused.wait())
+                await asyncio.wait({main, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                if refused.is_set() and (code := await _check_access(p)) is not None:
+                    return code if code == EXIT_PRECONDITION or not main.done() else main.result()
+                if main.done():
+                    return main.result()
+                await asyncio.wait({main}, timeout=RECHECK_AFTER)  # one check per burst
+                refused.clear()
+        finally:
+            main.cancel()
+            await asyncio.gather(main, return_exceptions=True)
+
+    return work
 
 
 async def _check_access(p: Process) -> int | None:

@@ -291,3 +291,46 @@ def test_a33_sigterm_exits_0_within_5s_and_leaves_the_node_alone(
     assert took <= 5
     assert recorder.snapshot() == [], recorder.snapshot()
     assert pairs(node) == A01_ADDRESSES
+
+
+def test_a_missing_permission_is_found_at_the_first_refusal_and_exits_4(
+    *,
+    shipped_agent_rbac: ShippedRbac,
+    control_plane: ControlPlane,
+    kube: Client,
+    make_node: NodeFactory,
+    netns: NetnsFactory,
+    track: Tracker,
+    test_namespace: str,
+    test_labels: dict[str, str],
+    test_artifacts: Path,
+) -> None:
+    """No permission check before the first pass (start-up requests count on every Node):
+    the chart's RBAC without its events Role lets the agent initialise the Node, then the
+    first Event is refused, the check runs and the agent exits 4 naming what is missing."""
+    up = netns.uplink(v4=("198.51.100.10/24", "198.51.100.1/24"), v6=None)
+    name = make_node(uninitialized=True, provided_node_ip="192.0.2.10")["metadata"]["name"]
+    kubelet_seed(kube, name)
+    without_events = ShippedRbac(
+        tuple(o for o in shipped_agent_rbac.objects if not _grants_events(o))
+    )
+    identity = create_agent_identity(
+        kube, track, rbac=without_events, name=f"lccm-{name}"[:60], namespace=test_namespace,
+        node=name, labels=test_labels,
+    )  # fmt: skip
+    source = control_plane.token_kubeconfig(SERVICE_ACCOUNT, test_namespace, bound_pod=identity.pod)
+    config = copy_kubeconfig(private_dir(test_artifacts), source)
+    done = run_binary(
+        up.node.name, ["--node-name", name, "--internal-ip-target=192.0.2.1"],
+        log_path=test_artifacts / "agent.log", kubeconfig=config, api_url=control_plane.api_url,
+    )  # fmt: skip
+    assert done.code == 4, done
+    missing = [line for line in done.stderr.splitlines() if "missing RBAC permissions" in line]
+    assert missing, done.stderr
+    assert "create events" in missing[0], done.stderr
+    assert names.UNINITIALIZED_TAINT not in taint_keys(kube.get(r.NODES, name))
+
+
+def _grants_events(obj: dict[str, object]) -> bool:
+    rules = obj.get("rules") if obj.get("kind") == "Role" else None
+    return isinstance(rules, list) and any("events" in rule.get("resources", ()) for rule in rules)

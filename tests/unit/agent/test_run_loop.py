@@ -82,7 +82,8 @@ async def test_startup_lists_writes_addresses_then_removes_taint_then_watches_fr
 ):
     api, detector, clock = tainted()
     _agent, task = await started(api, detector, clock)
-    assert api.calls[0] == "list"
+    assert api.calls[0] == "watch initial"  # a LIST and a WATCH in one request
+    assert "list" not in api.calls
     assert [p.subresource for p in api.patches] == ["status", None]
     assert "add /status/addresses" in paths(api.patches[0])
     assert "remove /spec/taints/0" in paths(api.patches[1])
@@ -157,7 +158,7 @@ async def test_conflict_rereads_and_recomputes_and_never_resends_the_stale_patch
     agent, task = await started(api, detector, clock)
     first, second = api.patches[0], api.patches[1]
     assert first.operations[0]["value"] != second.operations[0]["value"]  # fresh RV
-    assert api.calls[:4] == ["list", "patch status", "list", "patch status"]
+    assert api.calls[:4] == ["watch initial", "patch status", "list", "patch status"]
     assert api.node is not None
     assert [t["key"] for t in api.node["spec"]["taints"]] == ["example.com/other"]
     conflicts = agent.metrics.writes.labels("addresses", "conflict")._value.get()
@@ -369,3 +370,16 @@ async def test_run_once_retries_transient_errors_a_bounded_number_of_times() -> 
     await clock.run_until(task.done, timeout=600)
     assert task.result() == 1
     assert api.calls.count("patch status") == 4  # one attempt + 3 retries
+
+
+@run_async
+async def test_a_server_without_initial_events_is_listed_then_watched_from_the_list() -> None:
+    """Before Kubernetes 1.32 (WatchList off) the streaming read is refused: LIST, then WATCH."""
+    api, detector, clock = tainted()
+    api.serves_initial_events = False
+    _agent, task = await started(api, detector, clock)
+    assert api.calls[:2] == ["watch initial", "list"]
+    assert api.node is not None
+    assert not api.node["spec"].get("taints")
+    assert any(c.startswith("watch 1") for c in api.calls)  # from the list's version
+    await stop(task)

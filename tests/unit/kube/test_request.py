@@ -66,6 +66,18 @@ def test_watch_query_asks_for_bookmarks() -> None:
     )
 
 
+def test_a_watch_with_initial_events_is_one_request_for_the_current_state() -> None:
+    req = rq.watch_request(NODES, field_selector="metadata.name=n1", initial_events=True)
+    assert req.path == (
+        "/api/v1/nodes?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+        "&allowWatchBookmarks=true&fieldSelector=metadata.name%3Dn1"
+    )
+    end = {"metadata": {"resourceVersion": "9", "annotations": {rq.INITIAL_EVENTS_END: "true"}}}
+    assert rq.ends_initial_events(rq.WatchEvent("BOOKMARK", end))
+    assert not rq.ends_initial_events(rq.WatchEvent("BOOKMARK", {"metadata": {}}))
+    assert not rq.ends_initial_events(rq.WatchEvent("ADDED", end))
+
+
 def test_create_carries_field_manager_and_dry_run() -> None:
     body = {"metadata": {"name": "sa", "namespace": "ns"}}
     req = rq.create_request(SERVICE_ACCOUNTS, body, field_manager="fm", dry_run=True)

@@ -149,3 +149,42 @@ def test_liveness_asks_the_loop_and_fails_only_when_it_stays_unanswered() -> Non
     asyncio.run(later(1))
     assert [(name, ok) for name, ok, _ in healthz.run() if not ok] == [("loop", False)]
     stuck.close()
+
+
+def test_check_on_refusal_works_first_and_checks_when_a_request_is_refused(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The agent's mode: no review before the work; the first 403 runs the check, which
+    exits 4 listing what is missing."""
+    world = World(FakeReviews(denied={"list nodes"}))
+    refused = asyncio.Event()
+
+    async def scenario() -> int:
+        run = asyncio.ensure_future(run_process(world.process([NODES], check_on_refusal=refused)))
+        await world.clock.run_until(lambda: "work" in world.events, timeout=5)
+        assert world.reviews.requests == []  # working, nothing asked
+        refused.set()  # a request of the work got 403
+        return await run
+
+    assert asyncio.run(scenario()) == 4
+    assert world.events == ["serve", "work"]
+    assert "missing RBAC permissions: list nodes" in caplog.text
+
+
+def test_check_on_refusal_with_nothing_missing_lets_the_work_go_on() -> None:
+    """A refusal that is not RBAC's (an admission policy): the check finds nothing missing."""
+    world = World(FakeReviews())
+    refused = asyncio.Event()
+
+    async def scenario() -> int:
+        run = asyncio.ensure_future(run_process(world.process([NODES], check_on_refusal=refused)))
+        await world.clock.run_until(lambda: "work" in world.events, timeout=5)
+        refused.set()
+        await world.clock.run_until(lambda: bool(world.reviews.requests), timeout=5)
+        await asyncio.sleep(0)
+        assert not run.done()  # still working
+        world.stop.set()
+        return await run
+
+    assert asyncio.run(scenario()) == 0
+    assert world.reviews.requests == ["rules default", "access list nodes"]  # checked once
