@@ -3,10 +3,11 @@
 Run as a subprocess by tests/bench/test_stack_rss.py, never imported by the product. It does
 what the agent does, with the libraries the agent uses: TLS to the API server, GET its Node,
 two status JSON Patches guarded by a resourceVersion test, a WATCH on its own Node (field
-selector), a route lookup and an address dump over netlink, and - with ``--metrics`` - a
-prometheus_client ``/metrics`` server. Then it consumes watch events (the test drives them)
-and sends ``--patches`` more patches, and exits. It prints its VmRSS at each phase as one
-JSON line on stdout: ``imported``, ``first`` (first GET answered), ``work``, ``steady``.
+selector), a route lookup and an address dump over netlink, and - with ``--metrics`` - the
+project's ``/metrics`` server (runtime.serve, runtime.promtext). Then it consumes watch
+events (the test drives them) and sends ``--patches`` more patches, and exits. It prints its
+VmRSS at each phase as one JSON line on stdout: ``imported``, ``first`` (first GET answered),
+``work``, ``steady``.
 """
 
 # Imports sit inside functions on purpose: what is imported is part of what is measured.
@@ -51,7 +52,7 @@ def main() -> int:
     from local_ccm.kube.client import Client
 
     if args.metrics:
-        import local_ccm.runtime.serve  # prometheus_client comes with it
+        import local_ccm.runtime.serve  # with runtime.promtext, the /metrics text
     import local_ccm.netlink  # noqa: F401
 
     report("imported")
@@ -105,11 +106,10 @@ class Probe:
         return 0
 
     def serve_metrics(self) -> Any:
-        from prometheus_client import CollectorRegistry, Counter
-
+        from local_ccm.runtime.promtext import Counter, Registry
         from local_ccm.runtime.serve import Checks, start_servers
 
-        registry = CollectorRegistry()
+        registry = Registry()
         self.counter = Counter("stack_probe_writes", "patches sent", registry=registry)
         servers = start_servers(
             metrics_address="127.0.0.1:0",

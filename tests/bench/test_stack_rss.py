@@ -30,9 +30,14 @@ BASELINES = {
     "stack imported: kube client + aio + netlink": (
         "import local_ccm.kube.aio, local_ccm.kube.client, local_ccm.netlink"
     ),
-    "stack imported + serve (prometheus_client)": (
+    "stack imported + serve (/metrics, promtext)": (
         "import local_ccm.kube.aio, local_ccm.kube.client, local_ccm.netlink, "
         "local_ccm.runtime.serve"
+    ),
+    # What the product no longer imports, for comparison: the library it rendered /metrics with.
+    "stack imported + serve + prometheus_client": (
+        "import local_ccm.kube.aio, local_ccm.kube.client, local_ccm.netlink, "
+        "local_ccm.runtime.serve, prometheus_client"
     ),
 }
 RSS = (

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry
-
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.csr.metrics import CsrMetrics
 from local_ccm.ipam.metrics import IpamMetrics
 from local_ccm.lbipam.metrics import LbMetrics
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.runtime.metrics import Metrics, counter, gauge, histogram
+from local_ccm.runtime.promtext import Registry
 
 NAMES = Path(__file__).with_name("metric_names.txt")
 
@@ -25,7 +24,7 @@ class Small(Metrics):
 
 
 def test_declared_metrics_are_per_instance_with_their_series_at_zero() -> None:
-    one, two = Small(), Small(CollectorRegistry())
+    one, two = Small(), Small(Registry())
     one.runs.labels("a", "ok").inc()
     one.observe_request("GET", "nodes", "200")
     assert one.registry.get_sample_value("t_runs_total", {"kind": "a", "result": "ok"}) == 1
@@ -39,14 +38,11 @@ def test_declared_metrics_are_per_instance_with_their_series_at_zero() -> None:
 
 def describe(metrics: Metrics) -> list[str]:
     lines = []
-    for family in metrics.registry.collect():
-        if family.name.startswith(("process_", "python_")):
-            continue
-        collector = metrics.registry._names_to_collectors[family.name]
-        labels = list(getattr(collector, "_labelnames", ()))
-        buckets = getattr(collector, "_upper_bounds", None)
-        more = f" buckets={buckets[:-1]}" if buckets else ""
-        lines.append(f"{family.name} {family.type} {labels} {family.documentation!r}{more}")
+    for metric in metrics.registry.metrics():
+        buckets = getattr(metric, "bounds", None)
+        more = f" buckets={list(buckets[:-1])}" if buckets else ""
+        labels = list(metric.labelnames)
+        lines.append(f"{metric.name} {metric.kind} {labels} {metric.documentation!r}{more}")
     return sorted(lines)
 
 

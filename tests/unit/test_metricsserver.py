@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter
 
 from local_ccm.kube.errors import Forbidden
 from local_ccm.kube.request import Obj
@@ -35,6 +34,7 @@ from local_ccm.runtime.metricsserver import (
     self_signed,
     server_tls,
 )
+from local_ccm.runtime.promtext import Counter, Registry
 from local_ccm.runtime.serve import BindError, Checks, Servers, start_servers
 from tests.support import resources as r
 
@@ -81,7 +81,7 @@ def tls() -> ssl.SSLContext:
 
 @pytest.fixture
 def servers(tls: ssl.SSLContext) -> Iterator[Servers]:
-    registry = CollectorRegistry()
+    registry = Registry()
     Counter("local_ccm_test_things", "things counted", registry=registry).inc(3)
     healthz, readyz = Checks(), Checks()
     healthz.add("loop", lambda: (True, "ok"))
@@ -138,7 +138,7 @@ def test_a_guard_that_raises_refuses_with_500(tls: ssl.SSLContext) -> None:
             raise RuntimeError("bug")
 
     started = start_servers(
-        metrics_address="127.0.0.1:0", health_address="0", registry=CollectorRegistry(),
+        metrics_address="127.0.0.1:0", health_address="0", registry=Registry(),
         healthz=Checks(), readyz=Checks(), metrics_tls=tls,
         metrics_guard=Broken(Reviewer(), VerdictCache(time.monotonic)).check,
     )  # fmt: skip
@@ -189,7 +189,7 @@ def test_a_taken_port_is_a_bind_error_naming_the_flag(
             start_servers(
                 metrics_address=taken if "metrics" in flag else "127.0.0.1:0",
                 health_address=taken if "metrics" not in flag else "127.0.0.1:0",
-                registry=CollectorRegistry(), healthz=Checks(), readyz=Checks(),
+                registry=Registry(), healthz=Checks(), readyz=Checks(),
                 metrics_tls=tls,
                 metrics_guard=MetricsAuth(Reviewer(), VerdictCache(time.monotonic)).check,
                 health_flag="webserver-bind-address",

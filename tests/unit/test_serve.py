@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from ipaddress import ip_address
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter
 
+from local_ccm.runtime.promtext import Counter, Registry
 from local_ccm.runtime.serve import (
     BindError,
     Checks,
@@ -39,8 +39,8 @@ def fetch(port: int, path: str, host: str = "127.0.0.1") -> tuple[int, str, str]
 
 
 @pytest.fixture
-def registry() -> CollectorRegistry:
-    registry = CollectorRegistry()
+def registry() -> Registry:
+    registry = Registry()
     Counter("local_ccm_test_things", "things counted", registry=registry).inc(3)
     return registry
 
@@ -55,7 +55,7 @@ def checks() -> tuple[Checks, Checks]:
 
 
 @pytest.fixture
-def one_server(registry: CollectorRegistry, checks: tuple[Checks, Checks]) -> Iterator[Servers]:
+def one_server(registry: Registry, checks: tuple[Checks, Checks]) -> Iterator[Servers]:
     servers = start_servers(
         metrics_address="127.0.0.1:0",
         health_address="127.0.0.1:0",
@@ -162,7 +162,7 @@ def test_equal_addresses_share_one_server_for_every_path(one_server: Servers) ->
 
 
 def test_different_addresses_get_separate_servers(
-    registry: CollectorRegistry, checks: tuple[Checks, Checks]
+    registry: Registry, checks: tuple[Checks, Checks]
 ) -> None:
     health_port = free_port()
     servers = start_servers(
@@ -183,7 +183,7 @@ def test_different_addresses_get_separate_servers(
         servers.close()
 
 
-def test_zero_disables_a_server(registry: CollectorRegistry, checks: tuple[Checks, Checks]) -> None:
+def test_zero_disables_a_server(registry: Registry, checks: tuple[Checks, Checks]) -> None:
     servers = start_servers(
         metrics_address="0",
         health_address="127.0.0.1:0",
@@ -240,7 +240,7 @@ def free_port() -> int:
 
 
 def test_a_busy_port_is_a_bind_error_naming_the_flag_and_address(
-    registry: CollectorRegistry, checks: tuple[Checks, Checks]
+    registry: Registry, checks: tuple[Checks, Checks]
 ) -> None:
     with socket.create_server(("127.0.0.1", 0)) as taken:
         busy = f"127.0.0.1:{taken.getsockname()[1]}"

@@ -5,15 +5,14 @@ Label values are closed sets, except ``address`` on the info gauge (at most 4 se
 
 from __future__ import annotations
 
-import platform
 from collections.abc import Mapping
-
-from prometheus_client import CollectorRegistry
 
 from local_ccm import __version__
 from local_ccm.agent.core.candidates import Detection, DetectorKey, Disabled, Failed, Found
 from local_ccm.agent.core.config import family_name
 from local_ccm.runtime.metrics import Metrics, counter, gauge, histogram
+from local_ccm.runtime.procmetrics import python_version
+from local_ccm.runtime.promtext import Registry
 
 TAINT_DELAY_BUCKETS = (1, 2, 5, 10, 30, 60, 120, 300, 600, 1800)
 BLOCK_REASONS = ("no_internal_ip", "provided_node_ip_mismatch", "provider_id_unavailable")
@@ -65,9 +64,9 @@ class AgentMetrics(Metrics):
         series=[RELOAD_RESULTS],
     )  # fmt: skip
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: Registry | None = None) -> None:
         super().__init__(registry)
-        self.build_info.labels(__version__, platform.python_version()).set(1)
+        self.build_info.labels(__version__, python_version()).set(1)
         self.node_present.set(1)
         self.rules_valid.set(1)
 

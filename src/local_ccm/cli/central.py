@@ -13,8 +13,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry
-
 from local_ccm import __version__, flags
 from local_ccm.cli.common import (
     Host,
@@ -41,6 +39,7 @@ from local_ccm.kube.resources import NODES
 from local_ccm.lease.options import Election
 from local_ccm.runtime.metricsserver import CertError
 from local_ccm.runtime.process import EXIT_PRECONDITION, EXIT_USAGE
+from local_ccm.runtime.promtext import Registry
 from local_ccm.runtime.serve import Servers
 from local_ccm.runtime.shared import SharedWatch
 
@@ -156,4 +155,4 @@ def _node_watch(cluster: ClusterConfig) -> tuple[Unit, SharedWatch]:
     source = KubeListWatch(AsyncClient(client), NODES)
     shared = SharedWatch(source, SystemClock(), random.Random(), "nodes")
     needed = [Access("list", "nodes"), Access("watch", "nodes")]
-    return Unit("node-watch", client, needed, CollectorRegistry(), shared.run), shared
+    return Unit("node-watch", client, needed, Registry(), shared.run), shared

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import platform
 import random
 import signal
 import socket
@@ -16,8 +15,6 @@ import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
-
-from prometheus_client import CollectorRegistry
 
 from local_ccm import __version__, flags
 from local_ccm.clock import Clock, SystemClock
@@ -36,6 +33,8 @@ from local_ccm.runtime.metricsserver import (
     metrics_auth,
     server_tls,
 )
+from local_ccm.runtime.procmetrics import python_version
+from local_ccm.runtime.promtext import Registry
 from local_ccm.runtime.serve import Checks, Servers, start_servers
 
 if TYPE_CHECKING:  # leader election is imported by the processes that elect (not the agent)
@@ -60,7 +59,7 @@ def parse_args(table: FlagSet, argv: Sequence[str], env: Mapping[str, str]) -> P
         sys.stdout.write(flags.format_usage(table))
         return EXIT_OK
     if parsed.version_requested:
-        print(flags.format_version(table, platform.python_version()))
+        print(flags.format_version(table, python_version()))
         return EXIT_OK
     return parsed
 
@@ -139,7 +138,7 @@ class Unit:
     name: str
     client: Client
     permissions: Sequence[Access]
-    registry: CollectorRegistry
+    registry: Registry
     work: Callable[[LeaderContext | None], Coroutine[Any, Any, None]]
     checks: Callable[[Checks, Checks], None] = lambda healthz, readyz: None
     on_leading: Callable[[bool], None] = lambda leading: None
@@ -216,11 +215,11 @@ def metrics_tls_of(serving: Serving) -> TlsContext | None:
     return server_tls(serving.cert_dir, certificate_name())
 
 
-def united_registry(units: Sequence[Unit]) -> CollectorRegistry:
+def united_registry(units: Sequence[Unit]) -> Registry:
     """One registry collecting every unit's (a single unit's own when alone)."""
     if len(units) == 1:
         return units[0].registry
-    united = CollectorRegistry(auto_describe=False)
+    united = Registry()
     for unit in units:
         united.register(unit.registry)
     return united

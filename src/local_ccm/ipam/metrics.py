@@ -6,10 +6,9 @@ series of a deleted pool are removed [fix].
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge
-
 from local_ccm.ipam.core.ledger import PoolUsage
 from local_ccm.runtime.metrics import ControllerMetrics, counter, gauge, histogram
+from local_ccm.runtime.promtext import Counter, Gauge
 
 S = "multicidrset_"
 POOL = ("clusterCIDR", "clusterCIDRName")
@@ -58,7 +57,6 @@ class IpamMetrics(ControllerMetrics):
             self.unavailable,
         )  # fmt: skip
         for metric in pooled:
-            # prometheus_client keeps children by label tuple; there is no public listing.
-            for labels in [tuple(labels) for labels in metric._metrics]:
+            for labels in metric.series():
                 if labels[1] == name:
                     metric.remove(*labels)

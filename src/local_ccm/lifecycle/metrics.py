@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from prometheus_client import CollectorRegistry
-
 from local_ccm import __version__
 from local_ccm.runtime.metrics import Metrics, counter, gauge, histogram
+from local_ccm.runtime.promtext import Registry
 
 KINDS: Final = ("icmp", "tcp")
 FAMILIES: Final = ("ipv4", "ipv6")
@@ -57,7 +56,7 @@ class LifecycleMetrics(Metrics):
     evaluation = histogram("evaluation_duration_seconds", "One evaluation pass")
     build_info = gauge("build_info", "Build information", "version")
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: Registry | None = None) -> None:
         super().__init__(registry)
         self.build_info.labels(__version__).set(1)
 

@@ -1,5 +1,5 @@
-"""The metrics registry every component builds on: a per-process `CollectorRegistry` with the
-process, platform and GC collectors, and metrics declared as a table of class attributes.
+"""The metrics registry every component builds on: a per-process `Registry` with the process
+and Python collectors, and metrics declared as a table of class attributes.
 
     class LifecycleMetrics(Metrics):
         prefix = "node_lifecycle_controller_"
@@ -17,13 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.gc_collector import GCCollector
-from prometheus_client.platform_collector import PlatformCollector
-from prometheus_client.process_collector import ProcessCollector
-
 from local_ccm import __version__
 from local_ccm.kube.informer import StreamEnd
+from local_ccm.runtime.procmetrics import ProcessCollector, PythonCollector
+from local_ccm.runtime.promtext import Counter, Gauge, Histogram, Registry
 
 M = TypeVar("M", Counter, Gauge, Histogram)
 Series = Sequence[Sequence[str]]
@@ -49,7 +46,7 @@ class Declared(Generic[M]):
         metric: M = obj.__dict__[self.attr]
         return metric
 
-    def create(self, prefix: str, registry: CollectorRegistry) -> M:
+    def create(self, prefix: str, registry: Registry) -> M:
         more: dict[str, Any] = {} if self.buckets is None else {"buckets": self.buckets}
         metric = self.kind(prefix + self.name, self.doc, self.labels, registry=registry, **more)
         for values in itertools.product(*self.series) if self.series else ():
@@ -78,11 +75,10 @@ class Metrics:
     prefix: ClassVar[str] = ""
     api_requests = counter("api_requests", "API requests", "verb", "resource", "code")
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        reg = self.registry = registry or CollectorRegistry(auto_describe=True)
-        ProcessCollector(registry=reg)
-        PlatformCollector(registry=reg)
-        GCCollector(registry=reg)
+    def __init__(self, registry: Registry | None = None) -> None:
+        reg = self.registry = registry or Registry()
+        reg.register(ProcessCollector())
+        reg.register(PythonCollector())
         declared = {
             attr: value
             for cls in reversed(type(self).__mro__)
@@ -106,7 +102,7 @@ class ControllerMetrics(Metrics):
     leader = gauge("leader", "1 while leading")
     build_info = gauge("build_info", "Build information", "version")
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: Registry | None = None) -> None:
         super().__init__(registry)
         self.build_info.labels(__version__).set(1)
 

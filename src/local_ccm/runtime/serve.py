@@ -1,6 +1,6 @@
 """The metrics and health HTTP server shared by the three binaries.
 
-`/metrics` is the Prometheus exposition of a per-process `CollectorRegistry`;
+`/metrics` is the Prometheus exposition of a per-process `Registry`;
 `/healthz` and `/readyz` run registered checks and answer kube-apiserver style:
 200 `ok`, or 503 listing the failing checks; `?verbose` lists every check as
 `[+]name ok` / `[-]name failed: reason`.
@@ -23,11 +23,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
-
 from local_ccm.runtime.httpd import BACKLOG, TEXT, Request, Response, Server
 from local_ccm.runtime.metricsauth import METRICS_PATH, Verdict
+from local_ccm.runtime.promtext import Registry, render
 from local_ccm.validate import BindAddress, parse_bind_address
 
 log = logging.getLogger(__name__)
@@ -83,7 +81,7 @@ class Routes:
     """What one server answers: metrics when `registry` is set, health when checks are;
     `guard`, when set, must allow a request before metrics are served."""
 
-    registry: CollectorRegistry | None = None
+    registry: Registry | None = None
     healthz: Checks | None = None
     readyz: Checks | None = None
     guard: Guard | None = None
@@ -100,7 +98,7 @@ def answer(routes: Routes, request: Request) -> Response:
         refused = _refusal(routes.guard, request.header("Authorization"))
         if refused is not None:
             return refused
-        content_type, body = exposition(routes.registry, request.header("Accept") or "")
+        content_type, body = render(routes.registry)
         return Response(200, content_type, body)
     return Response(404, TEXT, b"404 page not found\n")
 
@@ -109,12 +107,6 @@ def _health(path: str, checks: Checks, verbose: bool) -> Response:
     results = checks.run()
     status = 200 if all(ok for _, ok, _ in results) else 503
     return Response(status, TEXT, render_checks(path, results, verbose).encode())
-
-
-def exposition(registry: CollectorRegistry, accept: str) -> tuple[str, bytes]:
-    """(content type, body) of `registry` in the format the `Accept` header asks for."""
-    encoder, content_type = choose_encoder(accept)
-    return content_type, encoder(registry)
 
 
 def _refusal(guard: Guard | None, authorization: str | None) -> Response | None:
@@ -232,7 +224,7 @@ def start_servers(
     *,
     metrics_address: str,
     health_address: str,
-    registry: CollectorRegistry,
+    registry: Registry,
     healthz: Checks,
     readyz: Checks,
     metrics_flag: str = "metrics-bind-address",

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry
-
 from local_ccm.agent.metrics import AgentMetrics
+from local_ccm.runtime.promtext import Registry
 
 
 def test_rules_valid_follows_the_last_reload() -> None:
-    registry = CollectorRegistry()
+    registry = Registry()
     metrics = AgentMetrics(registry)
     assert registry.get_sample_value("local_ccm_metadata_rules_valid") == 1
     metrics.observe_rules_reload(["rules[0]: missing name"])

@@ -101,7 +101,7 @@ async def test_require_internal_ip_holds_an_external_only_node_with_no_internal_
     assert api.node["spec"]["taints"]
     assert condition(api) == ("False", "NoInternalIP")
     assert "InitializationBlocked" in api.reasons()
-    assert agent.metrics.blocked.labels("no_internal_ip")._value.get() == 1
+    assert agent.metrics.blocked.labels("no_internal_ip").get() == 1
     await stop(task)
 
 

@@ -104,7 +104,7 @@ async def test_ticks_make_no_api_request_when_nothing_changed() -> None:
     await clock.advance(30)
     assert detector.runs >= runs + 25  # one detection per tick ...
     assert api.api_calls() == before  # ... and no request
-    noop = agent.metrics.passes.labels("tick", "noop")._value.get()
+    noop = agent.metrics.passes.labels("tick", "noop").get()
     assert noop >= 25
     await stop(task)
 
@@ -161,7 +161,7 @@ async def test_conflict_rereads_and_recomputes_and_never_resends_the_stale_patch
     assert api.calls[:4] == ["watch initial", "patch status", "list", "patch status"]
     assert api.node is not None
     assert [t["key"] for t in api.node["spec"]["taints"]] == ["example.com/other"]
-    conflicts = agent.metrics.writes.labels("addresses", "conflict")._value.get()
+    conflicts = agent.metrics.writes.labels("addresses", "conflict").get()
     assert conflicts == 1
     await stop(task)
 
@@ -172,7 +172,7 @@ async def test_five_conflicts_in_a_row_fall_back_to_backoff() -> None:
     api.fail_next = [Conflict(409, "Conflict", "conflict") for _ in range(5)]
     agent, task = await started(api, detector, clock)
     assert api.calls.count("patch status") == 5
-    assert agent.metrics.passes.labels("startup", "failed")._value.get() == 1
+    assert agent.metrics.passes.labels("startup", "failed").get() == 1
     await clock.run_until(lambda: api.calls.count("patch status") == 6, timeout=2)
     assert api.node is not None
     assert addresses(api)
@@ -227,7 +227,7 @@ async def test_an_address_dropped_and_readded_within_the_settle_time_is_never_wr
     api, detector, clock = tainted()
     agent, task = await started(api, detector, clock)
     await clock.advance(3)
-    before = agent.metrics.writes.labels("addresses", "success")._value.get()
+    before = agent.metrics.writes.labels("addresses", "success").get()
     for _ in range(5):
         detector.set({INT4: found("192.0.2.10"), EXT4: found("198.51.100.99")})
         agent.triggers.fire("netlink")
@@ -236,7 +236,7 @@ async def test_an_address_dropped_and_readded_within_the_settle_time_is_never_wr
         agent.triggers.fire("netlink")
         await clock.advance(0.3)
     await clock.advance(5)
-    assert agent.metrics.writes.labels("addresses", "success")._value.get() == before
+    assert agent.metrics.writes.labels("addresses", "success").get() == before
     await stop(task)
 
 
@@ -269,7 +269,7 @@ async def test_node_deleted_sends_nothing_and_a_recreated_node_is_initialised() 
     patches = len(api.patches)
     await clock.advance(10)
     assert len(api.patches) == patches
-    assert agent.metrics.node_present._value.get() == 0
+    assert agent.metrics.node_present.get() == 0
     fresh = tainted_node()
     fresh["metadata"]["uid"] = "uid-2"
     api.put(fresh, "ADDED")
@@ -277,7 +277,7 @@ async def test_node_deleted_sends_nothing_and_a_recreated_node_is_initialised() 
     assert addresses(api) == [("InternalIP", "192.0.2.10"), ("ExternalIP", "198.51.100.10")]
     assert api.node is not None
     assert not api.node["spec"].get("taints")
-    assert agent.metrics.node_present._value.get() == 1
+    assert agent.metrics.node_present.get() == 1
     await stop(task)
 
 

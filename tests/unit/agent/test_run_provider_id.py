@@ -98,7 +98,7 @@ async def test_transport_error_means_not_azure_asks_once_and_blocks_nothing() ->
     assert provider_id(api) is None
     assert api.node is not None
     assert not api.node["spec"].get("taints")
-    blocked = agent.metrics.blocked.labels("provider_id_unavailable")._value.get()
+    blocked = agent.metrics.blocked.labels("provider_id_unavailable").get()
     assert blocked == 0
     await stop(task)
 

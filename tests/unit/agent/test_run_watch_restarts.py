@@ -37,7 +37,7 @@ def end_stream(api: FakeNodeApi, item: Transient | None = None) -> None:
 
 
 def restarts(agent: Agent, reason: str) -> float:
-    value: float = agent.metrics.watch_restarts.labels(reason)._value.get()
+    value: float = agent.metrics.watch_restarts.labels(reason).get()
     return value
 
 

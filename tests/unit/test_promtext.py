@@ -1,0 +1,159 @@
+"""The /metrics text, parsed back with prometheus_client's own parser: every component's
+registry, escaped label values and help texts, histogram buckets up to +Inf, the process
+metrics once in a registry of registries."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from local_ccm.agent.metrics import AgentMetrics
+from local_ccm.csr.metrics import CsrMetrics
+from local_ccm.ipam.metrics import IpamMetrics
+from local_ccm.lbipam.metrics import LbMetrics
+from local_ccm.lifecycle.metrics import LifecycleMetrics
+from local_ccm.runtime.metrics import Metrics
+from local_ccm.runtime.promtext import (
+    CONTENT_TYPE,
+    Counter,
+    Gauge,
+    Histogram,
+    Registry,
+    exposition,
+    go_float,
+    render,
+)
+
+PROCESS = {
+    "process_virtual_memory_bytes": "gauge",
+    "process_resident_memory_bytes": "gauge",
+    "process_start_time_seconds": "gauge",
+    "process_cpu_seconds": "counter",
+    "process_open_fds": "gauge",
+    "process_max_fds": "gauge",
+    "python_info": "gauge",
+    "python_gc_objects_collected": "counter",
+    "python_gc_objects_uncollectable": "counter",
+    "python_gc_collections": "counter",
+}
+COMPONENTS = (AgentMetrics, IpamMetrics, LifecycleMetrics, CsrMetrics, LbMetrics)
+
+
+def parsed(registry: Registry) -> dict[str, tuple[str, str, list[Sample]]]:
+    families = text_string_to_metric_families(exposition(registry))
+    return {f.name: (f.type, f.documentation, f.samples) for f in families}
+
+
+@pytest.mark.parametrize("component", COMPONENTS, ids=lambda c: c.__name__)
+def test_every_component_registry_parses_back_with_its_declared_metrics(
+    component: type[Metrics],
+) -> None:
+    metrics = component()
+    families = parsed(metrics.registry)
+    for name, kind in PROCESS.items():
+        assert families[name][0] == kind, name
+    for metric in metrics.registry.metrics():
+        kind, doc, samples = families[metric.name]
+        assert (kind, doc) == (metric.kind, metric.documentation)
+        for values in metric.series():
+            labels = dict(zip(metric.labelnames, values, strict=True))
+            assert any(s.labels in (labels, {**labels, "le": "+Inf"}) for s in samples)
+
+
+def test_label_values_and_help_with_quotes_newlines_and_backslashes_survive() -> None:
+    registry = Registry()
+    odd = 'a "quoted"\\path\nnext line'
+    gauge = Gauge("t_info", 'help with \\ and\nnewline and "quotes"', ["value"], registry)
+    gauge.labels(odd).set(1)
+    _, doc, samples = parsed(registry)["t_info"]
+    assert doc == 'help with \\ and\nnewline and "quotes"'
+    assert samples == [Sample("t_info", {"value": odd}, 1.0)]
+
+
+def test_counter_is_exposed_with_total_and_without_created() -> None:
+    registry = Registry()
+    counter = Counter("t_runs_total", "Runs", ["result"], registry)
+    counter.labels("ok").inc(2)
+    text = exposition(registry)
+    assert text == (
+        '# HELP t_runs_total Runs\n# TYPE t_runs_total counter\nt_runs_total{result="ok"} 2.0\n'
+    )
+    assert parsed(registry)["t_runs"][2] == [Sample("t_runs_total", {"result": "ok"}, 2.0)]
+
+
+def test_histogram_buckets_are_cumulative_up_to_inf_with_count_and_sum() -> None:
+    registry = Registry()
+    took = Histogram("t_took_seconds", "Took", ["kind"], registry, buckets=(1, 2.5))
+    for seconds in (0.5, 2, 2.5, 7):
+        took.labels("a").observe(seconds)
+    samples = parsed(registry)["t_took_seconds"][2]
+    assert [(s.name, s.labels.get("le"), s.value) for s in samples] == [
+        ("t_took_seconds_bucket", "1.0", 1.0),
+        ("t_took_seconds_bucket", "2.5", 3.0),
+        ("t_took_seconds_bucket", "+Inf", 4.0),
+        ("t_took_seconds_count", None, 4.0),
+        ("t_took_seconds_sum", None, 12.0),
+    ]
+
+
+def test_floats_are_spelled_as_prometheus_client_spells_them() -> None:
+    spelled = [go_float(v) for v in (1, 0.005, 12345678.0, 1.5e9, float("inf"), -3.0)]
+    assert spelled == ["1.0", "0.005", "1.2345678e+07", "1.5e+09", "+Inf", "-3.0"]
+
+
+def test_a_registry_of_registries_exposes_the_process_metrics_once() -> None:
+    united = Registry()
+    united.register(IpamMetrics().registry)
+    united.register(CsrMetrics().registry)
+    text = exposition(united)
+    assert text.count("# TYPE process_open_fds gauge") == 1
+    assert "node_ipam_controller_leader" in parsed(united)
+    assert "kubelet_serving_approver_leader" in parsed(united)
+
+
+def test_render_answers_the_text_format() -> None:
+    registry = Registry()
+    Gauge("t_up", "Up", registry=registry).set(1)
+    assert render(registry) == (CONTENT_TYPE, b"# HELP t_up Up\n# TYPE t_up gauge\nt_up 1.0\n")
+    assert CONTENT_TYPE == "text/plain; version=0.0.4; charset=utf-8"
+
+
+def test_series_are_removed_and_cleared_and_labels_are_checked() -> None:
+    gauge = Gauge("t_free", "Free", ["pool", "name"])
+    gauge.labels("10.0.0.0/8", "a").set(3)
+    gauge.labels("10.1.0.0/16", "b").set(4)
+    gauge.remove("10.0.0.0/8", "a")
+    assert gauge.series() == [("10.1.0.0/16", "b")]
+    gauge.clear()
+    assert gauge.series() == []
+    with pytest.raises(ValueError, match="label values"):
+        gauge.labels("only-one")
+    with pytest.raises(ValueError, match="labelled"):
+        gauge.set(1)
+    with pytest.raises(ValueError, match="non-negative"):
+        Counter("t_c", "C").inc(-1)
+
+
+def test_a_metric_name_registers_once() -> None:
+    registry = Registry()
+    Gauge("t_up", "Up", registry=registry)
+    with pytest.raises(ValueError, match="duplicated"):
+        Counter("t_up_total", "Up", registry=registry)
+
+
+def test_concurrent_increments_are_all_counted() -> None:
+    counter = Counter("t_hits", "Hits", ["who"])
+
+    def hit() -> None:
+        for _ in range(2000):
+            counter.labels("x").inc()
+
+    threads = [threading.Thread(target=hit) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert counter.labels("x").get() == 8000
