@@ -75,7 +75,7 @@ class ProcessCollector:
 
 def _one(name: str, doc: str, value: float | bytes, kind: str = "gauge") -> Family:
     suffix = "_total" if kind == "counter" else ""
-    return Family(name, kind, doc, [Sample(name + suffix, (), float(value))])
+    return Family(name, kind, doc, [Sample(name + suffix, {}, float(value))])
 
 
 class PythonCollector:
@@ -91,7 +91,7 @@ class PythonCollector:
         }  # fmt: skip
         self._info = Family(
             "python_info", "gauge", "Python platform information",
-            [Sample("python_info", tuple(info.items()), 1.0)],
+            [Sample("python_info", info, 1.0)],
         )  # fmt: skip
 
     def collect(self) -> list[Family]:
@@ -104,7 +104,7 @@ class PythonCollector:
         for key, doc in docs.items():
             name = "python_gc_objects_" + key if key != "collections" else "python_gc_collections"
             samples = [
-                Sample(name + "_total", (("generation", str(gen)),), float(stat[key]))
+                Sample(name + "_total", {"generation": str(gen)}, float(stat[key]))
                 for gen, stat in enumerate(gc.get_stats())
             ]
             families.append(Family(name, "counter", doc, samples))

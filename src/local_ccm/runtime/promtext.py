@@ -24,13 +24,13 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 INF = float("inf")
 DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 
-Labels = tuple[tuple[str, str], ...]
-
 
 @dataclass(frozen=True)
 class Sample:
+    """One sample as collected (`labels` a dict, as in prometheus_client's samples)."""
+
     name: str
-    labels: Labels
+    labels: dict[str, str]
     value: float
 
 
@@ -162,10 +162,10 @@ class _Metric(Generic[C]):
         with self._lock:
             return list(self._children)
 
-    def _items(self) -> list[tuple[Labels, C]]:
+    def _items(self) -> list[tuple[dict[str, str], C]]:
         with self._lock:
             items = list(self._children.items())
-        return [(tuple(zip(self.labelnames, key, strict=True)), child) for key, child in items]
+        return [(dict(zip(self.labelnames, key, strict=True)), child) for key, child in items]
 
     def _only(self) -> C:
         if self.labelnames:
@@ -256,7 +256,7 @@ class Histogram(_Metric[HistogramChild]):
         for labels, child in self._items():
             cumulative, total = child.snapshot()
             for bound, count in zip(self.bounds, cumulative, strict=True):
-                yield Sample(self.name + "_bucket", (*labels, ("le", go_float(bound))), count)
+                yield Sample(self.name + "_bucket", {**labels, "le": go_float(bound)}, count)
             yield Sample(self.name + "_count", labels, cumulative[-1])
             yield Sample(self.name + "_sum", labels, total)
 
@@ -298,10 +298,10 @@ class Registry:
 
     def get_sample_value(self, name: str, labels: dict[str, str] | None = None) -> float | None:
         """The value of sample `name` with exactly these labels, `None` when there is none."""
-        wanted = sorted((labels or {}).items())
+        wanted = labels or {}
         for family in self.collect():
             for sample in family.samples:
-                if sample.name == name and sorted(sample.labels) == wanted:
+                if sample.name == name and sample.labels == wanted:
                     return sample.value
         return None
 
@@ -328,7 +328,7 @@ def _escape_label(value: str) -> str:
 
 
 def _sample_line(sample: Sample) -> str:
-    labels = ",".join(f'{k}="{_escape_label(v)}"' for k, v in sorted(sample.labels))
+    labels = ",".join(f'{k}="{_escape_label(v)}"' for k, v in sorted(sample.labels.items()))
     return f"{sample.name}{{{labels}}}" if labels else sample.name
 
 
