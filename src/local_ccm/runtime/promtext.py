@@ -279,9 +279,7 @@ class Registry:
     def _metric_names(self) -> set[str]:
         return {c.name for c in self._collectors if isinstance(c, _Metric)}
 
-    def metrics(
-        self,
-    ) -> list[_Metric[CounterChild] | _Metric[GaugeChild] | _Metric[HistogramChild]]:
+    def metrics(self) -> list[Counter | Gauge | Histogram]:
         """The metrics registered directly (not the collectors nor the nested registries)."""
         with self._lock:
             return [c for c in self._collectors if isinstance(c, Counter | Gauge | Histogram)]
