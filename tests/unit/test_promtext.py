@@ -5,8 +5,11 @@ metrics once in a registry of registries."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
 
 import pytest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics import parser as openmetrics_parser
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
@@ -18,6 +21,7 @@ from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.runtime.metrics import Metrics
 from local_ccm.runtime.promtext import (
     CONTENT_TYPE,
+    OPENMETRICS_TYPE,
     Counter,
     Gauge,
     Histogram,
@@ -39,6 +43,10 @@ PROCESS = {
     "python_gc_objects_uncollectable": "counter",
     "python_gc_collections": "counter",
 }
+# prometheus_client's OpenMetrics parser has no annotations: typed here.
+parse_openmetrics: Callable[[str], Iterator[Metric]] = (
+    openmetrics_parser.text_string_to_metric_families
+)
 COMPONENTS = (AgentMetrics, IpamMetrics, LifecycleMetrics, CsrMetrics, LbMetrics)
 
 
@@ -119,6 +127,22 @@ def test_render_answers_the_text_format() -> None:
     Gauge("t_up", "Up", registry=registry).set(1)
     assert render(registry) == (CONTENT_TYPE, b"# HELP t_up Up\n# TYPE t_up gauge\nt_up 1.0\n")
     assert CONTENT_TYPE == "text/plain; version=0.0.4; charset=utf-8"
+
+
+@pytest.mark.parametrize("component", COMPONENTS, ids=lambda c: c.__name__)
+def test_openmetrics_is_answered_to_who_asks_and_parses_back(component: type[Metrics]) -> None:
+    metrics = component()
+    odd = Gauge("t_odd", 'help "quoted"\\', ["v"], metrics.registry)
+    odd.labels('a"b\\c\nd').set(2)
+    accept = "application/openmetrics-text; version=1.0.0, text/plain;q=0.5"
+    content_type, body = render(metrics.registry, accept)
+    assert content_type == OPENMETRICS_TYPE
+    families = {f.name: f for f in parse_openmetrics(body.decode())}
+    for metric in metrics.registry.metrics():
+        assert families[metric.name].type == metric.kind
+    assert families["t_odd"].documentation == 'help "quoted"\\'
+    assert families["t_odd"].samples[0].labels == {"v": 'a"b\\c\nd'}
+    assert render(metrics.registry, "text/plain")[0] == CONTENT_TYPE
 
 
 def test_series_are_removed_and_cleared_and_labels_are_checked() -> None:

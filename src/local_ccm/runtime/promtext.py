@@ -5,8 +5,9 @@ brought http.server, wsgiref, urllib.request, email and gzip into every process 
 (about 3 MiB of RSS and 40 ms of CPU at start-up). The text is what `prometheus_client`
 0.26 renders for the same metrics (names, `_total` on counters, label order and escaping,
 float spelling, cumulative `le` buckets), without its `_created` samples, which the 0.0.4
-format carries only as extra gauges no dashboard reads; OpenMetrics is not offered, since the
-text format is what every Prometheus scrapes.
+format carries only as extra gauges no dashboard reads (OpenMetrics makes them optional). A
+scraper that asks for OpenMetrics (`Accept: application/openmetrics-text`) gets it, as from
+`prometheus_client`: counters' families without `_total`, `"` escaped in help, `# EOF` last.
 
 A metric family takes its own lock: the HTTP server thread renders while the event loop
 writes.
@@ -21,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Generic, Protocol, TypeVar
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OPENMETRICS = "application/openmetrics-text"
+OPENMETRICS_TYPE = f"{OPENMETRICS}; version=1.0.0; charset=utf-8"
 INF = float("inf")
 DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 
@@ -330,17 +333,21 @@ def _sample_line(sample: Sample) -> str:
     return f"{sample.name}{{{labels}}}" if labels else sample.name
 
 
-def exposition(registry: Collector) -> str:
-    """Every family of `registry` in the text format 0.0.4."""
+def exposition(registry: Collector, openmetrics: bool = False) -> str:
+    """Every family of `registry` in the text format 0.0.4, or in OpenMetrics 1.0."""
     out = []
     for family in registry.collect():
-        name = family.name + "_total" if family.type == "counter" else family.name
+        counter = family.type == "counter" and not openmetrics
+        name = family.name + "_total" if counter else family.name
         doc = family.documentation.replace("\\", r"\\").replace("\n", r"\n")
+        doc = doc.replace('"', r"\"") if openmetrics else doc
         out.append(f"# HELP {name} {doc}\n# TYPE {name} {family.type}\n")
         out.extend(f"{_sample_line(s)} {go_float(s.value)}\n" for s in family.samples)
-    return "".join(out)
+    return "".join(out) + ("# EOF\n" if openmetrics else "")
 
 
-def render(registry: Collector) -> tuple[str, bytes]:
-    """The content type and body of a /metrics answer."""
+def render(registry: Collector, accept: str = "") -> tuple[str, bytes]:
+    """The content type and body of a /metrics answer to a request's `Accept` header."""
+    if any(kind.split(";")[0].strip() == OPENMETRICS for kind in accept.split(",")):
+        return OPENMETRICS_TYPE, exposition(registry, openmetrics=True).encode()
     return CONTENT_TYPE, exposition(registry).encode()

@@ -98,7 +98,7 @@ def answer(routes: Routes, request: Request) -> Response:
         refused = _refusal(routes.guard, request.header("Authorization"))
         if refused is not None:
             return refused
-        content_type, body = render(routes.registry)
+        content_type, body = render(routes.registry, request.header("Accept") or "")
         return Response(200, content_type, body)
     return Response(404, TEXT, b"404 page not found\n")
 

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from ipaddress import ip_address
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter
 
 from local_ccm.runtime.httpd import (
     MAX_HEAD,
@@ -26,6 +25,7 @@ from local_ccm.runtime.httpd import (
     head_end,
     parse_head,
 )
+from local_ccm.runtime.promtext import Counter, Registry
 from local_ccm.runtime.serve import Checks, HttpServer, Routes
 from local_ccm.validate import BindAddress
 
@@ -223,7 +223,7 @@ def test_close_returns_while_a_client_is_connected() -> None:
 
 
 def test_metrics_follow_a_lower_case_accept_header() -> None:
-    registry = CollectorRegistry()
+    registry = Registry()
     Counter("local_ccm_test_things", "things counted", registry=registry).inc(3)
     server = HttpServer(BindAddress(ip_address("127.0.0.1"), 0), Routes(registry=registry))
     try:
