@@ -14,10 +14,8 @@ import logging
 import os
 import socket
 import ssl
-import tempfile
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import urlsplit
 
 from local_ccm.kube.config import Authenticator, ClusterConfig, ConfigError, Credential
@@ -62,23 +60,16 @@ def _load_client_cert(ctx: ssl.SSLContext, cert: bytes, key: bytes) -> None:
 
 @contextlib.contextmanager
 def pem_files(cert: bytes, key: bytes) -> Iterator[tuple[str, str]]:
-    """`ssl` loads certificates from paths only: memory-backed files (the controllers' root
-    filesystem is read-only), else a private temporary directory, gone after loading."""
-    if hasattr(os, "memfd_create"):
-        fds = [os.memfd_create(label) for label in ("tls.crt", "tls.key")]
-        try:
-            for fd, data in zip(fds, (cert, key), strict=True):
-                os.write(fd, data)
-            yield f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[1]}"
-        finally:
-            for fd in fds:
-                os.close(fd)
-        return
-    with tempfile.TemporaryDirectory() as tmp:  # pragma: no cover (no memfd: not Linux)
-        paths = Path(tmp, "tls.crt"), Path(tmp, "tls.key")
-        paths[0].write_bytes(cert)
-        paths[1].write_bytes(key)
-        yield str(paths[0]), str(paths[1])
+    """`ssl` loads certificates from paths only: memory-backed files (Linux memfd; the
+    controllers' root filesystem is read-only), gone after loading."""
+    fds = [os.memfd_create(label) for label in ("tls.crt", "tls.key")]
+    try:
+        for fd, data in zip(fds, (cert, key), strict=True):
+            os.write(fd, data)
+        yield f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[1]}"
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 # Probe after 30 s idle, every 10 s, give up after 3 unanswered: a dead peer ends the
