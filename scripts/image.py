@@ -69,6 +69,9 @@ SCRIPTS = (
 # The paths the manifests and the upstream node-ipam-controller image use.
 ENTRY_POINTS = (*(f"usr/local/bin/{s}" for s in SCRIPTS), "node-ipam-controller")
 UID = 65532
+# Every process runs with -OO: docstrings and asserts are not loaded (1.1 MiB of RSS per
+# process; the code never reads a docstring and its asserts only narrow types).
+OPTIMIZE = 2
 SOURCE_URL = "https://github.com/local-ccm/local-ccm"
 # The standard library modules whose shared libraries are not in KEEP, and what nothing in the
 # image imports (tests, IDLE, 2to3, ensurepip, pydoc's topics).
@@ -425,6 +428,12 @@ def compile_and_check(root: Path) -> None:
         "compileall",
         "-q",
         "-f",
+        # Level 2 is what runs (PYTHONOPTIMIZE=2 below: no docstrings, 1.1 MiB less per
+        # process); level 0 for a `python -I` run by hand.
+        "-o",
+        "0",
+        "-o",
+        "2",
         "--invalidation-mode",
         "unchecked-hash",
         "/usr/lib/python3.11",
@@ -469,7 +478,7 @@ def packages_listing(build: Build, digest: str, packages: Sequence[Package],
 
 def image_spec(build: Build) -> ImageSpec:
     env = (f"PATH={VENV}/bin:/usr/local/bin:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE=1",
-           "PYTHONUNBUFFERED=1")  # fmt: skip
+           "PYTHONUNBUFFERED=1", f"PYTHONOPTIMIZE={OPTIMIZE}")  # fmt: skip
     return ImageSpec(
         arch=build.arch, created=build.epoch, user=f"{UID}:{UID}", env=env,
         entrypoint=("/usr/local/bin/local-ccm",), labels=labels(build),

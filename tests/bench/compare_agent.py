@@ -44,7 +44,7 @@ from tests.support.audit import AuditLog
 from tests.support.chart import ShippedRbac
 from tests.support.controlplane import ControlPlane
 from tests.support.netns import Uplink
-from tests.support.processes import cpu_seconds, memory_kib, spawn
+from tests.support.processes import AS_SHIPPED, cpu_seconds, memory_kib, spawn
 
 STARTUP_SETTLE = 3.0  # s after the taint is removed; the Go agent's next pass is 10 s away
 WAIT = 60.0  # s for any single observation; a run that does not see it fails loudly
@@ -73,6 +73,7 @@ def _identity(bench: AgentBench, impl: str, user: str) -> Path:
 def _start(bench: AgentBench, impl: str, node: str, kubeconfig: Path, log: Path) -> AgentProcess:
     binary = LOCAL_CCM if impl == "ours" else str(bench.go_binary)
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "NODE_NAME")}
+    env |= AS_SHIPPED if impl == "ours" else {}
     argv = [binary, f"--kubeconfig={kubeconfig}", f"--node-name={node}"]
     started = time.monotonic()
     cmd = ["ip", "netns", "exec", bench.up.node.name, *argv]

@@ -30,7 +30,7 @@ from tests.support import resources as r
 from tests.support.cleanup import Tracker
 from tests.support.controlplane import ControlPlane
 from tests.support.ipam_bench import BITS, POOL_V4, POOL_V6, create_all, list_pod_cidrs, plain_node
-from tests.support.processes import Child, cpu_seconds, free_port, memory_kib, spawn
+from tests.support.processes import AS_SHIPPED, Child, cpu_seconds, free_port, memory_kib, spawn
 from tests.support.waiting import eventually
 
 READY_SETTLE = 3.0
@@ -64,7 +64,8 @@ def _spawn(bench: IpamBench, impl: str, port: int, qps: Sequence[str], log: Path
         argv = [*bench.ours, f"--kubeconfig={kubeconfig}",
                 "--enable-leader-election=false", f"--health-probe-address=127.0.0.1:{port}",
                 *qps]  # fmt: skip
-    return spawn(f"ipam-{impl}", argv, log, env={"PATH": "/usr/bin:/bin"})
+    shipped = AS_SHIPPED if impl == "ours" else {}
+    return spawn(f"ipam-{impl}", argv, log, env={"PATH": "/usr/bin:/bin", **shipped})
 
 
 def _ready(child: Child, port: int) -> bool:

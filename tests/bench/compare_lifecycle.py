@@ -47,7 +47,7 @@ from tests.support.lifecycle_bench import (
     read_counters,
 )
 from tests.support.lifecycle_harness import AUTOSCALER_TAINT
-from tests.support.processes import Child, free_port, memory_kib, spawn
+from tests.support.processes import AS_SHIPPED, Child, free_port, memory_kib, spawn
 from tests.support.waiting import eventually
 
 SETTLE = 5.0
@@ -94,7 +94,7 @@ def _start(bench: LifecycleBench, impl: str, lease: str, extra: Sequence[str],
     health = free_port()
     argv = [str(BINARY), f"--kubeconfig={bench.kubeconfig}", *common,
             f"--health-probe-bind-address=127.0.0.1:{health}"]  # fmt: skip
-    child = spawn("lifecycle-ours", argv, log, env={"PATH": "/usr/bin:/bin"})
+    child = spawn("lifecycle-ours", argv, log, env={"PATH": "/usr/bin:/bin", **AS_SHIPPED})
     return Running(child, lambda: _http_ok(health, "/readyz"))
 
 

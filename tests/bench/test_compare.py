@@ -46,6 +46,7 @@ from tests.support.kwok import (
 )
 from tests.support.lifecycle_harness import apply_rbac, controller_kubeconfig
 from tests.support.netns import NetnsFactory
+from tests.support.processes import compile_optimized
 from tests.support.relay import LoopbackRelay
 from tests.support.waiting import eventually
 
@@ -62,6 +63,8 @@ def settings() -> Settings:
 
 @pytest.fixture(scope="module")
 def built() -> originals.Built:
+    """The Go originals built, and ours compiled as the image ships it (level-2 .pyc)."""
+    compile_optimized()
     return originals.ensure()
 
 
