@@ -12,6 +12,7 @@ taken. Scale: tests/bench/compare_stats.py `Settings` (BENCH_* variables).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -119,27 +120,39 @@ def agent_plane(request: pytest.FixtureRequest, binaries: Binaries) -> Iterator[
         yield plane
 
 
+@contextlib.contextmanager
+def agent_bench(
+    plane: ControlPlane, netns: NetnsFactory, built: originals.Built, rbac: ShippedRbac,
+    logs: Path,
+) -> Iterator[compare_agent.AgentBench]:  # fmt: skip
+    """The agents' namespace, its relay to `plane` and an admin client, for one test."""
+    up = node_uplink(netns)
+    port = int(plane.api_url.rsplit(":", 1)[1])
+    with (
+        Client.from_kubeconfig(plane.admin_kubeconfig, field_manager=FIELD_MANAGER) as kube,
+        LoopbackRelay(up.node.name, ("127.0.0.1", port)),
+    ):
+        yield compare_agent.AgentBench(plane, kube, audit_log(plane), up, rbac,
+                                       built.path("go-local-ccm", "local-ccm"), logs)  # fmt: skip
+
+
 def test_compare_agent(  # noqa: PLR0917 (pytest passes fixtures by name)
     agent_plane: ControlPlane, binaries: Binaries, netns: NetnsFactory, settings: Settings,
     built: originals.Built, shipped_agent_rbac: ShippedRbac, test_artifacts: Path,
 ) -> None:  # fmt: skip
-    kube = Client.from_kubeconfig(agent_plane.admin_kubeconfig, field_manager=FIELD_MANAGER)
-    up = node_uplink(netns)
-    port = int(agent_plane.api_url.rsplit(":", 1)[1])
-    bench = compare_agent.AgentBench(agent_plane, kube, audit_log(agent_plane), up,
-                                     shipped_agent_rbac, built.path("go-local-ccm", "local-ccm"),
-                                     test_artifacts)  # fmt: skip
     rounds: dict[str, dict[str, list[Any]]] = {}
     runs = []
     started = time.monotonic()
-    with LoadSampler() as load, LoopbackRelay(up.node.name, ("127.0.0.1", port)):
+    with (
+        agent_bench(agent_plane, netns, built, shipped_agent_rbac, test_artifacts) as bench,
+        LoadSampler() as load,
+    ):
         for i in range(settings.rounds):
             for impl in IMPLS:
                 run = compare_agent.run_agent(bench, impl, f"r{i}", idle_s=settings.agent_idle_s,
                                               changes=settings.agent_changes)  # fmt: skip
                 runs.append(run)
                 collect(rounds, impl, compare_agent.metric_values(run))
-    kube.close()
     write("agent", binaries, agent_plane, {
         "settings": settings.as_dict(), "originals": {"go": provenance(built, "go-local-ccm")},
         "rounds": rounds, "runs": runs, "loadavg_samples": load.samples,
@@ -155,19 +168,15 @@ def test_compare_agent_hour(  # noqa: PLR0917 (pytest passes fixtures by name)
     """Both agents idle side by side for BENCH_HOUR hours: requests and CPU of a real hour."""
     if not settings.agent_hour_s:
         pytest.skip("BENCH_HOUR is not set: the side-by-side hour runs only when asked for")
-    kube = Client.from_kubeconfig(agent_plane.admin_kubeconfig, field_manager=FIELD_MANAGER)
-    up = node_uplink(netns)
-    port = int(agent_plane.api_url.rsplit(":", 1)[1])
-    bench = compare_agent.AgentBench(agent_plane, kube, audit_log(agent_plane), up,
-                                     shipped_agent_rbac, built.path("go-local-ccm", "local-ccm"),
-                                     test_artifacts)  # fmt: skip
     rounds: dict[str, dict[str, list[Any]]] = {}
     started = time.monotonic()
-    with LoadSampler(every=60) as load, LoopbackRelay(up.node.name, ("127.0.0.1", port)):
+    with (
+        agent_bench(agent_plane, netns, built, shipped_agent_rbac, test_artifacts) as bench,
+        LoadSampler(every=60) as load,
+    ):
         hour = compare_agent.run_hour(bench, settings.agent_hour_s)
     for run in hour:
         collect(rounds, run["impl"], compare_agent.hour_values(run))
-    kube.close()
     write("agent-hour", binaries, agent_plane, {
         "settings": settings.as_dict(), "originals": {"go": provenance(built, "go-local-ccm")},
         "rounds": rounds, "runs": hour, "loadavg_samples": load.samples,
