@@ -291,14 +291,35 @@ def replace_between(page: str, name: str, body: str) -> str:
 COMPONENTS = ("agent", "agent-hour", "ipam", "lifecycle")
 
 
+# The settings each component's run depends on (a component may be run alone, at its own scale).
+COMPONENT_SETTINGS = {
+    "agent": ("rounds", "agent_idle_s", "agent_changes"),
+    "agent-hour": ("agent_hour_s",),
+    "ipam": ("rounds", "ipam_nodes"),
+    "lifecycle": ("rounds", "lifecycle_nodes", "lifecycle_window_s", "lifecycle_timeout_s"),
+}
+
+
+def settings_text(component: str, settings: Mapping[str, Any]) -> str:
+    """`BENCH_ROUNDS=3`, ... for the settings `component` depends on."""
+    names = {**ENV_NAMES, "agent_hour_s": "BENCH_HOUR"}
+    scale = {"agent_hour_s": 1 / 3600}
+    return ", ".join(
+        f"`{names[k]}={settings[k] * scale.get(k, 1):g}`"
+        for k in COMPONENT_SETTINGS.get(component, ())
+        if k in settings
+    )
+
+
 def run_facts(component: str, result: Result) -> str:
-    """One list item: when, where, how loaded the machine was, what the Go side was."""
+    """One list item: when, at which scale, how loaded the machine was, what the Go side was."""
     m = result["machine"]
     loads = result.get("loadavg_samples") or []
     ones = [x[0] for x in loads] or [m["loadavg_start"][0]]
     go = (result.get("originals") or {}).get("go") or {}
     return (
-        f"- **{component}**: `compare-{component}`, finished {m['when']} (git {m['git']}), wall "
+        f"- **{component}**: `compare-{component}`, finished {m['when']} (git {m['git']}), "
+        f"{settings_text(component, result.get('settings') or {})}, wall "
         f"{result.get('wall_s', '?')} s; load average (1 min) {min(ones):.2f}–{max(ones):.2f} "
         f"over {len(ones)} samples; Go side {go.get('project', '?')} {go.get('version', '?')} "
         f"(cache key {go.get('key', '?')})."
@@ -306,13 +327,11 @@ def run_facts(component: str, result: Result) -> str:
 
 
 def machine_text(results: Mapping[str, Result]) -> str:
-    first = results[next(iter(results))]
-    m, s = first["machine"], first["settings"]
-    settings = ", ".join(f"`{ENV_NAMES[k]}={v:g}`" for k, v in s.items() if k in ENV_NAMES)
+    m = results[next(iter(results))]["machine"]
     lines = [
         f"{m['nproc']} CPUs, kernel {m['kernel']}, Python {m['python']}, {m['go']}, "
         f"kube-apiserver {m['kube_apiserver']}, etcd {m['pins']['etcd']}, kwok "
-        f"{m['pins']['kwok']}. Settings: {settings}.",
+        f"{m['pins']['kwok']}. Each component's settings are on its line.",
         "",
     ]
     lines += [run_facts(c, results[c]) for c in COMPONENTS if c in results]
@@ -331,9 +350,12 @@ def render_page(page: str, results: Mapping[str, Result]) -> str:
     """docs/benchmarks.md with its generated parts replaced: the comparison table, the sizing
     table and the run facts, all from `results` ({component: compare result})."""
     summaries = summarize(merged_rounds(results))
-    settings = {}
-    for result in results.values():
-        settings.update(result["settings"])
+    settings = {
+        key: result["settings"][key]
+        for component, result in results.items()
+        for key in COMPONENT_SETTINGS.get(component, ())
+        if key in result["settings"] and key != "rounds"
+    }
     page = replace_between(page, "table", comparison_table(summaries))
     page = replace_between(page, "sizing", sizing_table(sizing(summaries, settings)))
     return replace_between(page, "run", machine_text(results))
