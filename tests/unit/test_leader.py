@@ -293,6 +293,28 @@ def test_leader_renews_every_retry_period() -> None:
     run(scenario)
 
 
+def test_the_leader_renews_from_its_own_write_and_reads_only_after_a_conflict() -> None:
+    """One request per renewal (an UPDATE from the last written lease, as client-go); when
+    someone else wrote the lease meanwhile (409), the next attempt reads it and decides."""
+
+    async def scenario() -> None:
+        clock, server = FakeClock(), FakeLeaseServer()
+        c = Candidate(server, clock, "node-a_1")
+        c.start()
+        await settle()
+        before = len(c.api.calls)
+        await clock.advance(10)
+        renewals = [call.verb for call in c.api.calls[before:]]
+        assert renewals == ["update"] * 20  # no GET
+        c.api.fail_next("update", Conflict(409, "Conflict", "modified"))
+        before = len(c.api.calls)
+        await clock.advance(RETRY)
+        assert [call.verb for call in c.api.calls[before:]] == ["update", "get", "update"]
+        assert c.elector.is_leader
+
+    run(scenario)
+
+
 def test_a_failed_renewal_is_retried_within_the_deadline() -> None:
     async def scenario() -> None:
         clock, server = FakeClock(), FakeLeaseServer()

@@ -166,8 +166,15 @@ class LeaderElector:
         return False
 
     async def _attempt(self) -> bool:
-        """One GET and, if the decision says so, one CREATE/UPDATE. True: we hold the lease."""
+        """One GET and, if the decision says so, one CREATE/UPDATE. True: we hold the lease.
+        A leader renews from its own last write without the GET (as client-go does): the
+        write's resourceVersion makes it fail if anyone else wrote since, and then it reads."""
         started = self._clock.monotonic()
+        if self._leading and self._lease is not None:
+            try:
+                return await self._apply(self._lease, started, optimistic=True)
+            except Conflict:
+                log.log(V2, "the lease changed since our last write; reading it")
         try:
             current: Obj | None = await self._api.get()
         except NotFound:
@@ -177,7 +184,9 @@ class LeaderElector:
             return False
         return await self._apply(current, started)
 
-    async def _apply(self, current: Obj | None, started: float) -> bool:
+    async def _apply(
+        self, current: Obj | None, started: float, *, optimistic: bool = False
+    ) -> bool:
         record = None if current is None else election.record_from_lease(current)
         decision = election.decide(
             self._config, self._observed, record, self._clock.monotonic(), self._clock.now()
@@ -194,6 +203,8 @@ class LeaderElector:
         try:
             self._lease = await self._write(decision.action, current, decision.record)
         except Conflict:
+            if optimistic:
+                raise
             log.log(V2, "lease changed concurrently; another candidate won")
             return False
         except ApiError as exc:
