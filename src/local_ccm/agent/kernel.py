@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Sequence
 from local_ccm.agent.core.candidates import Candidate
 from local_ccm.agent.core.config import AgentConfig
 from local_ccm.agent.detect import DetectionReport, detect_addresses
-from local_ccm.agent.loop import ChangeSource, Detected, DetectFn
+from local_ccm.agent.loop import Detected
 from local_ccm.clock import Clock, SystemClock
 from local_ccm.netlink import Change, Monitor
 
@@ -48,16 +48,7 @@ class Kernel:
         self._monitored = False  # a subscription is open
         self.dumps = 0  # address and link dumps read
 
-    @property
-    def detect(self) -> DetectFn:
-        return self._detect
-
-    @property
-    def changes(self) -> ChangeSource:
-        """Each call opens a netlink subscription at once and iterates it."""
-        return self._changes
-
-    async def _detect(self) -> Detected:
+    async def detect(self) -> Detected:
         due = self._clock.monotonic() - self._dumped_at >= self._full_every
         reuse = None if self._stale or due or not self._monitored else self._candidates
         self._stale = False  # a change reported while dumping makes the next pass dump again
@@ -78,7 +69,8 @@ class Kernel:
             self._candidates, self.dumps = report.candidates, self.dumps + 1
             self._dumped_at = self._clock.monotonic()
 
-    def _changes(self) -> AsyncIterator[Sequence[Change]]:
+    def changes(self) -> AsyncIterator[Sequence[Change]]:
+        """Each call opens a netlink subscription at once and iterates it."""
         return self._batches(Monitor(netns=self._netns))
 
     async def _batches(self, monitor: Monitor) -> AsyncIterator[Sequence[Change]]:
