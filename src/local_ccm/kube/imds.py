@@ -8,9 +8,10 @@ HTTP) on the link-local address means "not on Azure".
 
 from __future__ import annotations
 
-import http.client
 from collections.abc import Mapping
 from urllib.parse import urlsplit
+
+from local_ccm.kube.http1 import Connection
 
 AZURE_RESOURCE_ID_URL = (
     "http://169.254.169.254/metadata/instance/compute/resourceId?api-version=2021-02-01&format=text"
@@ -33,12 +34,15 @@ def get_text(url: str, *, headers: Mapping[str, str], timeout: float) -> str:
     if parts.scheme != "http" or not parts.hostname:
         raise ValueError(f"not a plain http URL: {url}")
     target = parts.path + (f"?{parts.query}" if parts.query else "")
-    conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+    conn = Connection(parts.hostname, parts.port or 80, timeout=timeout)
     try:
-        conn.request("GET", target, headers=dict(headers))
+        conn.request("GET", target, None, headers)
         response = conn.getresponse()
-        body = response.read(MAX_BODY)
-    except (OSError, http.client.HTTPException) as exc:  # includes socket timeouts
+        length = int(response.getheader("content-length") or 0)
+        if length > MAX_BODY:
+            raise MetadataError(f"answer of {length} bytes is too long", transport=False)
+        body = response.read()
+    except OSError as exc:  # includes socket timeouts and answers that are not HTTP
         raise MetadataError(f"{type(exc).__name__}: {exc}", transport=True) from exc
     finally:
         conn.close()

@@ -1,4 +1,4 @@
-"""HTTP(S) to the apiserver over http.client: the only code here that opens sockets.
+"""HTTP(S) to the apiserver over `kube.http1` connections: the only code that opens them.
 
 A small pool of keep-alive connections serves ordinary requests; each watch gets its
 own connection, whose socket ``close()`` shuts down so a blocked reader wakes at once.
@@ -9,7 +9,6 @@ process that is stopping must not wait for an API server that does not answer.
 from __future__ import annotations
 
 import contextlib
-import http.client
 import logging
 import os
 import socket
@@ -20,6 +19,8 @@ from urllib.parse import urlsplit
 
 from local_ccm.kube.config import Authenticator, ClusterConfig, ConfigError, Credential
 from local_ccm.kube.errors import ApiError, Transient, Unauthorized, error_from_response
+from local_ccm.kube.http1 import Connection, RemoteDisconnectedError
+from local_ccm.kube.http1 import Response as HttpResponse
 from local_ccm.kube.request import Request, Response
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 # After an apiserver restart a reused TLS connection can also end in an EOF without
 # close_notify (ssl.SSLEOFError), which must reconnect the same way.
 MAX_IDLE = 4  # idle keep-alive connections kept per client
-_STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError, ssl.SSLEOFError)
+_STALE = (RemoteDisconnectedError, BrokenPipeError, ConnectionResetError, ssl.SSLEOFError)
 
 
 def make_ssl_context(config: ClusterConfig, credential: Credential) -> ssl.SSLContext:
@@ -77,31 +78,6 @@ def pem_files(cert: bytes, key: bytes) -> Iterator[tuple[str, str]]:
 KEEPALIVE = ((socket.TCP_KEEPIDLE, 30), (socket.TCP_KEEPINTVL, 10), (socket.TCP_KEEPCNT, 3))
 
 
-class _Connection(http.client.HTTPSConnection):
-    """HTTPSConnection that can verify a different name than it dials (tls-server-name)."""
-
-    def __init__(
-        self,
-        host: str,
-        port: int | None,
-        *,
-        server_name: str | None,
-        timeout: float,
-        context: ssl.SSLContext,
-    ) -> None:
-        super().__init__(host, port, timeout=timeout, context=context)
-        self._server_name = server_name
-
-    def connect(self) -> None:
-        if self._server_name is None:
-            super().connect()
-            return
-        http.client.HTTPConnection.connect(self)
-        self.sock = self._context.wrap_socket(  # type: ignore[attr-defined]
-            self.sock, server_hostname=self._server_name
-        )
-
-
 class HttpStream:
     """A streaming response (a watch): lines until the server ends it or ``close()``.
 
@@ -110,7 +86,7 @@ class HttpStream:
     frees a socket another one is reading from.
     """
 
-    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse):
+    def __init__(self, conn: Connection, resp: HttpResponse):
         self._conn, self._resp = conn, resp
         self._lock = threading.Lock()
         self._closed = False
@@ -128,7 +104,7 @@ class HttpStream:
                 if not line:
                     return
                 yield line
-        except (OSError, ValueError, http.client.HTTPException) as exc:
+        except (OSError, ValueError) as exc:
             if self.closed:
                 return
             raise Transient(0, "StreamBroken", str(exc) or type(exc).__name__) from exc
@@ -173,8 +149,8 @@ class HttpTransport:
         self._user_agent = user_agent
         self._auth = Authenticator(config)
         self._lock = threading.Lock()
-        self._idle: list[http.client.HTTPConnection] = []
-        self._busy: set[http.client.HTTPConnection] = set()  # requests waiting for answers
+        self._idle: list[Connection] = []
+        self._busy: set[Connection] = set()  # requests waiting for answers
         self._closed = False
         self._ssl: tuple[Credential, ssl.SSLContext] | None = None
         if self._https and config.exec is None:
@@ -192,10 +168,10 @@ class HttpTransport:
                 self._ssl = (key, make_ssl_context(self._config, credential))
             return self._ssl[1]
 
-    def _new_connection(self, credential: Credential, timeout: float) -> http.client.HTTPConnection:
+    def _new_connection(self, credential: Credential, timeout: float) -> Connection:
         if not self._https:
-            return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
-        return _Connection(
+            return Connection(self._host, self._port, timeout=timeout)
+        return Connection(
             self._host,
             self._port,
             server_name=self._config.tls_server_name,
@@ -205,7 +181,7 @@ class HttpTransport:
 
     def _acquire(
         self, credential: Credential, timeout: float, *, fresh: bool = False
-    ) -> tuple[http.client.HTTPConnection, bool]:
+    ) -> tuple[Connection, bool]:
         with self._lock:
             conn = self._idle.pop() if self._idle and not fresh else None
         if conn is not None:
@@ -225,7 +201,7 @@ class HttpTransport:
         self._begin(conn)
         return conn, False
 
-    def _begin(self, conn: http.client.HTTPConnection) -> None:
+    def _begin(self, conn: Connection) -> None:
         """Mark `conn` as waiting for an answer, so close() can wake it; refused once closed."""
         with self._lock:
             if not self._closed:
@@ -234,11 +210,11 @@ class HttpTransport:
         conn.close()
         raise _client_closed()
 
-    def _end(self, conn: http.client.HTTPConnection) -> None:
+    def _end(self, conn: Connection) -> None:
         with self._lock:
             self._busy.discard(conn)
 
-    def _release(self, conn: http.client.HTTPConnection) -> None:
+    def _release(self, conn: Connection) -> None:
         # A request still running when close() was called must not park its connection in a
         # pool nobody will drain again (it would leak the socket).
         with self._lock:
@@ -300,7 +276,7 @@ class HttpTransport:
                 conn.request(req.method, self._base + req.path, req.body, headers)
                 resp = conn.getresponse()
                 body = resp.read()
-            except (OSError, http.client.HTTPException) as exc:
+            except OSError as exc:
                 self._end(conn)
                 conn.close()
                 if self._closed:  # ended by close(): not a failure to retry or log
@@ -318,8 +294,7 @@ class HttpTransport:
             else:
                 self._release(conn)
             log.debug("%s %s -> %d", req.method, req.path.split("?")[0], resp.status)
-            headers_out = {k.lower(): v for k, v in resp.getheaders()}
-            return Response(resp.status, body, headers_out)
+            return Response(resp.status, body, resp.headers)
         raise AssertionError("unreachable")
 
     def stream(self, req: Request, timeout: float) -> HttpStream:
@@ -331,7 +306,7 @@ class HttpTransport:
                 headers = self._headers(req, credential)
                 conn.request(req.method, self._base + req.path, None, headers)
                 resp = conn.getresponse()
-            except (OSError, http.client.HTTPException) as exc:
+            except OSError as exc:
                 conn.close()
                 raise _transient(exc, sent=True) from exc
             finally:
@@ -347,12 +322,13 @@ class HttpTransport:
         raise AssertionError("unreachable")
 
 
-def _connect(conn: http.client.HTTPConnection) -> None:
+def _connect(conn: Connection) -> None:
     """Connect now, so a failure here is known to have sent nothing."""
     try:
         conn.connect()
+        assert conn.sock is not None
         _keepalive(conn.sock)
-    except (OSError, http.client.HTTPException) as exc:
+    except OSError as exc:
         conn.close()
         raise _transient(exc, sent=False) from exc
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import http.client
 import http.server
 import socket
 import threading
@@ -11,12 +10,13 @@ import pytest
 
 from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.errors import ApiError
+from local_ccm.kube.http1 import Connection
 from local_ccm.kube.request import Request
 from local_ccm.kube.transport import HttpTransport
 from tests.support.waiting import eventually
 
 
-class Recording(http.client.HTTPConnection):
+class Recording(Connection):
     closed_calls = 0
 
     def close(self) -> None:
@@ -27,7 +27,7 @@ class Recording(http.client.HTTPConnection):
 def test_a_connection_released_after_close_is_closed_not_pooled() -> None:
     """A request still running at shutdown must not leak its socket into a dead pool."""
     transport = HttpTransport(ClusterConfig(server="http://127.0.0.1:9"), user_agent="t")
-    conn = Recording("127.0.0.1", 9)
+    conn = Recording("127.0.0.1", 9, timeout=5)
     transport.close()
     transport._release(conn)
     assert transport._idle == []
@@ -36,7 +36,7 @@ def test_a_connection_released_after_close_is_closed_not_pooled() -> None:
 
 def test_a_connection_released_while_open_is_kept_for_reuse() -> None:
     transport = HttpTransport(ClusterConfig(server="http://127.0.0.1:9"), user_agent="t")
-    conn = Recording("127.0.0.1", 9)
+    conn = Recording("127.0.0.1", 9, timeout=5)
     transport._release(conn)
     assert transport._idle == [conn]
     assert conn.closed_calls == 0
