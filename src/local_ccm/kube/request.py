@@ -6,6 +6,7 @@ The transport only moves the bytes these functions produce (the lightkube split)
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -25,7 +26,6 @@ PATCH_CONTENT_TYPES: Mapping[str, str] = {
     "apply": "application/apply-patch+yaml",
 }
 
-_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class WatchEvent:
 
 def quote(text: str) -> str:
     """Percent-encode everything but RFC 3986 unreserved characters."""
-    return "".join(chr(b) if b in _UNRESERVED else f"%{b:02X}" for b in text.encode())
+    return urllib.parse.quote(text, safe="")  # its always-safe set is exactly the unreserved
 
 
 def pointer(*parts: str | int) -> str:

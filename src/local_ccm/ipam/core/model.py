@@ -7,6 +7,7 @@ an exception, because objects stored under an older CRD may violate today's rule
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Mapping, Sequence
@@ -196,13 +197,15 @@ def _pool_cidr(raw: object, version: int) -> Any:
     return network
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_sloppy_cidr(text: str) -> IPNetwork | None:
-    """`address/prefix`, host bits allowed and cleared (as Go's ParseCIDR); None if invalid."""
+    """`address/prefix`, host bits allowed and cleared (as Go's ParseCIDR); None if invalid.
+    Cached: an allocated Node's CIDR is read again from the PATCH answer and its watch echo
+    (networks are immutable, so the parses can be shared)."""
     if not _CIDR_TEXT.fullmatch(text):
         return None
     # The family from the text: ip_network would try IPv4 first and fail (an exception) on
-    # every IPv6 CIDR; only IPv6 text has a ':'. Three parses per allocated Node (added, the
-    # PATCH answer, its watch echo).
+    # every IPv6 CIDR; only IPv6 text has a ':'.
     family = ipaddress.IPv6Network if ":" in text else ipaddress.IPv4Network
     try:
         return family(text, strict=False)
