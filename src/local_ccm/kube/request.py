@@ -27,7 +27,6 @@ PATCH_CONTENT_TYPES: Mapping[str, str] = {
 }
 
 
-
 @dataclass(frozen=True)
 class Request:
     method: str
