@@ -6,7 +6,7 @@ The transport only moves the bytes these functions produce (the lightkube split)
 from __future__ import annotations
 
 import json
-import urllib.parse
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -53,7 +53,14 @@ class WatchEvent:
 
 def quote(text: str) -> str:
     """Percent-encode everything but RFC 3986 unreserved characters."""
-    return urllib.parse.quote(text, safe="")  # its always-safe set is exactly the unreserved
+    return _RESERVED.sub(_percent, text)
+
+
+_RESERVED = re.compile(r"[^A-Za-z0-9._~-]+")  # runs of anything but the unreserved characters
+
+
+def _percent(match: re.Match[str]) -> str:
+    return "".join(f"%{b:02X}" for b in match.group().encode())
 
 
 def pointer(*parts: str | int) -> str:
