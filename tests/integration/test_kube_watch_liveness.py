@@ -25,7 +25,10 @@ from tests.support.resources import NODES
 from tests.support.waiting import eventually
 
 SILENCE = 3.0  # the client's silence limit in this test (the product's is 180 s)
-BOOKMARK_WAIT = 90.0  # the API server sends a bookmark about once a minute
+# The API server sends a bookmark about once a minute, but on a loaded machine none came within
+# 90 s in three of five runs one day (old and new transport alike); what the product relies on is a
+# bookmark before its 180 s silence limit (WATCH_SILENCE), so that is the bound checked.
+BOOKMARK_WAIT = 170.0
 
 
 class FreezingRelay:
@@ -127,7 +130,7 @@ def test_a_quiet_watch_without_a_timeout_receives_bookmarks(
     control_plane: ControlPlane, kube: Client, unique_name: str
 ) -> None:
     """What the 180 s silence limit relies on: with no timeoutSeconds, the API server still
-    sends a bookmark on a watch with nothing to report, within about a minute."""
+    sends a bookmark on a watch with nothing to report, before that limit."""
     stream = kube.watch(
         NODES, field_selector=f"metadata.name={unique_name}", allow_bookmarks=True,
         resource_version=kube.list(NODES, limit=1)["metadata"]["resourceVersion"],
