@@ -154,7 +154,8 @@ class Response:
             return data
         if self._framing == _EOF:
             self._done = True
-            return bytes(self._reader.read())
+            rest: bytes = self._reader.read()
+            return rest
         parts = []
         while chunk := self._chunk():
             parts.append(chunk)

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from local_ccm.kube.config import Authenticator, ClusterConfig, ConfigError, Credential
 from local_ccm.kube.errors import ApiError, Transient, Unauthorized, error_from_response
 from local_ccm.kube.http1 import Connection, RemoteDisconnectedError
-from local_ccm.kube.http1 import Response as HttpResponse
+from local_ccm.kube.http1 import Response as HttpResponse  # the request module has a Response
 from local_ccm.kube.request import Request, Response
 
 log = logging.getLogger(__name__)
