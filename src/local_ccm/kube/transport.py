@@ -169,15 +169,9 @@ class HttpTransport:
             return self._ssl[1]
 
     def _new_connection(self, credential: Credential, timeout: float) -> Connection:
-        if not self._https:
-            return Connection(self._host, self._port, timeout=timeout)
-        return Connection(
-            self._host,
-            self._port,
-            server_name=self._config.tls_server_name,
-            timeout=timeout,
-            context=self._context(credential),
-        )
+        context = self._context(credential) if self._https else None
+        return Connection(self._host, self._port, timeout=timeout, context=context,
+                          server_name=self._config.tls_server_name)  # fmt: skip
 
     def _acquire(
         self, credential: Credential, timeout: float, *, fresh: bool = False
