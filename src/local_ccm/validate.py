@@ -10,10 +10,10 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
 from local_ccm.gosyntax import go_quote as _q
+from local_ccm.records import dataclass
 
 T = TypeVar("T")
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address

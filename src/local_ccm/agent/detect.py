@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Protocol
 
 from local_ccm import netlink
@@ -35,6 +34,7 @@ from local_ccm.agent.core.config import (
     IPAddress,
     family_name,
 )
+from local_ccm.records import dataclass
 
 log = logging.getLogger(__name__)
 

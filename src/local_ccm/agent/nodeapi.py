@@ -6,11 +6,10 @@ The seam is ``local_ccm.kube.nodes.NodeApi``; errors are the kinds of
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from local_ccm.kube.errors import ApiError, Gone
 from local_ccm.kube.informer import ErrorKinds
 from local_ccm.kube.nodes import KubeNodeApi, NodeApi, NodeListWatch, Obj
+from local_ccm.records import dataclass
 
 __all__ = ["INFORMER_ERRORS", "KubeNodeApi", "NodeApi", "OwnNodeList", "list_own_node", "own_node"]
 

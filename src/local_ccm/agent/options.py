@@ -12,7 +12,6 @@ other invalid flags. Unit tests pass fakes.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from ipaddress import ip_address
 from pathlib import Path
 from typing import Literal, Protocol
@@ -42,6 +41,7 @@ from local_ccm.flags.groups import logging_flags
 from local_ccm.flags.values import LOG_FORMATS, LogFormat, choice, duration
 from local_ccm.gosyntax import format_go_duration
 from local_ccm.kube.config import ClusterConfig, ConfigError, resolve_config
+from local_ccm.records import dataclass
 from local_ccm.validate import (
     BindAddress,
     dns1123_label,

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from local_ccm.agent.core.metadata import DEFAULT_LABEL_DOMAIN, Rules, parse_rules
+from local_ccm.records import dataclass
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from local_ccm import __version__, flags
@@ -23,6 +23,7 @@ from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
 from local_ccm.kube.nodes import Access
 from local_ccm.logs import configure_logging, kv
+from local_ccm.records import dataclass
 from local_ccm.runtime import process as proc
 from local_ccm.runtime.access import KubeReviews, lease_permissions
 from local_ccm.runtime.metrics import ControllerMetrics

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from local_ccm import __version__, names
 from local_ccm.cli import central
@@ -42,6 +42,7 @@ from local_ccm.lifecycle.probe import (
     require_usable,
 )
 from local_ccm.lifecycle.run import Controller
+from local_ccm.records import dataclass
 from local_ccm.runtime.serve import Checks
 
 log = logging.getLogger("local_ccm.cli")

@@ -6,7 +6,6 @@ leading, ready once its caches are."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from local_ccm import __version__
@@ -16,6 +15,7 @@ from local_ccm.cli.common import Unit
 from local_ccm.flags import Flag, Parsed, Problem, unite
 from local_ccm.lifecycle.options import FLAGS as LIFECYCLE_FLAGS
 from local_ccm.lifecycle.options import LifecycleOptions, options_from
+from local_ccm.records import dataclass
 
 T = TypeVar("T")
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 from local_ccm.flags import Flag
+from local_ccm.records import dataclass
 
 NAME: Final = "kubelet-serving-approver"
 DENY_FLAG: Final = "csr-deny"

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 from local_ccm.gosyntax import escape, go_quote
+from local_ccm.records import dataclass
 
 ProblemKind = Literal["invalid", "missing", "unknown", "argument", "syntax"]
 

@@ -9,7 +9,7 @@ reports the stray `false` and still applies `--v=2`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 from typing import TypeVar
 
@@ -25,6 +25,7 @@ from local_ccm.gosyntax import (
     parse_go_float,
     parse_go_int,
 )
+from local_ccm.records import dataclass
 
 T = TypeVar("T")
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from types import MappingProxyType
 from typing import Any, Literal
+
+from local_ccm.records import dataclass
 
 FlagKind = Literal["string", "bool", "int", "float", "duration"]
 HELP_NAMES = frozenset({"h", "help"})

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from local_ccm.clock import Clock
 from local_ccm.ipam.core.model import NodeView, project_node
@@ -20,6 +19,7 @@ from local_ccm.ipam.core.status import node_patch
 from local_ccm.ipam.nodeapi import IpamApi, Obj
 from local_ccm.kube.errors import ApiError, NotFound
 from local_ccm.logs import kv
+from local_ccm.records import dataclass
 
 log = logging.getLogger(__name__)
 

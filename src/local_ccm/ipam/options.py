@@ -9,7 +9,7 @@ the environment before parsing: `IPAM_RESOURCE_LOCK` may mean the retry period o
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Final, Literal
 
 from local_ccm import __version__, names
@@ -19,6 +19,7 @@ from local_ccm.flags.values import LogFormat, at_least, duration, positive
 from local_ccm.gosyntax import GoSyntaxError, format_go_duration, go_quote, parse_go_duration
 from local_ccm.ipam.core.cidrset import IPV6_MAX_BLOCKS, IPNetwork
 from local_ccm.lease.options import Election, election_flags, election_from
+from local_ccm.records import dataclass
 from local_ccm.validate import BindAddress, ValidationError, parse_bind_address, parse_cidr_list
 
 PROG: Final = names.IPAM

@@ -11,9 +11,9 @@ counts at once, so /readyz is 503 during an API server outage.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from local_ccm.kube.informer import WatchStatus
+from local_ccm.records import dataclass
 
 WATCH_GRACE = 60.0
 

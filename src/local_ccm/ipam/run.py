@@ -10,7 +10,6 @@ import asyncio
 import logging
 import random
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any
 
 from local_ccm import names
@@ -36,6 +35,7 @@ from local_ccm.kube.errors import ApiError
 from local_ccm.kube.informer import Change, Informer, ListWatch
 from local_ccm.kube.request import WatchEvent
 from local_ccm.logs import V2, kv
+from local_ccm.records import dataclass
 from local_ccm.runtime.events import Reporter, node
 from local_ccm.runtime.outbox import EventOutbox
 

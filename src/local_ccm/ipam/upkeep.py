@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any
 
 from local_ccm.clock import Clock
@@ -33,6 +32,7 @@ from local_ccm.ipam.metrics import IpamMetrics
 from local_ccm.ipam.nodeapi import IpamApi, Obj
 from local_ccm.kube.errors import ApiError, Conflict, Invalid, NotFound
 from local_ccm.logs import V2, kv
+from local_ccm.records import dataclass
 from local_ccm.runtime.events import rfc3339
 from local_ccm.runtime.outbox import EventOutbox
 

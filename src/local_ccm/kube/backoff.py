@@ -21,10 +21,11 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Protocol
 
 from local_ccm.kube.errors import ApiError, Transient
+from local_ccm.records import dataclass
 
 READ_METHODS = frozenset({"GET", "HEAD"})
 

@@ -16,10 +16,11 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from local_ccm.records import dataclass
 
 log = logging.getLogger(__name__)
 

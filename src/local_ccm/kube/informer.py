@@ -32,7 +32,6 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Generic, Literal, Protocol, TypeVar
 
@@ -40,6 +39,7 @@ from local_ccm.clock import Clock
 from local_ccm.kube.backoff import Backoff, Rng
 from local_ccm.kube.errors import Forbidden, Gone, Transient, Unauthorized
 from local_ccm.kube.request import Obj, WatchEvent
+from local_ccm.records import dataclass
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -80,6 +80,9 @@ class ErrorKinds:
 
     gone: tuple[type[BaseException], ...] = (Gone,)
     retried: tuple[type[BaseException], ...] = (Transient, Forbidden, Unauthorized)
+
+
+DEFAULT_ERRORS = ErrorKinds()
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,7 @@ class Informer(Generic[T]):
         clock: Clock,
         rng: Rng,
         name: str = "",
-        errors: ErrorKinds = ErrorKinds(),
+        errors: ErrorKinds = DEFAULT_ERRORS,
         on_end: Callable[[StreamEnd], None] | None = None,
         on_watch: Callable[[], None] | None = None,
         backoff: Backoff = WATCH_BACKOFF,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from local_ccm.kube import errors as ke
@@ -21,6 +20,7 @@ from local_ccm.kube import resources as r
 from local_ccm.kube.aio import PAGE_SIZE, AsyncClient
 from local_ccm.kube.informer import Page
 from local_ccm.kube.request import WatchEvent
+from local_ccm.records import dataclass
 
 Obj = dict[str, Any]
 T = TypeVar("T")

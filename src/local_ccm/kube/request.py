@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
 
 from local_ccm.kube.errors import ApiError, Gone, error_from_response
 from local_ccm.kube.resources import Resource
+from local_ccm.records import dataclass
 
 Obj = dict[str, Any]
 PatchType = Literal["json", "merge", "strategic", "apply"]

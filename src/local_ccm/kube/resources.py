@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from local_ccm.records import dataclass
 
 # A path segment name may not contain "/" or "%" and may not be "." or ".."
 # (apimachinery's path segment name validation); we also refuse "?" and "#".

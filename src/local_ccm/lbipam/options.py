@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
 from typing import Final
 
 from local_ccm.flags import Flag, Parsed, Problem
+from local_ccm.records import dataclass
 
 NAME: Final = "service-lb-ipam"
 DEFAULT_CLASS: Final = "lb.local-ccm.io/pools"

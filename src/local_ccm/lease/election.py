@@ -14,9 +14,10 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
+
+from local_ccm.records import dataclass
 
 # client-go's leaderelection.JitterFactor: candidates wait retry × (1 + U[0, 1.2)).
 JITTER_FACTOR = 1.2

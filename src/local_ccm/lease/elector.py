@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from local_ccm.clock import Clock, race, sleep_unless_stopped
@@ -28,6 +27,7 @@ from local_ccm.kube.resources import LEASES
 from local_ccm.lease import election
 from local_ccm.lease.election import Action, ElectionConfig, ObservedState, Rng
 from local_ccm.logs import V2, kv
+from local_ccm.records import dataclass
 
 log = logging.getLogger(__name__)
 

@@ -9,13 +9,13 @@ client-go's rules (`election_problems`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from local_ccm.flags import Flag, Loader, invalid
 from local_ccm.flags.table import customize
 from local_ccm.flags.values import duration
 from local_ccm.gosyntax import format_go_duration, go_quote
 from local_ccm.lease.election import JITTER_FACTOR, election_problems
+from local_ccm.records import dataclass
 from local_ccm.validate import ValidationError, dns1123_label, dns1123_subdomain
 
 DURATIONS = (

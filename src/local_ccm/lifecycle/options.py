@@ -9,7 +9,6 @@ composition root (`local_ccm.cli.lifecycle`), so validation never touches a file
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Final
 
 from local_ccm import __version__, names
@@ -23,6 +22,7 @@ from local_ccm.lifecycle.core.health import Protection, Scope, parse_protected
 from local_ccm.lifecycle.core.model import ICMP, Family, ProbeKind, resolve_kinds, tcp
 from local_ccm.lifecycle.core.state import DEFAULT_MAX_UNHEALTHY, PipelineSettings
 from local_ccm.lifecycle.probe import IcmpMode, ProbeConfig
+from local_ccm.records import dataclass
 from local_ccm.validate import (
     BindAddress,
     ValidationError,

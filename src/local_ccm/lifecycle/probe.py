@@ -20,7 +20,6 @@ import secrets
 import socket
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from ipaddress import ip_address
 from typing import Literal, Protocol
 
@@ -34,6 +33,7 @@ from local_ccm.lifecycle.core.model import (
     ProbeOutcome,
     family_of,
 )
+from local_ccm.records import dataclass
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno as errno_mod
 import os
 import struct
-from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address, ip_address, ip_interface, ip_network
 
 from local_ccm.netlink.model import (
@@ -22,6 +21,7 @@ from local_ccm.netlink.model import (
     NoRouteError,
     Route,
 )
+from local_ccm.records import dataclass
 
 # ------------------------------------------------------------------ constants
 AF_UNSPEC, AF_INET, AF_INET6 = 0, 2, 10

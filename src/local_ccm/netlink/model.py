@@ -4,7 +4,6 @@ its errors. Pure data; ``messages`` parses them from the kernel's bytes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from ipaddress import (
     IPv4Address,
     IPv4Interface,
@@ -14,6 +13,8 @@ from ipaddress import (
     IPv6Network,
 )
 from typing import Literal
+
+from local_ccm.records import dataclass
 
 IPAddress = IPv4Address | IPv6Address
 SCOPES = {0: "global", 200: "site", 253: "link", 254: "host", 255: "nowhere"}

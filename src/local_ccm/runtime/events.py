@@ -8,9 +8,11 @@ its reasons and message builders; ``local_ccm.runtime.outbox`` posts the bodies.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
+
+from local_ccm.records import dataclass
 
 EventType = Literal["Normal", "Warning"]
 MAX_MESSAGE: Final = 1024

@@ -16,8 +16,10 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol
+
+from local_ccm.records import dataclass
 
 METRICS_PATH = "/metrics"
 ALLOWED_TTL = 120.0  # kube-rbac-proxy and controller-runtime cache an authentication for 2 min

@@ -22,11 +22,12 @@ import contextlib
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from local_ccm.clock import Clock, Stopped, unless_stopped
 from local_ccm.kube.nodes import Access
+from local_ccm.records import dataclass
 from local_ccm.runtime.access import Reviews, check_access
 from local_ccm.runtime.serve import BindError, Checks, Servers
 

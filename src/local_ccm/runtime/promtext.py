@@ -18,8 +18,10 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import ClassVar, Generic, Protocol, TypeVar
+
+from local_ccm.records import dataclass
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS = "application/openmetrics-text"

@@ -20,9 +20,9 @@ import socket
 import ssl
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
+from local_ccm.records import dataclass
 from local_ccm.runtime.httpd import BACKLOG, TEXT, Request, Response, Server
 from local_ccm.runtime.metricsauth import METRICS_PATH, Verdict
 from local_ccm.runtime.promtext import Registry, render

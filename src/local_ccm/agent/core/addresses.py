@@ -6,7 +6,6 @@ Pure, no I/O, no clock. Detection results come from ``agent.core.candidates``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from ipaddress import ip_address
 from typing import Any, Literal
 
@@ -22,6 +21,7 @@ from local_ccm.agent.core.config import (
     ProvidedPolicy,
     family_name,
 )
+from local_ccm.records import dataclass
 
 FindingKind = Literal[
     "provided_mismatch", "dedupe_applied", "kept_last_good", "unparsable_provided",

@@ -7,7 +7,6 @@ Pure, no I/O, no clock. The netlink adapter (``agent.detect``) turns kernel stat
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from ipaddress import IPv4Interface, IPv6Interface
 from typing import Literal
@@ -21,6 +20,7 @@ from local_ccm.agent.core.config import (
     TypeSettings,
     family_name,
 )
+from local_ccm.records import dataclass
 
 FailReason = Literal["no_route", "no_eligible_address", "netlink_error"]
 Source = Literal["route", "interface", "cidr"]

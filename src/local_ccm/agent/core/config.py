@@ -6,9 +6,11 @@ validated values, so every address and CIDR is an ``ipaddress`` object from here
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address
 from typing import Literal
+
+from local_ccm.records import dataclass
 
 IPAddress = IPv4Address | IPv6Address
 IPNetwork = IPv4Network | IPv6Network

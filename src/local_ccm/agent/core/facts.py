@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
+
+from local_ccm.records import dataclass
 
 # sysfs file under /sys/class/dmi/id → the fact name rules and templates use.
 DMI_FILES: Mapping[str, str] = MappingProxyType(

@@ -7,11 +7,12 @@ Pure, no I/O, no clock: times are monotonic seconds passed in by the loop.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Literal
 
 from local_ccm import names
 from local_ccm.agent.core.addresses import NodeAddress
+from local_ccm.records import dataclass
 
 Obj = Mapping[str, Any]
 REVERT_WINDOW = 600.0

@@ -7,13 +7,13 @@ Pure, no I/O, no clock. ``decide_gates`` is the one call a pass (and detect mode
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 from local_ccm.agent.core.addresses import AddressPlan, Finding, NodeAddress
 from local_ccm.agent.core.candidates import Detected, Failed
 from local_ccm.agent.core.config import EXTERNAL, INTERNAL, AgentConfig, IPAddress, family_name
 from local_ccm.agent.core.plan import Condition, Obj, addresses_match, is_tainted, node_inputs
+from local_ccm.records import dataclass
 
 BlockReason = Literal["no_internal_ip", "provided_node_ip_mismatch", "provider_id_unavailable"]
 MAX_MESSAGE = 1024

@@ -13,7 +13,6 @@ from __future__ import annotations
 import ipaddress
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from local_ccm.agent.core.addresses import NodeAddress
 from local_ccm.agent.core.config import IPAddress
@@ -21,6 +20,7 @@ from local_ccm.agent.core.metadata import BETA_TWINS, NodeView, Rules, desired_l
 from local_ccm.agent.core.plan import Obj, Patch, test_rv
 from local_ccm.kube.request import pointer
 from local_ccm.names import OWNED_LABELS_ANNOTATION
+from local_ccm.records import dataclass
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,13 @@ Pure, no I/O: the caller reads the facts, the rules and the Node.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from local_ccm.agent.core.config import IPAddress
 from local_ccm.agent.core.labels import LabelPlan, plan_node_labels, with_beta_twins
 from local_ccm.agent.core.metadata import Decided, NodeView, Rules, desired_labels, matching_rules
 from local_ccm.agent.core.plan import Obj
+from local_ccm.records import dataclass
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ Pure, no I/O, no clock: times are parameters.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, get_args
 
@@ -22,6 +21,7 @@ from local_ccm.agent.core.timing import Settle, settle_step
 from local_ccm.kube.request import pointer
 from local_ccm.names import OWNED_ADDRESSES_ANNOTATION as OWNED_ADDRESSES
 from local_ccm.names import OWNED_LABELS_ANNOTATION as OWNED_LABELS
+from local_ccm.records import dataclass
 from local_ccm.runtime.events import EventSpec
 
 Obj = Mapping[str, Any]

@@ -10,7 +10,7 @@ InternalIPs (kubernetes/kubernetes#79391).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, astuple, dataclass, replace
+from dataclasses import asdict, astuple, replace
 from typing import Any, Literal
 
 from local_ccm import names
@@ -27,6 +27,7 @@ from local_ccm.agent.core.addresses import (
 from local_ccm.agent.core.candidates import Detected
 from local_ccm.agent.core.config import AgentConfig, IPAddress
 from local_ccm.kube.request import pointer
+from local_ccm.records import dataclass
 
 Obj = Mapping[str, Any]
 Operation = dict[str, Any]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any, Protocol
 
 from local_ccm.agent.core.addresses import Finding, NodeAddress
@@ -43,6 +43,7 @@ from local_ccm.agent.core.plan import (
     plan_status_patch,
     plan_taint_patch,
 )
+from local_ccm.records import dataclass
 
 # Minimum column widths, the layout of the README's example; longer values widen a column.
 _DETECTION_WIDTHS = (12, 8, 14, 20)

@@ -5,10 +5,11 @@ Pure, no I/O, no clock: times are monotonic seconds passed in by the loop.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from local_ccm.agent.core.addresses import NodeAddress
 from local_ccm.kube.backoff import Backoff
+from local_ccm.records import dataclass
 
 # Transient API errors; full jitter keeps a fleet of agents from retrying in step.
 API_BACKOFF = Backoff(initial=1.0, factor=2.0, cap=300.0, full_jitter=True)

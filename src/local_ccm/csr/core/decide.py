@@ -13,10 +13,10 @@ Node's own, which only the writer of the Node's addresses can vouch for.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Final, Literal
 
 from local_ccm.csr.core.model import NODE_USER_PREFIX, NODES_GROUP, SIGNER, Csr, Node, Request
+from local_ccm.records import dataclass
 
 Kind = Literal["approve", "deny", "wait", "skip"]
 SERVER_USAGES: Final = frozenset({"digital signature", "server auth"})

@@ -7,10 +7,10 @@ import base64
 import contextlib
 import ipaddress
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from local_ccm import names
+from local_ccm.records import dataclass
 
 SIGNER: Final = "kubernetes.io/kubelet-serving"
 NODE_USER_PREFIX: Final = "system:node:"

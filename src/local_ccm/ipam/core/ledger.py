@@ -16,10 +16,11 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from local_ccm.ipam.core.cidrset import BlockSet, Holder, IPNetwork, ReservationSet
 from local_ccm.ipam.core.model import Pool
+from local_ccm.records import dataclass
 
 Owners = tuple[tuple[IPNetwork, str | None], ...]
 RESERVED: Holder = ("reserved", "")

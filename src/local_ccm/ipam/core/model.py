@@ -11,11 +11,12 @@ import functools
 import ipaddress
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Final, NamedTuple
 
 from local_ccm.ipam.core.cidrset import IPV6_MAX_BLOCKS, IPNetwork
 from local_ccm.ipam.core.selector import NodeSelector, SelectorError, parse_node_selector
+from local_ccm.records import dataclass
 
 FINALIZER: Final = "networking.x-k8s.io/cluster-cidr-finalizer"
 DEFAULT_POOL_NAME: Final = "default-cluster-cidr"

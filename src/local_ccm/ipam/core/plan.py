@@ -10,13 +10,13 @@ nothing here raises for odd data.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 from local_ccm.ipam.core.cidrset import BlockSet, IPNetwork
 from local_ccm.ipam.core.ledger import Ledger, Owners, PoolState, PoolUsage
 from local_ccm.ipam.core.model import NodeView, Pool
 from local_ccm.ipam.core.selector import Match
+from local_ccm.records import dataclass
 
 WaitReason = Literal["NoMatchingClusterCIDR", "Exhausted"]
 _CANDIDATE_CACHE_LIMIT = 4096

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from local_ccm.labels import Requirement, label_value, qualified_name
+from local_ccm.records import dataclass
 from local_ccm.validate import ValidationError
 
 NODE_NAME_FIELD = "metadata.name"

@@ -9,12 +9,12 @@ restarted controller (ledger rebuilt by `build_ledger`) decides as an uninterrup
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from local_ccm.lbipam.core.ledger import Holder, Ledger, clash
 from local_ccm.lbipam.core.pools import IPAddress, Pool, ordered
 from local_ccm.lbipam.core.service import ServiceRequest, wanted_families
+from local_ccm.records import dataclass
 
 REASONS = (
     "NoPool",

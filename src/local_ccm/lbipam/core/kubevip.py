@@ -10,9 +10,9 @@ that namespace no longer takes from the global pool.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from local_ccm.lbipam.core.pools import AddressRange, Pool, merge, parse_address_text
+from local_ccm.records import dataclass
 
 GLOBAL = "global"
 POOL_PREFIX = "kubevip-"

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from local_ccm.lbipam.core.pools import AddressRange, IPAddress, address_key, to_address
 from local_ccm.lbipam.core.service import Port
+from local_ccm.records import dataclass
 
 Key = tuple[int, int]  # (family, integer address)
 

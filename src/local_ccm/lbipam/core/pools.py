@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from local_ccm.labels import LabelSelector, Operator, Requirement
+from local_ccm.records import dataclass
 
 GROUP = "lb.local-ccm.io"
 KIND = "LoadBalancerIPPool"

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from local_ccm.lbipam.core.pools import IPAddress
+from local_ccm.records import dataclass
 
 ADDRESS_ANNOTATIONS = (
     "lb.local-ccm.io/ips",

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from local_ccm.lbipam.core.pools import AddressRange, InvalidPool, Pool
+from local_ccm.records import dataclass
 
 Obj = dict[str, Any]
 

@@ -8,13 +8,13 @@ sighting of each NotReady episode) is passed in and returned, keyed by Node uid.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
 from local_ccm import names
 from local_ccm.labels import LabelSelector, qualified_name
 from local_ccm.lifecycle.core.model import AUTOSCALER_EFFECT, CONTROL_PLANE_LABELS, NodeView
+from local_ccm.records import dataclass
 from local_ccm.validate import ValidationError, split_list
 
 

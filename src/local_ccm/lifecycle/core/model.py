@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import UTC, datetime
 from ipaddress import ip_address
 from typing import Any, Final, Literal, NamedTuple
 
 from local_ccm import names
+from local_ccm.records import dataclass
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 ReadyStatus = Literal["True", "False", "Unknown"]

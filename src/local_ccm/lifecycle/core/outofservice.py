@@ -7,7 +7,6 @@ Pure, no I/O: the loop counts attachments and sends the JSON Patches returned he
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -19,6 +18,7 @@ from local_ccm.lifecycle.core.model import (
     parse_time,
 )
 from local_ccm.names import OUT_OF_SERVICE_TAINT
+from local_ccm.records import dataclass
 from local_ccm.runtime.events import rfc3339
 
 Obj = Mapping[str, Any]

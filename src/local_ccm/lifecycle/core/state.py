@@ -8,7 +8,7 @@ Pure, no I/O, no clock: `now` is monotonic seconds, always passed in.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from datetime import datetime
 from typing import Final, Literal
 
@@ -25,6 +25,7 @@ from local_ccm.lifecycle.core.model import (
     combine,
     probe_addresses,
 )
+from local_ccm.records import dataclass
 from local_ccm.runtime.events import EventType, rfc3339
 from local_ccm.validate import CountOrPercent
 
