@@ -36,7 +36,7 @@ from tests.support import resources as r
 from tests.support.agent_process import RESOURCES
 from tests.support.chart import RbacTarget, ShippedRbac, bound_to_user
 from tests.support.netns import NetnsFactory, Uplink
-from tests.support.processes import Child, spawn
+from tests.support.processes import AS_SHIPPED, Child, spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "test-artifacts" / "bench"
@@ -145,6 +145,7 @@ class AgentProcess:
     @classmethod
     def start(cls, netns: str, argv: Sequence[str], kubeconfig: Path, log: Path) -> AgentProcess:
         env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "NODE_NAME")}
+        env |= AS_SHIPPED
         cmd = ["ip", "netns", "exec", netns, LOCAL_CCM, f"--kubeconfig={kubeconfig}", *argv]
         started = time.monotonic()
         return cls(spawn("local-ccm", cmd, log, env=env), netns, started)

@@ -10,11 +10,19 @@ from local_ccm.kube.client import Client
 from tests.bench.agent_bench import AgentIdentity, Tracker, grant_agent
 from tests.support.chart import ShippedRbac
 from tests.support.controlplane import ControlPlane
+from tests.support.processes import compile_optimized
+
+
+@pytest.fixture(scope="session")
+def shipped_pyc() -> None:
+    """The agent runs as the image runs it (PYTHONOPTIMIZE=2): its level-2 .pyc files exist."""
+    compile_optimized()
 
 
 @pytest.fixture
 def agent_identity(
     *,
+    shipped_pyc: None,
     control_plane: ControlPlane,
     kube: Client,
     track: Tracker,
