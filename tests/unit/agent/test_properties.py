@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from ipaddress import ip_address, ip_interface
 from typing import Any
 
@@ -25,9 +26,11 @@ from local_ccm.agent.core.candidates import (
     Failed,
     Found,
     choose_address,
+    interface_matches,
 )
 from local_ccm.agent.core.config import (
     ADDRESS_TYPES,
+    DEFAULT_INTERFACE_EXCLUDE,
     EXTERNAL,
     FAMILIES,
     INTERNAL,
@@ -215,3 +218,19 @@ def test_cidr_selection_is_independent_of_dump_order(cands: list[Candidate], rnd
     rnd.shuffle(shuffled)
     first = choose_address(INTERNAL, 4, config, None, cands)
     assert choose_address(INTERNAL, 4, config, None, shuffled) == first
+
+
+_GLOB_TEXT = st.text(alphabet="ab-_*?[]!0", max_size=6)
+
+
+@given(name=st.text(alphabet="ab-_*?[]!0", max_size=6), pattern=_GLOB_TEXT)
+def test_interface_matches_is_fnmatchcase(name: str, pattern: str) -> None:
+    """The fast paths (plain names, `prefix*`) answer exactly as fnmatch would."""
+    assert interface_matches(name, pattern) == fnmatchcase(name, pattern)
+
+
+@pytest.mark.parametrize("pattern", DEFAULT_INTERFACE_EXCLUDE)
+def test_interface_matches_agrees_with_fnmatchcase_on_the_default_exclusions(pattern: str) -> None:
+    for name in ("lo", "lo0", "eth0", "cilium_host", "cilium", "veth1a2b", "kube-bridge",
+                 "kube-bridge0", "weave", "weave1", "ovn-k8s-mp0", "wg0", "zt7"):  # fmt: skip
+        assert interface_matches(name, pattern) == fnmatchcase(name, pattern), name

@@ -25,6 +25,7 @@ from local_ccm.records import dataclass
 FailReason = Literal["no_route", "no_eligible_address", "netlink_error"]
 Source = Literal["route", "interface", "cidr"]
 DetectorKey = tuple[AddressType, Family]
+_GLOB_MAGIC = frozenset("*?[")
 
 
 # ------------------------------------------------------------------ detection results
@@ -129,12 +130,22 @@ def _link_rejection(c: Candidate) -> str | None:
     return f"interface {c.operstate}" if c.operstate in _DOWN_OPERSTATES else None
 
 
+def interface_matches(name: str, pattern: str) -> bool:
+    """`fnmatchcase`, without compiling a regular expression for plain names and `prefix*`
+    globs, which make up the default exclusions (compiling those 24 patterns cost about 1 ms
+    of every agent start)."""
+    plain = pattern.removesuffix("*")
+    if _GLOB_MAGIC.intersection(plain):
+        return fnmatchcase(name, pattern)
+    return name.startswith(plain) if len(plain) < len(pattern) else name == pattern
+
+
 def _interface_rejection(name: str, kind: AddressType, config: AgentConfig) -> str | None:
-    excluded = next((p for p in config.interface_exclude if fnmatchcase(name, p)), None)
+    excluded = next((p for p in config.interface_exclude if interface_matches(name, p)), None)
     if excluded is not None:  # exclusion always wins over the type's interface list
         return f"interface matches {excluded}"
     wanted = config.settings(kind).interfaces
-    if wanted and not any(fnmatchcase(name, p) for p in wanted):
+    if wanted and not any(interface_matches(name, p) for p in wanted):
         return f"interface not in --{_flag_prefix(kind)}-interfaces"
     return None
 
@@ -197,7 +208,9 @@ def _flag_prefix(kind: AddressType) -> str:
 def selection_key(c: Candidate, settings: TypeSettings) -> tuple[int, int, bool, int, int]:
     """CIDR position, interface-pattern position, static first, ifindex, value."""
     cidr_rank = next((i for i, n in enumerate(settings.include) if c.ip in n), 0)
-    if_rank = next((i for i, p in enumerate(settings.interfaces) if fnmatchcase(c.ifname, p)), 0)
+    if_rank = next(
+        (i for i, p in enumerate(settings.interfaces) if interface_matches(c.ifname, p)), 0
+    )
     dynamic = "secondary" in c.flags if c.family == 4 else "permanent" not in c.flags
     return (cidr_rank, if_rank, dynamic, c.ifindex, int(c.ip))
 
