@@ -20,7 +20,7 @@ import pytest
 
 from local_ccm.kube.errors import Forbidden
 from local_ccm.kube.request import Obj
-from local_ccm.runtime import metricscert
+from local_ccm.runtime import metricscert, metricsserver
 from local_ccm.runtime.metricsauth import (
     MetricsAuth,
     ReviewUnavailable,
@@ -31,6 +31,7 @@ from local_ccm.runtime.metricsauth import (
 from local_ccm.runtime.metricsserver import (
     CertError,
     KubeReviewer,
+    SelfSignedContext,
     self_signed,
     server_tls,
 )
@@ -167,6 +168,62 @@ def test_the_certificate_is_made_in_a_child_process() -> None:
     assert cert.startswith(b"-----BEGIN CERTIFICATE-----")
     assert key.startswith(b"-----BEGIN PRIVATE KEY-----")
     assert metricscert.main([]) == 2
+
+
+def _metrics_server(tls: ssl.SSLContext) -> Servers:
+    return start_servers(
+        metrics_address="127.0.0.1:0", health_address="0", registry=Registry(),
+        healthz=Checks(), readyz=Checks(), metrics_tls=tls,
+        metrics_guard=MetricsAuth(Reviewer(), VerdictCache(time.monotonic)).check,
+    )  # fmt: skip
+
+
+def test_the_self_signed_certificate_is_made_on_the_first_connection() -> None:
+    """Not at start-up: a process nobody scrapes never starts the certificate child."""
+    context = server_tls("", "lazy-host")
+    assert isinstance(context, SelfSignedContext)
+
+    def made() -> bool:  # a call, so that type checkers do not narrow the property
+        return context.loaded
+
+    assert not made()
+    started = _metrics_server(context)
+    try:
+        assert started.metrics is not None
+        assert not made()  # listening costs nothing yet
+        assert https(started.metrics.port, "/metrics", "reader")[0] == 200
+        assert made()
+        assert https(started.metrics.port, "/metrics", "reader")[0] == 200
+    finally:
+        started.close()
+
+
+def test_a_certificate_that_cannot_be_made_fails_that_connection_and_is_tried_again(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    attempts: list[str] = []
+
+    def flaky(name: str) -> tuple[bytes, bytes]:
+        attempts.append(name)
+        if len(attempts) == 1:
+            raise CertError("cannot make a self-signed certificate for /metrics: boom")
+        return self_signed(name)
+
+    monkeypatch.setattr(metricsserver, "self_signed", flaky)
+    context = server_tls("", "flaky-host")
+    started = _metrics_server(context)
+    try:
+        assert started.metrics is not None
+        with (
+            caplog.at_level(logging.ERROR, logger=metricsserver.__name__),
+            pytest.raises((ssl.SSLError, OSError)),
+        ):
+            https(started.metrics.port, "/metrics", "reader")
+        assert "cannot make a self-signed certificate for /metrics: boom" in caplog.text
+        assert https(started.metrics.port, "/metrics", "reader")[0] == 200
+        assert attempts == ["flaky-host", "flaky-host"]
+    finally:
+        started.close()
 
 
 def test_no_binary_imports_cryptography() -> None:

@@ -558,7 +558,7 @@ volumes:
     serverName: {{ . }}
     {{- end }}
     {{- else }}
-    # The controller's certificate is self-signed, made at start-up.
+    # The controller's certificate is self-signed, made on the first scrape.
     insecureSkipVerify: true
     {{- end }}
   {{- with $pm.bearerTokenSecret.name }}

@@ -40,7 +40,7 @@ def metrics_flags(
              "to bearer tokens allowed to get /metrics (TokenReview, SubjectAccessReview); "
              "false: plain HTTP, no authentication."),
         Flag("metrics-cert-dir", "string", "", "Directory holding tls.crt and tls.key for "
-             "/metrics; empty: a self-signed certificate made at start-up.", metavar="dir"),
+             "/metrics; empty: a self-signed certificate made on the first scrape.", metavar="dir"),
     ]  # fmt: skip
     return customize(flags, env)
 
