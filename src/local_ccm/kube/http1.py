@@ -30,6 +30,10 @@ class ProtocolError(OSError):
     """The peer did not answer in HTTP/1.x; the connection cannot be used again."""
 
 
+class BodyTooLongError(ProtocolError):
+    """The body is longer than the reader's limit; the connection cannot be used again."""
+
+
 class RemoteDisconnectedError(ConnectionResetError):
     """The connection ended before a status line: a keep-alive connection the server closed."""
 
@@ -142,11 +146,12 @@ class Response:
     def getheader(self, name: str, default: str | None = None) -> str | None:
         return self.headers.get(name.lower(), default)
 
-    def read(self) -> bytes:
-        """The rest of the body."""
+    def read(self, limit: int | None = None) -> bytes:
+        """The rest of the body; BodyTooLongError past `limit` bytes (None: no limit)."""
         if self._done:
             return b""
         if self._framing == _LENGTH:
+            _check_limit(self._left, limit)
             data: bytes = self._reader.read(self._left)
             if len(data) < self._left:
                 raise ProtocolError(f"body ended after {len(data)} of {self._left} bytes")
@@ -154,11 +159,14 @@ class Response:
             return data
         if self._framing == _EOF:
             self._done = True
-            rest: bytes = self._reader.read()
+            rest: bytes = self._reader.read(-1 if limit is None else limit + 1)
+            _check_limit(len(rest), limit)
             return rest
-        parts = []
-        while chunk := self._chunk():
-            parts.append(chunk)
+        parts, size = [], 0
+        while self._left or self._next_chunk():
+            size += self._left
+            _check_limit(size, limit)  # before the chunk's data is read
+            parts.append(self._chunk_rest())
         return b"".join(parts)
 
     def readline(self) -> bytes:
@@ -189,10 +197,8 @@ class Response:
             out += piece
         return out
 
-    def _chunk(self) -> bytes:
-        """The next whole chunk's data; b"" after the last one."""
-        if self._left == 0 and not self._next_chunk():
-            return b""
+    def _chunk_rest(self) -> bytes:
+        """The rest of the current chunk's data, and the CRLF after it."""
         data: bytes = self._reader.read(self._left)
         if len(data) < self._left:
             raise ProtocolError("connection ended inside a chunk")
@@ -250,3 +256,8 @@ def _length(text: str) -> int:
     if not text.strip().isdigit():
         raise ProtocolError(f"bad Content-Length {text[:40]!r}")
     return int(text)
+
+
+def _check_limit(size: int, limit: int | None) -> None:
+    if limit is not None and size > limit:
+        raise BodyTooLongError(f"body longer than {limit} bytes")

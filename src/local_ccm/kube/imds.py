@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from local_ccm.kube.http1 import Connection
+from local_ccm.kube.http1 import BodyTooLongError, Connection
 
 AZURE_RESOURCE_ID_URL = (
     "http://169.254.169.254/metadata/instance/compute/resourceId?api-version=2021-02-01&format=text"
@@ -38,10 +38,9 @@ def get_text(url: str, *, headers: Mapping[str, str], timeout: float) -> str:
     try:
         conn.request("GET", target, None, headers)
         response = conn.getresponse()
-        length = int(response.getheader("content-length") or 0)
-        if length > MAX_BODY:
-            raise MetadataError(f"answer of {length} bytes is too long", transport=False)
-        body = response.read()
+        body = response.read(MAX_BODY)
+    except BodyTooLongError as exc:  # an answer, though not a resource ID
+        raise MetadataError(f"answer is too long: {exc}", transport=False) from exc
     except OSError as exc:  # includes socket timeouts and answers that are not HTTP
         raise MetadataError(f"{type(exc).__name__}: {exc}", transport=True) from exc
     finally:

@@ -93,6 +93,16 @@ def test_an_error_answer_or_empty_id_is_not_a_transport_error(
     assert not caught.value.transport
 
 
+def test_an_answer_longer_than_a_resource_id_can_be_is_refused_unread(
+    metadata: tuple[str, Answer],
+) -> None:
+    base, answer = metadata
+    answer.body = "x" * (imds.MAX_BODY + 1)
+    with pytest.raises(imds.MetadataError, match="too long") as caught:
+        imds.azure_provider_id(base + "/x", timeout=2.0)
+    assert not caught.value.transport  # something answered: not "off Azure"
+
+
 def test_nothing_listening_is_a_transport_error() -> None:
     with pytest.raises(imds.MetadataError) as caught:
         imds.azure_provider_id(f"http://127.0.0.1:{closed_port()}/x", timeout=2.0)

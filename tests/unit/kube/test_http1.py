@@ -8,7 +8,12 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from local_ccm.kube.http1 import Connection, ProtocolError, RemoteDisconnectedError
+from local_ccm.kube.http1 import (
+    BodyTooLongError,
+    Connection,
+    ProtocolError,
+    RemoteDisconnectedError,
+)
 
 
 class Peer:
@@ -175,6 +180,39 @@ def test_a_body_shorter_than_its_length_is_a_protocol_error(peer: Peer) -> None:
     with pytest.raises(ProtocolError, match="5 of 10"):
         answer.read()
     conn.close()
+
+
+LONG_BODY = b"x" * 40
+LIMITED = [
+    pytest.param(b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n" + LONG_BODY, id="length"),
+    pytest.param(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"14\r\n" + LONG_BODY[:20] + b"\r\n14\r\n" + LONG_BODY[20:] + b"\r\n0\r\n\r\n",
+        id="chunked",
+    ),
+    pytest.param(b"HTTP/1.1 200 OK\r\n\r\n" + LONG_BODY, id="until-close"),
+]
+
+
+@pytest.mark.parametrize("canned", LIMITED)
+@pytest.mark.parametrize(("limit", "fits"), [(40, True), (39, False), (10, False)])
+def test_read_stops_past_its_limit_whatever_the_framing(
+    canned: bytes, limit: int, fits: bool
+) -> None:
+    server = Peer([canned])
+    conn = Connection("127.0.0.1", server.port, timeout=5)
+    try:
+        conn.request("GET", "/", None, {})
+        answer = conn.getresponse()
+        if fits:
+            assert answer.read(limit) == LONG_BODY
+        else:
+            with pytest.raises(BodyTooLongError, match=f"longer than {limit} bytes"):
+                answer.read(limit)
+            assert issubclass(BodyTooLongError, ProtocolError)
+    finally:
+        conn.close()
+        server.close()
 
 
 @answers(OK)
