@@ -53,8 +53,8 @@ def _frozen(cls: type) -> type:
     # Field collection (inheritance, defaults, ClassVar, `field()`) is the standard library's;
     # with every generated method off it compiles nothing.
     dataclasses.dataclass(cls, init=False, repr=False, eq=False)
-    fields = dataclasses.fields(cls)
-    if len(fields) != len(cls.__dataclass_fields__):  # type: ignore[attr-defined]
+    fields = dataclasses.fields(cls)  # the real ones: no ClassVar, no InitVar
+    if any(map(_is_init_var, cls.__dataclass_fields__.values())):  # type: ignore[attr-defined]
         raise TypeError(f"{cls.__name__}: InitVar fields need dataclasses.dataclass")
     compared = [f.name for f in fields if f.compare]
     hashed = [f.name for f in fields if (f.compare if f.hash is None else f.hash)]
@@ -66,16 +66,21 @@ def _frozen(cls: type) -> type:
     for name, method in methods.items():
         if name == "__hash__" or name not in own:
             setattr(cls, name, method)
-    _set_new(cls, "__repr__", _repr)
+    if "__repr__" not in own:
+        cls.__repr__ = _repr  # type: ignore[method-assign,assignment]
     cls.__setattr__ = _setattr  # type: ignore[method-assign,assignment]
     cls.__delattr__ = _delattr  # type: ignore[method-assign,assignment]
     cls._record_frozen = cls  # type: ignore[attr-defined]
     return cls
 
 
-def _set_new(cls: type, name: str, value: Any) -> None:
-    if name not in cls.__dict__:
-        setattr(cls, name, value)
+def _is_init_var(f: dataclasses.Field[Any]) -> bool:
+    """An `InitVar` pseudo-field, its annotation evaluated or (`from __future__ import
+    annotations`) a string."""
+    kind = f.type
+    if isinstance(kind, str):
+        return kind.startswith(("InitVar", "dataclasses.InitVar"))
+    return kind is dataclasses.InitVar or isinstance(kind, dataclasses.InitVar)
 
 
 def _compile(
@@ -85,27 +90,28 @@ def _compile(
     hashed: list[str] | None,
 ) -> dict[str, Any]:
     """`__init__`, `__eq__` and (unless `hashed` is None) `__hash__`, written as the standard
-    library writes them, compiled together."""
-    env: dict[str, Any] = {"_set": object.__setattr__, "_HAS_FACTORY": _HAS_FACTORY}
+    library writes them, compiled together. Their own names start with `__`, which no field's
+    can (a class body mangles it), so a field name never shadows them."""
+    env: dict[str, Any] = {"__set": object.__setattr__, "__has_factory": _HAS_FACTORY}
     params, body = ["self"], []
     for f in fields:
         if f.default_factory is not dataclasses.MISSING:
-            env[f"_factory_{f.name}"] = f.default_factory
+            env[f"__factory_{f.name}"] = f.default_factory
             if f.init:
-                params.append(f"{f.name}=_HAS_FACTORY")
-                value = f"_factory_{f.name}() if {f.name} is _HAS_FACTORY else {f.name}"
+                params.append(f"{f.name}=__has_factory")
+                value = f"__factory_{f.name}() if {f.name} is __has_factory else {f.name}"
             else:
-                value = f"_factory_{f.name}()"
+                value = f"__factory_{f.name}()"
         elif not f.init:
             continue  # the class attribute holds its default
         elif f.default is dataclasses.MISSING:
             params.append(f.name)
             value = f.name
         else:
-            env[f"_default_{f.name}"] = f.default
-            params.append(f"{f.name}=_default_{f.name}")
+            env[f"__default_{f.name}"] = f.default
+            params.append(f"{f.name}=__default_{f.name}")
             value = f.name
-        body.append(f"  _set(self, {f.name!r}, {value})")
+        body.append(f"  __set(self, {f.name!r}, {value})")
     if hasattr(cls, "__post_init__"):
         body.append("  self.__post_init__()")
     lines = [f"def __init__({', '.join(params)}):", *(body or ["  pass"])]

@@ -6,7 +6,7 @@ import dataclasses
 import pathlib
 import re
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import pytest
 
@@ -211,6 +211,31 @@ def test_init_var_is_refused_rather_than_ignored() -> None:
         class WithInitVar:
             x: int
             scale: dataclasses.InitVar[int] = 1
+
+
+@BOTH
+def test_class_variables_are_not_fields(make: Decorator) -> None:
+    @make(frozen=True)
+    class WithClassVar:
+        LIMIT: ClassVar[int] = 3
+        n: int = 1
+
+    new: Any = WithClassVar
+    assert [f.name for f in dataclasses.fields(new())] == ["n"]
+    assert new(2).LIMIT == 3
+
+
+@BOTH
+def test_a_field_named_like_the_generated_helpers_is_just_a_field(make: Decorator) -> None:
+    @make(frozen=True)
+    class Odd:
+        _set: int
+        _HAS_FACTORY: int = 0
+        _default__set: str = "d"
+
+    new: Any = Odd
+    o = new(1, 2)
+    assert (o._set, o._HAS_FACTORY, o._default__set) == (1, 2, "d")
 
 
 def test_every_frozen_class_in_the_package_uses_the_cheaper_decorator() -> None:
