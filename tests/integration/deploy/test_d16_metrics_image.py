@@ -1,7 +1,8 @@
 """The controllers make their self-signed /metrics certificate inside the image (D16): as uid
 65532, on a read-only root, without capabilities, under runc. The certificate comes from a
 child interpreter (`python -m local_ccm.runtime.metricscert`) and is loaded through memfd, so both
-have to work in the image, not only in the test venv."""
+have to work in the image, not only in the test venv. A controller makes it on the first
+connection to its metrics port; the test wraps one server-side socket as that connection does."""
 
 from __future__ import annotations
 
@@ -34,18 +35,41 @@ def runc() -> Iterator[Runc]:
         yield Runc(Path(state))
 
 
+# What SelfSignedContext.wrap_socket does on a controller's first metrics connection.
+FIRST_CONNECTION = """
+import socket
+from local_ccm.runtime.metricsserver import server_tls
+context = server_tls("", "image-test")
+ours, theirs = socket.socketpair()
+context.wrap_socket(ours, server_side=True, do_handshake_on_connect=False).close()
+theirs.close()
+print("certificate loaded:", context.loaded)
+"""
+
+
+def test_d16_the_image_makes_the_metrics_certificate(image: Unpacked, runc: Runc) -> None:
+    args = ["/opt/local-ccm/bin/python", "-c", FIRST_CONNECTION]
+    config = container_config(image.config, rootfs=image.rootfs, args=args,
+                              env={"POD_NAMESPACE": "kube-system"})  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="local-ccm-bundle-") as parent:
+        done = runc.run(Path(parent), config)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "certificate loaded: True" in out, out
+
+
 @pytest.mark.parametrize("program", PROGRAMS)
-def test_d16_the_image_makes_the_metrics_certificate(
+def test_d16_a_controller_without_credentials_exits_4_without_making_a_certificate(
     image: Unpacked, runc: Runc, program: str
 ) -> None:
-    """No credentials: the certificate is made first (a bad one is exit 2 before anything
-    else), then the missing kubeconfig is exit 4."""
+    """The certificate is no longer made at start-up: the missing kubeconfig is exit 4 at
+    once."""
     args = [f"/usr/local/bin/{program}", "--kubeconfig=/nonexistent/kubeconfig"]
     config = container_config(image.config, rootfs=image.rootfs, args=args,
                               env={"POD_NAMESPACE": "kube-system"})  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="local-ccm-bundle-") as parent:
         done = runc.run(Path(parent), config)
     out = done.stdout + done.stderr
-    assert "serving /metrics with a self-signed certificate" in out, out
     assert done.returncode == 4, out
+    assert "self-signed" not in out, out
     assert "Traceback" not in out, out
