@@ -47,14 +47,18 @@ print("certificate loaded:", context.loaded)
 """
 
 
-def test_d16_the_image_makes_the_metrics_certificate(image: Unpacked, runc: Runc) -> None:
-    args = ["/opt/local-ccm/bin/python", "-c", FIRST_CONNECTION]
+def run_in_image(image: Unpacked, runc: Runc, args: list[str]) -> tuple[int, str]:
+    """(exit code, stdout + stderr) of `args` in the image, as uid 65532 on a read-only root."""
     config = container_config(image.config, rootfs=image.rootfs, args=args,
                               env={"POD_NAMESPACE": "kube-system"})  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="local-ccm-bundle-") as parent:
         done = runc.run(Path(parent), config)
-    out = done.stdout + done.stderr
-    assert done.returncode == 0, out
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_d16_the_image_makes_the_metrics_certificate(image: Unpacked, runc: Runc) -> None:
+    code, out = run_in_image(image, runc, ["/opt/local-ccm/bin/python", "-c", FIRST_CONNECTION])
+    assert code == 0, out
     assert "certificate loaded: True" in out, out
 
 
@@ -65,11 +69,7 @@ def test_d16_a_controller_without_credentials_exits_4_without_making_a_certifica
     """The certificate is no longer made at start-up: the missing kubeconfig is exit 4 at
     once."""
     args = [f"/usr/local/bin/{program}", "--kubeconfig=/nonexistent/kubeconfig"]
-    config = container_config(image.config, rootfs=image.rootfs, args=args,
-                              env={"POD_NAMESPACE": "kube-system"})  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="local-ccm-bundle-") as parent:
-        done = runc.run(Path(parent), config)
-    out = done.stdout + done.stderr
-    assert done.returncode == 4, out
+    code, out = run_in_image(image, runc, args)
+    assert code == 4, out
     assert "self-signed" not in out, out
     assert "Traceback" not in out, out
