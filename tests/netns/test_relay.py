@@ -91,3 +91,22 @@ def test_closed_relay_refuses_new_connections(
 
     with pytest.raises(ConnectionRefusedError):
         _connect_inside(ns.name, relay.port)
+
+
+def test_relay_sockets_send_small_pieces_at_once(
+    netns: NetnsFactory, echo_server: tuple[str, int]
+) -> None:
+    """Both relayed sockets have Nagle's algorithm off: a piece passed on while the previous one
+    is unacknowledged must not wait for the far end's delayed ACK, which no real path adds."""
+    ns = netns()
+    with (
+        LoopbackRelay(ns.name, echo_server, port=0) as relay,
+        _connect_inside(ns.name, relay.port) as sock,
+    ):
+        sock.sendall(b"ping")
+        assert sock.recv(100) == b"ping"  # the pair is set up and tracked by now
+        relayed = list(relay._open)
+        nodelay = [s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in relayed]
+
+    assert len(relayed) == 2
+    assert all(nodelay), nodelay
