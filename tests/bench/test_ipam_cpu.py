@@ -6,7 +6,11 @@ The runs of `make bench-compare` (tests/bench/compare_ipam.py) without the Go si
 ``<dir>/ipam-<run>.prof`` when the process exits on SIGTERM. Prints CPU at ready and over the
 allocation per run and their medians. ``BENCH_IPAM_SCRIPTS=before=/a/run.py,after=/b/run.py``
 runs each of those Python entry points in every round instead (interleaved before/after
-comparisons of two source trees).
+comparisons of two source trees). ``BENCH_IPAM_FLOOR=sync,loop,threads`` adds, in every round,
+`tests/bench/floor_ipam.py` in each of those modes: the least a Python process spends on the
+same Nodes (its docstring says what it leaves out). ``BENCH_IPAM_GO=1`` adds the Go
+node-ipam-controller (built from `tests/bench/originals.toml`) to every round, so both sides
+of a floor comparison come from one run.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import pytest
 from local_ccm.kube.client import Client
 from tests.bench import compare_ipam
 from tests.integration.ipam import harness
-from tests.support import crds, names
+from tests.support import crds, names, originals
 from tests.support import resources as r
 from tests.support.binaries import Binaries
 from tests.support.cleanup import Tracker
@@ -44,13 +48,18 @@ def ipam_plane(request: pytest.FixtureRequest, binaries: Binaries) -> Iterator[C
         yield plane
 
 
-def _variants(scripts: str, profile: str, tag: str) -> dict[str, tuple[str, ...]]:
+FLOOR = Path(__file__).with_name("floor_ipam.py")
+
+
+def _variants(scripts: str, profile: str, tag: str, floors: str) -> dict[str, tuple[str, ...]]:
     """Name -> argv prefix of each controller a round runs."""
+    modes = [mode.strip() for mode in floors.split(",") if mode.strip()]
+    floor = {f"floor-{m}": (sys.executable, str(FLOOR), f"--floor-mode={m}") for m in modes}
     if scripts:
         pairs = (item.split("=", 1) for item in scripts.split(","))
-        return {name: (sys.executable, path) for name, path in pairs}
+        return {**{name: (sys.executable, path) for name, path in pairs}, **floor}
     if not profile:
-        return {"ours": (str(harness.BINARY),)}
+        return {"ours": (str(harness.BINARY),), **floor}
     out = Path(profile) / f"ipam-{tag}.prof"
     return {"ours": (sys.executable, "-m", "cProfile", "-o", str(out), str(harness.BINARY))}
 
@@ -72,12 +81,18 @@ def test_ipam_cpu(
     qps = compare_ipam.SAME_QPS if os.environ.get("BENCH_IPAM_QPS") != "default" else ()
     profile = os.environ.get("BENCH_IPAM_PROFILE", "")
     scripts = os.environ.get("BENCH_IPAM_SCRIPTS", "")
+    floors = os.environ.get("BENCH_IPAM_FLOOR", "")
+    go = Path("/nonexistent")
+    if os.environ.get("BENCH_IPAM_GO") == "1":
+        go = originals.ensure().path("go-node-ipam-controller", "node-ipam-controller")
     runs: dict[str, list[dict[str, Any]]] = {}
     for i in range(rounds):
-        for name, argv in _variants(scripts, profile, f"r{i}").items():
-            bench = compare_ipam.IpamBench(ipam_plane, kube, track, namespace, Path("/nonexistent"),
+        variants = _variants(scripts, profile, f"r{i}", floors)
+        for name, argv in [*variants.items(), *([("go", ())] if go.exists() else [])]:
+            bench = compare_ipam.IpamBench(ipam_plane, kube, track, namespace, go,
                                            test_artifacts, argv)  # fmt: skip
-            run = compare_ipam.run_ipam(bench, "ours", f"{name}-r{i}", qps=qps, count=count,
+            impl = "go" if name == "go" else "ours"
+            run = compare_ipam.run_ipam(bench, impl, f"{name}-r{i}", qps=qps, count=count,
                                         timeout=60 + count * 0.5)  # fmt: skip
             run["loadavg"] = os.getloadavg()
             print(name, json.dumps(run))

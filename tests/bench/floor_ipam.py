@@ -1,0 +1,290 @@
+"""The least a Python process spends as a node IPAM controller: a floor for the IPAM CPU
+benchmark (`tests/bench/test_ipam_cpu.py`, ``BENCH_IPAM_FLOOR``), not a controller.
+
+Started as ours is (the same flags; ``/readyz`` answered on ``--health-probe-address``), it
+watches every Node and gives each one without podCIDRs the next IPv4 /24 and IPv6 /120 of the
+benchmark's pools by a JSON Patch guarded by ``test /metadata/uid``, within
+``--kube-api-qps`` / ``--kube-api-burst``; it reads each answer and each watch event as JSON.
+That is the API work a controller cannot avoid per Node. Everything a controller is for is
+left out: the informer's cache, pools and the ledger, retries and conflicts, leader election,
+Events, log lines, metrics. The benchmark's control plane holds only the run's Nodes.
+
+``--floor-mode`` drives the same requests three ways:
+
+- ``sync``: one thread; a selector waits on the watch socket; each PATCH blocks;
+- ``loop``: an asyncio event loop reads the non-blocking watch socket (``add_reader``); each
+  PATCH still blocks the loop;
+- ``threads``: asyncio, the watch read by a thread and handed over with
+  ``call_soon_threadsafe``, each PATCH run by ``asyncio.to_thread``.
+
+Standard library and PyYAML only; ``asyncio`` is imported by the two modes that use it. Ends
+on SIGTERM; any unexpected answer ends it with a message.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import json
+import selectors
+import socket
+import ssl
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+POOL_V4 = int(ipaddress.IPv4Address("10.128.0.0"))  # tests.support.ipam_bench.POOL_V4
+POOL_V6 = int(ipaddress.IPv6Address("fd00:128::"))  # tests.support.ipam_bench.POOL_V6
+HOST_BITS = 8  # tests.support.ipam_bench.BITS
+MODES = ("sync", "loop", "threads")
+
+
+class Api:
+    """Two TLS connections to the API server: the watch's and the requests'."""
+
+    def __init__(self, kubeconfig: str) -> None:
+        with open(kubeconfig, encoding="utf-8") as f:
+            config = yaml.safe_load(f)
+        cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
+        self.url = urlsplit(cluster["server"])
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # the cluster's CA only
+        if "certificate-authority-data" in cluster:
+            pem = base64.b64decode(cluster["certificate-authority-data"]).decode()
+            self.context.load_verify_locations(cadata=pem)
+        else:
+            self.context.load_verify_locations(cluster["certificate-authority"])
+        token = user.get("token")
+        if token is None:
+            with open(user["tokenFile"], encoding="utf-8") as f:
+                token = f.read().strip()
+        self.head = f"Host: {self.url.netloc}\r\nAuthorization: Bearer {token}\r\n".encode()
+        self.requests = self.connect()
+
+    def connect(self) -> ssl.SSLSocket:
+        host = self.url.hostname or "localhost"
+        raw = socket.create_connection((host, self.url.port or 443))
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return self.context.wrap_socket(raw, server_hostname=host)
+
+    def open_watch(self) -> tuple[ssl.SSLSocket, bytes]:
+        """The watch's socket and the body bytes read with its headers."""
+        sock = self.connect()
+        sock.sendall(b"GET /api/v1/nodes?watch=1 HTTP/1.1\r\n" + self.head + b"\r\n")
+        head, rest = _head(sock, b"")
+        if not head.startswith(b"HTTP/1.1 200"):
+            raise SystemExit(f"watch refused: {head[:200]!r}")
+        return sock, rest
+
+    def patch(self, name: str, uid: str, index: int) -> None:
+        v4 = f"{ipaddress.IPv4Address(POOL_V4 + (index << HOST_BITS))}/{32 - HOST_BITS}"
+        v6 = f"{ipaddress.IPv6Address(POOL_V6 + (index << HOST_BITS))}/{128 - HOST_BITS}"
+        body = json.dumps([
+            {"op": "test", "path": "/metadata/uid", "value": uid},
+            {"op": "add", "path": "/spec/podCIDR", "value": v4},
+            {"op": "add", "path": "/spec/podCIDRs", "value": [v4, v6]},
+        ]).encode()  # fmt: skip
+        self.requests.sendall(
+            b"PATCH /api/v1/nodes/" + name.encode() + b" HTTP/1.1\r\n" + self.head
+            + b"Content-Type: application/json-patch+json\r\nContent-Length: "
+            + str(len(body)).encode() + b"\r\n\r\n" + body
+        )  # fmt: skip
+        head, rest = _head(self.requests, b"")
+        lines = head.split(b"\r\n")
+        fields = dict(line.split(b": ", 1) for line in lines[1:])
+        if b"Content-Length" in fields:
+            size = int(fields[b"Content-Length"])
+            data = _fill(self.requests, rest, size)[:size]
+        else:
+            data = _chunked(self.requests, rest)
+        answer = json.loads(data)
+        if lines[0].split()[1] != b"200":
+            raise SystemExit(f"PATCH {name}: {lines[0]!r} {answer}")
+
+
+def _head(sock: ssl.SSLSocket, buf: bytes) -> tuple[bytes, bytes]:
+    while b"\r\n\r\n" not in buf:
+        buf += _recv(sock)
+    head, rest = buf.split(b"\r\n\r\n", 1)
+    return head, rest
+
+
+def _recv(sock: ssl.SSLSocket) -> bytes:
+    data = sock.recv(65536)
+    if not data:
+        raise SystemExit("the API server closed a connection")
+    return data
+
+
+def _fill(sock: ssl.SSLSocket, buf: bytes, size: int) -> bytes:
+    """`buf` and what follows it on `sock`, at least `size` bytes."""
+    while len(buf) < size:
+        buf += _recv(sock)
+    return buf
+
+
+def _chunked(sock: ssl.SSLSocket, buf: bytes) -> bytes:
+    data = b""
+    while True:
+        while b"\r\n" not in buf:
+            buf += _recv(sock)
+        line, buf = buf.split(b"\r\n", 1)
+        size = int(line, 16)
+        buf = _fill(sock, buf, size + 2)
+        data, buf = data + buf[:size], buf[size + 2 :]
+        if size == 0:
+            return data
+
+
+class Watch:
+    """Chunked watch bytes in, Nodes that need CIDRs out (each once)."""
+
+    def __init__(self, buf: bytes) -> None:
+        self.buf, self.partial = buf, b""
+        self.queue: list[tuple[str, str]] = []  # (name, uid)
+        self.queued: set[str] = set()
+
+    def feed(self, data: bytes) -> None:
+        self.buf += data
+        while (end := self.buf.find(b"\r\n")) >= 0:
+            size = int(self.buf[:end], 16)
+            if len(self.buf) < end + size + 4:
+                return
+            if size == 0:
+                raise SystemExit("the watch ended")
+            self.partial += self.buf[end + 2 : end + 2 + size]
+            self.buf = self.buf[end + size + 4 :]
+            *lines, self.partial = self.partial.split(b"\n")
+            for line in lines:
+                self._event(json.loads(line))
+
+    def _event(self, event: dict[str, Any]) -> None:
+        node = event["object"]
+        name = node["metadata"]["name"]
+        needs = event["type"] != "DELETED" and not (node.get("spec") or {}).get("podCIDRs")
+        if needs and name not in self.queued:
+            self.queued.add(name)
+            self.queue.append((name, node["metadata"]["uid"]))
+
+
+class Bucket:
+    """`qps` tokens a second, at most `burst` kept."""
+
+    def __init__(self, qps: float, burst: float) -> None:
+        self.qps, self.burst, self.tokens, self.stamp = qps, burst, burst, time.monotonic()
+
+    def wait(self) -> float:
+        """0 after taking a token, else the seconds until one is there."""
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.qps)
+        self.stamp = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return 0.0
+        return (1 - self.tokens) / self.qps
+
+
+def serve_health(address: str) -> None:
+    """200 to every request, from a thread that blocks in accept()."""
+    host, port = address.rsplit(":", 1)
+    server = socket.create_server((host, int(port)))
+
+    def serve() -> None:
+        while True:
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(4096)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+
+    threading.Thread(target=serve, daemon=True).start()
+
+
+def run_sync(api: Api, sock: ssl.SSLSocket, watch: Watch, bucket: Bucket) -> None:
+    selector = selectors.DefaultSelector()
+    selector.register(sock, selectors.EVENT_READ)
+    index = 0
+    while True:
+        wait = None
+        while watch.queue and (wait := bucket.wait()) == 0:
+            api.patch(*watch.queue.pop(0), index)
+            index += 1
+        if not watch.queue:
+            wait = None
+        if sock.pending() or selector.select(wait):
+            watch.feed(_recv(sock))
+
+
+async def run_async(api: Api, sock: ssl.SSLSocket, watch: Watch, bucket: Bucket, mode: str) -> None:
+    import asyncio  # noqa: PLC0415 (the sync mode's start-up does without it)
+
+    loop = asyncio.get_running_loop()
+    wake = asyncio.Event()
+
+    def feed(data: bytes) -> None:
+        watch.feed(data)
+        if watch.queue:
+            wake.set()
+
+    if mode == "loop":
+        sock.setblocking(False)
+
+        def readable() -> None:
+            while True:
+                try:
+                    feed(_recv(sock))
+                except ssl.SSLWantReadError:
+                    return
+
+        loop.add_reader(sock.fileno(), readable)
+    else:
+
+        def reader() -> None:
+            while True:
+                loop.call_soon_threadsafe(feed, _recv(sock))
+
+        threading.Thread(target=reader, daemon=True).start()
+
+    feed(b"")
+    index = 0
+    while True:
+        await wake.wait()
+        wake.clear()
+        while watch.queue:
+            if (wait := bucket.wait()) > 0:
+                await asyncio.sleep(wait)
+                continue
+            name, uid = watch.queue.pop(0)
+            if mode == "loop":
+                api.patch(name, uid, index)
+            else:
+                await asyncio.to_thread(api.patch, name, uid, index)
+            index += 1
+
+
+def main(argv: Sequence[str]) -> int:
+    flags = dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
+    mode = flags.get("floor-mode", "sync")
+    if mode not in MODES:
+        print(f"--floor-mode={mode}: one of {', '.join(MODES)}", file=sys.stderr)
+        return 2
+    api = Api(flags["kubeconfig"])
+    bucket = Bucket(float(flags.get("kube-api-qps", "5")), float(flags.get("kube-api-burst", "10")))
+    sock, rest = api.open_watch()
+    watch = Watch(rest)
+    serve_health(flags["health-probe-address"])
+    if mode == "sync":
+        watch.feed(b"")
+        run_sync(api, sock, watch, bucket)
+    else:
+        import asyncio  # noqa: PLC0415 (the sync mode's start-up does without it)
+
+        asyncio.run(run_async(api, sock, watch, bucket, mode))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
