@@ -32,7 +32,7 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -174,12 +174,13 @@ class Watch:
 class Bucket:
     """`qps` tokens a second, at most `burst` kept."""
 
-    def __init__(self, qps: float, burst: float) -> None:
-        self.qps, self.burst, self.tokens, self.stamp = qps, burst, burst, time.monotonic()
+    def __init__(self, qps: float, burst: float, now: Callable[[], float] = time.monotonic) -> None:
+        self.qps, self.burst, self.tokens, self.now = qps, burst, burst, now
+        self.stamp = now()
 
     def wait(self) -> float:
         """0 after taking a token, else the seconds until one is there."""
-        now = time.monotonic()
+        now = self.now()
         self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.qps)
         self.stamp = now
         if self.tokens >= 1:
