@@ -147,14 +147,15 @@ def run_ipam(bench: IpamBench, impl: str, tag: str, *, qps: Sequence[str], count
         eventually(lambda: _all_allocated(bench.kube, selects, count), timeout=timeout,
                    interval=POLL, message=f"{count} Nodes hold podCIDRs")  # fmt: skip
         done = time.monotonic()
-        allocated = task_cpu_seconds(child.pid) - cpu0 + children_cpu_seconds(child.pid)
-        allocated -= children0
-        posted = 0
+
+        def spent() -> float:  # since ready, child processes that ended included
+            return task_cpu_seconds(child.pid) - cpu0 + children_cpu_seconds(child.pid) - children0
+
+        allocated, posted = spent(), 0
         if impl == "ours" and events:
             posted = _wait_for_events(bench.kube, pool, count, timeout)
         drained = time.monotonic()
-        cpu, ticks = task_cpu_seconds(child.pid) - cpu0, cpu_seconds(child.pid) - ticks0
-        cpu += children_cpu_seconds(child.pid) - children0
+        cpu, ticks = spent(), cpu_seconds(child.pid) - ticks0
         hwm = memory_kib(child.pid)["VmHWM"]
     finally:
         child.stop(grace=15)

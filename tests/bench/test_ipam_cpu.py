@@ -1,6 +1,7 @@
 """Our node-ipam-controller's CPU alone, for profiling and before/after comparisons.
 
-The runs of `make bench-compare` (tests/bench/compare_ipam.py) without the Go side:
+The runs of `make bench-compare` (tests/bench/compare_ipam.py), without the Go side unless
+``BENCH_IPAM_GO=1`` (below):
 ``BENCH_IPAM_NODES`` Nodes (1 000), ``BENCH_ROUNDS`` runs (3) at client-go's 5 QPS, and with
 ``BENCH_IPAM_PROFILE=<dir>`` every run under cProfile, its stats written to
 ``<dir>/ipam-<run>.prof`` when the process exits on SIGTERM. Prints CPU at ready, over the
