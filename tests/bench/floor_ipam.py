@@ -40,7 +40,7 @@ import yaml
 
 POOL_V4 = int(ipaddress.IPv4Address("10.128.0.0"))  # tests.support.ipam_bench.POOL_V4
 POOL_V6 = int(ipaddress.IPv6Address("fd00:128::"))  # tests.support.ipam_bench.POOL_V6
-HOST_BITS = 8  # tests.support.ipam_bench.BITS
+HOST_BITS = 8  # tests.support.ipam_bench.BITS (tests/unit/test_bench_floor.py checks all three)
 MODES = ("sync", "loop", "threads")
 
 
@@ -75,7 +75,7 @@ class Api:
         """The watch's socket and the body bytes read with its headers."""
         sock = self.connect()
         sock.sendall(b"GET /api/v1/nodes?watch=1 HTTP/1.1\r\n" + self.head + b"\r\n")
-        head, rest = _head(sock, b"")
+        head, rest = _head(sock)
         if not head.startswith(b"HTTP/1.1 200"):
             raise SystemExit(f"watch refused: {head[:200]!r}")
         return sock, rest
@@ -93,7 +93,7 @@ class Api:
             + b"Content-Type: application/json-patch+json\r\nContent-Length: "
             + str(len(body)).encode() + b"\r\n\r\n" + body
         )  # fmt: skip
-        head, rest = _head(self.requests, b"")
+        head, rest = _head(self.requests)
         lines = head.split(b"\r\n")
         fields = dict(line.split(b": ", 1) for line in lines[1:])
         if b"Content-Length" in fields:
@@ -106,7 +106,9 @@ class Api:
             raise SystemExit(f"PATCH {name}: {lines[0]!r} {answer}")
 
 
-def _head(sock: ssl.SSLSocket, buf: bytes) -> tuple[bytes, bytes]:
+def _head(sock: ssl.SSLSocket) -> tuple[bytes, bytes]:
+    """An answer's status line and headers, and the body bytes read with them."""
+    buf = b""
     while b"\r\n\r\n" not in buf:
         buf += _recv(sock)
     head, rest = buf.split(b"\r\n\r\n", 1)

@@ -6,11 +6,13 @@ each Node without podCIDRs queued once, whatever the chunk boundaries of the wat
 
 from __future__ import annotations
 
+import ipaddress
 import json
 
 import pytest
 
 from tests.bench import floor_ipam
+from tests.support import ipam_bench
 
 pytestmark = pytest.mark.unit
 
@@ -60,3 +62,10 @@ def test_bucket_gives_its_burst_then_one_token_per_interval() -> None:
     assert bucket.wait() == 0.0
     clock[0] += 10.0  # refilled up to the burst, not beyond
     assert [bucket.wait(), bucket.wait(), bucket.wait() > 0] == [0.0, 0.0, True]
+
+
+def test_the_floor_allocates_from_the_benchmarks_pools() -> None:
+    """Its copies of the pools (a script run alone cannot import the tests' packages) agree."""
+    assert int(ipaddress.ip_network(ipam_bench.POOL_V4).network_address) == floor_ipam.POOL_V4
+    assert int(ipaddress.ip_network(ipam_bench.POOL_V6).network_address) == floor_ipam.POOL_V6
+    assert floor_ipam.HOST_BITS == ipam_bench.BITS
