@@ -48,7 +48,7 @@ release: image manifests ## write dist/: wheel, sdist, image archive, chart, man
 		print(ensure(["helm"], report=lambda _: None).path("helm"))')"
 
 .PHONY: lint
-lint: ## ruff, ruff format --check, mypy --strict, import contracts, no import cycle
+lint: $(VENV)/bin/local-ccm ## ruff, ruff format --check, mypy --strict, import contracts, no import cycle
 	$(VENV)/bin/ruff check src tests scripts
 	$(VENV)/bin/ruff format --check src tests scripts
 	$(VENV)/bin/mypy
@@ -79,15 +79,15 @@ fmt: ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff format src tests scripts
 
 .PHONY: test-unit
-test-unit: ## unit tier: seconds, no root, no network
+test-unit: $(VENV)/bin/local-ccm ## unit tier: seconds, no root, no network
 	$(PY) -m pytest -m unit
 
 .PHONY: test-netns
-test-netns: ## netns tier (root, iproute2)
+test-netns: $(VENV)/bin/local-ccm ## netns tier (root, iproute2)
 	$(PY) -m pytest -m "netns and not integration"
 
 .PHONY: test-bins
-test-bins: ## build the control-plane binaries from the Go module proxy, or find them in the cache
+test-bins: $(VENV)/bin/local-ccm ## build the control-plane binaries from the Go module proxy, or find them in the cache
 	$(PY) -m tests.support.binaries ensure
 
 .PHONY: test-integration
@@ -129,11 +129,11 @@ dev-cluster: $(VENV)/bin/local-ccm ## start etcd + kube-apiserver on loopback (b
 	$(PY) -m tests.support.controlplane dev
 
 .PHONY: manifests
-manifests: ## render deploy/ from charts/local-ccm; never edit deploy/ by hand
+manifests: $(VENV)/bin/local-ccm ## render deploy/ from charts/local-ccm; never edit deploy/ by hand
 	$(PY) -m tests.support.chart manifests deploy --image $(IMAGE)
 
 .PHONY: chart-docs
-chart-docs: ## regenerate the values table of charts/local-ccm/README.md from values.schema.json and values.yaml
+chart-docs: $(VENV)/bin/local-ccm ## regenerate the values table of charts/local-ccm/README.md from values.schema.json and values.yaml
 	$(PY) scripts/chart_docs.py
 
 .PHONY: check-chart-docs
