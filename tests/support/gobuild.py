@@ -175,8 +175,10 @@ def entry_name(component: str, version: str, go_version: str, key: str) -> str:
 
 # What each binary's version output must contain for a given pin.
 def expected_version_text(binary: str, pin: str) -> str:
-    if binary in ("kube-apiserver", "kube-controller-manager"):
+    if binary in ("kube-apiserver", "kube-controller-manager", "kubelet", "kube-scheduler"):
         return f"Kubernetes {pin}"
+    if binary == "kubectl":
+        return f"Client Version: {pin}"
     if binary == "etcd":
         return f"etcd Version: {pin.removeprefix('v')}"
     if binary == "kwok":
@@ -187,6 +189,8 @@ def expected_version_text(binary: str, pin: str) -> str:
 
 
 def version_command(binary: str) -> list[str]:
+    if binary == "kubectl":
+        return ["version", "--client"]
     return ["version"] if binary == "helm" else ["--version"]
 
 

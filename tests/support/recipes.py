@@ -17,6 +17,9 @@ from tests.support.gotool import BuildError, GoInfo
 
 KUBE_MODULE = "k8s.io/kubernetes"
 KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager")
+# A real node: the kubelet, the scheduler that places Pods on it, and kubectl for what an
+# operator applies. A unit of its own, so the control plane's cache entry stays valid.
+KUBE_NODE_COMMANDS = ("kubelet", "kube-scheduler", "kubectl")
 ETCD_PACKAGE = "go.etcd.io/etcd/server/v3"
 KWOK_MODULE = "sigs.k8s.io/kwok"
 KWOK_STAGE_DIRS = ("fast", "heartbeat-with-lease", "chaos")
@@ -60,6 +63,7 @@ UNITS = {
         ("kube-apiserver",),
         POLICY_MINIMUM,
     ),
+    "kubernetes-node": Unit("kubernetes-node", "kubernetes", KUBE_NODE_COMMANDS),
     "etcd": Unit("etcd", "etcd", ("etcd",)),
     "kwok": Unit("kwok", "kwok", ("kwok",)),
     "helm": Unit("helm", "helm", ("helm",)),
@@ -70,6 +74,7 @@ BINARY_UNIT = {b: u.name for u in UNITS.values() for b in u.provides}
 TYPICAL_COLD_SECONDS = {
     "kubernetes": 570,
     "kubernetes-policy-minimum": 580,
+    "kubernetes-node": 240,
     "etcd": 70,
     "kwok": 105,
     "helm": 130,
@@ -223,6 +228,7 @@ def _prepare_nothing(ctx: Context, unit: Unit, version: str, bd: Path) -> None:
 INSPECT = {
     "kubernetes": _inspect_kubernetes,
     "kubernetes-policy-minimum": _inspect_kubernetes,
+    "kubernetes-node": _inspect_kubernetes,
     "etcd": _inspect_etcd,
     "kwok": _inspect_install,
     "helm": _inspect_install,
@@ -230,6 +236,7 @@ INSPECT = {
 PREPARE = {
     "kubernetes": _prepare_kubernetes,
     "kubernetes-policy-minimum": _prepare_kubernetes,
+    "kubernetes-node": _prepare_kubernetes,
     "etcd": _prepare_etcd,
     "kwok": _prepare_nothing,
     "helm": _prepare_nothing,
