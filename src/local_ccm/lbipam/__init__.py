@@ -1,1 +1,2 @@
-"""The LoadBalancer address component (not wired into a binary yet)."""
+"""The LoadBalancer address component: the `service-lb-ipam` controller of
+`local-ccm-controller-manager` (`--controllers=service-lb-ipam`)."""

@@ -23,6 +23,7 @@ from local_ccm.kube.errors import ApiError, Conflict, Forbidden, NotFound, Trans
 from local_ccm.kube.informer import Change, ErrorKinds, Informer, ListWatch
 from local_ccm.lbipam.core import plan
 from local_ccm.lbipam.core.allocator import (
+    OUTSIDE_POOLS,
     Allocation,
     Decision,
     build_ledger,
@@ -296,7 +297,7 @@ class Controller:
         patch = plan.status_patch(obj, entries, cond)
         if patch is not None:
             written = await self._patch(key, obj, patch, status=True)
-            self._written(key, obj, decision, entries)
+            self._written(key, obj, decision, entries, str(cond["message"]))
             obj = written
         if isinstance(decision, Allocation):
             hold(self.ledger, decision)
@@ -323,10 +324,15 @@ class Controller:
         keep = [(a, Holder(key, None, ports)) for a in shown if a not in allocation.addresses]
         self.ledger.hold(placed + keep)
 
-    def _written(self, key: str, obj: Obj, decision: Decision, entries: list[Obj] | None) -> None:
+    def _written(
+        self, key: str, obj: Obj, decision: Decision, entries: list[Obj] | None, message: str
+    ) -> None:
         subject = service_subject(obj)
         if isinstance(decision, Allocation):
             self.metrics.allocations.labels("allocated").inc()
+            if decision.outside:  # kept, but the operator should know: see docs/loadbalancer.md
+                log.warning("svc=%s: %s", key, message)
+                self.outbox.emit(ev.EventSpec("Warning", OUTSIDE_POOLS, message), subject)
             if entries is not None and plan.current_ips(obj) != [e["ip"] for e in entries]:
                 started = self.first_seen.pop(key, None)
                 if started is not None:

@@ -77,11 +77,11 @@ def test_current_address_is_kept_no_churn() -> None:
     assert give(ledger, req("y"), pools) == ("10.0.0.0",)
 
 
-def test_current_address_outside_every_pool_is_replaced() -> None:
+def test_current_address_outside_every_pool_is_kept_not_replaced() -> None:
     pools = [pool("a", "10.0.0.0/30")]
     ledger, _ = build_ledger([req("x", current=(ip("10.9.9.9"),))], pools)
     assert allocated(decide(req("x", current=(ip("10.9.9.9"),)), pools, ledger, {})) == (
-        "10.0.0.0",
+        "10.9.9.9",
     )
 
 

@@ -4,6 +4,11 @@ Pure, no I/O. `decide` reads the ledger and never changes it; the caller records
 `Allocation` with `Ledger.hold` once the Service status is written, and `release`s a Service
 that is deleted or no longer ours. Decisions depend only on the pools and the ledger, so a
 restarted controller (ledger rebuilt by `build_ledger`) decides as an uninterrupted one.
+
+A Service keeps what it holds whatever happens to the pools: a pool that is disabled, deleted,
+re-ranged or no longer selects the Service gives nothing new, but takes nothing back. Only the
+Service moves itself: deleted, no longer ours, its status cleared, or a request for other
+addresses. An address in no pool's ranges is kept and flagged (`OUTSIDE_POOLS`).
 """
 
 from __future__ import annotations
@@ -25,10 +30,12 @@ REASONS = (
     "FamilyUnavailable",
     "ConflictingRequests",
 )
+OUTSIDE_POOLS = "AddressOutsidePools"
+"""The reason of an allocation that keeps an address no pool's ranges contain."""
 
 
 class Placement(NamedTuple):
-    """One address of an allocation, the pool it came from and how it is held."""
+    """One address of an allocation, the pool it is in ("": none) and how it is held."""
 
     address: IPAddress
     pool: str
@@ -37,13 +44,20 @@ class Placement(NamedTuple):
 
 @dataclass(frozen=True)
 class Allocation:
-    """The addresses to hold, in the Service's family order."""
+    """The addresses to hold, in the Service's family order; `notes` say why a held address
+    is kept from outside the pools that select the Service."""
 
     placements: tuple[Placement, ...]
+    notes: tuple[str, ...] = ()
 
     @property
     def addresses(self) -> tuple[IPAddress, ...]:
         return tuple(p.address for p in self.placements)
+
+    @property
+    def outside(self) -> tuple[IPAddress, ...]:
+        """Held addresses kept although no pool's ranges contain them."""
+        return tuple(p.address for p in self.placements if not p.pool)
 
 
 @dataclass(frozen=True)
@@ -78,25 +92,69 @@ def decide(
     ledger: Ledger,
     namespace_labels: Mapping[str, str],
 ) -> Decision:
-    """The addresses `request` should hold: its current valid ones kept (no churn), the
-    requested ones checked, or new ones from the selecting pools in order."""
+    """The addresses `request` should hold: the ones it holds kept (no churn, whatever the
+    pools became), the requested ones checked, or new ones from the selecting pools in order."""
     if request.problems:
         return Problem("ConflictingRequests", "; ".join(request.problems))
-    selecting = [
-        p for p in ordered(pools) if p.selects(request.labels, request.namespace, namespace_labels)
-    ]
-    if not selecting:
-        return Problem("NoPool", f"no enabled pool selects {request.key}")
+    every = ordered(pools)
+    selecting = [p for p in every if p.selects(request.labels, request.namespace, namespace_labels)]
+    held = _held(request, selecting, every, ledger)
     if request.requested:
-        return _place_requested(request, selecting, ledger)
-    return _place_families(request, selecting, ledger)
+        decision = _place_requested(request, selecting, held, ledger)
+    elif not selecting and not held:
+        return Problem("NoPool", f"no enabled pool selects {request.key}")
+    else:
+        decision = _place_families(request, selecting, held, ledger)
+    return _noted(decision, selecting, every)
 
 
-def _place_families(request: ServiceRequest, selecting: Sequence[Pool], ledger: Ledger) -> Decision:
-    families = wanted_families(request, sorted({v for p in selecting for v in p.families}))
+def _held(
+    request: ServiceRequest, selecting: Sequence[Pool], every: Sequence[Pool], ledger: Ledger
+) -> dict[IPAddress, Placement]:
+    """The Service's current addresses it may keep: all but those another holder may not share
+    (a claim lost at start, clashing ports). Each is placed in a selecting pool, else any pool,
+    else none; outside every pool it is held as the ledger has it (a kube-vip allow-share pool
+    that is gone still lets its Services share what they hold)."""
+    held = {}
+    for address in request.current:
+        pool = _pool_of(address, selecting) or _pool_of(address, every)
+        holder = _holder(request, pool)
+        before = next((h for h in ledger.holders(address) if h.service == request.key), None)
+        if pool is None and before is not None and holder.group is None:
+            holder = before
+        if clash(holder, ledger.holders(address)) is None:
+            held[address] = Placement(address, pool.name if pool else "", holder)
+    return held
+
+
+def _noted(decision: Decision, selecting: Sequence[Pool], every: Sequence[Pool]) -> Decision:
+    if not isinstance(decision, Allocation):
+        return decision
+    names, by_name = {p.name for p in selecting}, {p.name: p for p in every}
+    notes = tuple(_kept_note(p, by_name.get(p.pool)) for p in decision.placements
+                  if p.pool not in names)  # fmt: skip
+    return Allocation(decision.placements, notes)
+
+
+def _kept_note(placement: Placement, pool: Pool | None) -> str:
+    if pool is None:
+        return (f"{placement.address} is in no pool's ranges: kept until the Service releases"
+                " it or asks for another address")  # fmt: skip
+    why = "is disabled" if pool.disabled else "does not select the Service"
+    return f"{placement.address} is kept from pool {pool.name}, which {why}"
+
+
+def _place_families(
+    request: ServiceRequest,
+    selecting: Sequence[Pool],
+    held: Mapping[IPAddress, Placement],
+    ledger: Ledger,
+) -> Decision:
+    servable = {v for p in selecting for v in p.families} | {a.version for a in held}
+    families = wanted_families(request, sorted(servable))
     if isinstance(families, str):
         return Problem("FamilyUnavailable", families)
-    placements = [_place(request, v, selecting, ledger) for v in families]
+    placements = [_place(request, v, selecting, held, ledger) for v in families]
     found = tuple(p for p in placements if p is not None)
     partial_ok = request.family_policy == "PreferDualStack" and found
     if len(found) < len(families) and not partial_ok:
@@ -107,10 +165,20 @@ def _place_families(request: ServiceRequest, selecting: Sequence[Pool], ledger: 
 
 
 def _place_requested(
-    request: ServiceRequest, selecting: Sequence[Pool], ledger: Ledger
+    request: ServiceRequest,
+    selecting: Sequence[Pool],
+    held: Mapping[IPAddress, Placement],
+    ledger: Ledger,
 ) -> Decision:
+    """Requested addresses the Service holds are kept as they are; the others must be in a
+    selecting pool and free to join."""
     placements = []
     for address in request.requested:
+        if address in held:
+            placements.append(held[address])
+            continue
+        if not selecting:
+            return Problem("NoPool", f"no enabled pool selects {request.key}")
         pool = _pool_of(address, selecting)
         if pool is None:
             return Problem("AddressNotInPool", f"{address} is in no pool that selects the Service")
@@ -130,25 +198,26 @@ def _clash_message(reason: str, address: IPAddress, ledger: Ledger) -> str:
 
 
 def _place(
-    request: ServiceRequest, version: int, selecting: Sequence[Pool], ledger: Ledger
+    request: ServiceRequest,
+    version: int,
+    selecting: Sequence[Pool],
+    held: Mapping[IPAddress, Placement],
+    ledger: Ledger,
 ) -> Placement | None:
     return (
-        _keep_current(request, version, selecting, ledger)
+        _keep_current(version, selecting, held)
         or _join_group(request, version, selecting, ledger)
         or _first_free(request, version, selecting, ledger)
     )
 
 
 def _keep_current(
-    request: ServiceRequest, version: int, selecting: Sequence[Pool], ledger: Ledger
+    version: int, selecting: Sequence[Pool], held: Mapping[IPAddress, Placement]
 ) -> Placement | None:
-    for address in request.current:
-        pool = _pool_of(address, selecting) if address.version == version else None
-        if pool is not None:
-            holder = _holder(request, pool)
-            if clash(holder, ledger.holders(address)) is None:
-                return Placement(address, pool.name, holder)
-    return None
+    """A held address of the family, one in a selecting pool first."""
+    mine = [p for p in held.values() if p.address.version == version]
+    names = {p.name for p in selecting}
+    return next((p for p in mine if p.pool in names), mine[0] if mine else None)
 
 
 def _join_group(

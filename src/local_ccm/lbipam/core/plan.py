@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
-from local_ccm.lbipam.core.allocator import Allocation, Decision
+from local_ccm.lbipam.core.allocator import OUTSIDE_POOLS, Allocation, Decision
 from local_ccm.lbipam.core.pools import IPAddress
 
 Obj = dict[str, Any]
@@ -63,10 +63,13 @@ def ingress(addresses: Sequence[IPAddress]) -> list[Obj]:
 
 
 def condition(decision: Decision | None, generation: int, now: str) -> Obj:
-    """Our Service condition (metav1.Condition) for a decision; None: released."""
+    """Our Service condition (metav1.Condition) for a decision; None: released. An allocation
+    that keeps an address outside every pool is still `True`, with its own reason."""
     if isinstance(decision, Allocation):
-        status, reason = "True", "Allocated"
-        message = "allocated " + ", ".join(str(a) for a in decision.addresses)
+        status = "True"
+        reason = OUTSIDE_POOLS if decision.outside else "Allocated"
+        addresses = ", ".join(str(a) for a in decision.addresses)
+        message = "; ".join((f"allocated {addresses}", *decision.notes))
     elif decision is None:
         status, reason, message = "False", "Released", "no address: released"
     else:
