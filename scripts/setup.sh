@@ -3,11 +3,19 @@
 set -euo pipefail
 PY=${1:-.venv/bin/python}
 need=()
-# The last five build and run the image (`make image`, `make test`): a root file system from
-# Debian's archive, an OCI runtime, and tools that read OCI images.
-for cmd in ip:iproute2 unshare:util-linux setpriv:util-linux sysctl:procps mmdebstrap:mmdebstrap \
-    runc:runc umoci:umoci skopeo:skopeo dpkg-deb:dpkg; do
+# The next five build and run the image (`make image`, `make test`): a root file system from
+# Debian's archive, an OCI runtime, and tools that read OCI images. The rest run the real-node
+# tier (tests/realnode): containerd, what the kubelet calls at run time, and gcc for the pause
+# program (static, so also libc6-dev below).
+for cmd in ip:iproute2 unshare:util-linux setpriv:util-linux nsenter:util-linux sysctl:procps \
+    mmdebstrap:mmdebstrap runc:runc umoci:umoci skopeo:skopeo dpkg-deb:dpkg \
+    containerd:containerd ctr:containerd conntrack:conntrack ebtables:ebtables ethtool:ethtool \
+    socat:socat iptables:iptables gcc:gcc; do
   command -v "${cmd%%:*}" >/dev/null 2>&1 || need+=("${cmd##*:}")
+done
+# Packages without a command on PATH: the CNI plugins (bridge, host-local, loopback) and libc.a.
+for pkg in containernetworking-plugins libc6-dev; do
+  [ "$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null)" = installed ] || need+=("$pkg")
 done
 if ((${#need[@]})); then
   if [ "$(id -u)" = 0 ]; then
