@@ -61,6 +61,7 @@ class Space:
         *,
         ports: Sequence[int | tuple[str, int]] = (80,),
         annotations: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None,
         **spec: Any,
     ) -> Obj:
         entries = [
@@ -71,6 +72,8 @@ class Space:
         meta: Obj = {"name": name, "namespace": self.name}
         if annotations:
             meta["annotations"] = annotations
+        if labels:
+            meta["labels"] = labels
         body = {"apiVersion": "v1", "kind": "Service", "metadata": meta,
                 "spec": {"type": "LoadBalancer", "ports": entries, **spec}}  # fmt: skip
         return self.kube.create(SERVICES, body, namespace=self.name)

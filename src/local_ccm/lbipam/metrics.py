@@ -16,7 +16,8 @@ class LbMetrics(ControllerMetrics):
         "pool", "family", "state",
     )  # fmt: skip
     allocations = counter(
-        "allocations", "Service decisions written (result: allocated, or the problem reason)",
+        "allocations",
+        "Service decisions written (result: allocated, AddressOutsidePools, or the problem reason)",
         "result",
     )  # fmt: skip
     releases = counter("releases", "Services whose addresses were released")

@@ -329,7 +329,8 @@ class Controller:
     ) -> None:
         subject = service_subject(obj)
         if isinstance(decision, Allocation):
-            self.metrics.allocations.labels("allocated").inc()
+            result = OUTSIDE_POOLS if decision.outside else "allocated"
+            self.metrics.allocations.labels(result).inc()
             if decision.outside:  # kept, but the operator should know: see docs/loadbalancer.md
                 log.warning("svc=%s: %s", key, message)
                 self.outbox.emit(ev.EventSpec("Warning", OUTSIDE_POOLS, message), subject)
