@@ -49,12 +49,15 @@ def test_spec_fields_and_defaults(crd: dict[str, Any]) -> None:
     assert set(properties) == {
         "addresses",
         "allowFirstAndLast",
+        "avoidBuggyIPs",
         "priority",
         "disabled",
         "serviceSelector",
         "namespaceSelector",
     }
     assert properties["allowFirstAndLast"]["default"] is False
+    assert properties["avoidBuggyIPs"] == {**properties["avoidBuggyIPs"], "type": "boolean",
+                                           "default": False}  # fmt: skip
     assert properties["disabled"]["default"] is False
     assert properties["priority"]["type"] == "integer"
     assert spec_schema(crd)["required"] == ["addresses"]

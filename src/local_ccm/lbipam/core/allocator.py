@@ -258,7 +258,9 @@ def _first_free(
                 return joined
         spans = [r for r in pool.ranges if r.version == version]
         for span in reversed(spans) if pool.descending else spans:
-            address = ledger.first_free(span, descending=pool.descending)
+            address = ledger.first_free(
+                span, descending=pool.descending, avoid_buggy=pool.avoid_buggy_ips
+            )
             if address is not None:
                 return Placement(address, pool.name, _holder(request, pool))
     return None
@@ -299,5 +301,6 @@ def usage(pool: Pool, ledger: Ledger) -> dict[int, int]:
     """Held addresses of the pool per family, for its status (shared addresses count once)."""
     used: dict[int, int] = {}
     for span in pool.ranges:
-        used[span.version] = used.get(span.version, 0) + ledger.used_in(span)
+        taken = ledger.used_in(span, avoid_buggy=pool.avoid_buggy_ips)
+        used[span.version] = used.get(span.version, 0) + taken
     return used

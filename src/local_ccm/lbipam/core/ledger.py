@@ -12,7 +12,13 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 
-from local_ccm.lbipam.core.pools import AddressRange, IPAddress, address_key, to_address
+from local_ccm.lbipam.core.pools import (
+    AddressRange,
+    IPAddress,
+    address_key,
+    is_buggy,
+    to_address,
+)
 from local_ccm.lbipam.core.service import Port
 from local_ccm.records import dataclass
 
@@ -68,14 +74,35 @@ class Ledger:
         keys = sorted(k for k in self._groups.get(group, ()) if k[0] == version)
         return [to_address(*k) for k in keys]
 
-    def used_in(self, span: AddressRange) -> int:
+    def used_in(self, span: AddressRange, *, avoid_buggy: bool = False) -> int:
+        """Held addresses of `span`; with `avoid_buggy` the held IPv4 .0 and .255 ones (held
+        through another pool, or from before the setting) are not counted."""
         held = self._sorted[span.version]
-        return bisect.bisect_right(held, span.last) - bisect.bisect_left(held, span.first)
+        low, high = bisect.bisect_left(held, span.first), bisect.bisect_right(held, span.last)
+        if avoid_buggy and span.version == 4:
+            return sum(1 for value in held[low:high] if not is_buggy(4, value))
+        return high - low
 
     def free_in(self, span: AddressRange) -> int:
         return span.size - self.used_in(span)
 
-    def first_free(self, span: AddressRange, *, descending: bool = False) -> IPAddress | None:
+    def first_free(
+        self, span: AddressRange, *, descending: bool = False, avoid_buggy: bool = False
+    ) -> IPAddress | None:
+        """`_first_free`, passing over IPv4 .0 and .255 addresses with `avoid_buggy`: each
+        step past one either returns or jumps a run of held addresses, so a full /16 takes
+        one step per /24, never one per address."""
+        while span.first <= span.last:
+            found = self._first_free(span, descending)
+            if found is None or not (avoid_buggy and is_buggy(*address_key(found))):
+                return found
+            value = int(found)
+            step = 2 if value % 256 == (0 if descending else 255) else 1  # .255 and .0 adjoin
+            first, last = (span.first, value - step) if descending else (value + step, span.last)
+            span = AddressRange(span.version, first, last)
+        return None
+
+    def _first_free(self, span: AddressRange, descending: bool) -> IPAddress | None:
         """The lowest (or highest) address of `span` nobody holds: O(log n), since a run of
         consecutive held addresses is found by bisection too (see `_run_end`)."""
         if not self.free_in(span):

@@ -59,6 +59,19 @@ def to_address(version: int, value: int) -> IPAddress:
     return ipaddress.IPv4Address(value) if version == 4 else ipaddress.IPv6Address(value)
 
 
+def is_buggy(version: int, value: int) -> bool:
+    """An IPv4 address ending in .0 or .255: some CPE firmwares take it for a network or
+    broadcast address and drop its packets (MetalLB's `ipConfusesBuggyFirmwares`)."""
+    return version == 4 and value % 256 in (0, 255)
+
+
+def buggy_count(span: AddressRange) -> int:
+    """How many addresses of `span` are `is_buggy`, counted, never listed."""
+    if span.version != 4:
+        return 0
+    return sum((span.last - end) // 256 - (span.first - 1 - end) // 256 for end in (0, 255))
+
+
 @dataclass(frozen=True)
 class Pool:
     """What the allocator needs of one pool, whichever source it came from.
@@ -66,6 +79,8 @@ class Pool:
     `namespaces` None means every namespace; `excluded_namespaces` drops some (a kube-vip
     global pool does not serve a namespace that has a pool of its own). `allow_share` lets
     Services of the pool share an address without a sharing key (kube-vip's allow-share).
+    `avoid_buggy_ips` takes every IPv4 address ending in .0 or .255 out of the pool
+    (MetalLB's avoidBuggyIPs).
     """
 
     name: str
@@ -78,16 +93,21 @@ class Pool:
     excluded_namespaces: frozenset[str] = frozenset()
     allow_share: bool = False
     descending: bool = False
+    avoid_buggy_ips: bool = False
 
     @property
     def families(self) -> tuple[int, ...]:
         return tuple(sorted({r.version for r in self.ranges}))
 
     def capacity(self, version: int) -> int:
-        return sum(r.size for r in self.ranges if r.version == version)
+        spans = [r for r in self.ranges if r.version == version]
+        skipped = sum(buggy_count(r) for r in spans) if self.avoid_buggy_ips else 0
+        return sum(r.size for r in spans) - skipped
 
     def contains(self, address: IPAddress) -> bool:
         version, value = address_key(address)
+        if self.avoid_buggy_ips and is_buggy(version, value):
+            return False
         return any(r.version == version and r.first <= value <= r.last for r in self.ranges)
 
     def selects(
@@ -131,7 +151,8 @@ def parse_address_text(text: str, *, allow_first_last: bool) -> AddressRange | s
     """A CIDR (`10.0.0.0/24`) or a range (`10.0.0.10-10.0.0.20`), or the problem with it.
 
     Without `allow_first_last` a CIDR loses its first and last address (the network and
-    broadcast-like ones, as MetalLB's avoidBuggyIPs); a /31, /32, /127 or /128 keeps all.
+    broadcast-like ones); a /31, /32, /127 or /128 keeps all. MetalLB's avoidBuggyIPs is
+    another rule (every IPv4 .0 and .255): `Pool.avoid_buggy_ips`.
     """
     text = text.strip()
     if "-" in text:
@@ -243,6 +264,7 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool | InvalidPool:
     spec = obj.get("spec") or {}
     problems: list[str] = [] if name else ["metadata.name: missing"]
     allow = _flag(spec, "allowFirstAndLast", problems)
+    avoid_buggy = _flag(spec, "avoidBuggyIPs", problems)
     disabled = _flag(spec, "disabled", problems)
     texts = spec.get("addresses")
     if not isinstance(texts, list) or not texts:
@@ -260,7 +282,7 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool | InvalidPool:
     spaces = parse_label_selector(spec.get("namespaceSelector"), "spec.namespaceSelector", problems)
     if problems:
         return InvalidPool(name, tuple(problems))
-    return Pool(name, ranges, priority, disabled, services, spaces)
+    return Pool(name, ranges, priority, disabled, services, spaces, avoid_buggy_ips=avoid_buggy)
 
 
 def _flag(spec: Mapping[str, Any], key: str, problems: list[str]) -> bool:
