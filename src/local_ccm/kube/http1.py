@@ -6,14 +6,15 @@ in its worker thread (measured on node-ipam-controller at 5 QPS). The API server
 HTTP/1.1: a status line, header lines, then a body framed by Content-Length, by chunked
 transfer coding, or by the end of the connection. Requests are written in one ``sendall``.
 
-Blocking, for one thread at a time; another thread may only ``shutdown()`` ``sock`` to wake a
-blocked read. Malformed answers raise :class:`ProtocolError` and a server that closed the
-connection before answering :class:`RemoteDisconnectedError`; both are ``OSError`` like every
-socket failure, so a caller handles one exception type.
+Blocking, for one thread at a time; another thread may only call ``interrupt()``, which wakes a
+blocked connect, TLS handshake or read. Malformed answers raise :class:`ProtocolError` and a
+server that closed the connection before answering :class:`RemoteDisconnectedError`; both are
+``OSError`` like every socket failure, so a caller handles one exception type.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import socket
 import ssl
@@ -58,20 +59,63 @@ class Connection:
         self._host_header = name if self.port == default else f"{name}:{self.port}"
         self.sock: socket.socket | None = None
         self._reader: _Reader | None = None
+        self._interrupted = False
 
     def connect(self) -> None:
-        sock = socket.create_connection((self.host, self.port), self.timeout)
+        """Dial and, over TLS, handshake. The socket is `sock` from before it connects, so an
+        `interrupt()` from another thread ends either step at once instead of after `timeout`
+        (a stopping process must not wait for an API server that accepts and never answers)."""
+        sock = self._dial()
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._context is not None:
                 sock = self._context.wrap_socket(
-                    sock, server_hostname=self._server_name or self.host
-                )
+                    sock, server_hostname=self._server_name or self.host,
+                    do_handshake_on_connect=False,
+                )  # fmt: skip
+                self._publish(sock)
+                sock.do_handshake()
         except BaseException:
+            self.sock = None
             sock.close()
             raise
-        self.sock = sock
         self._reader = _Reader(sock.makefile("rb"))
+
+    def _dial(self) -> socket.socket:
+        """`socket.create_connection`, with each socket published before it connects."""
+        errors: list[OSError] = []
+        for family, kind, proto, _, address in socket.getaddrinfo(
+            self.host, self.port, 0, socket.SOCK_STREAM
+        ):
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.settimeout(self.timeout)
+                self._publish(sock)
+                sock.connect(address)
+                return sock
+            except OSError as exc:
+                self.sock = None
+                sock.close()
+                if self._interrupted:
+                    raise
+                errors.append(exc)
+        raise errors[0] if errors else OSError(f"no address for {self.host}")
+
+    def _publish(self, sock: socket.socket) -> None:
+        self.sock = sock
+        if self._interrupted:  # interrupt() came while there was no socket to shut down
+            raise ConnectionAbortedError("connection interrupted")
+
+    def interrupt(self) -> None:
+        """From any thread: wake this connection's blocked connect, handshake or read, which
+        then fails with an ``OSError``; the connection is never used again."""
+        self._interrupted = True
+        sock = self.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                # The plain socket's shutdown: ``SSLSocket.shutdown`` would also drop the TLS
+                # state that a handshake in another thread is about to use.
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
     def request(
         self, method: str, target: str, body: bytes | None, headers: Mapping[str, str]

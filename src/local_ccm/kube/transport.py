@@ -2,8 +2,8 @@
 
 A small pool of keep-alive connections serves ordinary requests; each watch gets its
 own connection, whose socket ``close()`` shuts down so a blocked reader wakes at once.
-``HttpTransport.close()`` does the same to every request still waiting for its answer: a
-process that is stopping must not wait for an API server that does not answer.
+``HttpTransport.close()`` interrupts every request still connecting or waiting for its answer:
+a process that is stopping must not wait for an API server that does not answer.
 """
 
 from __future__ import annotations
@@ -185,14 +185,17 @@ class HttpTransport:
             self._begin(conn)
             return conn, True
         conn = self._new_connection(credential, timeout)
-        self._begin(conn)  # before connecting: a TLS handshake can hang too
+        self._begin(conn)  # before connecting: close() interrupts a hung dial or handshake too
         try:
             _connect(conn)
+        except Transient as exc:
+            self._end(conn)
+            if self._closed:  # interrupted by close(): not a failure to retry or log
+                raise _client_closed() from exc
+            raise
         except BaseException:
             self._end(conn)
             raise
-        self._end(conn)  # close() may have come while there was no socket to shut down yet
-        self._begin(conn)
         return conn, False
 
     def _begin(self, conn: Connection) -> None:
@@ -232,9 +235,7 @@ class HttpTransport:
             self._drop_idle_locked()
             busy, self._busy = list(self._busy), set()
         for conn in busy:
-            if conn.sock is not None:
-                with contextlib.suppress(OSError):
-                    conn.sock.shutdown(socket.SHUT_RDWR)
+            conn.interrupt()
 
     # -------------------------------------------------------------- requests
 

@@ -80,13 +80,16 @@ def test_a_connection_closed_by_the_server_is_replaced_and_pooling_goes_on() -> 
         server.server_close()
 
 
-def test_close_ends_a_request_waiting_for_a_server_that_never_answers() -> None:
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_close_ends_a_request_waiting_for_a_server_that_never_answers(scheme: str) -> None:
     """Loopback only. A stopping process closes its client; a start-up request blocked on a
-    hung API server must end then, not after its own timeout."""
+    hung API server must end then, not after its own timeout: over HTTPS the listener never
+    answers the client's hello, so the request is still inside its TLS handshake."""
     listener = socket.create_server(("127.0.0.1", 0))  # accepted by the kernel, never answered
     try:
-        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
-        transport = HttpTransport(ClusterConfig(server=url), user_agent="t")
+        url = f"{scheme}://127.0.0.1:{listener.getsockname()[1]}"
+        config = ClusterConfig(server=url, insecure_skip_tls_verify=True)
+        transport = HttpTransport(config, user_agent="t")
         failures: list[BaseException] = []
 
         def send() -> None:
@@ -99,10 +102,28 @@ def test_close_ends_a_request_waiting_for_a_server_that_never_answers() -> None:
         thread.start()
         eventually(lambda: transport._busy, timeout=10, message="the request is on its way")
         transport.close()
-        thread.join(10)
+        thread.join(3)
         assert not thread.is_alive()
-        assert len(failures) == 1, failures
+        assert [type(f) for f in failures] == [ApiError], failures  # ClientClosed: no retry
+        assert "closed" in str(failures[0])
         with pytest.raises(ApiError, match="closed"):
             transport.send(Request("GET", "/version"), timeout=60)
+    finally:
+        listener.close()
+
+
+def test_an_interrupted_connection_never_connects() -> None:
+    """`interrupt()` before the socket exists (a client closed while a request was about to
+    connect) still ends the connect at once: nothing is dialled."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    try:
+        conn = Connection("127.0.0.1", listener.getsockname()[1], timeout=60)
+        conn.interrupt()
+        with pytest.raises(OSError, match="interrupted"):
+            conn.connect()
+        assert conn.sock is None
+        with pytest.raises(TimeoutError):
+            listener.accept()
     finally:
         listener.close()
