@@ -460,6 +460,28 @@ def test_stop_while_standing_by_returns_without_writing() -> None:
     run(scenario)
 
 
+def test_stop_while_a_lease_request_hangs_returns_at_once() -> None:
+    """A candidate whose Lease GET never answers (an API server hung at start-up) stops as soon
+    as it is told to, without waiting for the attempt's renew deadline."""
+
+    async def scenario() -> None:
+        clock, server = FakeClock(), FakeLeaseServer()
+        held_by_other(server, clock)
+        started = clock.monotonic()
+        c = Candidate(server, clock, "node-a_1")
+        c.api.hang = True
+        c.start()
+        await settle()
+        assert c.api.verbs() == ["get"]
+        c.elector.stop()
+        await settle()
+        assert c.done
+        assert c.api.verbs() == ["get"]  # nothing written, no second attempt
+        assert clock.monotonic() == started  # no time passed: the stop did not wait it out
+
+    run(scenario)
+
+
 def test_work_that_returns_releases_the_lease() -> None:
     async def scenario() -> None:
         clock, server = FakeClock(), FakeLeaseServer()

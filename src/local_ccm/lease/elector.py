@@ -20,7 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
-from local_ccm.clock import Clock, race, sleep_unless_stopped
+from local_ccm.clock import Clock, Stopped, race, sleep_unless_stopped, unless_stopped
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.errors import ApiError, Conflict, NotFound
 from local_ccm.kube.resources import LEASES
@@ -154,11 +154,17 @@ class LeaderElector:
     async def _campaign(self) -> bool:
         """Attempt until we hold the lease (True) or stop() was called (False)."""
         while not self._stop.is_set():
+            # A stop ends an attempt in flight, as cancelling client-go's context does: a
+            # process stopping while the API server hangs must not wait for the deadline. A
+            # write that landed all the same is only ever held until it expires.
+            attempt = self._bounded(self._attempt(), self._config.renew_deadline)
             try:
-                acquired = await self._bounded(self._attempt(), self._config.renew_deadline)
+                acquired = await unless_stopped(attempt, self._stop)
             except TimeoutError:
                 log.warning("lease attempt timed out", extra=kv(identity=self.identity))
                 acquired = False
+            if isinstance(acquired, Stopped):
+                return False
             if acquired:
                 return True
             delay = election.candidate_delay(self._config, self._rng)
