@@ -31,6 +31,7 @@ from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.errors import NotFound
 from local_ccm.kube.informer import ListWatch
+from local_ccm.kube.transport import usable_config
 from local_ccm.lifecycle.health import Status
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.nodeapi import NodeApi, NodeEvent, NodeList, Obj
@@ -159,7 +160,9 @@ async def run_lifecycle(
             on_start(Started(made[0], extras.metrics, extras.status, *ports))
 
     entry = replace(controller(), build=build)
-    return await central.run_loaded(PROG, env, [(entry, options)], stop, on_running=running)
+    cluster = usable_config(options.kubeconfig, "", env)
+    return await central.run_loaded(PROG, env, [(entry, options)], cluster, stop,
+                                    on_running=running)  # fmt: skip
 
 
 class InProcessController:

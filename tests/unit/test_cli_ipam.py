@@ -1,5 +1,5 @@
 """`node-ipam-controller` entry point in-process: usage, exit 2 with every problem, the
-IPAM_RESOURCE_LOCK rule in the logged configuration, exit 4 without credentials. Nothing here
+IPAM_RESOURCE_LOCK rule in the effective configuration, exit 2 without credentials. Nothing here
 reaches an API server: all of these end before."""
 
 from __future__ import annotations
@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from local_ccm import flags
+from local_ccm.cli import central
+from local_ccm.cli.ipam import controller
 from local_ccm.cli.ipam import main as ipam_main
+from local_ccm.ipam.options import FLAGS, IpamOptions
+from tests.support.kubeconfigs import unused_kubeconfig
 
 HELP_LINE = "run 'node-ipam-controller --help' for usage"
 
@@ -51,24 +56,27 @@ def test_i36_invalid_flags_exit_2_one_line_per_problem(
     assert len(lines[:-1]) == 4, lines
 
 
+def loaded(env: dict[str, str]) -> tuple[IpamOptions, dict[str, object]]:
+    """The options and the start-up line's fields `env` gives."""
+    entry = controller()
+    fixed = central.fix_env(env, [entry])
+    options = entry.load(flags.parse(FLAGS, [], fixed[0]), fixed)
+    assert isinstance(options, IpamOptions), options
+    return options, dict(entry.fields(options))
+
+
 def test_i36_ipam_resource_lock_as_retry_period_is_logged(
-    capsys: pytest.CaptureFixture[str], no_credentials: dict[str, str]
+    no_credentials: dict[str, str],
 ) -> None:
-    code = ipam_main([], {**no_credentials, "IPAM_RESOURCE_LOCK": "3s"})
-    err = capsys.readouterr().err
-    assert code == 4  # no credentials: a start-up precondition
-    assert "retry_period=3s" in err
-    assert "WARNING" in err
-    assert "IPAM_RESOURCE_LOCK is deprecated" in err
+    options, fields = loaded({**no_credentials, "IPAM_RESOURCE_LOCK": "3s"})
+    assert fields["retry_period"] == "3s"
+    assert any("IPAM_RESOURCE_LOCK is deprecated" in w for w in options.warnings)
 
 
-def test_i36_ipam_resource_lock_as_lock_type(
-    capsys: pytest.CaptureFixture[str], no_credentials: dict[str, str]
-) -> None:
-    ipam_main([], {**no_credentials, "IPAM_RESOURCE_LOCK": "leases"})
-    err = capsys.readouterr().err
-    assert "lock=leases" in err
-    assert "WARNING" in err
+def test_i36_ipam_resource_lock_as_lock_type(no_credentials: dict[str, str]) -> None:
+    options, fields = loaded({**no_credentials, "IPAM_RESOURCE_LOCK": "leases"})
+    assert fields["lock"] == "leases"
+    assert any("read as the lock type" in w for w in options.warnings)
 
 
 def test_i36_ipam_resource_lock_garbage_exits_2(
@@ -78,16 +86,20 @@ def test_i36_ipam_resource_lock_garbage_exits_2(
     assert "IPAM_RESOURCE_LOCK" in capsys.readouterr().err
 
 
-def test_no_credentials_exit_4(
+def test_no_credentials_exit_2(
     capsys: pytest.CaptureFixture[str], no_credentials: dict[str, str]
 ) -> None:
-    assert ipam_main([], no_credentials) == 4
-    assert "no usable credentials" in capsys.readouterr().err
+    assert ipam_main([], no_credentials) == 2
+    assert "no Kubernetes credentials" in capsys.readouterr().err
 
 
 def test_an_unusable_metrics_cert_dir_exits_2_in_one_line(
     capsys: pytest.CaptureFixture[str], no_credentials: dict[str, str], tmp_path: Path
 ) -> None:
-    assert ipam_main([f"--metrics-cert-dir={tmp_path / 'none'}"], no_credentials) == 2
+    argv = [
+        f"--metrics-cert-dir={tmp_path / 'none'}",
+        f"--kubeconfig={unused_kubeconfig(tmp_path)}",
+    ]
+    assert ipam_main(argv, no_credentials) == 2
     (line,) = [x for x in capsys.readouterr().err.splitlines() if "ERROR" in x]
     assert "cannot load tls.crt and tls.key" in line

@@ -1,5 +1,5 @@
 """`node-lifecycle-controller` entry point: --help, exit 2 with every
-problem, exit 4 without credentials; what it needs and what /readyz says meanwhile (the check
+problem, exit 2 without credentials; what it needs and what /readyz says meanwhile (the check
 itself is tests/unit/runtime/test_access.py)."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from local_ccm.lifecycle.health import Status
 from local_ccm.lifecycle.nodeapi import required_access
 from tests.fakes.clock import FakeClock
 from tests.fakes.lifecycle import health_checks
+from tests.support.kubeconfigs import unused_kubeconfig
 
 
 def test_help_prints_usage_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
@@ -40,16 +41,20 @@ def test_invalid_command_line_exits_2_listing_every_problem(
     assert len([line for line in err if "--help" not in line]) == 5
 
 
-def test_missing_credentials_exit_4(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_credentials_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     env = {"HOME": str(tmp_path)}  # no kubeconfig anywhere, not in a cluster
-    assert main(["--metrics-bind-address=0", "--health-probe-bind-address=0"], env) == 4
-    assert "credentials" in capsys.readouterr().err
+    assert main(["--metrics-bind-address=0", "--health-probe-bind-address=0"], env) == 2
+    assert "no Kubernetes credentials" in capsys.readouterr().err
 
 
 def test_an_unusable_metrics_cert_dir_exits_2_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main([f"--metrics-cert-dir={tmp_path / 'none'}"], {"HOME": str(tmp_path)}) == 2
+    argv = [
+        f"--metrics-cert-dir={tmp_path / 'none'}",
+        f"--kubeconfig={unused_kubeconfig(tmp_path)}",
+    ]
+    assert main(argv, {"HOME": str(tmp_path)}) == 2
     (line,) = [x for x in capsys.readouterr().err.splitlines() if "ERROR" in x]
     assert f"--metrics-cert-dir={tmp_path / 'none'}: cannot load tls.crt and tls.key" in line
 

@@ -90,7 +90,9 @@ def test_into_reads_the_fields_named_like_flags_and_takes_the_others() -> None:
         (duration(0.0, 300.0), 301.0, "must be between 0s and 5m0s, got 5m1s"),
         (duration(strict=True), 0.0, "must be > 0, got 0s"),
         (duration(), -1.0, "must be >= 0, got -1s"),
-        (positive, 0.0, "must be > 0, got 0"),
+        (positive, 0.0, "must be a finite number > 0, got 0"),
+        (positive, float("inf"), "must be a finite number > 0, got inf"),
+        (positive, float("nan"), "must be a finite number > 0, got nan"),
         (verbosity, -1, "must be 0 or more, got -1"),
     ],
 )

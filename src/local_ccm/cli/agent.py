@@ -35,6 +35,7 @@ from local_ccm.cli.common import (
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
 from local_ccm.kube.nodes import Access
+from local_ccm.kube.transport import usable_config
 from local_ccm.logs import kv
 from local_ccm.runtime.access import KubeReviews
 from local_ccm.runtime.process import Process, run_process
@@ -59,7 +60,8 @@ def agent_main(
     parsed = parse_args(options.FLAGS, sys.argv[1:] if argv is None else argv, env)
     if isinstance(parsed, int):
         return parsed
-    loaded = options.options_from(parsed, env, resolve=resolve)
+    # The certificates too: an unusable CA or client key is exit 2 here, not a failed request.
+    loaded = options.options_from(parsed, env, resolve=resolve or usable_config)
     if isinstance(loaded, list):
         return refuse(options.PROG, loaded)
     start_logging(

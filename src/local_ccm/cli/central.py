@@ -31,10 +31,11 @@ from local_ccm.clock import SystemClock
 from local_ccm.flags import FlagSet, Parsed, Problem
 from local_ccm.kube.aio import AsyncClient, KubeListWatch
 from local_ccm.kube.client import Client
-from local_ccm.kube.config import ClusterConfig, ConfigError, resolve_config
+from local_ccm.kube.config import ClusterConfig, ConfigError, check_server
 from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.nodes import Access
 from local_ccm.kube.resources import NODES
+from local_ccm.kube.transport import usable_config
 from local_ccm.lease.options import Election
 from local_ccm.records import dataclass
 from local_ccm.runtime.metricsserver import CertError
@@ -59,7 +60,6 @@ class Controller:
     lease: Callable[[Any], Election | None]  # None: --leader-elect=false
     serving: Callable[[Any], Serving]
     build: Callable[[Any, ClusterConfig, str, ListWatch | None], Unit | str]
-    apiserver: Callable[[Any], str] = lambda options: ""
     fix_env: Callable[[Mapping[str, str]], Env] = lambda env: (env, (), ())
     default_on: bool = True
 
@@ -71,29 +71,33 @@ def run_main(
     known: Sequence[Controller],
     *,
     table: FlagSet,
-    choose: Callable[[Parsed], tuple[str, ...] | str],
+    choose: Callable[[Parsed], tuple[str, ...] | list[str]],
 ) -> int:
     """The binary `prog`: parse `table`, run the `known` controllers `choose` names."""
     argv = sys.argv[1:] if argv is None else argv
     env = os.environ if env is None else env
-    fixed = _fix_env(env, known)
+    fixed = fix_env(env, known)
     parsed = parse_args(table, argv, fixed[0])
     if isinstance(parsed, int):
         return parsed
-    names = choose(parsed)
-    if isinstance(names, str):
-        return refuse(prog, [flags.invalid("controllers", names)])
-    loaded = _load(parsed, fixed, [c for c in known if c.name in names])
+    loaded = load(parsed, fixed, known, choose(parsed))
     if isinstance(loaded, list):
         return refuse(prog, loaded)
+    cluster = credentials(parsed, env)
+    if isinstance(cluster, Problem):
+        return refuse(prog, [cluster])
     first = loaded[0][1]
     fields = {k: v for c, o in loaded for k, v in c.fields(o).items()}
-    chosen = {} if len(known) == 1 else {"controllers": ",".join(names)}
+    chosen = {} if len(known) == 1 else {"controllers": ",".join(c.name for c, _ in loaded)}
     start_logging(prog, first, {**chosen, **fields})
-    return guarded(lambda: asyncio.run(with_signals(lambda s: run_loaded(prog, env, loaded, s))))
+    return guarded(lambda: asyncio.run(
+        with_signals(lambda stop: run_loaded(prog, env, loaded, cluster, stop))
+    ))  # fmt: skip
 
 
-def _fix_env(env: Mapping[str, str], known: Sequence[Controller]) -> Env:
+def fix_env(env: Mapping[str, str], known: Sequence[Controller]) -> Env:
+    """The environment as every controller's `fix_env` rewrites it, with their warnings and
+    problems."""
     warnings: list[str] = []
     problems: list[Problem] = []
     for controller in known:
@@ -103,39 +107,65 @@ def _fix_env(env: Mapping[str, str], known: Sequence[Controller]) -> Env:
     return env, warnings, problems
 
 
-def _load(parsed: Parsed, env: Env, chosen: Sequence[Controller]) -> Any:
-    """((controller, options), …) or the list of every problem (each once)."""
-    loaded, problems = [], {}
-    for controller in chosen:
+def load(
+    parsed: Parsed, env: Env, known: Sequence[Controller], chosen: tuple[str, ...] | list[str]
+) -> tuple[tuple[Controller, Any], ...] | list[Problem]:
+    """((controller, options), …) of the `chosen` controllers, or every problem, each once:
+    the selection's (`chosen` as problem texts), the chosen controllers', and those of the
+    others about a flag or variable that is set, which must be valid whether or not its
+    controller runs."""
+    names = chosen if isinstance(chosen, tuple) else ()
+    found = [] if isinstance(chosen, tuple) else [flags.invalid("controllers", t) for t in chosen]
+    loaded = []
+    for controller in known:
         options = controller.load(parsed, env)
-        if isinstance(options, list):
-            problems.update({str(p): p for p in options})
+        if not isinstance(options, list):
+            loaded += [(controller, options)] if controller.name in names else []
+        elif controller.name in names:
+            found += options
         else:
-            loaded.append((controller, options))
-    return list(problems.values()) if problems else tuple(loaded)
+            found += [p for p in options if parsed.about_given(p)]
+    return list({str(p): p for p in found}.values()) or tuple(loaded)
+
+
+def credentials(parsed: Parsed, env: Mapping[str, str]) -> ClusterConfig | Problem:
+    """The cluster `--kubeconfig` (and `--apiserver`, where the table has it) name, its
+    certificates loaded; else the problem: exit 2 like any invalid input, since the files are
+    the command line's and no API server was asked yet."""
+    kubeconfig = parsed.get_str("kubeconfig")
+    apiserver = parsed.get_str("apiserver") if "apiserver" in parsed.values else ""
+    if apiserver:
+        try:
+            check_server(apiserver)
+        except ConfigError as exc:
+            return flags.blame(parsed, "apiserver", str(exc))
+    try:
+        return usable_config(kubeconfig, apiserver, env)
+    except ConfigError as exc:
+        detail = str(exc).removeprefix("no Kubernetes configuration: ")
+    if kubeconfig:
+        return flags.blame(parsed, "kubeconfig", detail)
+    return flags.invalid(None, f"no Kubernetes credentials: {detail}")
 
 
 async def run_loaded(
     prog: str,
     env: Mapping[str, str],
     loaded: Sequence[tuple[Controller, Any]],
+    cluster: ClusterConfig,
     stop: asyncio.Event,
     *,
     on_running: Callable[[Servers], None] | None = None,
 ) -> int:
-    """The loaded controllers in the process runtime; the first one's options give the
-    credentials, the Lease and the servers."""
+    """The loaded controllers in the process runtime, on `cluster`; the first one's options
+    give the Lease and the servers."""
     controller, options = loaded[0]
     serving, lease = controller.serving(options), controller.lease(options)
     try:
         tls = metrics_tls_of(serving)
-        cluster = resolve_config(options.kubeconfig, controller.apiserver(options), env)
     except CertError as exc:
         log.error("%s", exc)
         return EXIT_USAGE
-    except (ConfigError, OSError, ValueError) as exc:
-        log.error("start-up precondition failed: no usable credentials: %s", exc)
-        return EXIT_PRECONDITION
     identity = identity_of(lease.identity if lease else "", env.get("POD_NAME", ""))
     shared = _node_watch(cluster) if len(loaded) > 1 else None
     nodes = shared[1].view() if shared else None

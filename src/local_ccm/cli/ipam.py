@@ -1,7 +1,8 @@
 """`node-ipam-controller`: the controller manager with the node-ipam controller alone.
 
-Exit codes: 0 graceful stop or --help; 1 internal error; 2 invalid flags or environment; 3
-leadership lost; 4 start-up precondition failed (credentials, RBAC).
+Exit codes: 0 graceful stop or --help; 1 internal error; 2 invalid flags or environment (an
+unusable kubeconfig too); 3 leadership lost; 4 start-up precondition failed (credentials
+rejected, RBAC).
 """
 
 from __future__ import annotations
@@ -44,8 +45,7 @@ def controller() -> central.Controller:
 
     return central.Controller(
         "node-ipam", PROG, lambda: FLAGS, load, ipam_options.startup_fields,
-        lease_of, serving_of, build_unit, lambda opts: opts.apiserver,
-        ipam_options.resolve_resource_lock_env,
+        lease_of, serving_of, build_unit, fix_env=ipam_options.resolve_resource_lock_env,
     )  # fmt: skip
 
 

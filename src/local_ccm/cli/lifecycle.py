@@ -1,7 +1,8 @@
 """`node-lifecycle-controller`: the controller manager with the node-lifecycle controller alone.
 
-Exit codes: 0 graceful stop or --help, 1 internal error, 2 invalid command line, 3 leadership
-lost, 4 start-up precondition failed (credentials, RBAC, no usable probe).
+Exit codes: 0 graceful stop or --help, 1 internal error, 2 invalid command line (an unusable
+kubeconfig too), 3 leadership lost, 4 start-up precondition failed (credentials rejected, RBAC,
+no usable probe).
 """
 
 from __future__ import annotations

@@ -27,18 +27,18 @@ CONTROLLERS: Mapping[str, Callable[[], Controller]] = {
 # ---------------------------------------------------------------- pure: flags and selection
 
 
-def select(spec: str, known: Mapping[str, bool]) -> tuple[str, ...] | str:
-    """The controllers `--controllers` turns on (table order), or the problem text. `known`
+def select(spec: str, known: Mapping[str, bool]) -> tuple[str, ...] | list[str]:
+    """The controllers `--controllers` turns on (table order), or every problem's text. `known`
     maps each name to whether it is on by default."""
     items = [item.strip() for item in spec.split(",") if item.strip()]
-    unknown = [i for i in items if i != "*" and i.removeprefix("-") not in known]
+    unknown = [i.removeprefix("-") for i in items if i != "*" and i.removeprefix("-") not in known]
     if unknown:
-        return f"unknown controller {unknown[0]!r}; known: {', '.join(known)}"
+        return [f"unknown controller {name!r}; known: {', '.join(known)}" for name in unknown]
     chosen = tuple(
         name for name, on in known.items()
         if f"-{name}" not in items and (name in items or ("*" in items and on))
     )  # fmt: skip
-    return chosen or "no controller selected"
+    return chosen or ["no controller selected"]
 
 
 def manager_flags() -> FlagSet:
@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     known = [make() for make in CONTROLLERS.values()]
     defaults = {c.name: c.default_on for c in known}
 
-    def choose(parsed: Parsed) -> tuple[str, ...] | str:
+    def choose(parsed: Parsed) -> tuple[str, ...] | list[str]:
         return select(parsed.get_str("controllers"), defaults)
 
     return run_main(PROG, argv, env, known, table=manager_flags(), choose=choose)

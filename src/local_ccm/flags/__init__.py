@@ -16,7 +16,7 @@ from local_ccm.flags.problems import (
 from local_ccm.flags.scan import Parsed, parse
 from local_ccm.flags.table import Flag, FlagKind, FlagSet, unite
 from local_ccm.flags.usage import format_usage, format_version
-from local_ccm.flags.values import Loader
+from local_ccm.flags.values import Loader, blame
 
 __all__ = [
     "Flag",
@@ -25,6 +25,7 @@ __all__ = [
     "Loader",
     "Parsed",
     "Problem",
+    "blame",
     "format_usage",
     "format_version",
     "invalid",

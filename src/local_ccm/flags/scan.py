@@ -78,6 +78,14 @@ class Parsed:
         the canonical name when it was not on the command line."""
         return self.spellings.get(name, name)
 
+    def about_given(self, problem: Problem) -> bool:
+        """Whether `problem` is the parser's own or about a flag or variable that was set (on
+        the command line or in the environment), not about a default."""
+        if problem in self.problems or problem.env_var:
+            return True
+        flag = self.flagset.lookup(problem.flag) if problem.flag and self.flagset else None
+        return flag is not None and flag.name in self.explicit and problem.kind != "missing"
+
     def get_str(self, name: str) -> str:
         return _typed(self.values[name], str, name)
 

@@ -7,6 +7,7 @@ addresses, CIDRs and names are in `local_ccm.validate`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields
 from typing import Any, Literal, TypeVar, cast
@@ -50,15 +51,9 @@ class Loader:
         return name in self.parsed.explicit
 
     def reject(self, name: str, *reasons: str) -> None:
-        """A problem with flag `name`'s value: blame the environment variable it came from,
-        else the spelling it was given as."""
+        """A problem with flag `name`'s value (see `blame`)."""
         self.failed.add(name)
-        source = self.parsed.sources.get(name, "")
-        for reason in reasons:
-            if source.startswith("env:"):
-                self.problems.append(invalid_env(source.removeprefix("env:"), reason, name))
-            else:
-                self.problems.append(invalid(self.parsed.given_as(name), reason))
+        self.problems.extend(blame(self.parsed, name, reason) for reason in reasons)
 
     def into(
         self, cls: Callable[..., T], renames: Mapping[str, str] | None = None, **given: Any
@@ -74,6 +69,15 @@ class Loader:
         return self.problems or options
 
 
+def blame(parsed: Parsed, name: str, reason: str) -> Problem:
+    """A problem with flag `name`'s value, blaming the environment variable it came from, else
+    the spelling it was given as."""
+    source = parsed.sources.get(name, "")
+    if source.startswith("env:"):
+        return invalid_env(source.removeprefix("env:"), reason, name)
+    return invalid(parsed.given_as(name), reason)
+
+
 # ---------------------------------------------------------------- generic value parsers
 
 
@@ -87,8 +91,9 @@ def at_least(low: int) -> Callable[[int], int]:
 
 
 def positive(value: float) -> float:
-    if not value > 0:
-        raise ValidationError(f"must be > 0, got {value:g}")
+    """A finite number above 0 (Go's ParseFloat also reads inf and nan: neither is a rate)."""
+    if not 0 < value < math.inf:
+        raise ValidationError(f"must be a finite number > 0, got {value:g}")
     return value
 
 

@@ -14,10 +14,16 @@ import os
 import socket
 import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from urllib.parse import urlsplit
 
-from local_ccm.kube.config import Authenticator, ClusterConfig, ConfigError, Credential
+from local_ccm.kube.config import (
+    Authenticator,
+    ClusterConfig,
+    ConfigError,
+    Credential,
+    resolve_config,
+)
 from local_ccm.kube.errors import ApiError, Transient, Unauthorized, error_from_response
 from local_ccm.kube.http1 import Connection, RemoteDisconnectedError
 from local_ccm.kube.http1 import Response as HttpResponse  # the request module has a Response
@@ -49,6 +55,16 @@ def make_ssl_context(config: ClusterConfig, credential: Credential) -> ssl.SSLCo
     if credential.cert_data and credential.key_data:
         _load_client_cert(ctx, credential.cert_data, credential.key_data)
     return ctx
+
+
+def usable_config(kubeconfig: str, apiserver: str, env: Mapping[str, str]) -> ClusterConfig:
+    """`resolve_config`, then its certificate authority and client key loaded as a client's
+    first request would load them: a ``ConfigError`` at start-up, not at that request. An exec
+    plugin's credentials are its own to check when it runs."""
+    config = resolve_config(kubeconfig, apiserver, env)
+    if urlsplit(config.server).scheme == "https" and config.exec is None:
+        make_ssl_context(config, Authenticator(config).credential())
+    return config
 
 
 def _load_client_cert(ctx: ssl.SSLContext, cert: bytes, key: bytes) -> None:

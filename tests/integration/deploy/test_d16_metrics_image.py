@@ -63,13 +63,14 @@ def test_d16_the_image_makes_the_metrics_certificate(image: Unpacked, runc: Runc
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
-def test_d16_a_controller_without_credentials_exits_4_without_making_a_certificate(
+def test_d16_a_controller_without_credentials_exits_2_without_making_a_certificate(
     image: Unpacked, runc: Runc, program: str
 ) -> None:
-    """The certificate is no longer made at start-up: the missing kubeconfig is exit 4 at
-    once."""
+    """The certificate is no longer made at start-up: the missing kubeconfig is invalid input,
+    exit 2 at once."""
     args = [f"/usr/local/bin/{program}", "--kubeconfig=/nonexistent/kubeconfig"]
     code, out = run_in_image(image, runc, args)
-    assert code == 4, out
+    assert code == 2, out
+    assert "invalid flag --kubeconfig: " in out, out
     assert "self-signed" not in out, out
     assert "Traceback" not in out, out

@@ -30,11 +30,11 @@ def test_controllers_select_like_kube_controller_manager(
 
 
 def test_an_unknown_or_empty_selection_is_refused() -> None:
-    assert manager.select("*,bogus", KNOWN) == (
+    assert manager.select("*,bogus", KNOWN) == [
         "unknown controller 'bogus'; known: node-lifecycle, node-ipam, later"
-    )
-    assert manager.select("-node-ipam,-node-lifecycle", KNOWN) == "no controller selected"
-    assert manager.select("", KNOWN) == "no controller selected"
+    ]
+    assert manager.select("-node-ipam,-node-lifecycle", KNOWN) == ["no controller selected"]
+    assert manager.select("", KNOWN) == ["no controller selected"]
 
 
 def test_a_new_controller_is_one_table_entry() -> None:
