@@ -5,8 +5,9 @@ approved CSR there). CSRs are created by real node identities (client certificat
 
 C01: a matching CSR is approved, then signed (a certificate in `status.certificate`).
 C02: a foreign IP SAN, a foreign DNS SAN, another node's name, an extra organisation, a wrong
-usage and an email SAN are each denied with the reason named. C03: a CSR from a still-tainted
-Node waits and is approved once the Node is initialised. C04: a restart re-decides nothing.
+usage, an email SAN and an extra subject attribute (shown as `OU=hackers`) are each denied
+with the reason named. C03: a CSR from a still-tainted Node waits and is approved once the Node
+is initialised. C04: a restart re-decides nothing.
 C05: the controller runs under the ClusterRole the chart renders, with a ServiceAccount token
 (and refuses to start, exit 4, without the approver's own ClusterRole). C06: with
 `--csr-deny=false` a failing CSR stays pending, with a log line and an Event. C07: beside
@@ -150,6 +151,7 @@ def test_c02_each_bad_request_is_denied_with_its_reason(
         "subject": request_pem(node, ips=["127.1.0.8"], orgs=("system:nodes", "system:masters")),
         "email SAN 'root@example.com'": request_pem(node, ips=["127.1.0.8"],
                                                     emails=["root@example.com"]),
+        "OU=hackers": request_pem(node, ips=["127.1.0.8"], units=["hackers"]),
     }  # fmt: skip
     names = {submit(plane, node, pem): what for what, pem in cases.items()}
     usage = submit(plane, node, request_pem(node, ips=["127.1.0.8"]), usages=RSA_USAGES)

@@ -32,12 +32,14 @@ def request_pem(
     uris: Sequence[str] = (),
     cn: str | None = None,
     orgs: Sequence[str] = ("system:nodes",),
+    units: Sequence[str] = (),
     key: Key | None = None,
 ) -> bytes:
-    """A PEM PKCS#10 request for `node`'s serving certificate."""
+    """A PEM PKCS#10 request for `node`'s serving certificate (`units`: OU attributes)."""
     key = key or ec_key()
     names = [x509.NameAttribute(NameOID.COMMON_NAME, cn or f"system:node:{node}")]
     names += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
+    names += [x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, u) for u in units]
     sans: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
     sans += [x509.DNSName(d) for d in dns] + [x509.RFC822Name(e) for e in emails]
     sans += [x509.UniformResourceIdentifier(u) for u in uris]

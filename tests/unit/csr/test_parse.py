@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import ipaddress
 
-from cryptography.hazmat.primitives import serialization
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509 import load_pem_x509_csr
+from cryptography.x509.oid import NameOID, ObjectIdentifier
 
 from local_ccm.csr.parse import parse_request
 from tests.support.csrs import request_pem
@@ -61,3 +63,62 @@ def test_a_tampered_request_has_an_invalid_self_signature() -> None:
 def test_garbage_is_not_a_request() -> None:
     assert parse_request(b"not a request") is None
     assert parse_request(b"-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n") is None
+
+
+def subject_request(*extra: x509.NameAttribute[str]) -> bytes:
+    """A request for n1 whose subject carries `extra` after CN and O."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    names = [x509.NameAttribute(NameOID.COMMON_NAME, "system:node:n1"),
+             x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"), *extra]  # fmt: skip
+    builder = x509.CertificateSigningRequestBuilder().subject_name(x509.Name(names))
+    return builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+
+
+def test_an_extra_subject_attribute_is_named_by_its_short_name() -> None:
+    req = parse_request(subject_request(x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME,
+                                                           "hackers")))  # fmt: skip
+    assert req is not None
+    assert req.other_subject == ("OU=hackers",)
+
+
+# Every subject attribute `cryptography` names, with the name a denial shows: OpenSSL's short
+# name, as `openssl req -noout -subject` prints it (OpenSSL 3.0); the dotted OID where OpenSSL
+# has no name either.
+SHORT_NAMES = {
+    NameOID.COUNTRY_NAME: "C", NameOID.LOCALITY_NAME: "L", NameOID.STATE_OR_PROVINCE_NAME: "ST",
+    NameOID.STREET_ADDRESS: "street", NameOID.ORGANIZATIONAL_UNIT_NAME: "OU",
+    NameOID.DOMAIN_COMPONENT: "DC", NameOID.USER_ID: "UID",
+    NameOID.ORGANIZATION_IDENTIFIER: "organizationIdentifier",
+    NameOID.SERIAL_NUMBER: "serialNumber", NameOID.SURNAME: "SN", NameOID.GIVEN_NAME: "GN",
+    NameOID.TITLE: "title", NameOID.INITIALS: "initials",
+    NameOID.GENERATION_QUALIFIER: "generationQualifier",
+    NameOID.X500_UNIQUE_IDENTIFIER: "x500UniqueIdentifier",
+    NameOID.DN_QUALIFIER: "dnQualifier", NameOID.PSEUDONYM: "pseudonym",
+    NameOID.EMAIL_ADDRESS: "emailAddress",
+    NameOID.JURISDICTION_COUNTRY_NAME: "jurisdictionC",
+    NameOID.JURISDICTION_LOCALITY_NAME: "jurisdictionL",
+    NameOID.JURISDICTION_STATE_OR_PROVINCE_NAME: "jurisdictionST",
+    NameOID.BUSINESS_CATEGORY: "businessCategory", NameOID.POSTAL_ADDRESS: "postalAddress",
+    NameOID.POSTAL_CODE: "postalCode", NameOID.INN: "INN", NameOID.OGRN: "OGRN",
+    NameOID.SNILS: "SNILS", NameOID.UNSTRUCTURED_NAME: "unstructuredName",
+    NameOID.UNSIGNED: "1.3.6.1.5.5.7.25.1",
+}  # fmt: skip
+VALUES = {NameOID.COUNTRY_NAME: "CH", NameOID.JURISDICTION_COUNTRY_NAME: "CH",
+          NameOID.X500_UNIQUE_IDENTIFIER: "x", NameOID.DN_QUALIFIER: "x"}  # fmt: skip
+
+
+def test_every_subject_attribute_cryptography_knows_has_its_short_name() -> None:
+    known = {v for k, v in vars(NameOID).items() if not k.startswith("_")}
+    known -= {NameOID.COMMON_NAME, NameOID.ORGANIZATION_NAME}  # read on their own
+    assert known == set(SHORT_NAMES)
+    attrs = [x509.NameAttribute(oid, VALUES.get(oid, "v")) for oid in SHORT_NAMES]
+    req = parse_request(subject_request(*attrs))
+    assert req is not None
+    assert req.other_subject == tuple(f"{n}={VALUES.get(o, 'v')}" for o, n in SHORT_NAMES.items())
+
+
+def test_an_attribute_without_a_short_name_keeps_its_dotted_oid() -> None:
+    private = ObjectIdentifier("1.3.6.1.4.1.99999.1")
+    req = parse_request(subject_request(x509.NameAttribute(private, "x")))
+    assert req is not None
+    assert req.other_subject == ("1.3.6.1.4.1.99999.1=x",)
