@@ -4,7 +4,9 @@ CM01: with node-lifecycle and node-ipam it holds one Node watch and one Lease, a
 permissions in a handful of requests, assigns pod CIDRs to a new Node from a ClusterCIDR and
 deletes a NotReady Node whose addresses do not answer (addresses inside the test's own network
 namespace: probes never leave the machine). CM02: `--controllers=node-ipam` runs IPAM alone.
-CM03: SIGTERM exits 0 and releases the Lease.
+CM03: SIGTERM exits 0 and releases the Lease. CM04: the lifecycle controller sees, through the
+shared Node watch, only the Nodes of its `--node-selector`, as the standalone binary's own watch
+does: a Node outside it that goes NotReady starts no episode.
 """
 
 from __future__ import annotations
@@ -167,3 +169,33 @@ def test_cm03_sigterm_exits_0_and_releases_the_lease(
     finally:
         child.stop(grace=5)
     assert _holder(world) == ""
+
+
+MANAGED = "example.com/managed"
+
+
+@pytest.mark.timeout(90)
+def test_cm04_a_node_outside_the_selector_starts_no_episode(
+    world: PlaneSetup, test_artifacts: Path
+) -> None:
+    """Two controllers, so the Node watch is the shared one; the selector narrows this test's
+    Nodes further. The Node inside is the control: once its episode is logged, the controller
+    has evaluated both."""
+    selector = f"{world.selector},{MANAGED}=yes"
+    child = _start(world, test_artifacts, f"--node-selector={selector}")
+    try:
+        eventually(lambda: bool(_holder(world)), timeout=20, message="the Lease is held")
+        outside = world.make_node(ready="Unknown")["metadata"]["name"]
+        inside = world.make_node(ready="Unknown", labels={MANAGED: "yes"})["metadata"]["name"]
+        eventually(lambda: _episode_logged(child, inside), timeout=20,
+                   message="the Node inside the selector starts an episode")  # fmt: skip
+        assert not _episode_logged(child, outside), tail(child.log_path, 400)
+        assert child.exited() is None, tail(child.log_path)
+    finally:
+        child.stop(grace=5)
+    assert "controllers=node-lifecycle,node-ipam" in tail(child.log_path, 400)
+
+
+def _episode_logged(child: Child, node: str) -> bool:
+    lines = tail(child.log_path, 2000).splitlines()
+    return any("episode started" in line and f"node={node} " in line for line in lines)

@@ -5,13 +5,15 @@ itself is tests/unit/runtime/test_access.py)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from local_ccm import __version__
-from local_ccm.cli.lifecycle import main
+from local_ccm import __version__, flags
+from local_ccm.cli.lifecycle import main, selected_nodes
 from local_ccm.lifecycle.health import Status
 from local_ccm.lifecycle.nodeapi import required_access
+from local_ccm.lifecycle.options import FLAGS, LifecycleOptions, options_from
 from tests.fakes.clock import FakeClock
 from tests.fakes.lifecycle import health_checks
 from tests.support.kubeconfigs import unused_kubeconfig
@@ -75,3 +77,20 @@ def test_readiness_names_the_wait_for_the_api_server_and_liveness_passes() -> No
     assert failing == [("start-up", "waiting for the API server: connection refused")]
     status.waiting = None
     assert all(ok for _, ok, _ in readyz.run())
+
+
+def test_of_a_shared_node_watch_the_controller_sees_its_selector_only() -> None:
+    def options(*argv: str) -> LifecycleOptions:
+        loaded = options_from(flags.parse(FLAGS, list(argv), {}))
+        assert isinstance(loaded, LifecycleOptions), loaded
+        return loaded
+
+    def node(**labels: str) -> dict[str, Any]:
+        return {"metadata": {"name": "n", "labels": labels}}
+
+    assert selected_nodes(options()) is None  # every Node, as its own watch would list
+    matches = selected_nodes(options("--node-selector=pool=spot,zone!=a"))
+    assert matches is not None
+    assert matches(node(pool="spot", zone="b"))
+    assert not matches(node(pool="spot", zone="a"))
+    assert not matches({"metadata": {"name": "bare"}})

@@ -42,7 +42,7 @@ from local_ccm.runtime.metricsserver import CertError
 from local_ccm.runtime.process import EXIT_PRECONDITION, EXIT_USAGE
 from local_ccm.runtime.promtext import Registry
 from local_ccm.runtime.serve import Servers
-from local_ccm.runtime.shared import SharedWatch
+from local_ccm.runtime.shared import Match, SharedWatch
 
 MANAGER = "local-ccm-controller-manager"
 Env = tuple[Mapping[str, str], Sequence[str], Sequence[Problem]]  # fixed env, warnings, problems
@@ -60,6 +60,9 @@ class Controller:
     lease: Callable[[Any], Election | None]  # None: --leader-elect=false
     serving: Callable[[Any], Serving]
     build: Callable[[Any, ClusterConfig, str, ListWatch | None], Unit | str]
+    # Which objects of the shared Node watch it sees (None: all), as its own watch would
+    # select them on the API server.
+    selects: Callable[[Any], Match | None] = lambda options: None
     fix_env: Callable[[Mapping[str, str]], Env] = lambda env: (env, (), ())
     default_on: bool = True
 
@@ -168,8 +171,8 @@ async def run_loaded(
         return EXIT_USAGE
     identity = identity_of(lease.identity if lease else "", env.get("POD_NAME", ""))
     shared = _node_watch(cluster) if len(loaded) > 1 else None
-    nodes = shared[1].view() if shared else None
-    units = [c.build(options, cluster, identity, nodes) for c, options in loaded]
+    units = [c.build(options, cluster, identity, shared[1].view(c.selects(options)) if shared
+                     else None) for c, options in loaded]  # fmt: skip
     units += [shared[0]] if shared else []
     for unit in units:
         if isinstance(unit, str):

@@ -45,6 +45,7 @@ from local_ccm.lifecycle.probe import (
 from local_ccm.lifecycle.run import Controller
 from local_ccm.records import dataclass
 from local_ccm.runtime.serve import Checks
+from local_ccm.runtime.shared import Match
 
 log = logging.getLogger("local_ccm.cli")
 API_TIMEOUT = 15.0  # reads; writes use the election's write timeout
@@ -61,8 +62,17 @@ def controller() -> central.Controller:
     return central.Controller(
         "node-lifecycle", PROG, lambda: FLAGS,
         lambda parsed, env: options_from(parsed), startup_fields,
-        lease_of, serving_of, build_unit,
+        lease_of, serving_of, build_unit, selects=selected_nodes,
     )  # fmt: skip
+
+
+def selected_nodes(options: LifecycleOptions) -> Match | None:
+    """The Nodes of a shared watch the controller sees: those of `--node-selector`, which its
+    own watch asks the API server for, so both paths manage, log and probe the same Nodes."""
+    selector = options.scope.selector
+    if selector is None:
+        return None
+    return lambda node: selector.matches((node.get("metadata") or {}).get("labels") or {})
 
 
 # ---------------------------------------------------------------- the unit

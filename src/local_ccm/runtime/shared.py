@@ -8,11 +8,16 @@ so the consumers relist from the shared cache (no request to the API server); wh
 reconnects (timeout, closed, error: it resumes from the same version) the views stay open. A view
 stream reports `watch_status` from the shared watch, so readiness follows the real stream: an
 API server outage is "failing" for every consumer.
+
+A view may accept only some objects (a consumer's label selector, which its own watch would ask
+the API server for): it lists those and sees their changes as the API server's watch cache
+serves a selector, an object that starts matching as ADDED and one that stops as DELETED.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from local_ccm.clock import Clock
 from local_ccm.kube.backoff import Rng
@@ -21,6 +26,7 @@ from local_ccm.kube.informer import Change, Informer, ListWatch, Page, StreamEnd
 from local_ccm.kube.request import Obj, WatchEvent
 
 _END = None  # a stream's end marker in its queue
+Match = Callable[[Obj], bool]  # which objects a view accepts
 
 
 class SharedWatch:
@@ -32,8 +38,9 @@ class SharedWatch:
         self._started = asyncio.Event()
         self._streams: set[_Stream] = set()
 
-    def view(self) -> ListWatch:
-        return _View(self)
+    def view(self, matches: Match | None = None) -> ListWatch:
+        """A consumer's view: of every object, or of those `matches` accepts."""
+        return _View(self, matches)
 
     async def run(self, context: object = None) -> None:
         informer: Informer[Obj] = Informer(self._source, dict, clock=self._clock, rng=self._rng,
@@ -61,11 +68,13 @@ class SharedWatch:
             self._end_all()
             return
         informer = self.informer
-        obj = change.new if change.new is not None else change.old
         if change.type == "BOOKMARK" and informer is not None:
-            obj = {"metadata": {"resourceVersion": informer.resource_version}}
+            rv = {"metadata": {"resourceVersion": informer.resource_version}}
+            change = Change("BOOKMARK", new=rv)
         for stream in list(self._streams):
-            stream.queue.put_nowait(WatchEvent(change.type, obj or {}))
+            event = seen_by(change, stream.matches)
+            if event is not None:
+                stream.queue.put_nowait(event)
 
     def _ended(self, end: StreamEnd) -> None:
         if end.reason == "gone":
@@ -77,23 +86,39 @@ class SharedWatch:
         self._streams.clear()
 
 
+def seen_by(change: Change[Obj], matches: Match | None) -> WatchEvent | None:
+    """The event a view accepting what `matches` accepts gets for `change`, if any: the
+    transitions of a label-selector watch (into the selection ADDED, out of it DELETED)."""
+    old, new = change.old, change.new
+    if matches is None or change.type == "BOOKMARK":
+        return WatchEvent(change.type, (new if new is not None else old) or {})
+    was = old is not None and matches(old)
+    now = new is not None and matches(new)
+    if now:
+        return WatchEvent("MODIFIED" if was else "ADDED", new or {})
+    if was:
+        return WatchEvent("DELETED", (new if new is not None else old) or {})
+    return None
+
+
 class _View:
-    def __init__(self, shared: SharedWatch) -> None:
-        self._shared = shared
+    def __init__(self, shared: SharedWatch, matches: Match | None) -> None:
+        self._shared, self._matches = shared, matches
 
     async def list_page(self, continue_token: str | None) -> Page:
         informer = await self._shared.synced()
-        return Page(list(informer.cache.values()), informer.resource_version)
+        items = [o for o in informer.cache.values() if self._matches is None or self._matches(o)]
+        return Page(items, informer.resource_version)
 
     def watch(self, resource_version: str, timeout_seconds: int | None) -> _Stream:
-        return _Stream(self._shared, resource_version)
+        return _Stream(self._shared, resource_version, self._matches)
 
 
 class _Stream:
     """One consumer's stream: Gone at once when the shared watch moved past its version."""
 
-    def __init__(self, shared: SharedWatch, resource_version: str) -> None:
-        self._shared, self._version = shared, resource_version
+    def __init__(self, shared: SharedWatch, resource_version: str, matches: Match | None) -> None:
+        self._shared, self._version, self.matches = shared, resource_version, matches
         self.queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
         self._joined = False
 

@@ -1,7 +1,8 @@
 """One list and watch for several informers (local_ccm.runtime.shared): each consumer keeps its
 own projection and cache, the API server sees one LIST and one WATCH; a relist of the shared
 watch makes the consumers relist from the shared cache, a broken stream makes them "failing"
-until the shared watch resumes from the same version."""
+until the shared watch resumes from the same version; a consumer with a selector sees what a
+selector watch would."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import random
 from typing import Any
 
 from local_ccm.kube.errors import Gone, Transient
-from local_ccm.kube.informer import Informer, Page
-from local_ccm.runtime.shared import SharedWatch
+from local_ccm.kube.informer import Change, Informer, Page
+from local_ccm.kube.request import WatchEvent
+from local_ccm.runtime.shared import SharedWatch, seen_by
 from tests.fakes.clock import FakeClock, settle
 from tests.fakes.informer import FakeListWatch
 from tests.unit.kube.test_informer import node
@@ -111,3 +113,57 @@ def test_an_outage_of_the_shared_watch_is_failing_for_every_consumer_without_a_r
         await stop_all(shared, first, second)
 
     asyncio.run(main())
+
+
+def test_a_view_with_a_selector_sees_what_a_selector_watch_would() -> None:
+    """A consumer that selects (the lifecycle controller's --node-selector) lists only the
+    matching objects; one that starts matching is ADDED, one that stops is DELETED, and changes
+    outside the selection never reach it. The unselective consumer sees everything."""
+
+    async def main() -> None:
+        source, shared, first, _ = await world()
+        clock = CLOCKS[0]
+        seen: list[tuple[str, str]] = []
+        picky: Informer[str] = Informer(
+            shared.view(lambda obj: labels_of(obj).get("role") == "w"), name_of, clock=clock,
+            rng=random.Random(4),
+        )  # fmt: skip
+        picky.add_handler(lambda c: seen.append((c.type, c.key)))
+        RUNNING.append(asyncio.get_running_loop().create_task(picky.run()))
+        await picky.wait_synced()
+        assert dict(picky.cache) == {}
+        source.stream.send("ADDED", node("c", "10", role="w"))
+        source.stream.send("MODIFIED", node("a", "11", role="w"))  # starts matching
+        source.stream.send("MODIFIED", node("b", "12", role="x"))  # never matched
+        source.stream.send("MODIFIED", node("c", "13"))  # stops matching
+        source.stream.send("DELETED", node("b", "14", role="x"))
+        await settle()
+        assert dict(picky.cache) == {"a": "a"}
+        assert seen[1:] == [("ADDED", "c"), ("ADDED", "a"), ("DELETED", "c")]
+        assert set(first.cache) == {"a", "c"}
+        await stop_all(shared, first, picky)
+
+    asyncio.run(main())
+
+
+def test_seen_by_follows_the_selector_transitions() -> None:
+    def w(obj: Obj) -> bool:
+        return labels_of(obj).get("role") == "w"
+
+    inside, outside = node("a", "2", role="w"), node("a", "3")
+    cases = [
+        (Change("ADDED", "a", None, inside), ("ADDED", inside)),
+        (Change("ADDED", "a", None, outside), None),
+        (Change("MODIFIED", "a", outside, inside), ("ADDED", inside)),
+        (Change("MODIFIED", "a", inside, inside), ("MODIFIED", inside)),
+        (Change("MODIFIED", "a", inside, outside), ("DELETED", outside)),
+        (Change("MODIFIED", "a", outside, outside), None),
+        (Change("DELETED", "a", inside, None), ("DELETED", inside)),
+        (Change("DELETED", "a", outside, None), None),
+    ]
+    for change, expected in cases:
+        event = seen_by(change, w)
+        assert (None if event is None else (event.type, event.object)) == expected, change
+    assert seen_by(Change("MODIFIED", "a", inside, outside), None) == WatchEvent(
+        "MODIFIED", outside
+    )
