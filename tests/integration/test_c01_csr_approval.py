@@ -1,4 +1,4 @@
-"""C01–C05: kubelet-serving-approver in `local-ccm-controller-manager` on a real apiserver
+"""C01–C08: kubelet-serving-approver in `local-ccm-controller-manager` on a real apiserver
 with the real kube-controller-manager signer (a dedicated plane: the signer signs every
 approved CSR there). CSRs are created by real node identities (client certificates in group
 `system:nodes`, allowed by the Node authorizer), built with `cryptography`.
@@ -11,7 +11,9 @@ is initialised. C04: a restart re-decides nothing.
 C05: the controller runs under the ClusterRole the chart renders, with a ServiceAccount token
 (and refuses to start, exit 4, without the approver's own ClusterRole). C06: with
 `--csr-deny=false` a failing CSR stays pending, with a log line and an Event. C07: beside
-node-lifecycle it decides from the manager's one shared Node watch.
+node-lifecycle it decides from the manager's one shared Node watch. C08: an address another
+Node also shows is denied naming that Node, as a node can add any address to its own status;
+once the other Node lets go of it, the next CSR is approved.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from tests.support import chart, pki
 from tests.support import resources as r
 from tests.support.binaries import Binaries, ensure
 from tests.support.controlplane import ControlPlane
-from tests.support.csrs import RSA_USAGES, csr_object, request_pem
+from tests.support.csrs import KUBELET_USAGES, RSA_USAGES, csr_object, request_pem
 from tests.support.dedicated import dedicated_plane
 from tests.support.kcm import start_kcm
 from tests.support.processes import Child, spawn, tail
@@ -96,14 +98,26 @@ def make_node(admin: Client, ip: str, *, tainted: bool = False) -> str:
     return name
 
 
+def as_node(plane: ControlPlane, node: str) -> Client:
+    """A client with `node`'s own credentials, as its kubelet has them."""
+    kubeconfig = plane.user_kubeconfig(f"system:node:{node}", ["system:nodes"])
+    return Client.from_kubeconfig(kubeconfig, field_manager="kubelet")
+
+
 def submit(plane: ControlPlane, node: str, pem: bytes, usages: list[str] | None = None) -> str:
     """Create the CSR as the node itself; its name."""
-    kubeconfig = plane.user_kubeconfig(f"system:node:{node}", ["system:nodes"])
     name = f"csr-{secrets.token_hex(4)}"
-    with Client.from_kubeconfig(kubeconfig, field_manager="kubelet") as kubelet:
-        body = csr_object(name, pem) if usages is None else csr_object(name, pem, usages)
-        kubelet.create(CSRS, body)
+    with as_node(plane, node) as kubelet:
+        kubelet.create(CSRS, csr_object(name, pem, usages or KUBELET_USAGES))
     return name
+
+
+def show_addresses(client: Client, node: str, *ips: str) -> None:
+    """Replace `node`'s status addresses by `ips` (InternalIP) and its Hostname."""
+    addresses = [*({"type": "InternalIP", "address": ip} for ip in ips),
+                 {"type": "Hostname", "address": node}]  # fmt: skip
+    body = {"status": {"addresses": addresses}}
+    client.patch(r.NODES, node, body, patch_type="merge", subresource="status")
 
 
 def conditions(admin: Client, name: str) -> list[dict[str, Any]]:
@@ -307,3 +321,43 @@ def test_c05_runs_under_the_rbac_the_chart_renders(
     finally:
         child.stop(grace=5)
     assert "forbidden" not in tail(child.log_path, 400).lower()
+
+
+def wait_decided(admin: Client, name: str, what: str) -> dict[str, Any]:
+    return eventually(lambda: decided(admin, name), timeout=DECIDED,
+                      message=f"the CSR {what} is decided")  # fmt: skip
+
+
+def approved_on_retry(plane: ControlPlane, admin: Client, node: str, ips: list[str]) -> str:
+    """A new CSR per attempt, as the kubelet asks again after a denial, until one is approved
+    (the Node watch and the CSR watch are separate streams); the approved one's name."""
+
+    def attempt() -> str | None:
+        name = submit(plane, node, request_pem(node, ips=ips))
+        return name if wait_decided(admin, name, "retried")["type"] == "Approved" else None
+
+    return eventually(attempt, timeout=2 * DECIDED, message="a retried CSR is approved")
+
+
+@pytest.mark.timeout(120)
+def test_c08_an_address_another_node_shows_is_denied_until_it_lets_go(
+    plane: ControlPlane, admin: Client, test_artifacts: Path
+) -> None:
+    a, b = make_node(admin, "127.1.0.20"), make_node(admin, "127.1.0.21")
+    with as_node(plane, a) as kubelet:  # NodeRestriction lets a node write its own status
+        show_addresses(kubelet, a, "127.1.0.20", "127.1.0.21")
+    child = start_manager(plane.admin_kubeconfig, test_artifacts / "manager.log")
+    try:  # started after the status change: its first Node list has it
+        stolen = submit(plane, a, request_pem(a, ips=["127.1.0.20", "127.1.0.21"]))
+        denied = wait_decided(admin, stolen, "for another Node's address")
+        owners = submit(plane, b, request_pem(b, ips=["127.1.0.21"]))  # while a shows it
+        blocked = wait_decided(admin, owners, "of the address's owner")
+        show_addresses(admin, b, "127.1.0.22")  # the address moved to a: b lets go of it
+        approved_on_retry(plane, admin, a, ["127.1.0.20", "127.1.0.21"])
+        assert child.exited() is None, tail(child.log_path)
+    finally:
+        child.stop(grace=5)
+    assert denied["type"] == "Denied", denied
+    assert f"IP SAN 127.1.0.21 is also an address of Node {b!r}" in denied["message"], denied
+    assert blocked["type"] == "Denied", blocked
+    assert f"also an address of Node {a!r}" in blocked["message"], blocked

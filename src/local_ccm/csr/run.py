@@ -1,7 +1,8 @@
 """The loop of kubelet-serving-approver: what the leader does.
 
-Handlers only enqueue CSR names (a CSR change, or a change of the requester's Node); one worker
-reads the cache, decides (`core.decide`) and writes the `approval` subresource only for a CSR
+Handlers only enqueue CSR names (a CSR change, or a change of the requester's Node) and keep
+the index of which Nodes show which addresses and names (`core.claims`) current; one worker
+reads the caches, decides (`core.decide`) and writes the `approval` subresource only for a CSR
 that has no Approved or Denied condition yet. A conflict re-reads and decides again; a CSR
 deleted meanwhile is done; other errors retry with capped backoff.
 """
@@ -14,8 +15,9 @@ import random
 from collections.abc import Callable
 
 from local_ccm.clock import Clock
+from local_ccm.csr.core.claims import Claims
 from local_ccm.csr.core.decide import Decision, decide
-from local_ccm.csr.core.model import NODE_USER_PREFIX, Csr, project_csr, project_node
+from local_ccm.csr.core.model import NODE_USER_PREFIX, Csr, Node, project_csr, project_node
 from local_ccm.csr.csrapi import CsrApi, Obj, with_condition
 from local_ccm.csr.metrics import CsrMetrics
 from local_ccm.csr.options import NAME, Settings
@@ -70,8 +72,9 @@ class Controller:
         ended = metrics.watch_ended
         self.csrs: Informer[Obj] = Informer(api.list_watch(), dict, clock=clock, rng=rng,
                                             name="csrs", on_end=ended("csrs"))  # fmt: skip
-        self.nodes: Informer[Obj] = Informer(nodes, dict, clock=clock, rng=rng, name="nodes",
-                                             on_end=ended("nodes"))  # fmt: skip
+        self.nodes: Informer[Node] = Informer(nodes, project_node, clock=clock, rng=rng,
+                                              name="nodes", on_end=ended("nodes"))  # fmt: skip
+        self._claims: Claims | None = None  # built from the Node cache when first needed
         self.csrs.add_handler(self._on_csr)
         self.nodes.add_handler(self._on_node)
 
@@ -89,9 +92,13 @@ class Controller:
             self.noted = {(u, reason) for u, reason in self.noted if u != uid}
             self.queue.done(change.key)
 
-    def _on_node(self, change: Change[Obj]) -> None:
-        if change.type not in ("ADDED", "MODIFIED"):
+    def _on_node(self, change: Change[Node]) -> None:
+        if self._claims is not None and change.type == "DELETED":
+            self._claims.drop(change.key)
+        if change.type not in ("ADDED", "MODIFIED") or change.new is None:
             return
+        if self._claims is not None:
+            self._claims.put(change.new)
         user = NODE_USER_PREFIX + change.key
         for key, obj in self.csrs.cache.items():
             if (obj.get("spec") or {}).get("username") == user:
@@ -136,7 +143,7 @@ class Controller:
         """True when done with this version of the CSR; False after a write conflict."""
         csr = project_csr(obj)
         node = self.nodes.cache.get(csr.node_name) if csr.node_name else None
-        decision = decide(csr, parse_request(csr.request), project_node(node) if node else None)
+        decision = decide(csr, parse_request(csr.request), node, self.claims())
         if decision.kind == "skip":
             return True
         if decision.kind == "wait" or (decision.kind == "deny" and not self.settings.deny):
@@ -151,6 +158,13 @@ class Controller:
             return False
         self._record(csr, decision)
         return True
+
+    def claims(self) -> Claims:
+        """Which Nodes show which addresses and names: built from the Node cache once (a
+        primed cache tells no handler), then kept current by the Node handler."""
+        if self._claims is None:
+            self._claims = Claims(self.nodes.cache.values())
+        return self._claims
 
     def _now(self) -> str:
         return ev.rfc3339(self.clock.now())

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from local_ccm.csr.core.claims import Claims
 from local_ccm.csr.core.decide import INVALID_REQUEST, Decision, decide
 from local_ccm.csr.core.model import Csr, Node, Request, project_csr, project_node
 
@@ -126,3 +127,48 @@ def test_project_csr_reads_spec_and_whether_a_decision_exists() -> None:
     assert (csr.node_name, csr.request, csr.decided) == ("n1", b"hi", True)
     assert not project_csr({"spec": {"username": "bob"}}).decided
     assert project_csr({"spec": {"username": "bob"}}).node_name == ""
+
+
+# ------------------------------------------------------------------ another Node's SANs
+
+OTHER_IP = ipaddress.ip_address("192.0.2.20")
+
+
+def claims_of(*nodes: Node) -> Claims:
+    return Claims([NODE, *nodes])
+
+
+def test_an_ip_san_another_node_also_shows_is_denied_naming_that_node() -> None:
+    thief = replace(NODE, ips=frozenset({IP, OTHER_IP}))  # n1 added n2's address to its status
+    owner = Node("n2", "u2", True, frozenset({OTHER_IP}), frozenset({"n2"}))
+    req = replace(REQ, ip_addresses=(IP, OTHER_IP))
+    decision = decide(CSR, req, thief, claims=Claims([thief, owner]))
+    assert kind_reason(decision) == ("deny", "ip_san_shared")
+    assert "IP SAN 192.0.2.20 is also an address of Node 'n2'" in decision.message
+    assert "asks again" in decision.message  # what happens after a legitimate move
+
+
+def test_a_dns_san_another_node_also_shows_is_denied_naming_that_node() -> None:
+    thief = replace(NODE, dns_names=frozenset({"n1", "n2"}))
+    owner = Node("n2", "u2", True, frozenset({OTHER_IP}), frozenset({"n2"}))
+    decision = decide(CSR, replace(REQ, dns_names=("n1", "n2")), thief,
+                      claims=Claims([thief, owner]))  # fmt: skip
+    assert kind_reason(decision) == ("deny", "dns_san_shared")
+    assert "DNS SAN 'n2' is also a name of Node 'n2'" in decision.message
+
+
+def test_sans_no_other_node_shows_are_approved() -> None:
+    owner = Node("n2", "u2", True, frozenset({OTHER_IP}), frozenset({"n2"}))
+    assert decide(CSR, REQ, NODE, claims=claims_of(owner)).kind == "approve"
+
+
+def test_every_other_node_showing_the_address_is_named() -> None:
+    twins = [Node(n, n, True, frozenset({IP}), frozenset()) for n in ("n3", "n2")]
+    decision = decide(CSR, REQ, NODE, claims=claims_of(*twins))
+    assert "Nodes 'n2', 'n3'" in decision.message
+
+
+def test_a_foreign_address_is_reported_as_not_the_nodes_before_as_shared() -> None:
+    owner = Node("n2", "u2", True, frozenset({OTHER_IP}), frozenset({"n2"}))
+    req = replace(REQ, ip_addresses=(OTHER_IP,))
+    assert decide(CSR, req, NODE, claims=claims_of(owner)).reason == "ip_san"

@@ -8,6 +8,7 @@ import base64
 from collections.abc import AsyncIterator
 from typing import Any
 
+from local_ccm.csr.core.model import project_node
 from local_ccm.csr.csrapi import Obj
 from local_ccm.csr.metrics import CsrMetrics
 from local_ccm.csr.options import Settings
@@ -70,17 +71,24 @@ class FakeCsrApi:
         return body
 
 
-def a_csr(ip: str = "192.0.2.10") -> Obj:
-    obj = csr_object("c1", request_pem("n1", ips=[ip]))
-    obj["metadata"]["uid"] = "cu"
+def a_csr(ip: str = "192.0.2.10", name: str = "c1") -> Obj:
+    obj = csr_object(name, request_pem("n1", ips=[ip]))
+    obj["metadata"]["uid"] = f"u-{name}"
     obj["spec"] |= {"username": "system:node:n1", "groups": ["system:nodes"]}
     return obj
 
 
-def controller(api: FakeCsrApi, objs: list[Obj], *, deny: bool = True) -> Controller:
-    made = Controller(api, Unused(), Settings(deny=deny), metrics=CsrMetrics(), clock=FakeClock())
+def controller(
+    api: FakeCsrApi,
+    objs: list[Obj],
+    *,
+    deny: bool = True,
+    nodes: tuple[Obj, ...] = (NODE,),
+) -> Controller:
+    settings = Settings(deny=deny)
+    made = Controller(api, Unused(), settings, metrics=CsrMetrics(), clock=FakeClock())
     made.csrs.prime(objs, "1")
-    made.nodes.prime([NODE], "1")
+    made.nodes.prime(nodes, "1")
     for obj in objs:
         api.stored[obj["metadata"]["name"]] = obj
     return made
@@ -151,8 +159,36 @@ def test_a_node_change_requeues_only_that_nodes_csrs() -> None:
     other = csr_object("c2", base64.b64decode(a_csr()["spec"]["request"]))
     other["spec"]["username"] = "system:node:n2"
     made = controller(FakeCsrApi(), [a_csr(), other])
-    made._on_node(Change("MODIFIED", "n1", NODE, NODE))
+    made._on_node(Change("MODIFIED", "n1", project_node(NODE), project_node(NODE)))
     assert made.queue.queued == {"c1"}
+
+
+def node_obj(name: str, *ips: str) -> Obj:
+    addresses = [{"type": "InternalIP", "address": ip} for ip in ips]
+    return {"metadata": {"name": name, "uid": f"u-{name}"}, "status": {"addresses": addresses}}
+
+
+def test_an_address_another_node_shows_is_denied_from_the_cache() -> None:
+    api = FakeCsrApi()
+    made = controller(api, [a_csr()], nodes=(NODE, node_obj("n2", "192.0.2.10")))
+    asyncio.run(made.sync("c1"))
+    [condition] = conditions(api.stored["c1"])
+    assert condition["type"] == "Denied"
+    assert "also an address of Node 'n2'" in condition["message"]
+    assert decisions(made, "deny", "ip_san_shared") == 1
+
+
+def test_node_changes_from_the_watch_keep_the_address_index_current() -> None:
+    api = FakeCsrApi()
+    made = controller(api, [a_csr(name=n) for n in ("c1", "c2", "c3")])
+    asyncio.run(made.sync("c1"))  # nobody else shows 192.0.2.10
+    claimer = project_node(node_obj("n2", "192.0.2.10"))
+    made._on_node(Change("ADDED", "n2", None, claimer))
+    asyncio.run(made.sync("c2"))
+    made._on_node(Change("MODIFIED", "n2", claimer, project_node(node_obj("n2", "192.0.2.11"))))
+    asyncio.run(made.sync("c3"))  # n2 let go of the address
+    verdicts = [conditions(api.stored[n])[0]["type"] for n in ("c1", "c2", "c3")]
+    assert verdicts == ["Approved", "Denied", "Approved"]
 
 
 class Failing(FakeCsrApi):

@@ -7,7 +7,9 @@ or IP SAN, no email or URI SAN, usages exactly {digital signature, key encipherm
 auth} or {digital signature, server auth}. The kubelet's certificate manager asks for the first
 set with an RSA key and the second otherwise (pkg/kubelet/certificate/kubelet.go), so key
 encipherment is accepted with RSA only. On top of that the names and addresses must be the
-Node's own, which only the writer of the Node's addresses can vouch for.
+Node's own, which only the writer of the Node's addresses can vouch for, and no other Node's: a
+node may write its own status (NodeRestriction allows it), so an address it copied from another
+Node must not be certified for it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Final, Literal
 
+from local_ccm.csr.core.claims import Claims
 from local_ccm.csr.core.model import NODE_USER_PREFIX, NODES_GROUP, SIGNER, Csr, Node, Request
 from local_ccm.records import dataclass
 
@@ -125,8 +128,31 @@ def check_addresses(req: Request, node: Node) -> Decision | None:
     return None
 
 
-def decide(csr: Csr, req: Request | None, node: Node | None) -> Decision:
-    """The decision for `csr` (`req` None: unparsable), given its requester's Node."""
+def _nodes(names: Sequence[str]) -> str:
+    return f"Node{'s' if len(names) > 1 else ''} {', '.join(repr(n) for n in names)}"
+
+
+def check_claims(req: Request, node: Node, claims: Claims) -> Decision | None:
+    """Deny a SAN another Node also shows. When an address moved legitimately the old Node
+    may still show it for a while: the denial says so, and the kubelet asks again."""
+    shared = [("ip_san_shared", f"IP SAN {ip}", "an address", claims.others(ip, node.name))
+              for ip in req.ip_addresses]  # fmt: skip
+    shared += [("dns_san_shared", f"DNS SAN {name!r}", "a name", claims.others(name, node.name))
+               for name in req.dns_names]  # fmt: skip
+    for reason, san, kind, others in shared:
+        if others:
+            who = _nodes(others)
+            return _deny(reason, f"{san} is also {kind} of {who}: not approved while another "
+                         "Node shows it (if it moved to this Node, the kubelet asks again and "
+                         f"is approved once {who} no longer shows it)")  # fmt: skip
+    return None
+
+
+def decide(
+    csr: Csr, req: Request | None, node: Node | None, claims: Claims | None = None
+) -> Decision:
+    """The decision for `csr` (`req` None: unparsable), given its requester's Node and which
+    Nodes show which addresses and names (`claims`)."""
     if csr.signer != SIGNER or csr.decided:
         return Decision("skip", "not_ours" if csr.signer != SIGNER else "decided", "")
     if req is None:
@@ -137,6 +163,6 @@ def decide(csr: Csr, req: Request | None, node: Node | None) -> Decision:
     if waiting := check_node(csr, node):
         return waiting
     assert node is not None  # check_node waits otherwise
-    if found := check_addresses(req, node):
+    if found := check_addresses(req, node) or check_claims(req, node, claims or Claims([node])):
         return found
     return Decision("approve", "matches_node", f"names and addresses match Node {node.name!r}")
