@@ -1,4 +1,4 @@
-"""C01–C08: kubelet-serving-approver in `local-ccm-controller-manager` on a real apiserver
+"""C01–C10: kubelet-serving-approver in `local-ccm-controller-manager` on a real apiserver
 with the real kube-controller-manager signer (a dedicated plane: the signer signs every
 approved CSR there). CSRs are created by real node identities (client certificates in group
 `system:nodes`, allowed by the Node authorizer), built with `cryptography`.
@@ -13,19 +13,23 @@ C05: the controller runs under the ClusterRole the chart renders, with a Service
 `--csr-deny=false` a failing CSR stays pending, with a log line and an Event. C07: beside
 node-lifecycle it decides from the manager's one shared Node watch. C08: an address another
 Node also shows is denied naming that Node, as a node can add any address to its own status;
-once the other Node lets go of it, the next CSR is approved.
+once the other Node lets go of it, the next CSR is approved. C09: with `--csr-ip-prefixes`
+an address outside them is denied, one inside approved. C10: `spec.expirationSeconds` above
+`--csr-max-expiration` is denied, within it approved and signed for no longer.
 """
 
 from __future__ import annotations
 
+import base64
 import secrets
 import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
 
 from local_ccm import flags
 from local_ccm.cli import csr
@@ -104,11 +108,17 @@ def as_node(plane: ControlPlane, node: str) -> Client:
     return Client.from_kubeconfig(kubeconfig, field_manager="kubelet")
 
 
-def submit(plane: ControlPlane, node: str, pem: bytes, usages: list[str] | None = None) -> str:
+def submit(
+    plane: ControlPlane,
+    node: str,
+    pem: bytes,
+    usages: list[str] | None = None,
+    expiration_seconds: int | None = None,
+) -> str:
     """Create the CSR as the node itself; its name."""
     name = f"csr-{secrets.token_hex(4)}"
     with as_node(plane, node) as kubelet:
-        kubelet.create(CSRS, csr_object(name, pem, usages or KUBELET_USAGES))
+        kubelet.create(CSRS, csr_object(name, pem, usages or KUBELET_USAGES, expiration_seconds))
     return name
 
 
@@ -361,3 +371,50 @@ def test_c08_an_address_another_node_shows_is_denied_until_it_lets_go(
     assert f"IP SAN 127.1.0.21 is also an address of Node {b!r}" in denied["message"], denied
     assert blocked["type"] == "Denied", blocked
     assert f"also an address of Node {a!r}" in blocked["message"], blocked
+
+
+@pytest.mark.timeout(120)
+def test_c09_with_ip_prefixes_an_address_outside_them_is_denied(
+    plane: ControlPlane, admin: Client, test_artifacts: Path
+) -> None:
+    inside, outside = make_node(admin, "127.1.1.5"), make_node(admin, "127.1.2.5")
+    child = start_manager(plane.admin_kubeconfig, test_artifacts / "manager.log",
+                          "--csr-ip-prefixes=127.1.1.0/28,2001:db8::/64")  # fmt: skip
+    try:
+        good = submit(plane, inside, request_pem(inside, ips=["127.1.1.5"]))
+        bad = submit(plane, outside, request_pem(outside, ips=["127.1.2.5"]))
+        approved, denied = wait_decided(admin, good, "inside"), wait_decided(admin, bad, "out")
+    finally:
+        child.stop(grace=5)
+    assert approved["type"] == "Approved", approved
+    assert denied["type"] == "Denied", denied
+    want = "IP SAN 127.1.2.5 is in none of --csr-ip-prefixes 127.1.1.0/28, 2001:db8::/64"
+    assert want in denied["message"], denied
+
+
+@pytest.mark.timeout(120)
+def test_c10_expiration_above_the_bound_is_denied_within_it_signed_for_no_longer(
+    plane: ControlPlane, admin: Client, test_artifacts: Path
+) -> None:
+    node = make_node(admin, "127.1.0.30")
+    child = start_manager(plane.admin_kubeconfig, test_artifacts / "manager.log",
+                          "--csr-max-expiration=1h")  # fmt: skip
+    try:
+        pem = request_pem(node, ips=["127.1.0.30"])
+        long = submit(plane, node, pem, expiration_seconds=7200)
+        short = submit(plane, node, request_pem(node, ips=["127.1.0.30"]),
+                       expiration_seconds=3600)  # fmt: skip
+        denied, approved = wait_decided(admin, long, "2h"), wait_decided(admin, short, "1h")
+        signed = eventually(
+            lambda: (admin.get(CSRS, short).get("status") or {}).get("certificate"),
+            timeout=DECIDED, message="the kube-controller-manager signer issues the certificate",
+        )  # fmt: skip
+    finally:
+        child.stop(grace=5)
+    assert denied["type"] == "Denied", denied
+    want = "spec.expirationSeconds 7200 (2h0m0s) is more than --csr-max-expiration 1h0m0s"
+    assert want in denied["message"], denied
+    assert approved["type"] == "Approved", approved
+    certificate = x509.load_pem_x509_certificate(base64.b64decode(signed))
+    left = certificate.not_valid_after_utc - datetime.now(UTC)
+    assert timedelta(minutes=55) < left <= timedelta(hours=1), certificate.not_valid_after_utc

@@ -50,12 +50,20 @@ def request_pem(
     return builder.sign(key, algorithm).public_bytes(serialization.Encoding.PEM)
 
 
-def csr_object(name: str, pem: bytes, usages: Sequence[str] = KUBELET_USAGES) -> dict[str, Any]:
+def csr_object(
+    name: str,
+    pem: bytes,
+    usages: Sequence[str] = KUBELET_USAGES,
+    expiration_seconds: int | None = None,
+) -> dict[str, Any]:
     """The CertificateSigningRequest a kubelet creates (spec.username is the server's)."""
+    spec: dict[str, Any] = {"signerName": SIGNER, "usages": list(usages),
+                            "request": base64.b64encode(pem).decode()}  # fmt: skip
+    if expiration_seconds is not None:
+        spec["expirationSeconds"] = expiration_seconds
     return {
         "apiVersion": "certificates.k8s.io/v1",
         "kind": "CertificateSigningRequest",
         "metadata": {"name": name},
-        "spec": {"signerName": SIGNER, "usages": list(usages),
-                 "request": base64.b64encode(pem).decode()},
-    }  # fmt: skip
+        "spec": spec,
+    }

@@ -445,6 +445,10 @@ true
 {{- if .Values.nodeIpamController.enabled -}}
 {{- include "local-ccm.ipam.poolProblems" . -}}
 {{- end -}}
+{{- $csr := .Values.controllerManager.kubeletServingApprover -}}
+{{- if and .Values.controllerManager.enabled $csr.enabled -}}
+{{- include "local-ccm.cidr.problems" (dict "key" "controllerManager.kubeletServingApprover.ipPrefixes" "cidrs" ($csr.ipPrefixes | default list)) -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "local-ccm.validate" -}}

@@ -1,9 +1,11 @@
-"""kubelet-serving-approver's entry in local-ccm-controller-manager (off by default): its one
-flag (`--csr-deny`) next to the manager's shared ones, its unit and its permissions."""
+"""kubelet-serving-approver's entry in local-ccm-controller-manager (off by default): its own
+flags (`--csr-deny`, `--csr-ip-prefixes`, `--csr-max-expiration`) next to the manager's shared
+ones, its unit and its permissions."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from local_ccm import __version__
 from local_ccm.cli import central, managed
@@ -11,9 +13,8 @@ from local_ccm.cli.common import Unit, leader_unit
 from local_ccm.clock import SystemClock
 from local_ccm.csr.csrapi import CSRS, KubeCsrApi
 from local_ccm.csr.metrics import CsrMetrics
-from local_ccm.csr.options import DENY_FLAG, FLAGS, NAME, Settings
+from local_ccm.csr.options import FLAGS, NAME, Settings, settings_fields, settings_from
 from local_ccm.csr.run import Controller
-from local_ccm.flags import Parsed
 from local_ccm.kube.aio import AsyncClient, KubeListWatch
 from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig
@@ -22,16 +23,12 @@ from local_ccm.kube.nodes import Access
 from local_ccm.kube.resources import NODES
 
 SIGNER_NAME = "kubernetes.io/kubelet-serving"
-CsrOptions = managed.Managed[bool]  # own: --csr-deny
-
-
-def load_own(parsed: Parsed) -> bool:
-    return parsed.get_bool(DENY_FLAG)
+CsrOptions = managed.Managed[Settings]  # own: the approver's flags
 
 
 def controller() -> central.Controller:
     """The approver's entry in the controller manager's table."""
-    return managed.entry(NAME, FLAGS, load_own, lambda o: {DENY_FLAG: str(o.own).lower()},
+    return managed.entry(NAME, FLAGS, settings_from, lambda o: settings_fields(o.own),
                          build_unit)  # fmt: skip
 
 
@@ -53,8 +50,8 @@ def build_unit(
     client = Client(cluster, field_manager=NAME, user_agent=f"{NAME}/{__version__}")
     api = KubeCsrApi(AsyncClient(client), observe=metrics.observe_request)
     node_source = nodes or KubeListWatch(AsyncClient(client), NODES)
-    settings = Settings(deny=options.own, event_namespace=options.shared.event_namespace,
-                        instance=identity)  # fmt: skip
+    settings = replace(options.own, event_namespace=options.shared.event_namespace,
+                       instance=identity)  # fmt: skip
 
     def make(may_write: Callable[[], bool]) -> Controller:
         return Controller(api, node_source, settings, metrics=metrics, clock=SystemClock(),

@@ -143,7 +143,8 @@ class Controller:
         """True when done with this version of the CSR; False after a write conflict."""
         csr = project_csr(obj)
         node = self.nodes.cache.get(csr.node_name) if csr.node_name else None
-        decision = decide(csr, parse_request(csr.request), node, self.claims())
+        decision = decide(csr, parse_request(csr.request), node, self.settings.policy,
+                          self.claims())  # fmt: skip
         if decision.kind == "skip":
             return True
         if decision.kind == "wait" or (decision.kind == "deny" and not self.settings.deny):

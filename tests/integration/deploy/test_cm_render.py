@@ -118,3 +118,36 @@ def test_the_kubelet_serving_approver_needs_the_controller_manager(
     )  # fmt: skip
     assert result.code != 0
     assert "needs controllerManager.enabled=true" in result.output
+
+
+def test_the_kubelet_serving_approver_policy_values_reach_its_flags(
+    chart_helm: Helm, kube_version: str
+) -> None:
+    on = {f"{APPROVER}.enabled": "true"}
+    (default,) = select(render(chart_helm, kube_version, **on), "Deployment")
+    assert flag(default, "csr-ip-prefixes") is None  # no allow-list unless given
+    assert flag(default, "csr-max-expiration") == "8808h"  # kubelet-csr-approver's 367 days
+    objs = render(chart_helm, kube_version, **on, **{
+        f"{APPROVER}.ipPrefixes": "{10.0.0.0/8,fd00::/8}", f"{APPROVER}.maxExpiration": "24h",
+    })  # fmt: skip
+    (deployment,) = select(objs, "Deployment")
+    assert flag(deployment, "csr-ip-prefixes") == "10.0.0.0/8,fd00::/8"
+    assert flag(deployment, "csr-max-expiration") == "24h"
+
+
+def test_approver_prefixes_with_host_bits_or_a_bad_duration_fail_the_render(
+    chart_helm: Helm, kube_version: str
+) -> None:
+    on = {f"{APPROVER}.enabled": "true"}
+    host_bits = chart_helm.template_result(
+        kube_version=kube_version, values=VALUES,
+        set_values={**on, f"{APPROVER}.ipPrefixes": "{10.0.0.1/8}"},
+    )  # fmt: skip
+    assert host_bits.code != 0
+    assert f"{APPROVER}.ipPrefixes: 10.0.0.1/8 has host bits set" in host_bits.output
+    bad = chart_helm.template_result(
+        kube_version=kube_version, values=VALUES,
+        set_values={**on, f"{APPROVER}.maxExpiration": "1 year"},
+    )  # fmt: skip
+    assert bad.code != 0
+    assert "values don't meet the specifications of the schema" in bad.output

@@ -9,7 +9,7 @@ import pytest
 
 from local_ccm.csr.core.claims import Claims
 from local_ccm.csr.core.decide import INVALID_REQUEST, Decision, decide
-from local_ccm.csr.core.model import Csr, Node, Request, project_csr, project_node
+from local_ccm.csr.core.model import Csr, Node, Policy, Request, project_csr, project_node
 
 IP = ipaddress.ip_address("192.0.2.10")
 CSR = Csr(name="csr-1", uid="u1", signer="kubernetes.io/kubelet-serving",
@@ -127,6 +127,9 @@ def test_project_csr_reads_spec_and_whether_a_decision_exists() -> None:
     assert (csr.node_name, csr.request, csr.decided) == ("n1", b"hi", True)
     assert not project_csr({"spec": {"username": "bob"}}).decided
     assert project_csr({"spec": {"username": "bob"}}).node_name == ""
+    assert csr.expiration_seconds is None
+    asked = project_csr({"spec": {"expirationSeconds": 3600}})
+    assert asked.expiration_seconds == 3600
 
 
 # ------------------------------------------------------------------ another Node's SANs
@@ -172,3 +175,61 @@ def test_a_foreign_address_is_reported_as_not_the_nodes_before_as_shared() -> No
     owner = Node("n2", "u2", True, frozenset({OTHER_IP}), frozenset({"n2"}))
     req = replace(REQ, ip_addresses=(OTHER_IP,))
     assert decide(CSR, req, NODE, claims=claims_of(owner)).reason == "ip_san"
+
+
+# ------------------------------------------------------------------ IP prefix allow-list
+
+PREFIXES = Policy(ip_prefixes=(ipaddress.ip_network("192.0.2.0/25"),
+                               ipaddress.ip_network("2001:db8::/64")))  # fmt: skip
+
+
+def test_with_prefixes_every_ip_san_must_lie_in_one() -> None:
+    outside = ipaddress.ip_address("192.0.2.200")
+    node = replace(NODE, ips=frozenset({IP, outside}))
+    decision = decide(CSR, replace(REQ, ip_addresses=(IP, outside)), node, PREFIXES)
+    assert kind_reason(decision) == ("deny", "ip_prefix")
+    assert "IP SAN 192.0.2.200 is in none of --csr-ip-prefixes" in decision.message
+    assert "192.0.2.0/25, 2001:db8::/64" in decision.message
+
+
+def test_with_prefixes_sans_inside_them_are_approved_in_both_families() -> None:
+    v6 = ipaddress.ip_address("2001:db8::10")
+    node = replace(NODE, ips=frozenset({IP, v6}))
+    assert decide(CSR, replace(REQ, ip_addresses=(IP, v6)), node, PREFIXES).kind == "approve"
+
+
+def test_without_prefixes_any_address_of_the_node_is_approved() -> None:
+    far = ipaddress.ip_address("203.0.113.9")
+    node = replace(NODE, ips=frozenset({far}))
+    assert decide(CSR, replace(REQ, ip_addresses=(far,)), node, Policy()).kind == "approve"
+
+
+# ------------------------------------------------------------------ spec.expirationSeconds
+
+DAY = 86400
+
+
+def test_the_default_bound_is_367_days_as_kubelet_csr_approvers() -> None:
+    assert Policy().max_expiration == 367 * DAY
+    assert decide(replace(CSR, expiration_seconds=367 * DAY), REQ, NODE).kind == "approve"
+    decision = decide(replace(CSR, expiration_seconds=368 * DAY), REQ, NODE)
+    assert kind_reason(decision) == ("deny", "expiration")
+    assert "spec.expirationSeconds 31795200 (8832h0m0s)" in decision.message
+    assert "--csr-max-expiration 8808h0m0s" in decision.message
+
+
+def test_a_csr_without_expiration_seconds_leaves_the_duration_to_the_signer() -> None:
+    assert decide(CSR, REQ, NODE, Policy(max_expiration=600)).kind == "approve"
+
+
+def test_a_zero_bound_means_no_bound() -> None:
+    long = replace(CSR, expiration_seconds=10 * 365 * DAY)
+    assert decide(long, REQ, NODE, Policy(max_expiration=0)).kind == "approve"
+
+
+def test_policy_checks_deny_before_waiting_for_the_node() -> None:
+    tainted = replace(NODE, initialised=False)
+    long = replace(CSR, expiration_seconds=400 * DAY)
+    assert decide(long, REQ, tainted).reason == "expiration"
+    outside = Policy(ip_prefixes=(ipaddress.ip_network("198.51.100.0/24"),))
+    assert decide(CSR, REQ, None, outside).reason == "ip_prefix"

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ipaddress
 from collections.abc import AsyncIterator
 from typing import Any
 
-from local_ccm.csr.core.model import project_node
+from local_ccm.csr.core.model import Policy, project_node
 from local_ccm.csr.csrapi import Obj
 from local_ccm.csr.metrics import CsrMetrics
 from local_ccm.csr.options import Settings
@@ -83,9 +84,10 @@ def controller(
     objs: list[Obj],
     *,
     deny: bool = True,
+    policy: Policy = Policy(),  # noqa: B008 (frozen)
     nodes: tuple[Obj, ...] = (NODE,),
 ) -> Controller:
-    settings = Settings(deny=deny)
+    settings = Settings(deny=deny, policy=policy)
     made = Controller(api, Unused(), settings, metrics=CsrMetrics(), clock=FakeClock())
     made.csrs.prime(objs, "1")
     made.nodes.prime(nodes, "1")
@@ -189,6 +191,19 @@ def test_node_changes_from_the_watch_keep_the_address_index_current() -> None:
     asyncio.run(made.sync("c3"))  # n2 let go of the address
     verdicts = [conditions(api.stored[n])[0]["type"] for n in ("c1", "c2", "c3")]
     assert verdicts == ["Approved", "Denied", "Approved"]
+
+
+def test_the_policy_reaches_the_decision() -> None:
+    api = FakeCsrApi()
+    long = a_csr(name="long")
+    long["spec"]["expirationSeconds"] = 7200
+    outside = a_csr(ip="192.0.2.99", name="outside")
+    policy = Policy(ip_prefixes=(ipaddress.ip_network("192.0.2.0/28"),), max_expiration=3600)
+    made = controller(api, [long, outside], policy=policy)
+    asyncio.run(made.sync("long"))
+    asyncio.run(made.sync("outside"))
+    assert "--csr-max-expiration 1h0m0s" in conditions(api.stored["long"])[0]["message"]
+    assert "--csr-ip-prefixes" in conditions(api.stored["outside"])[0]["message"]
 
 
 class Failing(FakeCsrApi):

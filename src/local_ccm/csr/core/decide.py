@@ -6,19 +6,30 @@ The request-shape checks follow the API server's own `ValidateKubeletServingCSR`
 or IP SAN, no email or URI SAN, usages exactly {digital signature, key encipherment, server
 auth} or {digital signature, server auth}. The kubelet's certificate manager asks for the first
 set with an RSA key and the second otherwise (pkg/kubelet/certificate/kubelet.go), so key
-encipherment is accepted with RSA only. On top of that the names and addresses must be the
-Node's own, which only the writer of the Node's addresses can vouch for, and no other Node's: a
-node may write its own status (NodeRestriction allows it), so an address it copied from another
-Node must not be certified for it.
+encipherment is accepted with RSA only. Then the operator's policy (`Policy`): every IP SAN in
+one of the allowed prefixes, `spec.expirationSeconds` within the bound, as kubelet-csr-approver
+checks them. On top of that the names and addresses must be the Node's own, which only the
+writer of the Node's addresses can vouch for, and no other Node's: a node may write its own
+status (NodeRestriction allows it), so an address it copied from another Node must not be
+certified for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Literal
 
 from local_ccm.csr.core.claims import Claims
-from local_ccm.csr.core.model import NODE_USER_PREFIX, NODES_GROUP, SIGNER, Csr, Node, Request
+from local_ccm.csr.core.model import (
+    NODE_USER_PREFIX,
+    NODES_GROUP,
+    SIGNER,
+    Csr,
+    Node,
+    Policy,
+    Request,
+)
+from local_ccm.gosyntax import format_go_duration
 from local_ccm.records import dataclass
 
 Kind = Literal["approve", "deny", "wait", "skip"]
@@ -27,6 +38,7 @@ RSA_USAGES: Final = SERVER_USAGES | {"key encipherment"}
 CURVES: Final = frozenset({"secp256r1", "secp384r1"})
 MIN_RSA_BITS: Final = 2048
 INVALID_REQUEST: Final = "not a valid PKCS#10 request"
+DEFAULT_POLICY: Final = Policy()
 
 
 @dataclass(frozen=True)
@@ -107,6 +119,29 @@ REQUEST_CHECKS: Final[Sequence[Check]] = (
 )  # fmt: skip
 
 
+def check_ip_prefixes(csr: Csr, req: Request, policy: Policy) -> Decision | None:
+    if not policy.ip_prefixes:
+        return None
+    for ip in req.ip_addresses:
+        if not any(ip in prefix for prefix in policy.ip_prefixes):
+            allowed = ", ".join(str(p) for p in policy.ip_prefixes)
+            return _deny("ip_prefix", f"IP SAN {ip} is in none of --csr-ip-prefixes {allowed}")
+    return None
+
+
+def check_expiration(csr: Csr, req: Request, policy: Policy) -> Decision | None:
+    asked, bound = csr.expiration_seconds, policy.max_expiration
+    if asked is None or not bound or asked <= bound:
+        return None  # without expirationSeconds the signer's own duration applies
+    return _deny("expiration", f"spec.expirationSeconds {asked} ({format_go_duration(asked)}) "
+                 f"is more than --csr-max-expiration {format_go_duration(bound)}")  # fmt: skip
+
+
+POLICY_CHECKS: Final[Sequence[Callable[[Csr, Request, Policy], Decision | None]]] = (
+    check_ip_prefixes, check_expiration,
+)  # fmt: skip
+
+
 def check_node(csr: Csr, node: Node | None) -> Decision | None:
     """Wait for a Node that is not there yet or not initialised (its addresses are not final)."""
     if node is None:
@@ -149,20 +184,29 @@ def check_claims(req: Request, node: Node, claims: Claims) -> Decision | None:
 
 
 def decide(
-    csr: Csr, req: Request | None, node: Node | None, claims: Claims | None = None
+    csr: Csr,
+    req: Request | None,
+    node: Node | None,
+    policy: Policy = DEFAULT_POLICY,
+    claims: Claims | None = None,
 ) -> Decision:
-    """The decision for `csr` (`req` None: unparsable), given its requester's Node and which
-    Nodes show which addresses and names (`claims`)."""
+    """The decision for `csr` (`req` None: unparsable), given its requester's Node, the
+    operator's `policy` and which Nodes show which addresses and names (`claims`)."""
     if csr.signer != SIGNER or csr.decided:
         return Decision("skip", "not_ours" if csr.signer != SIGNER else "decided", "")
     if req is None:
         return _deny("invalid_request", INVALID_REQUEST)
-    for check in REQUEST_CHECKS:
-        if found := check(csr, req):
-            return found
+    found = _first(check(csr, req) for check in REQUEST_CHECKS)
+    if found := found or _first(check(csr, req, policy) for check in POLICY_CHECKS):
+        return found
     if waiting := check_node(csr, node):
         return waiting
     assert node is not None  # check_node waits otherwise
     if found := check_addresses(req, node) or check_claims(req, node, claims or Claims([node])):
         return found
     return Decision("approve", "matches_node", f"names and addresses match Node {node.name!r}")
+
+
+def _first(found: Iterable[Decision | None]) -> Decision | None:
+    """The first check that found something (the checks run lazily, in order)."""
+    return next((d for d in found if d is not None), None)

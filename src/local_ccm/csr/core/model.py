@@ -16,7 +16,10 @@ SIGNER: Final = "kubernetes.io/kubelet-serving"
 NODE_USER_PREFIX: Final = "system:node:"
 NODES_GROUP: Final = "system:nodes"
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 KeyKind = Literal["rsa", "ecdsa", "ed25519", "other"]
+# kubelet-csr-approver's default and ceiling for spec.expirationSeconds (its --max-expiration-sec)
+DEFAULT_MAX_EXPIRATION: Final = 367 * 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -25,7 +28,7 @@ class Request:
 
     common_names: tuple[str, ...]
     organizations: tuple[str, ...]
-    other_subject: tuple[str, ...]  # any other subject attribute, as "OID=value"
+    other_subject: tuple[str, ...]  # any other subject attribute, as "OU=value" (short name)
     dns_names: tuple[str, ...]
     ip_addresses: tuple[IPAddress, ...]
     emails: tuple[str, ...]
@@ -48,6 +51,7 @@ class Csr:
     usages: tuple[str, ...] = ()
     decided: bool = False  # has an Approved or Denied condition
     request: bytes = b""  # spec.request, PEM
+    expiration_seconds: int | None = None  # spec.expirationSeconds; None: the signer decides
 
     @property
     def node_name(self) -> str:
@@ -66,6 +70,14 @@ class Node:
     initialised: bool
     ips: frozenset[IPAddress]
     dns_names: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The operator's limits on top of the Node's own names and addresses."""
+
+    ip_prefixes: tuple[IPNetwork, ...] = ()  # --csr-ip-prefixes; empty: no restriction
+    max_expiration: float = DEFAULT_MAX_EXPIRATION  # --csr-max-expiration, seconds; 0: none
 
 
 _IP_TYPES = ("InternalIP", "ExternalIP")
@@ -89,7 +101,12 @@ def project_csr(obj: Mapping[str, Any]) -> Csr:
         signer=str(spec.get("signerName", "")), username=str(spec.get("username", "")),
         groups=tuple(spec.get("groups") or ()), usages=tuple(spec.get("usages") or ()),
         decided=_conditions_decided(obj.get("status") or {}), request=request,
+        expiration_seconds=_int_or_none(spec.get("expirationSeconds")),
     )  # fmt: skip
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _parsed_ips(texts: Iterable[str]) -> frozenset[IPAddress]:
