@@ -69,8 +69,17 @@ def test_units_for_maps_binaries_to_their_build() -> None:
         "etcd": ("etcd",),
     }
     assert set(binaries.units_for(None)) == {
-        "kubernetes", "kubernetes-policy-minimum", "etcd", "kwok", "helm",
+        "kubernetes", "kubernetes-policy-minimum", "kubernetes-node", "etcd", "kwok", "helm",
     }  # fmt: skip
+
+
+def test_the_node_binaries_build_from_the_control_plane_pin_in_a_unit_of_their_own() -> None:
+    assert binaries.units_for(["kubelet", "kubectl"]) == {"kubernetes-node": ("kubelet", "kubectl")}
+    assert recipes.UNITS["kubernetes-node"].pin == recipes.UNITS["kubernetes"].pin
+    assert gobuild.version_command("kubectl") == ["version", "--client"]
+    assert gobuild.version_problem("kubectl", "v1.37.1", "Client Version: v1.37.1\n") is None
+    assert gobuild.version_problem("kubelet", "v1.37.1", "Kubernetes v1.37.1\n") is None
+    assert gobuild.version_problem("kube-scheduler", "v1.37.1", "Kubernetes v1.36.0") is not None
 
 
 def test_the_policy_minimum_apiserver_is_its_own_unit_under_its_own_name() -> None:
