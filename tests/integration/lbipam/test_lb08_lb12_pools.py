@@ -69,7 +69,7 @@ def test_lb08_conflicts_are_named_and_do_not_stop_the_pool(
                timeout=SETTLE, message="the conflict clears with the other pool gone")  # fmt: skip
 
 
-@pytest.mark.parametrize(("data", "first"), [({}, ".0"), ({"search-order": "desc"}, ".3")])
+@pytest.mark.parametrize(("data", "first"), [({}, ".1"), ({"search-order": "desc"}, ".3")])
 def test_lb09_kube_vip_configmap_pools(
     space: lb.Space, start_lb: StartLb, kube: Client, data: dict[str, str], first: str
 ) -> None:
@@ -80,9 +80,10 @@ def test_lb09_kube_vip_configmap_pools(
     kube.create(CONFIGMAPS, body, namespace=space.name)
     start_lb(f"--lb-kubevip-configmap={space.name}/kubevip")
     space.service("vip")
-    assert lb.allocated(space, "vip") == [f"{net}{first}"]  # kube-vip keeps a CIDR's ends
+    assert lb.allocated(space, "vip") == [f"{net}{first}"]  # kube-vip never gives .0
     # a change of the ConfigMap applies without a restart
-    kube.patch(CONFIGMAPS, "kubevip", {"data": {f"range-{space.name}": f"{net}.100-{net}.100"}},
+    more = f"{net}.0/30,{net}.100/32"
+    kube.patch(CONFIGMAPS, "kubevip", {"data": {f"cidr-{space.name}": more}},
                patch_type="merge", namespace=space.name)  # fmt: skip
     space.service("more", annotations={"kube-vip.io/loadbalancerIPs": f"{net}.100"})
     assert lb.allocated(space, "more") == [f"{net}.100"]

@@ -72,14 +72,14 @@ class Problem:
 Decision = Allocation | Problem
 
 
-def _holder(request: ServiceRequest, pool: Pool | None) -> Holder:
+def _holder(request: ServiceRequest, pool: Pool | None, version: int) -> Holder:
     if request.sharing_key:
-        group: str | None = f"key:{request.sharing_key}"
-    elif pool is not None and pool.allow_share:
-        group = f"pool:{pool.name}"
-    else:
-        group = None
-    return Holder(request.key, group, request.ports)
+        return Holder(request.key, f"key:{request.sharing_key}", request.ports)
+    if pool is not None and pool.shares(request.namespace, version):
+        # kube-vip's allow-share compares port numbers only, whatever the protocol
+        numbers = frozenset(("", number) for _, number in request.ports)
+        return Holder(request.key, f"pool:{pool.name}", numbers)
+    return Holder(request.key, None, request.ports)
 
 
 def _pool_of(address: IPAddress, pools: Sequence[Pool]) -> Pool | None:
@@ -118,7 +118,7 @@ def _held(
     held = {}
     for address in request.current:
         pool = _pool_of(address, selecting) or _pool_of(address, every)
-        holder = _holder(request, pool)
+        holder = _holder(request, pool, address.version)
         before = next((h for h in ledger.holders(address) if h.service == request.key), None)
         if pool is None and before is not None and holder.group is None:
             holder = before
@@ -182,7 +182,7 @@ def _place_requested(
         pool = _pool_of(address, selecting)
         if pool is None:
             return Problem("AddressNotInPool", f"{address} is in no pool that selects the Service")
-        holder = _holder(request, pool)
+        holder = _holder(request, pool, address.version)
         reason = clash(holder, ledger.holders(address))
         if reason is not None:
             return Problem(reason, _clash_message(reason, address, ledger))
@@ -237,7 +237,7 @@ def _join_group(
 def _join_in_pool(
     request: ServiceRequest, version: int, pool: Pool, ledger: Ledger
 ) -> Placement | None:
-    holder = _holder(request, pool)
+    holder = _holder(request, pool, version)
     if holder.group is None:
         return None
     for address in ledger.group_addresses(holder.group, version):
@@ -252,7 +252,7 @@ def _first_free(
     """Pools in order; in a pool that shares without a key (kube-vip's allow-share) an address
     its Services already use comes first, as kube-vip packs them; then the first free one."""
     for pool in selecting:
-        if pool.allow_share and not request.sharing_key:
+        if pool.shares(request.namespace, version) and not request.sharing_key:
             joined = _join_in_pool(request, version, pool, ledger)
             if joined is not None:
                 return joined
@@ -262,7 +262,7 @@ def _first_free(
                 span, descending=pool.descending, avoid_buggy=pool.avoid_buggy_ips
             )
             if address is not None:
-                return Placement(address, pool.name, _holder(request, pool))
+                return Placement(address, pool.name, _holder(request, pool, version))
     return None
 
 
@@ -287,7 +287,7 @@ def build_ledger(
     for request in requests:
         kept = []
         for address in request.current:
-            holder = _holder(request, _pool_of(address, all_pools))
+            holder = _holder(request, _pool_of(address, all_pools), address.version)
             if clash(holder, ledger.holders(address)) is None:
                 kept.append((address, holder))
             else:

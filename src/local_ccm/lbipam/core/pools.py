@@ -78,9 +78,11 @@ class Pool:
 
     `namespaces` None means every namespace; `excluded_namespaces` drops some (a kube-vip
     global pool does not serve a namespace that has a pool of its own). `allow_share` lets
-    Services of the pool share an address without a sharing key (kube-vip's allow-share).
+    Services of the pool share an IPv4 address without a sharing key (kube-vip's allow-share,
+    which shares IPv4 only), except in the namespaces of `allow_share_except`, where the
+    answer is the opposite (kube-vip's `allow-share-<namespace>` on the global pool).
     `avoid_buggy_ips` takes every IPv4 address ending in .0 or .255 out of the pool
-    (MetalLB's avoidBuggyIPs).
+    (MetalLB's avoidBuggyIPs; kube-vip-cloud-provider always skips them).
     """
 
     name: str
@@ -94,6 +96,7 @@ class Pool:
     allow_share: bool = False
     descending: bool = False
     avoid_buggy_ips: bool = False
+    allow_share_except: frozenset[str] = frozenset()
 
     @property
     def families(self) -> tuple[int, ...]:
@@ -109,6 +112,11 @@ class Pool:
         if self.avoid_buggy_ips and is_buggy(version, value):
             return False
         return any(r.version == version and r.first <= value <= r.last for r in self.ranges)
+
+    def shares(self, namespace: str, version: int) -> bool:
+        """Whether a Service of `namespace` may share a `version` address of this pool with
+        the pool's other sharing Services without a sharing key."""
+        return version == 4 and self.allow_share != (namespace in self.allow_share_except)
 
     def selects(
         self, labels: Mapping[str, str], namespace: str, namespace_labels: Mapping[str, str]
