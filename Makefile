@@ -94,6 +94,11 @@ test-bins: $(VENV)/bin/local-ccm ## build the control-plane binaries from the Go
 test-integration: test-bins image ## integration tier against a real kube-apiserver + etcd
 	$(PY) -m pytest -m integration
 
+# Runs where `make test` runs it: inside `unshare --net` with only lo.
+.PHONY: test-realnode
+test-realnode: test-bins image ## real-node tier: a kubelet + containerd node per module (root, cgroup v1)
+	unshare --net sh -c 'ip link set lo up && exec $(PY) -m pytest -m realnode'
+
 .PHONY: test
 # The image is built before pytest starts: building it needs Debian's archive, the tests have
 # no network.

@@ -21,6 +21,12 @@ pytest_plugins = [
     "tests.support.agent_fixtures",
 ]
 TESTS_DIR = Path(__file__).resolve().parent
+# Tiers whose tests skip on a machine that cannot run them, and what such a machine needs.
+STRICT_TIERS = {
+    "realnode": "run as root on a cgroup v1 machine after `make setup` (containerd, runc, "
+    "the CNI plugins, gcc).",
+    "netns": "run as root with iproute2 installed.",
+}
 
 # Property tests assert behaviour, never speed: no per-example deadline (a loaded 2-core CI
 # machine would otherwise fail them at random), and in CI the examples are derandomized so a
@@ -82,17 +88,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """Under CI=true or --require-all-tiers, a skipped netns test is an error."""
+    """Under CI=true or --require-all-tiers, a skipped netns or realnode test is an error."""
     rep = yield
     strict = tiers.strict_tiers(
         bool(item.config.getoption("--require-all-tiers")), os.environ.get("CI")
     )
-    if rep.skipped and strict and item.get_closest_marker("netns") is not None:
+    tier = next((t for t in STRICT_TIERS if item.get_closest_marker(t) is not None), None)
+    if rep.skipped and strict and tier is not None:
         reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
         rep.outcome = "failed"
         rep.longrepr = (
-            f"netns-tier test could not run: {reason}\n"
-            "Under CI=true or --require-all-tiers this is an error, not a skip: run as root "
-            "with iproute2 installed."
+            f"{tier}-tier test could not run: {reason}\n"
+            "Under CI=true or --require-all-tiers this is an error, not a skip: "
+            + STRICT_TIERS[tier]
         )
     return rep

@@ -30,6 +30,16 @@ HARMLESS_CONTROLLERS = (
     "root-ca-certificate-publisher-controller",
 )
 NODE_LIFECYCLE_CONTROLLERS = ("node-lifecycle-controller", "taint-eviction-controller")
+# The real-node tier's own plane (tests/realnode): the not-ready taint goes when the kubelet
+# reports Ready, DaemonSets and Deployments get Pods, and kubelet certificates are signed.
+REAL_NODE_CONTROLLERS = (
+    *HARMLESS_CONTROLLERS,
+    "node-lifecycle-controller",
+    "daemonset-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "certificatesigningrequest-signing-controller",
+)
 
 
 @dataclass(frozen=True)
@@ -144,6 +154,14 @@ def node_lifecycle_kcm_extra() -> tuple[str, ...]:
     return ("--node-monitor-period=2s", "--node-monitor-grace-period=20s")
 
 
+def real_node_kcm_extra(signing_cert: Path, signing_key: Path) -> tuple[str, ...]:
+    """The CA that signs kubelet certificates (the apiserver's client CA, as kubeadm does)."""
+    return (
+        f"--cluster-signing-cert-file={signing_cert}",
+        f"--cluster-signing-key-file={signing_key}",
+    )
+
+
 _FLAG = re.compile(r"^--([a-z0-9-]+)")
 
 
@@ -169,4 +187,5 @@ def apiserver_flags_used() -> list[str]:
 def kcm_flags_used() -> list[str]:
     sample = KcmSettings(_sample_path("kc"), 1, _sample_path("d"), _sample_path("ca"))
     flags = flag_names(kcm_args(_sample_path("kcm"), sample))
-    return flags + flag_names(["kcm", *node_lifecycle_kcm_extra()])
+    signer = real_node_kcm_extra(_sample_path("ca.crt"), _sample_path("ca.key"))
+    return flags + flag_names(["kcm", *node_lifecycle_kcm_extra(), *signer])

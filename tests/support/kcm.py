@@ -45,8 +45,9 @@ def start_kcm(
 
 
 def wait_healthz(child: Child, port: int) -> None:
-    """KCM's /healthz on its secure port (always allowed without authentication)."""
-    # KCM serves a self-signed certificate from its --cert-dir; this is a loopback liveness
+    """/healthz on the secure port of KCM (or kube-scheduler: the same server), always allowed
+    without authentication."""
+    # It serves a self-signed certificate from its --cert-dir; this is a loopback liveness
     # probe of a process we started, so the certificate is not verified.
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
@@ -64,7 +65,7 @@ def wait_healthz(child: Child, port: int) -> None:
             conn.close()
         if child.exited() is not None or time.monotonic() >= deadline:
             raise StartupError(
-                f"kube-controller-manager: /healthz not ok within {READY_TIMEOUT:.0f} s "
+                f"{child.name}: /healthz not ok within {READY_TIMEOUT:.0f} s "
                 f"(exit code {child.exited()}); last log lines:\n{tail(child.log_path, 50)}"
             )
         time.sleep(0.2)

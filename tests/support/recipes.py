@@ -268,7 +268,7 @@ def verify_binary(binary: str, path: Path, pin: str) -> str:
     if binary == "kube-apiserver":
         _check_help(path, cpargs.apiserver_flags_used(), cpargs.ADMISSION_PLUGINS)
     elif binary == "kube-controller-manager":
-        controllers = (*cpargs.HARMLESS_CONTROLLERS, *cpargs.NODE_LIFECYCLE_CONTROLLERS)
+        controllers = (*cpargs.NODE_LIFECYCLE_CONTROLLERS, *cpargs.REAL_NODE_CONTROLLERS)
         _check_help(path, cpargs.kcm_flags_used(), controllers)
     return out.strip()
 

@@ -6,8 +6,28 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-TIER_DIRS = {"unit": "unit", "netns": "netns", "integration": "integration", "bench": "bench"}
-DEFAULT_TIMEOUT = {"unit": 5.0, "netns": 30.0, "integration": 60.0, "bench": 900.0}
+TIER_DIRS = {
+    "unit": "unit",
+    "netns": "netns",
+    "integration": "integration",
+    "realnode": "realnode",
+    "bench": "bench",
+}
+# In order of weight: the heaviest marker of a test decides what it needs. The real-node tier's
+# node starts in module fixtures, which the timeout does not cover (timeout_func_only); a test
+# itself may wait for a Pod to start and a Node to be initialised.
+DEFAULT_TIMEOUT = {
+    "unit": 5.0,
+    "netns": 30.0,
+    "integration": 60.0,
+    "realnode": 300.0,
+    "bench": 900.0,
+}
+# What a real node needs besides a plane: the kubelet, the scheduler and KCM (taints, Pods of
+# DaemonSets, certificate signing), and helm for the chart.
+REAL_NODE_COMPONENTS = frozenset(
+    {"etcd", "kube-apiserver", "kube-controller-manager", "kubelet", "kube-scheduler", "helm"}
+)
 # Starting kwok nodes or waiting for KCM's effects takes longer than a plain API round trip.
 SLOW_MARKERS = ("kcm", "kwok")
 SLOW_INTEGRATION_TIMEOUT = 120.0
@@ -32,6 +52,8 @@ def needed_components(
     needs: set[str] = set()
     if tier in ("integration", "bench") or names & {"control_plane", "node_lifecycle_plane"}:
         needs |= {"etcd", "kube-apiserver"}
+    if tier == "realnode":
+        needs |= REAL_NODE_COMPONENTS
     if "kcm" in marks or names & {"kcm", "node_lifecycle_plane"}:
         needs.add("kube-controller-manager")
     if "kwok" in marks or "kwok" in names:

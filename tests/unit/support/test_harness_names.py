@@ -71,6 +71,14 @@ def test_needed_components_follow_tier_markers_and_fixtures() -> None:
     assert tiers.needed_components("unit", [], ["helm_binary"]) == {"helm"}
 
 
+def test_the_realnode_tier_needs_the_node_binaries_and_helm() -> None:
+    assert tiers.tier_of(("realnode", "test_e01_node_init.py")) == "realnode"
+    assert tiers.needed_components("realnode", ["realnode"], []) == {
+        "etcd", "kube-apiserver", "kube-controller-manager", "kubelet", "kube-scheduler", "helm",
+    }  # fmt: skip
+    assert tiers.default_timeout("realnode", ["realnode"]) == 300
+
+
 def test_ci_true_or_the_option_makes_tiers_strict() -> None:
     assert tiers.strict_tiers(False, "true")
     assert tiers.strict_tiers(True, None)

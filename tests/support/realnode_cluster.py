@@ -1,0 +1,145 @@
+"""A cluster of one real node for a test module of the real-node tier (tests/realnode).
+
+Each cluster has a plane of its own (tests/support/dedicated.py): the shared plane's tests make
+Nodes by hand, and a scheduler, the node-lifecycle controller or a real kubelet there would
+disturb them, as their IPAM and lifecycle controllers would disturb the real node. On it run
+kube-controller-manager with what a node needs (:data:`cpargs.REAL_NODE_CONTROLLERS`: the
+not-ready taint goes at Ready, DaemonSets get Pods, the client CA signs kubelet certificates)
+and kube-scheduler; then the node (tests/support/realnode.py), with the pause image and the
+project's image (`make image`) imported into its containerd.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from local_ccm.kube.client import Client
+from tests.support import cpargs
+from tests.support import nodeconf as nc
+from tests.support.binaries import Binaries, cache_dir
+from tests.support.cgroup import MOUNTINFO, v1_cpu_hierarchy
+from tests.support.controlplane import ControlPlane
+from tests.support.dedicated import dedicated_plane
+from tests.support.kcm import start_kcm
+from tests.support.oci import REPO, image_archive, image_ref
+from tests.support.pause import ensure_pause_image
+from tests.support.realnode import NODE_BASE, NodeSpec, RealNode, real_node
+from tests.support.scheduler import start_scheduler
+
+FIELD_MANAGER = "local-ccm-realnode-test"
+# The project's image is imported under a name no registry serves, so a Pod that runs it can
+# only have found it in the node's containerd.
+IMAGE_REPOSITORY = "local-ccm.test/local-ccm"
+COMMANDS = ("ip", "setpriv", "nsenter", "unshare", "bash", "containerd", "ctr", "runc", "gcc",
+            "iptables", "conntrack", "ebtables", "ethtool", "socat")  # fmt: skip
+CNI_PLUGINS = ("bridge", "host-local", "loopback")
+COUNTER = pytest.StashKey[Iterator[int]]()
+
+
+@dataclass(frozen=True)
+class Cluster:
+    plane: ControlPlane
+    node: RealNode
+    kube: Client  # admin
+    registered: dict[str, Any]  # the Node as it was when it first reported Ready
+
+    @property
+    def image(self) -> tuple[str, str]:
+        """(repository, tag) of the project's image in the node's containerd."""
+        return IMAGE_REPOSITORY, image_ref()
+
+
+def missing_prerequisites() -> list[str]:
+    """What this machine lacks for a real node (scripts/setup.sh installs the packages)."""
+    missing = [] if os.geteuid() == 0 else ["root (namespaces, cgroups, mounts)"]
+    missing += [f"`{c}` on PATH" for c in COMMANDS if shutil.which(c) is None]
+    missing += [
+        str(nc.CNI_BINARIES / p) for p in CNI_PLUGINS if not (nc.CNI_BINARIES / p).is_file()
+    ]
+    if v1_cpu_hierarchy(MOUNTINFO.read_text()) is None:
+        missing.append("cgroup v1 (the tier runs the kubelet with failCgroupV1: false)")
+    return missing
+
+
+def require_real_node() -> None:
+    """Skip (an error under CI=true, tests/conftest.py) without the prerequisites; fail without
+    the image archive, as the image tests do."""
+    if missing := missing_prerequisites():
+        pytest.skip("realnode: missing " + ", ".join(missing))
+    if not image_archive().exists():
+        pytest.fail(f"no {image_archive().relative_to(REPO)}: run `make image` (`make test` does)",
+                    pytrace=False)  # fmt: skip
+
+
+def write_signer(plane: ControlPlane) -> tuple[Path, Path]:
+    """The client CA's certificate and key, for KCM's signer of kubelet certificates."""
+    ca = plane.pki.client_ca
+    cert, key = plane.workdir / "pki" / "signer.crt", plane.workdir / "pki" / "signer.key"
+    cert.write_bytes(ca.cert_pem)
+    key.touch(mode=0o600)
+    key.write_bytes(ca.key_pem)
+    return cert, key
+
+
+def node_number(config: pytest.Config) -> int:
+    """1, 2, ... per pytest process: the ``<n>`` of ``lcrn-<pid>-<n>``."""
+    counter: Iterator[int] = config.stash.setdefault(COUNTER, itertools.count(1))
+    return next(counter)
+
+
+@contextmanager
+def realnode_cluster(
+    config: pytest.Config,
+    binaries: Binaries,
+    *,
+    node_ip: bool = False,
+    server_tls_bootstrap: bool = False,
+) -> Iterator[Cluster]:
+    """A plane, KCM, the scheduler and one Ready node; all stopped and removed on exit."""
+    require_real_node()
+    with dedicated_plane(config, binaries, "realnode-plane") as plane:
+        start_kcm(plane, binaries, controllers=cpargs.REAL_NODE_CONTROLLERS,
+                  extra=cpargs.real_node_kcm_extra(*write_signer(plane)))  # fmt: skip
+        start_scheduler(plane, binaries)
+        names = nc.NodeNames(os.getpid(), node_number(config), NODE_BASE)
+        spec = node_spec(plane, binaries, names, node_ip=node_ip,
+                         server_tls_bootstrap=server_tls_bootstrap)  # fmt: skip
+        with (
+            Client.from_kubeconfig(plane.admin_kubeconfig, field_manager=FIELD_MANAGER) as kube,
+            real_node(spec, names) as node,
+        ):
+            yield Cluster(plane, node, kube, node.wait_ready(kube))
+
+
+def node_spec(
+    plane: ControlPlane,
+    binaries: Binaries,
+    names: nc.NodeNames,
+    *,
+    node_ip: bool = False,
+    server_tls_bootstrap: bool = False,
+) -> NodeSpec:
+    """The node ``names.tag`` of ``plane``: a client certificate for ``system:node:<tag>``,
+    logs beside the plane's, the pause image and the project's image to import."""
+    project = nc.ImageImport(image_archive(), IMAGE_REPOSITORY)
+    return NodeSpec(
+        name=names.tag,
+        api_port=plane.http.port,
+        kubeconfig=plane.user_kubeconfig(f"system:node:{names.tag}", ["system:nodes"]),
+        client_ca=plane.workdir / "pki" / "client-ca.crt",
+        kubelet=binaries.path("kubelet"),
+        pause=ensure_pause_image(cache_dir(os.environ)),
+        logs=plane.logs_dir.parent / f"realnode-{names.tag}",
+        images=(project,),
+        node_ip=node_ip,
+        server_tls_bootstrap=server_tls_bootstrap,
+    )
