@@ -1,0 +1,69 @@
+"""The project's chart on a real node: packaged as `make release` packages it
+(scripts/release.py's ``chart``), installed with the real helm, the image taken from the node's
+containerd (``imagePullPolicy: Never``, the repository and tag it was imported under)."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+
+from tests.support.chart import REPO, helm
+from tests.support.realnode_cluster import Cluster
+
+RELEASE = "local-ccm"
+NAMESPACE = "kube-system"
+INSTALL_TIMEOUT = "5m"
+
+
+def _release_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("release_script", REPO / "scripts" / "release.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def package_chart(out: Path, helm_binary: Path) -> Path:
+    """``helm package charts/local-ccm`` into ``out``, exactly as `make release` does."""
+    return Path(_release_script().chart(out, helm_binary))
+
+
+def node_values(cluster: Cluster) -> dict[str, Any]:
+    """What every install on the real node sets: the imported image, the API server through the
+    node's loopback relay (no kube-proxy makes the `kubernetes` Service reachable), and the
+    InternalIP by route lookup toward the node's gateway. The lifecycle controller is off: its
+    Deployment is not what these scenarios are about and would cost two more Pods."""
+    repository, tag = cluster.image
+    return {
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+        "apiServer": {"host": "127.0.0.1", "port": cluster.node.spec.api_port},
+        "ipDetection": {"internalIPTarget": cluster.node.gateway, "externalIPTarget": ""},
+        "nodeLifecycleController": {"enabled": False},
+    }
+
+
+def install_chart(
+    cluster: Cluster, helm_binary: Path, chart: Path, values: Mapping[str, Any]
+) -> float:
+    """``helm install --wait`` of the packaged ``chart``; returns the seconds it took."""
+    with helm(helm_binary) as h:
+        values_file = h.home / "values.yaml"
+        values_file.write_text(yaml.safe_dump(dict(values)))
+        started = time.monotonic()
+        result = h.run(
+            "install", RELEASE, str(chart), "--namespace", NAMESPACE,
+            "--kubeconfig", str(cluster.plane.admin_kubeconfig), "-f", str(values_file),
+            "--wait", "--timeout", INSTALL_TIMEOUT, timeout=360,
+        )  # fmt: skip
+        seconds = time.monotonic() - started
+    if result.code != 0:
+        raise AssertionError(f"helm install failed ({result.code}):\n{result.output}\n"
+                             f"{cluster.node.tails()}")  # fmt: skip
+    return seconds
