@@ -1,23 +1,29 @@
 """The four binaries as processes, in the faults an operator meets first: SIGTERM while the
-API server hangs during start-up, a listen address that cannot be bound, and run-once against a
-hung API server. Each binary is its real console script, started like a Deployment or DaemonSet
-would start it.
+API server hangs during start-up (the permission check, a Lease attempt, the informers), a
+listen address that cannot be bound, and run-once against a hung API server. Each binary is its
+real console script, started like a Deployment or DaemonSet would start it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
+from local_ccm.kube.client import Client
+from tests.support import resources as r
 from tests.support.agent_process import UNPRIVILEGED, copy_kubeconfig, private_dir
 from tests.support.controlplane import ControlPlane
+from tests.support.gate import ApiGate, gated_kubeconfig
 from tests.support.hung import HungServer
 from tests.support.processes import Child, free_port, spawn, tail
 from tests.support.waiting import eventually
@@ -52,6 +58,7 @@ MANAGER = Binary(
     ("--metrics-bind-address=0", "--health-probe-bind-address=0", "--ping-count=0"),
 )
 BINARIES = (AGENT, LIFECYCLE, IPAM, MANAGER)
+SETTLE = 1.0  # how long a binary waits on the hang before the signal
 
 
 def _start(binary: Binary, argv: Sequence[str], log: Path) -> Child:
@@ -66,13 +73,43 @@ def _exit_code(child: Child, timeout: float) -> int | None:
 
 
 # ------------------------------------------------------------------ SIGTERM during start-up
-@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
-@pytest.mark.parametrize("binary", BINARIES, ids=lambda b: b.name)
-def test_sigterm_while_the_start_up_check_hangs_exits_0_at_once(
-    binary: Binary, tls: bool, test_artifacts: Path
+def _manager_with(*controllers: str) -> Binary:
+    return Binary(MANAGER.name, (*MANAGER.quiet, f"--controllers={','.join(controllers)}"))
+
+
+# The manager with every controller set: `*` (the controllers on by default), all four named,
+# and the two that no other binary runs, alone.
+MANAGERS = (
+    MANAGER,
+    _manager_with("node-lifecycle", "node-ipam", "kubelet-serving-approver", "service-lb-ipam"),
+    _manager_with("kubelet-serving-approver"),
+    _manager_with("service-lb-ipam"),
+)
+HANGS = {  # HungServer's arguments: where the first request hangs
+    "http": {"tls": False},  # waiting for the answer
+    "https": {"tls": True},  # waiting for the answer, after the handshake
+    "tls-handshake": {"tls": True, "handshake": False},  # inside the TLS handshake
+}
+SIGNALS = [
+    *((hang, signal.SIGTERM) for hang in HANGS),
+    ("tls-handshake", signal.SIGINT),
+]
+
+
+def _binary_id(binary: Binary) -> str:
+    chosen = [a.split("=", 1)[1] for a in binary.quiet if a.startswith("--controllers=")]
+    return f"{binary.name}[{chosen[0]}]" if chosen else binary.name
+
+
+@pytest.mark.parametrize(("hang", "sig"), SIGNALS, ids=lambda v: getattr(v, "name", v))
+@pytest.mark.parametrize("binary", [AGENT, LIFECYCLE, IPAM, *MANAGERS], ids=_binary_id)
+def test_a_signal_while_the_start_up_check_hangs_exits_0_at_once(
+    binary: Binary, hang: str, sig: signal.Signals, test_artifacts: Path
 ) -> None:
+    """SIGTERM (or SIGINT) about a second after start, while the first request hangs: in the
+    API server's silence, in the TLS handshake, or before the TCP connection is even read."""
     log = test_artifacts / f"{binary.name}.log"
-    with HungServer(test_artifacts, tls=tls) as hung:
+    with HungServer(test_artifacts, **HANGS[hang]) as hung:
         argv = binary.argv(hung.kubeconfig)
         if binary is IPAM:
             argv.append(f"--health-probe-address=127.0.0.1:{free_port()}")
@@ -83,16 +120,111 @@ def test_sigterm_while_the_start_up_check_hangs_exits_0_at_once(
                 timeout=20,
                 message="the start-up permission check reached the hung API server",
             )
+            time.sleep(SETTLE)  # well inside the request's own timeout
             assert child.exited() is None, tail(log)
             sent = time.monotonic()
-            child.proc.send_signal(signal.SIGTERM)
-            code = _exit_code(child, STOP_WITHIN)
+            child.proc.send_signal(sig)
+            code = _exit_code(child, STOP_WITHIN + 10)
             took = time.monotonic() - sent
         finally:
             child.stop(grace=5)
-    assert code == 0, f"still running {took:.1f}s after SIGTERM (or exit {code}):\n{tail(log)}"
-    assert took <= STOP_WITHIN
+    assert code == 0, f"exit {code} {took:.1f}s after {sig.name}:\n{tail(log)}"
+    assert took <= STOP_WITHIN, f"exit 0 only {took:.1f}s after {sig.name}:\n{tail(log)}"
     assert "Traceback" not in tail(log)
+
+
+# ------------------------------------------------------------------ SIGTERM in later steps
+OTHER = "another-holder"
+
+
+def _held_lease(kube: Client, namespace: str, name: str) -> None:
+    """A Lease another holder renewed just now, for an hour: a candidate stands by."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    spec = {"holderIdentity": OTHER, "leaseDurationSeconds": 3600, "acquireTime": now,
+            "renewTime": now}  # fmt: skip
+    kube.create(r.LEASES, {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                           "metadata": {"name": name, "namespace": namespace}, "spec": spec},
+                namespace=namespace)  # fmt: skip
+
+
+def _gated_argv(binary: Binary, kubeconfig: Path, *extra: str) -> list[str]:
+    argv = binary.argv(kubeconfig, *extra)
+    return [*argv, f"--health-probe-address=127.0.0.1:{free_port()}"] if binary is IPAM else argv
+
+
+@contextlib.contextmanager
+def _gated(control_plane: ControlPlane, directory: Path) -> Iterator[tuple[ApiGate, Path]]:
+    """A gate in front of the test apiserver, forwarding, and an admin kubeconfig through it."""
+    api = urlsplit(control_plane.api_url)
+    assert api.hostname
+    assert api.port
+    with ApiGate((api.hostname, api.port), mode="forward") as gate:
+        url, admin = control_plane.api_url, control_plane.admin_kubeconfig
+        yield gate, gated_kubeconfig(admin, url, gate, directory)
+
+
+def _hang_then_signal(gate: ApiGate, child: Child) -> tuple[int | None, float]:
+    """The API server stops answering (every connection cut, new ones hang); once the binary's
+    next request hangs, SIGTERM. Its exit code and how long it took."""
+    gate.mode = "hang"
+    seen = gate.connections
+    gate.cut()
+    eventually(lambda: gate.connections > seen, timeout=10, message="the next request hangs")
+    time.sleep(SETTLE)
+    assert child.exited() is None, tail(child.log_path)
+    sent = time.monotonic()
+    child.proc.send_signal(signal.SIGTERM)
+    code = _exit_code(child, STOP_WITHIN + 10)
+    return code, time.monotonic() - sent
+
+
+@pytest.mark.parametrize("binary", [LIFECYCLE, IPAM, MANAGER], ids=_binary_id)
+def test_sigterm_while_a_lease_attempt_hangs_exits_0_at_once(
+    binary: Binary,
+    control_plane: ControlPlane,
+    kube: Client,
+    test_namespace: str,
+    test_artifacts: Path,
+) -> None:
+    """A candidate standing by (another holder's Lease) whose next attempt meets an API server
+    that stopped answering: the attempt is abandoned, not waited for until its deadline."""
+    _held_lease(kube, test_namespace, "held")
+    namespace_flag = "leader-elect-namespace" if binary is IPAM else "namespace"
+    with _gated(control_plane, test_artifacts) as (gate, kubeconfig):
+        argv = _gated_argv(binary, kubeconfig, f"--{namespace_flag}={test_namespace}",
+                           "--leader-elect-resource-name=held")  # fmt: skip
+        child = _start(binary, argv, test_artifacts / f"{binary.name}.log")
+        try:
+            eventually(lambda: "campaigning for the lease" in tail(child.log_path), timeout=20,
+                       message="the binary campaigns")  # fmt: skip
+            code, took = _hang_then_signal(gate, child)
+        finally:
+            child.stop(grace=5)
+    assert code == 0, f"exit {code} {took:.1f}s after SIGTERM:\n{tail(child.log_path)}"
+    assert took <= STOP_WITHIN, f"exit 0 only {took:.1f}s after SIGTERM"
+    assert "became leader" not in tail(child.log_path, 400)
+    assert "Traceback" not in tail(child.log_path, 400)
+
+
+@pytest.mark.parametrize("binary", [LIFECYCLE, IPAM, MANAGER], ids=_binary_id)
+def test_sigterm_while_the_node_informer_hangs_exits_0_at_once(
+    binary: Binary, control_plane: ControlPlane, test_artifacts: Path
+) -> None:
+    """Started (--leader-elect=false), then the API server stops answering: the informers'
+    next list or watch hangs, and SIGTERM still ends the binary at once."""
+    with _gated(control_plane, test_artifacts) as (gate, kubeconfig):
+        argv = _gated_argv(binary, kubeconfig, "--leader-elect=false")
+        child = _start(binary, argv, test_artifacts / f"{binary.name}.log")
+        try:
+            eventually(lambda: "INFO local_ccm.cli running" in tail(child.log_path), timeout=20,
+                       message="the permission check passed")  # fmt: skip
+            time.sleep(SETTLE)  # the informers list and watch
+            code, took = _hang_then_signal(gate, child)
+        finally:
+            child.stop(grace=5)
+    assert code == 0, f"exit {code} {took:.1f}s after SIGTERM:\n{tail(child.log_path)}"
+    assert took <= STOP_WITHIN, f"exit 0 only {took:.1f}s after SIGTERM"
+    assert "Traceback" not in tail(child.log_path, 400)
 
 
 # ------------------------------------------------------------------ run-once's deadline

@@ -55,6 +55,15 @@ class ApiGate:
         for sock in held:
             _reset(sock)
 
+    def cut(self) -> None:
+        """Reset every forwarded connection: a client's next request opens a new one, which
+        meets the current mode (with "hang": an API server that stops answering mid-run)."""
+        with self._lock:
+            forwarded, self._open = list(self._open), set()
+        for sock in forwarded:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
     def __enter__(self) -> ApiGate:
         self._acceptor.start()
         return self
@@ -63,12 +72,15 @@ class ApiGate:
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
         with self._lock:
-            sockets = [*self._open, *self._held]
+            held, self._held = list(self._held), set()
+            sockets = [*self._open, *held]
         with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)
         for sock in sockets:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
+        for sock in held:  # nobody pumps them: the forwarded ones close when their pumps end
+            sock.close()
         self._acceptor.join(timeout=10)
         self._listener.close()
 

@@ -1,7 +1,7 @@
 """A "hung API server": a loopback listener that accepts connections (and, in TLS mode, completes
-the handshake) and reads what it is sent, but never answers. A kubeconfig pointing at it makes
-every request of a binary block until its own timeout, which is how an overloaded or wedged
-kube-apiserver looks from a client.
+the handshake unless told not to) and reads what it is sent, but never answers. A kubeconfig
+pointing at it makes every request of a binary block until its own timeout, which is how an
+overloaded or wedged kube-apiserver looks from a client.
 """
 
 from __future__ import annotations
@@ -22,10 +22,12 @@ class HungServer:
     """``with HungServer(directory, tls=True) as hung:`` then ``hung.kubeconfig``.
 
     ``requests`` counts connections on which at least one byte of a request arrived (after the
-    handshake in TLS mode): a binary has reached the hang once it is positive.
+    handshake in TLS mode): a binary has reached the hang once it is positive. With
+    ``handshake=False`` (TLS mode) the client's hello is read and never answered, so the client
+    hangs inside its TLS handshake; the first hello counts as the request.
     """
 
-    def __init__(self, directory: Path, *, tls: bool = False) -> None:
+    def __init__(self, directory: Path, *, tls: bool = False, handshake: bool = True) -> None:
         self.tls = tls
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
@@ -37,7 +39,7 @@ class HungServer:
         now = datetime.now(UTC)
         ca = pki.new_ca("hung-apiserver-ca", now)
         self._context: ssl.SSLContext | None = None
-        if tls:
+        if tls and handshake:
             self._context = _server_context(pki.issue_serving(ca, now))
         admin = pki.issue_client(ca, pki.ADMIN_USER, pki.ADMIN_GROUPS, now)
         text = pki.render_kubeconfig(
@@ -89,6 +91,8 @@ class HungServer:
         tb: TracebackType | None,
     ) -> None:
         self._closed.set()
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes accept(); close() alone does not
         self._listener.close()
         with self._lock:
             conns, self._conns = self._conns, []
