@@ -254,6 +254,17 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/* "true" when the lifecycle controller's Deployment runs on the host network: its own
+     hostNetwork, or node IPAM's when the controller manager hosts it. Pod CIDRs must exist
+     before a CNI that reads spec.podCIDRs starts, so the manager assigning them cannot wait
+     for a pod network (it would never start on a new cluster). */}}
+{{- define "local-ccm.nlc.hostNetwork" -}}
+{{- $ipam := and .Values.controllerManager.enabled .Values.nodeIpamController.enabled -}}
+{{- if or .Values.nodeLifecycleController.hostNetwork (and $ipam .Values.nodeIpamController.hostNetwork) -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{- define "local-ccm.nlc.podSecurityContext" -}}
 {{- $v := .Values.nodeLifecycleController -}}
 {{- if $v.podSecurityContext -}}
@@ -270,7 +281,7 @@ runAsUser: 65532
 runAsGroup: 65532
 seccompProfile:
   type: RuntimeDefault
-{{- if not $v.hostNetwork }}
+{{- if not (include "local-ccm.nlc.hostNetwork" .) }}
 # Unprivileged ICMP datagram sockets for every group; a safe sysctl.
 sysctls:
   - name: net.ipv4.ping_group_range

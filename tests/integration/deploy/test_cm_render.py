@@ -151,3 +151,38 @@ def test_approver_prefixes_with_host_bits_or_a_bad_duration_fail_the_render(
     )  # fmt: skip
     assert bad.code != 0
     assert "values don't meet the specifications of the schema" in bad.output
+
+
+NLC_OFF_HOST = {"nodeLifecycleController.hostNetwork": "false",
+                "nodeLifecycleController.controller.icmpMode": "datagram"}  # fmt: skip
+
+
+def pod_spec(objs: list[Obj]) -> Obj:
+    (deployment,) = select(objs, "Deployment")
+    spec: Obj = deployment["spec"]["template"]["spec"]
+    return spec
+
+
+def test_the_manager_hosting_node_ipam_runs_on_the_host_network(
+    chart_helm: Helm, kube_version: str
+) -> None:
+    """Pod CIDRs must exist before a CNI that reads them starts, so the manager that assigns
+    them cannot wait for a pod network: with node IPAM it is on the host network even when the
+    lifecycle controller alone would not be (its unprivileged, datagram-ICMP form)."""
+    spec = pod_spec(render(chart_helm, kube_version, **NLC_OFF_HOST))
+    assert spec["hostNetwork"] is True
+    # The node's resolver: cluster DNS needs the pod network this manager runs before.
+    assert spec["dnsPolicy"] == "Default"
+    assert "sysctls" not in spec["securityContext"]  # refused with the host's network
+    probe = spec["containers"][0]["readinessProbe"]["httpGet"]
+    assert probe["host"] == "127.0.0.1"
+
+
+def test_the_manager_without_node_ipam_keeps_the_lifecycle_controller_s_network(
+    chart_helm: Helm, kube_version: str
+) -> None:
+    off = {"nodeIpamController.enabled": "false", **NLC_OFF_HOST}
+    spec = pod_spec(render(chart_helm, kube_version, **off))
+    assert spec["hostNetwork"] is False
+    assert spec["dnsPolicy"] == "ClusterFirst"
+    assert spec["securityContext"]["sysctls"][0]["name"] == "net.ipv4.ping_group_range"
