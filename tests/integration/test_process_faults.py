@@ -206,18 +206,27 @@ def test_sigterm_while_a_lease_attempt_hangs_exits_0_at_once(
     assert "Traceback" not in tail(child.log_path, 400)
 
 
+@pytest.mark.parametrize("elected", [False, True], ids=["no-election", "leader"])
 @pytest.mark.parametrize("binary", [LIFECYCLE, IPAM, MANAGER], ids=_binary_id)
-def test_sigterm_while_the_node_informer_hangs_exits_0_at_once(
-    binary: Binary, control_plane: ControlPlane, test_artifacts: Path
+def test_sigterm_while_the_informers_hang_exits_0_at_once(
+    binary: Binary,
+    elected: bool,
+    control_plane: ControlPlane,
+    test_namespace: str,
+    test_artifacts: Path,
 ) -> None:
-    """Started (--leader-elect=false), then the API server stops answering: the informers'
-    next list or watch hangs, and SIGTERM still ends the binary at once."""
+    """Started (and leading, or with --leader-elect=false), then the API server stops
+    answering: the informers' next list or watch hangs, and so would a leader's release of its
+    Lease. SIGTERM still ends the binary at once."""
+    namespace_flag = "leader-elect-namespace" if binary is IPAM else "namespace"
+    flag = f"--{namespace_flag}={test_namespace}" if elected else "--leader-elect=false"
+    started = "became leader" if elected else "INFO local_ccm.cli running"
     with _gated(control_plane, test_artifacts) as (gate, kubeconfig):
-        argv = _gated_argv(binary, kubeconfig, "--leader-elect=false")
-        child = _start(binary, argv, test_artifacts / f"{binary.name}.log")
+        child = _start(binary, _gated_argv(binary, kubeconfig, flag),
+                       test_artifacts / f"{binary.name}.log")  # fmt: skip
         try:
-            eventually(lambda: "INFO local_ccm.cli running" in tail(child.log_path), timeout=20,
-                       message="the permission check passed")  # fmt: skip
+            eventually(lambda: started in tail(child.log_path), timeout=20,
+                       message=f"the log says {started!r}")  # fmt: skip
             time.sleep(SETTLE)  # the informers list and watch
             code, took = _hang_then_signal(gate, child)
         finally:

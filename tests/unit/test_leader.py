@@ -13,7 +13,7 @@ import pytest
 
 from local_ccm.kube.errors import Conflict, Transient
 from local_ccm.lease.election import ElectionConfig, format_micro_time
-from local_ccm.lease.elector import LeaderContext, LeaderElector, LeadershipLost
+from local_ccm.lease.elector import RELEASE_TIMEOUT, LeaderContext, LeaderElector, LeadershipLost
 from tests.fakes.clock import START_WALL, FakeClock, settle
 from tests.fakes.lease import FakeLeaseApi, FakeLeaseServer
 
@@ -478,6 +478,27 @@ def test_stop_while_a_lease_request_hangs_returns_at_once() -> None:
         assert c.done
         assert c.api.verbs() == ["get"]  # nothing written, no second attempt
         assert clock.monotonic() == started  # no time passed: the stop did not wait it out
+
+    run(scenario)
+
+
+def test_a_release_the_api_server_never_answers_ends_within_the_release_timeout() -> None:
+    """A leader told to stop while the API server hangs (its first list, say) gives up the
+    hand-over after RELEASE_TIMEOUT, not after the write timeout (5 s with the defaults):
+    the standby then takes over when the Lease expires."""
+
+    async def scenario() -> None:
+        clock, server = FakeClock(), FakeLeaseServer()
+        api = FakeLeaseApi(server, name=NAME, namespace=NAMESPACE, clock=clock)
+        config = ElectionConfig(15.0, 10.0, 2.0, identity="node-a_1")  # write timeout 5 s
+        elector = LeaderElector(api, config, clock, random.Random(0))
+        task = asyncio.create_task(elector.run(lambda context: asyncio.Event().wait()))
+        await clock.run_until(lambda: elector.is_leader, timeout=60)
+        api.hang = True
+        elector.stop()
+        took = await clock.run_until(task.done, timeout=60)
+        assert took <= RELEASE_TIMEOUT < config.write_timeout
+        assert spec(server)["holderIdentity"] == "node-a_1"  # not released: it expires
 
     run(scenario)
 

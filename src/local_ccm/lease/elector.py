@@ -9,7 +9,9 @@ renew loop. Policy:
   then the work is cancelled and `LeadershipLost` raised (the CLI exits 3). Seeing another
   holder (or the Lease gone) while leading is an immediate loss;
 - `stop()`, the work returning, or the work raising: the work is stopped, the Lease is
-  released (empty holder, `leaseDurationSeconds = 1`) so a standby takes over at once.
+  released (empty holder, `leaseDurationSeconds = 1`) so a standby takes over at once; a
+  release the API server does not answer within `RELEASE_TIMEOUT` is given up (the Lease then
+  expires). A candidate's attempt in flight is abandoned at once.
   Cancelling `run()` does the same and then re-raises `CancelledError`.
 """
 
@@ -33,6 +35,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Obj = dict[str, Any]
+# How long a stopping leader waits to hand the Lease over. An API server that answers takes
+# milliseconds; one that hangs would hold a SIGTERM for the whole write timeout, while the
+# standby loses at most one lease duration when the release is given up.
+RELEASE_TIMEOUT = 1.0
 
 
 class LeaseApi(Protocol):
@@ -275,7 +281,8 @@ class LeaderElector:
         if current is None:
             return
         try:
-            await self._bounded(self._release_from(current), self._config.write_timeout)
+            timeout = min(self._config.write_timeout, RELEASE_TIMEOUT)
+            await self._bounded(self._release_from(current), timeout)
         except (ApiError, TimeoutError) as exc:
             log.warning("releasing the lease failed: %s", exc, extra=kv(identity=self.identity))
 
