@@ -509,15 +509,16 @@ true
 {{- if and $ipam.enabled (not $ipam.leaderElection.enabled) (gt (int $ipam.replicaCount) 1) -}}
 {{- fail "nodeIpamController.replicaCount > 1 needs nodeIpamController.leaderElection.enabled=true" -}}
 {{- end -}}
-{{- if .Values.metrics.podMonitor.enabled -}}
-{{- if and $agent (not .Values.metrics.enabled) -}}
-{{- fail "metrics.podMonitor.enabled needs metrics.enabled=true: the agent's metrics listen on 127.0.0.1 only" -}}
+{{- $pm := .Values.metrics.podMonitor -}}
+{{- if $pm.enabled -}}
+{{- if and $agent (eq (toString $pm.agent) "true") (not .Values.metrics.enabled) -}}
+{{- fail "metrics.podMonitor.agent=true needs metrics.enabled=true: the agent's metrics listen on 127.0.0.1 only (null: a PodMonitor only while they are open)" -}}
 {{- end -}}
-{{- if and $nlc.enabled (not $nlc.metrics.enabled) -}}
-{{- fail "metrics.podMonitor.enabled needs nodeLifecycleController.metrics.enabled=true: its metrics listen on 127.0.0.1 only" -}}
+{{- if and $nlc.enabled (eq (toString $pm.nodeLifecycleController) "true") (not $nlc.metrics.enabled) -}}
+{{- fail "metrics.podMonitor.nodeLifecycleController=true needs nodeLifecycleController.metrics.enabled=true: its metrics listen on 127.0.0.1 only" -}}
 {{- end -}}
-{{- if and $ipam.enabled (not $ipam.metrics.enabled) -}}
-{{- fail "metrics.podMonitor.enabled needs nodeIpamController.metrics.enabled=true: its metrics listen on 127.0.0.1 only" -}}
+{{- if and $ipam.enabled (eq (toString $pm.nodeIpamController) "true") (not $ipam.metrics.enabled) -}}
+{{- fail "metrics.podMonitor.nodeIpamController=true needs nodeIpamController.metrics.enabled=true: its metrics listen on 127.0.0.1 only" -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -554,6 +555,19 @@ volumes:
       secretName: {{ .certSecret }}
 {{- end }}
 {{- end -}}
+{{/* "true" when a component gets a PodMonitor: metrics.podMonitor.enabled and the component's
+     key under it (agent, nodeLifecycleController, nodeIpamController) true, or null while the
+     component serves its metrics beyond loopback. Per component, so the controllers can be
+     scraped while every node's plain agent /metrics stays on 127.0.0.1.
+     Arguments: root (the chart), key, served (the component's metrics.enabled). */}}
+{{- define "local-ccm.podMonitor.on" -}}
+{{- $pm := .root.Values.metrics.podMonitor -}}
+{{- $choice := index $pm .key -}}
+{{- if and $pm.enabled (ternary $choice .served (kindIs "bool" $choice)) -}}
+true
+{{- end -}}
+{{- end -}}
+
 
 {{/* One podMetricsEndpoint: plain, or HTTPS with the operator's bearer token Secret.
      Arguments: root (the chart), metrics (the component's metrics values), port. */}}

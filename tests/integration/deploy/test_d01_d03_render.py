@@ -119,8 +119,9 @@ def test_d02_original_values_render_a_consistent_root_pod(
     ("set_values", "message"),
     [
         ({}, "admissionPolicy requires Kubernetes >= 1.30; set admissionPolicy.enabled=false"),
-        ({"admissionPolicy.enabled": "false", "metrics.podMonitor.enabled": "true"},
-         "metrics.podMonitor.enabled needs metrics.enabled=true"),
+        ({"admissionPolicy.enabled": "false", "metrics.podMonitor.enabled": "true",
+          "metrics.podMonitor.agent": "true"},
+         "metrics.podMonitor.agent=true needs metrics.enabled=true"),
         ({"admissionPolicy.enabled": "false", "nodeLifecycleController.replicaCount": "2",
           "nodeLifecycleController.leaderElection.enabled": "false"},
          "replicaCount > 1 needs nodeLifecycleController.leaderElection.enabled=true"),
