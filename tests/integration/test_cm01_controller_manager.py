@@ -3,7 +3,8 @@
 CM01: with node-lifecycle and node-ipam it holds one Node watch and one Lease, asks for its
 permissions in a handful of requests, assigns pod CIDRs to a new Node from a ClusterCIDR and
 deletes a NotReady Node whose addresses do not answer (addresses inside the test's own network
-namespace: probes never leave the machine). CM02: `--controllers=node-ipam` runs IPAM alone.
+namespace: probes never leave the machine); its start-up line names only the servers it runs.
+CM02: `--controllers=node-ipam` runs IPAM alone.
 CM03: SIGTERM exits 0 and releases the Lease. CM04: the lifecycle controller sees, through the
 shared Node watch, only the Nodes of its `--node-selector`, as the standalone binary's own watch
 does: a Node outside it that goes NotReady starts no episode.
@@ -135,6 +136,11 @@ def test_cm01_one_process_one_lease_both_jobs(
     )
     assert 1 <= len(reviews) <= 3, [str(e) for e in reviews]  # the union, asked once
     assert "Traceback" not in tail(child.log_path, 400)
+    (start,) = [
+        x for x in tail(child.log_path, 400).splitlines() if "INFO local_ccm.cli start" in x
+    ]
+    assert " health=off" in start  # the servers it runs (FAST turns both off) and nothing else:
+    assert " web=" not in start  # IPAM's own web server is not started in the manager
 
 
 @pytest.mark.timeout(120)

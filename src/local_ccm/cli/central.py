@@ -63,6 +63,7 @@ class Controller:
     # Which objects of the shared Node watch it sees (None: all), as its own watch would
     # select them on the API server.
     selects: Callable[[Any], Match | None] = lambda options: None
+    servers: frozenset[str] = frozenset()  # its `fields` about its own listen addresses
     fix_env: Callable[[Mapping[str, str]], Env] = lambda env: (env, (), ())
     default_on: bool = True
 
@@ -90,12 +91,23 @@ def run_main(
     if isinstance(cluster, Problem):
         return refuse(prog, [cluster])
     first = loaded[0][1]
-    fields = {k: v for c, o in loaded for k, v in c.fields(o).items()}
+    fields = start_fields(loaded)
     chosen = {} if len(known) == 1 else {"controllers": ",".join(c.name for c, _ in loaded)}
     start_logging(prog, first, {**chosen, **fields})
     return guarded(lambda: asyncio.run(
         with_signals(lambda stop: run_loaded(prog, env, loaded, cluster, stop))
     ))  # fmt: skip
+
+
+def start_fields(loaded: Sequence[tuple[Controller, Any]]) -> dict[str, object]:
+    """The start-up line's settings: every controller's, each key once (the first one's),
+    and only the listen addresses of the servers the process runs, its first controller's."""
+    (first, options), *others = loaded
+    fields = dict(first.fields(options))
+    for controller, more in others:
+        unseen = {k: v for k, v in controller.fields(more).items() if k not in fields}
+        fields.update({k: v for k, v in unseen.items() if k not in controller.servers})
+    return fields
 
 
 def fix_env(env: Mapping[str, str], known: Sequence[Controller]) -> Env:

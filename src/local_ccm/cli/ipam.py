@@ -46,6 +46,7 @@ def controller() -> central.Controller:
     return central.Controller(
         "node-ipam", PROG, lambda: FLAGS, load, ipam_options.startup_fields,
         lease_of, serving_of, build_unit, fix_env=ipam_options.resolve_resource_lock_env,
+        servers=frozenset({"web", "metrics", "metrics_secure"}),
     )  # fmt: skip
 
 

@@ -63,6 +63,7 @@ def controller() -> central.Controller:
         "node-lifecycle", PROG, lambda: FLAGS,
         lambda parsed, env: options_from(parsed), startup_fields,
         lease_of, serving_of, build_unit, selects=selected_nodes,
+        servers=frozenset({"metrics", "metrics_secure", "health"}),
     )  # fmt: skip
 
 

@@ -3,10 +3,12 @@ table uniting the controllers' (a flag both define once), its own Lease default.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from local_ccm import flags
-from local_ccm.cli import manager
+from local_ccm.cli import central, manager
 from local_ccm.lifecycle.options import FLAGS as LIFECYCLE_FLAGS
 
 KNOWN = {"node-lifecycle": True, "node-ipam": True, "later": False}
@@ -102,3 +104,29 @@ def test_help_lists_the_controllers(capsys: pytest.CaptureFixture[str]) -> None:
 def test_a_bad_controllers_flag_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert manager.main(["--controllers=node-dns"], {}) == 2
     assert "unknown controller 'node-dns'" in capsys.readouterr().err
+
+
+def test_the_start_up_line_names_only_the_servers_the_process_runs(tmp_path: Path) -> None:
+    """The manager serves health and metrics as its first controller's options say; IPAM's
+    web server (:8081) is not started, so its address is not on the line."""
+    known = [make() for make in manager.CONTROLLERS.values()]
+    env = {"HOME": str(tmp_path)}
+    fixed = central.fix_env(env, known)
+    parsed = flags.parse(manager.manager_flags(), ["--metrics-bind-address=:9100"], fixed[0])
+    loaded = central.load(parsed, fixed, known, ("node-lifecycle", "node-ipam"))
+    assert isinstance(loaded, tuple)
+    fields = central.start_fields(loaded)
+    assert "web" not in fields
+    assert fields["metrics"] == ":9100"
+    assert fields["metrics_secure"] == "true"  # the lifecycle options' HTTPS /metrics
+    assert fields["health"] == ":8091"
+    assert fields["cluster_cidr"] == "-"  # IPAM's settings stay
+
+
+def test_a_single_controller_keeps_its_own_server_fields(tmp_path: Path) -> None:
+    known = [make() for make in manager.CONTROLLERS.values()]
+    fixed = central.fix_env({"HOME": str(tmp_path)}, known)
+    parsed = flags.parse(manager.manager_flags(), ["--controllers=node-ipam"], fixed[0])
+    loaded = central.load(parsed, fixed, known, ("node-ipam",))
+    assert isinstance(loaded, tuple)
+    assert central.start_fields(loaded)["web"] == ":8081"
