@@ -523,12 +523,11 @@ true
 {{- end -}}
 {{- end -}}
 
-{{/* The static manifests name their namespace (`kubectl apply -f` has no --namespace);
-     the chart leaves it to `helm --namespace` [compat since the original's v0.2.1]. */}}
-{{- define "local-ccm.staticNamespace" -}}
-{{- if .Values.staticManifests -}}
+{{/* Every namespaced object names its namespace: `kubectl apply -f` of a render and Talos'
+     inlineManifests have no namespace default, and an object without one would land in the
+     applier's namespace (usually `default`) instead of the one given to `helm template -n`. */}}
+{{- define "local-ccm.namespace" -}}
 namespace: {{ .Release.Namespace }}
-{{- end -}}
 {{- end -}}
 
 {{/* ------------------------------------------------------------ secure metrics */}}
