@@ -18,8 +18,8 @@ Env = Mapping[str, tuple[str, ...]]
 def logging_flags(*, env: Env | None = None, aliases: Env | None = None) -> list[Flag]:
     """`--v` (klog's verbosity) and `--log-format`."""
     flags = [
-        Flag("v", "int", 0, "Log verbosity 0-5: 0-1 INFO, 2-3 more INFO, >= 4 DEBUG.",
-             value=verbosity),
+        Flag("v", "int", 0, "Log verbosity 0-5: 0-1 INFO, 2-3 more INFO, 4-5 DEBUG; higher "
+             "values act as 5 (klog accepts any level).", value=verbosity),
         Flag("log-format", "string", "text", "text or json.", metavar="format",
              value=choice(*LOG_FORMATS)),
     ]  # fmt: skip
