@@ -28,6 +28,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from ipaddress import IPv4Interface
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,9 @@ class NodeSpec:
     images: tuple[nc.ImageImport, ...] = ()
     node_ip: bool = False
     server_tls_bootstrap: bool = False
+    # eth0's address; a second node of a module takes another one of the /25, so that no
+    # node's probe of it is answered by its own eth0.
+    v4: IPv4Interface = nc.NODE_V4
 
 
 def is_ready(node: Mapping[str, Any]) -> bool:
@@ -91,7 +95,7 @@ class RealNode:
 
     @property
     def address(self) -> str:
-        return str(nc.NODE_V4.ip)
+        return str(self.spec.v4.ip)
 
     @property
     def gateway(self) -> str:
@@ -135,7 +139,7 @@ class RealNode:
         run_ip("link", "add", "name", "eth0", "netns", node.name, "type", "veth",
                "peer", "name", "gw0", "netns", gateway.name)  # fmt: skip
         gateway.batch("link set lo up", "link set gw0 up", f"addr add {nc.GATEWAY_V4} dev gw0")
-        node.batch("link set lo up", "link set eth0 up", f"addr add {nc.NODE_V4} dev eth0",
+        node.batch("link set lo up", "link set eth0 up", f"addr add {self.spec.v4} dev eth0",
                    f"route add default via {self.gateway} dev eth0")  # fmt: skip
 
     def _cgroups(self) -> None:

@@ -14,9 +14,10 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from ipaddress import IPv4Interface
 from pathlib import Path
 from typing import Any
 
@@ -103,12 +104,13 @@ def realnode_cluster(
     *,
     node_ip: bool = False,
     server_tls_bootstrap: bool = False,
+    kcm_extra: Sequence[str] = (),
 ) -> Iterator[Cluster]:
     """A plane, KCM, the scheduler and one Ready node; all stopped and removed on exit."""
     require_real_node()
     with dedicated_plane(config, binaries, "realnode-plane") as plane:
-        start_kcm(plane, binaries, controllers=cpargs.REAL_NODE_CONTROLLERS,
-                  extra=cpargs.real_node_kcm_extra(*write_signer(plane)))  # fmt: skip
+        kcm_args = (*cpargs.real_node_kcm_extra(*write_signer(plane)), *kcm_extra)
+        start_kcm(plane, binaries, controllers=cpargs.REAL_NODE_CONTROLLERS, extra=kcm_args)
         start_scheduler(plane, binaries)
         names = nc.NodeNames(os.getpid(), node_number(config), NODE_BASE)
         spec = node_spec(plane, binaries, names, node_ip=node_ip,
@@ -118,6 +120,20 @@ def realnode_cluster(
             real_node(spec, names) as node,
         ):
             yield Cluster(plane, node, kube, node.wait_ready(kube))
+
+
+@contextmanager
+def another_node(
+    cluster: Cluster, config: pytest.Config, binaries: Binaries, *, v4: IPv4Interface
+) -> Iterator[RealNode]:
+    """One more Ready node on ``cluster``'s plane: namespaces, cgroups and files of its own,
+    eth0 at ``v4`` (another address of the same /25, behind a gateway of its own: the nodes
+    cannot reach each other). Stopped and removed on exit."""
+    names = nc.NodeNames(os.getpid(), node_number(config), NODE_BASE)
+    spec = replace(node_spec(cluster.plane, binaries, names), v4=v4)
+    with real_node(spec, names) as node:
+        node.wait_ready(cluster.kube)
+        yield node
 
 
 def node_spec(
