@@ -492,7 +492,11 @@ def test_a_release_the_api_server_never_answers_ends_within_the_release_timeout(
         api = FakeLeaseApi(server, name=NAME, namespace=NAMESPACE, clock=clock)
         config = ElectionConfig(15.0, 10.0, 2.0, identity="node-a_1")  # write timeout 5 s
         elector = LeaderElector(api, config, clock, random.Random(0))
-        task = asyncio.create_task(elector.run(lambda context: asyncio.Event().wait()))
+
+        async def work(context: LeaderContext) -> None:
+            await asyncio.Event().wait()
+
+        task = asyncio.create_task(elector.run(work))
         await clock.run_until(lambda: elector.is_leader, timeout=60)
         api.hang = True
         elector.stop()
