@@ -169,13 +169,16 @@ def containerd_config(files: NodeFiles, sandbox_image: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def cni_conflist() -> str:
-    """A bridge with host-local addresses, no masquerading: pods reach each other and the node,
-    nothing leaves the node namespace."""
+def cni_conflist(subnet: IPv4Network = POD_SUBNET) -> str:
+    """A bridge with host-local addresses from ``subnet``, no masquerading: pods reach each
+    other and the node, nothing leaves the node namespace. host-local needs a literal subnet
+    (``usePodCidr`` is kubenet's and flannel's idiom, not the plugin's), so a node whose range
+    comes from its Node's ``spec.podCIDRs`` gets this file written once that range is known,
+    as flannel and kube-router write theirs."""
     bridge = {
         "type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False,
         "hairpinMode": True,
-        "ipam": {"type": "host-local", "ranges": [[{"subnet": str(POD_SUBNET)}]],
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": str(subnet)}]],
                  "routes": [{"dst": "0.0.0.0/0"}]},
     }  # fmt: skip
     return json.dumps({"cniVersion": "1.0.0", "name": PREFIX, "plugins": [bridge]}, indent=2)

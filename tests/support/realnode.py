@@ -28,7 +28,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from ipaddress import IPv4Interface
+from ipaddress import IPv4Interface, IPv4Network
 from pathlib import Path
 from typing import Any
 
@@ -68,11 +68,18 @@ class NodeSpec:
     # eth0's address; a second node of a module takes another one of the /25, so that no
     # node's probe of it is answered by its own eth0.
     v4: IPv4Interface = nc.NODE_V4
+    # False: no CNI network at start (the kubelet reports NetworkReady=false, only hostNetwork
+    # Pods run) until :meth:`RealNode.write_cni` writes one.
+    cni: bool = True
 
 
 def is_ready(node: Mapping[str, Any]) -> bool:
     conditions = node.get("status", {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def has_conditions(node: Mapping[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" for c in node.get("status", {}).get("conditions") or [])
 
 
 def hierarchy_roots(mountinfo: str) -> list[Path]:
@@ -121,7 +128,8 @@ class RealNode:
         shutil.copyfile(spec.kubeconfig, files.kubeconfig)
         shutil.copyfile(spec.client_ca, files.client_ca)
         files.containerd_config.write_text(nc.containerd_config(files, spec.pause.name))
-        (files.cni_dir / "10-lcrn.conflist").write_text(nc.cni_conflist())
+        if spec.cni:
+            self.write_cni(nc.POD_SUBNET)
         files.kubelet_config.write_text(nc.kubelet_config(
             files, cgroup_root=self.names.cgroup, server_tls_bootstrap=spec.server_tls_bootstrap
         ))  # fmt: skip
@@ -129,6 +137,14 @@ class RealNode:
                                   node_ip=self.address if spec.node_ip else None)  # fmt: skip
         images = (nc.ImageImport(spec.pause.archive), *spec.images)
         files.init_script.write_text(nc.init_script(files, images=images, kubelet_argv=kubelet))
+
+    def write_cni(self, subnet: IPv4Network) -> None:
+        """The node's CNI network with host-local addresses from ``subnet``, written whole:
+        containerd watches its conf_dir and would read a half-written file."""
+        conflist = self.files.cni_dir / "10-lcrn.conflist"
+        partial = conflist.with_suffix(".partial")
+        partial.write_text(nc.cni_conflist(subnet))
+        partial.rename(conflist)
 
     def _network(self) -> None:
         node, gateway = Namespace(self.names.node_ns), Namespace(self.names.gateway_ns)
@@ -158,16 +174,27 @@ class RealNode:
     def wait_ready(self, kube: Client, timeout: float = READY_TIMEOUT) -> dict[str, Any]:
         """The Node object once its Ready condition is True; StartupError (with the logs) if
         the node's process tree ends or the deadline passes first."""
+        return self._wait_node(kube, is_ready, "Ready", timeout)
+
+    def wait_registered(self, kube: Client, timeout: float = READY_TIMEOUT) -> dict[str, Any]:
+        """The Node object once the kubelet has registered it and reported its conditions
+        (a node without a CNI network never becomes Ready)."""
+        return self._wait_node(kube, has_conditions, "registered", timeout)
+
+    def _wait_node(
+        self, kube: Client, done: Callable[[Mapping[str, Any]], bool], what: str, timeout: float
+    ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
             if not self.running():
-                raise StartupError(f"the node ended ({self._exit()}) before Ready\n{self.tails()}")
+                raise StartupError(f"the node ended ({self._exit()}) before {what}\n"
+                                   f"{self.tails()}")  # fmt: skip
             with contextlib.suppress(ApiError):
                 node = kube.get(r.NODES, self.spec.name)
-                if is_ready(node):
+                if done(node):
                     return node
             if time.monotonic() >= deadline:
-                raise StartupError(f"Node {self.spec.name} not Ready in {timeout:.0f} s\n"
+                raise StartupError(f"Node {self.spec.name} not {what} in {timeout:.0f} s\n"
                                    f"{self.tails()}")  # fmt: skip
             time.sleep(0.5)
 

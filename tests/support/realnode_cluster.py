@@ -51,7 +51,9 @@ class Cluster:
     plane: ControlPlane
     node: RealNode
     kube: Client  # admin
-    registered: dict[str, Any]  # the Node as it was when it first reported Ready
+    # The Node as it was when it first reported Ready (without a CNI network: when the kubelet
+    # first reported its conditions, NotReady).
+    registered: dict[str, Any]
 
     @property
     def image(self) -> tuple[str, str]:
@@ -104,9 +106,11 @@ def realnode_cluster(
     *,
     node_ip: bool = False,
     server_tls_bootstrap: bool = False,
+    cni: bool = True,
     kcm_extra: Sequence[str] = (),
 ) -> Iterator[Cluster]:
-    """A plane, KCM, the scheduler and one Ready node; all stopped and removed on exit."""
+    """A plane, KCM, the scheduler and one Ready node (``cni=False``: one registered node with no
+    pod network, NotReady); all stopped and removed on exit."""
     require_real_node()
     with dedicated_plane(config, binaries, "realnode-plane") as plane:
         kcm_args = (*cpargs.real_node_kcm_extra(*write_signer(plane)), *kcm_extra)
@@ -114,12 +118,13 @@ def realnode_cluster(
         start_scheduler(plane, binaries)
         names = nc.NodeNames(os.getpid(), node_number(config), NODE_BASE)
         spec = node_spec(plane, binaries, names, node_ip=node_ip,
-                         server_tls_bootstrap=server_tls_bootstrap)  # fmt: skip
+                         server_tls_bootstrap=server_tls_bootstrap, cni=cni)  # fmt: skip
         with (
             Client.from_kubeconfig(plane.admin_kubeconfig, field_manager=FIELD_MANAGER) as kube,
             real_node(spec, names) as node,
         ):
-            yield Cluster(plane, node, kube, node.wait_ready(kube))
+            yield Cluster(plane, node, kube,
+                          node.wait_ready(kube) if cni else node.wait_registered(kube))  # fmt: skip
 
 
 @contextmanager
@@ -143,6 +148,7 @@ def node_spec(
     *,
     node_ip: bool = False,
     server_tls_bootstrap: bool = False,
+    cni: bool = True,
 ) -> NodeSpec:
     """The node ``names.tag`` of ``plane``: a client certificate for ``system:node:<tag>``,
     logs beside the plane's, the pause image and the project's image to import."""
@@ -158,4 +164,5 @@ def node_spec(
         images=(project,),
         node_ip=node_ip,
         server_tls_bootstrap=server_tls_bootstrap,
+        cni=cni,
     )

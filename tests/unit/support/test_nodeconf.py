@@ -59,6 +59,13 @@ def test_the_pod_network_is_a_documentation_range_without_masquerading() -> None
     assert not pods.overlaps(nc.NODE_V4.network)
 
 
+def test_a_pod_network_from_the_node_s_range_names_that_range_literally() -> None:
+    """host-local has no ``usePodCidr``: the range a Node was given is written as it is."""
+    (bridge,) = json.loads(nc.cni_conflist(IPv4Network("192.0.2.144/28")))["plugins"]
+    assert bridge["ipam"]["type"] == "host-local"
+    assert bridge["ipam"]["ranges"] == [[{"subnet": "192.0.2.144/28"}]]
+
+
 def test_kubelet_config_for_cgroup_v1_under_its_own_root() -> None:
     config = yaml.safe_load(nc.kubelet_config(FILES, cgroup_root=NAMES.cgroup))
     assert config["kind"] == "KubeletConfiguration"
