@@ -71,10 +71,11 @@ def test_needed_components_follow_tier_markers_and_fixtures() -> None:
     assert tiers.needed_components("unit", [], ["helm_binary"]) == {"helm"}
 
 
-def test_the_realnode_tier_needs_the_node_binaries_and_helm() -> None:
+def test_the_realnode_tier_needs_the_node_binaries_helm_and_kubectl() -> None:
     assert tiers.tier_of(("realnode", "test_e01_node_init.py")) == "realnode"
     assert tiers.needed_components("realnode", ["realnode"], []) == {
         "etcd", "kube-apiserver", "kube-controller-manager", "kubelet", "kube-scheduler", "helm",
+        "kubectl",
     }  # fmt: skip
     assert tiers.default_timeout("realnode", ["realnode"]) == 300
 
