@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -14,7 +15,11 @@ from typing import Any
 import yaml
 
 from tests.support.chart import REPO, helm
+from tests.support.cpargs import FIRST_SERVICE_IP
+from tests.support.netns import Namespace
+from tests.support.realnode import RealNode
 from tests.support.realnode_cluster import Cluster
+from tests.support.relay import LoopbackRelay
 
 RELEASE = "local-ccm"
 NAMESPACE = "kube-system"
@@ -53,17 +58,45 @@ def install_chart(
     cluster: Cluster, helm_binary: Path, chart: Path, values: Mapping[str, Any]
 ) -> float:
     """``helm install --wait`` of the packaged ``chart``; returns the seconds it took."""
+    return run_helm(cluster, helm_binary, "install", chart, values=values)
+
+
+def run_helm(
+    cluster: Cluster,
+    helm_binary: Path,
+    verb: str,
+    chart: Path | None,
+    *,
+    values: Mapping[str, Any] = {},
+    extra: Sequence[str] = (),
+) -> float:
+    """``helm <verb> --wait`` of release :data:`RELEASE` (``install``, ``upgrade`` or, with no
+    chart, ``uninstall``); returns the seconds it took, or fails with helm's output and the
+    node's logs."""
     with helm(helm_binary) as h:
         values_file = h.home / "values.yaml"
         values_file.write_text(yaml.safe_dump(dict(values)))
+        args = [verb, RELEASE, *([str(chart), "-f", str(values_file)] if chart else [])]
         started = time.monotonic()
         result = h.run(
-            "install", RELEASE, str(chart), "--namespace", NAMESPACE,
-            "--kubeconfig", str(cluster.plane.admin_kubeconfig), "-f", str(values_file),
+            *args, *extra, "--namespace", NAMESPACE,
+            "--kubeconfig", str(cluster.plane.admin_kubeconfig),
             "--wait", "--timeout", INSTALL_TIMEOUT, timeout=360,
         )  # fmt: skip
         seconds = time.monotonic() - started
     if result.code != 0:
-        raise AssertionError(f"helm install failed ({result.code}):\n{result.output}\n"
+        raise AssertionError(f"helm {verb} failed ({result.code}):\n{result.output}\n"
                              f"{cluster.node.tails()}")  # fmt: skip
     return seconds
+
+
+@contextmanager
+def kubernetes_service(node: RealNode) -> Iterator[None]:
+    """The `kubernetes` Service's ClusterIP (443) on the node, as kube-proxy would make it
+    reachable there: the address on the node's ``lo`` and a relay from it to the apiserver.
+    For manifests with no API server endpoint of their own (in-cluster config: the Go original's
+    chart); only this one Service, and only inside the node's namespace."""
+    Namespace(node.names.node_ns).batch(f"addr add {FIRST_SERVICE_IP}/32 dev lo")
+    target = ("127.0.0.1", node.spec.api_port)
+    with LoopbackRelay(node.names.node_ns, target, port=443, host=FIRST_SERVICE_IP):
+        yield

@@ -26,14 +26,21 @@ CONNECT_TIMEOUT = 5.0
 class LoopbackRelay:
     """``with LoopbackRelay(ns_name, ("127.0.0.1", port)) as relay: ...`` (``relay.port``)."""
 
-    def __init__(self, netns: str, target: tuple[str, int], *, port: int | None = None) -> None:
-        """Listen on ``127.0.0.1:port`` in ``netns``; ``port`` defaults to the target's port,
-        0 picks a free one."""
+    def __init__(
+        self,
+        netns: str,
+        target: tuple[str, int],
+        *,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
+        """Listen on ``host:port`` in ``netns`` (``host`` must be an address there);
+        ``port`` defaults to the target's port, 0 picks a free one."""
         self.netns = netns
         self.target = target
         listen_port = target[1] if port is None else port
         self._listener = run_in_netns(
-            netns, lambda: socket.create_server(("127.0.0.1", listen_port), backlog=64)
+            netns, lambda: socket.create_server((host, listen_port), backlog=64)
         )
         self.port: int = self._listener.getsockname()[1]
         self._lock = threading.Lock()
