@@ -90,3 +90,11 @@ def test_the_controller_manager_s_podmonitor_follows_the_lifecycle_key(
     assert len(select(render(chart_helm, kube_version, **manager), "PodMonitor")) == 1
     off = {**manager, "metrics.podMonitor.nodeLifecycleController": "false"}
     assert select(render(chart_helm, kube_version, **off), "PodMonitor") == []
+
+
+def test_notes_warn_about_401_only_for_a_monitored_secure_controller(chart_helm: Helm) -> None:
+    warning = "every scrape answers 401"
+    assert warning in chart_helm.notes(set_values={"metrics.podMonitor.enabled": "true"}).stdout
+    unmonitored = {"metrics.podMonitor.enabled": "true",
+                   "metrics.podMonitor.nodeLifecycleController": "false"}  # fmt: skip
+    assert warning not in chart_helm.notes(set_values=unmonitored).stdout
