@@ -16,8 +16,8 @@ kube-proxy would give it, for that one Service).
 
 **The previous release.** This chart has no earlier release: no tag, and 0.4.0 is the first
 version number (src/local_ccm/__init__.py went from 0.1.0 to 0.4.0 in the commit that set it).
-The "previous release" is therefore the chart as it was in that commit, packaged from git
-(``git archive``; the test needs the repository's history).
+The "previous release" is therefore the chart as it was in that commit, kept verbatim under
+``tests/realnode/previous-chart/`` (``git archive cfa4e7b charts/local-ccm``).
 
 Each scenario starts from a Node carrying the uninitialized taint (put back as the kubelet puts
 it at registration), installs the old release with ``--wait``, waits until the old Pods removed
@@ -27,8 +27,6 @@ the taint, then polls the Node every 0.2 s while ``helm upgrade --wait`` runs, a
 from __future__ import annotations
 
 import copy
-import subprocess
-import tarfile
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -53,8 +51,10 @@ from tests.support.realnode_cluster import FIELD_MANAGER, Cluster, realnode_clus
 from tests.support.waiting import eventually
 
 UPSTREAM = REPO / "tests" / "integration" / "deploy" / "upstream-charts"
-# The commit that set the first release number, 0.4.0 ("version: first release is 0.4.0").
-PREVIOUS = "cfa4e7b9d11093cde1913cf37767f689968e8725"
+# The chart as it was at the commit that set the first release number, 0.4.0 (cfa4e7b,
+# "version: first release is 0.4.0"), kept in the repository so the test needs no git history
+# (CI may clone shallowly).
+PREVIOUS_CHART = Path(__file__).parent / "previous-chart" / "local-ccm"
 SOURCES = ("go-v0.2.1", "go-v0.3.0", "previous")
 OWNERS = ["DaemonSet", "ReplicaSet"]  # the agent's DaemonSet, the lifecycle Deployment's
 # What must roll at least. From the Go charts, everything (other flags, labels, security
@@ -79,20 +79,11 @@ def cluster(request: pytest.FixtureRequest, binaries: Binaries) -> Iterator[Clus
 def charts(binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The packaged chart of this checkout ("new") and every old one by source."""
     new = package_chart(tmp_path_factory.mktemp("new"), binaries.path("helm"))
-    previous = tmp_path_factory.mktemp("previous")
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", PREVIOUS, "charts/local-ccm"],
-                             capture_output=True, check=False)  # fmt: skip
-    if archive.returncode != 0:
-        pytest.fail(f"E07 needs commit {PREVIOUS} of this repository's history (a full clone): "
-                    f"{archive.stderr.decode(errors='replace')}", pytrace=False)  # fmt: skip
-    (previous / "chart.tar").write_bytes(archive.stdout)
-    with tarfile.open(previous / "chart.tar") as tar:
-        tar.extractall(previous, filter="data")
     return {
         "new": new,
         "go-v0.2.1": UPSTREAM / "local-ccm-v0.2.1",
         "go-v0.3.0": UPSTREAM / "local-ccm-v0.3.0",
-        "previous": previous / "charts" / "local-ccm",
+        "previous": PREVIOUS_CHART,
     }
 
 
