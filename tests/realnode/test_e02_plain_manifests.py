@@ -15,8 +15,8 @@ which refuses the agent's host-network Pod. The kubelet runs with ``--node-ip`` 
 manifests set no InternalIP detection; docs/install.md). Nothing in the manifests is changed:
 their image name (``ghcr.io/...``, ``IfNotPresent``) is a second tag of the imported image in
 the node's containerd, and the API is reached the way each route expects it, the
-``kubernetes`` Service's ClusterIP by one DNAT rule inside the node (what kube-proxy would do)
-and KubePrism's ``localhost:7445`` by a loopback relay.
+``kubernetes`` Service's ClusterIP answered inside the node as kube-proxy would
+(``realnode_chart.kubernetes_service``) and KubePrism's ``localhost:7445`` by a loopback relay.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from local_ccm.names import ADDRESSES_SYNCED_CONDITION, UNINITIALIZED_TAINT
 from tests.support import resources as r
 from tests.support.binaries import Binaries
 from tests.support.chart import CHART, DEPLOY, KINDS, helm, parse
+from tests.support.realnode_chart import kubernetes_service
 from tests.support.realnode_cluster import Cluster, realnode_cluster
 from tests.support.relay import LoopbackRelay
 from tests.support.waiting import eventually
@@ -45,7 +47,6 @@ NAMESPACE = "kube-system"  # what docs/install.md promises for both routes
 ENFORCE = "pod-security.kubernetes.io/enforce"
 KUBEPRISM_PORT = 7445
 TALOS_SETS = {"apiServer.host": "localhost", "apiServer.port": str(KUBEPRISM_PORT)}
-SERVICES = r.Resource("", "v1", "services", "Service", namespaced=True)
 ROUTES = ("deploy", "talos-inline")
 Place = tuple[str, str, str]  # kind, name, namespace
 
@@ -100,17 +101,6 @@ def tag_image(cluster: Cluster, name: str) -> None:
                    check=True, capture_output=True, timeout=60)  # fmt: skip
 
 
-def route_service_ip(cluster: Cluster) -> None:
-    """What kube-proxy would do for the ``kubernetes`` Service: DNAT its ClusterIP:port inside
-    the node to the node's loopback relay to the apiserver."""
-    spec = cluster.kube.get(SERVICES, "kubernetes", namespace="default")["spec"]
-    rule = ["-t", "nat", "-A", "OUTPUT", "-p", "tcp", "-d", f"{spec['clusterIP']}/32",
-            "--dport", str(spec["ports"][0]["port"]), "-j", "DNAT",
-            "--to-destination", f"127.0.0.1:{cluster.node.spec.api_port}"]  # fmt: skip
-    netns = ["ip", "netns", "exec", cluster.node.names.node_ns]
-    subprocess.run([*netns, "iptables", *rule], check=True, capture_output=True, timeout=30)
-
-
 def enforce_baseline_in_default(cluster: Cluster) -> None:
     labels = {"metadata": {"labels": {ENFORCE: "baseline"}}}
     cluster.kube.patch(r.NAMESPACES, "default", labels, patch_type="merge")
@@ -122,6 +112,15 @@ def images_of(objects: list[dict[str, Any]]) -> set[str]:
         for o in objects if o["kind"] in ("DaemonSet", "Deployment")
         for c in o["spec"]["template"]["spec"]["containers"]
     }  # fmt: skip
+
+
+def api_endpoint(route: str, cluster: Cluster) -> AbstractContextManager[object]:
+    """The API where each route's Pods look for it: the ``kubernetes`` Service's ClusterIP (as
+    kube-proxy would answer it) for deploy/, KubePrism's ``localhost:7445`` for Talos."""
+    if route == "deploy":
+        return kubernetes_service(cluster.node)
+    target = ("127.0.0.1", cluster.node.spec.api_port)
+    return LoopbackRelay(cluster.node.names.node_ns, target, port=KUBEPRISM_PORT)
 
 
 @pytest.fixture(scope="module")
@@ -137,19 +136,10 @@ def applied(
     enforce_baseline_in_default(cluster)
     for image in images_of(objects):
         tag_image(cluster, image)
-    relay = None
-    if route == "deploy":
-        route_service_ip(cluster)
-    else:
-        relay = LoopbackRelay(cluster.node.names.node_ns, ("127.0.0.1", cluster.node.spec.api_port),
-                              port=KUBEPRISM_PORT)  # fmt: skip
     kubeconfig = kubeconfig_without_namespace(cluster.plane.admin_kubeconfig, work / "kubeconfig")
-    try:
+    with api_endpoint(route, cluster):
         kubectl(binaries, kubeconfig, "apply", *(a for f in files for a in ("-f", str(f))))
         yield Applied(files, tuple(objects))
-    finally:
-        if relay is not None:
-            relay.close()
 
 
 def expected_places(objects: tuple[dict[str, Any], ...]) -> set[Place]:
