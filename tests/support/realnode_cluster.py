@@ -113,18 +113,37 @@ def realnode_cluster(
     pod network, NotReady); all stopped and removed on exit."""
     require_real_node()
     with dedicated_plane(config, binaries, "realnode-plane") as plane:
-        kcm_args = (*cpargs.real_node_kcm_extra(*write_signer(plane)), *kcm_extra)
-        start_kcm(plane, binaries, controllers=cpargs.REAL_NODE_CONTROLLERS, extra=kcm_args)
-        start_scheduler(plane, binaries)
-        names = nc.NodeNames(os.getpid(), node_number(config), NODE_BASE)
-        spec = node_spec(plane, binaries, names, node_ip=node_ip,
-                         server_tls_bootstrap=server_tls_bootstrap, cni=cni)  # fmt: skip
-        with (
-            Client.from_kubeconfig(plane.admin_kubeconfig, field_manager=FIELD_MANAGER) as kube,
-            real_node(spec, names) as node,
-        ):
-            yield Cluster(plane, node, kube,
-                          node.wait_ready(kube) if cni else node.wait_registered(kube))  # fmt: skip
+        number = node_number(config)
+        with cluster_on(plane, binaries, number, node_ip=node_ip, kcm_extra=kcm_extra,
+                        server_tls_bootstrap=server_tls_bootstrap, cni=cni) as cluster:  # fmt: skip
+            yield cluster
+
+
+@contextmanager
+def cluster_on(
+    plane: ControlPlane,
+    binaries: Binaries,
+    number: int,
+    *,
+    node_ip: bool = False,
+    server_tls_bootstrap: bool = False,
+    cni: bool = True,
+    kcm_extra: Sequence[str] = (),
+) -> Iterator[Cluster]:
+    """:func:`realnode_cluster` on a plane the caller started (`make demo` has no pytest
+    config): KCM, the scheduler and node ``lcrn-<pid>-<number>``."""
+    kcm_args = (*cpargs.real_node_kcm_extra(*write_signer(plane)), *kcm_extra)
+    start_kcm(plane, binaries, controllers=cpargs.REAL_NODE_CONTROLLERS, extra=kcm_args)
+    start_scheduler(plane, binaries)
+    names = nc.NodeNames(os.getpid(), number, NODE_BASE)
+    spec = node_spec(plane, binaries, names, node_ip=node_ip,
+                     server_tls_bootstrap=server_tls_bootstrap, cni=cni)  # fmt: skip
+    with (
+        Client.from_kubeconfig(plane.admin_kubeconfig, field_manager=FIELD_MANAGER) as kube,
+        real_node(spec, names) as node,
+    ):
+        yield Cluster(plane, node, kube,
+                      node.wait_ready(kube) if cni else node.wait_registered(kube))  # fmt: skip
 
 
 @contextmanager
@@ -134,7 +153,16 @@ def another_node(
     """One more Ready node on ``cluster``'s plane: namespaces, cgroups and files of its own,
     eth0 at ``v4`` (another address of the same /25, behind a gateway of its own: the nodes
     cannot reach each other). Stopped and removed on exit."""
-    names = nc.NodeNames(os.getpid(), node_number(config), NODE_BASE)
+    with another_node_numbered(cluster, binaries, node_number(config), v4=v4) as node:
+        yield node
+
+
+@contextmanager
+def another_node_numbered(
+    cluster: Cluster, binaries: Binaries, number: int, *, v4: IPv4Interface
+) -> Iterator[RealNode]:
+    """:func:`another_node` as node ``lcrn-<pid>-<number>``, for callers without pytest."""
+    names = nc.NodeNames(os.getpid(), number, NODE_BASE)
     spec = replace(node_spec(cluster.plane, binaries, names), v4=v4)
     with real_node(spec, names) as node:
         node.wait_ready(cluster.kube)
