@@ -22,7 +22,7 @@ the project's image) the agent-only demo (tests/support/demo.py) runs instead, a
 
 Exit 0: every step happened. 1: a step did not (which and why is printed). 3: the demo could
 not run (binaries, control plane, nodes). ``python -m tests.support.demo_realnode
-[--can-run-node]`` (that flag only answers, by its exit code, whether a real node can run).
+[--needs-image]`` (that flag only answers, by its exit code, whether `make image` must run).
 """
 
 from __future__ import annotations
@@ -341,14 +341,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--can-run-node",
+        "--needs-image",
         action="store_true",
-        help="exit 0 if this machine can run a real node (images aside)",
+        help="only answer: exit 0 if this machine can run a real node and the project's image "
+        "archive is missing (`make demo` then builds it)",
     )
     args = parser.parse_args(argv)
     os.environ.pop("KUBECONFIG", None)  # never a person's cluster: only the demo's own plane
-    if args.can_run_node:
-        return 0 if not missing_prerequisites() else 1
+    if args.needs_image:
+        return 0 if not missing_prerequisites() and not image_archive().exists() else 1
     if missing := why_no_real_node():
         print(
             "local-ccm demo: this machine cannot run a real node; missing: "
