@@ -30,9 +30,14 @@ lock: $(PY) ## hash-pin the runtime dependencies for the image into requirements
 $(VENV)/bin/local-ccm: | $(PY)
 	bash scripts/setup.sh $(PY)
 
+# The real-node demo needs the project's image: built here when it is missing and this machine
+# can run a node (`make image` refreshes it); without a node the agent-only demo runs instead
+# (`python -m tests.support.demo`), after saying why.
 .PHONY: demo
-demo: $(VENV)/bin/local-ccm ## the main job: the agent initialises a Node for this host on a throw-away control plane
-	$(PY) -m tests.support.demo
+demo: $(VENV)/bin/local-ccm ## the main job: the whole product on real nodes (kubelet + containerd) on a throw-away control plane
+	@if $(PY) -m tests.support.demo_realnode --needs-image; then \
+		$(MAKE) image || echo "demo: \`make image\` failed: the demo falls back to the agent-only one"; fi
+	$(PY) -m tests.support.demo_realnode
 
 # The image without a container registry: Debian packages through apt (mmdebstrap), the wheel
 # and requirements.lock through pip --require-hashes, an OCI archive written reproducibly.

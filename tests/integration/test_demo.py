@@ -8,6 +8,7 @@ with only `lo`, as in `unshare --net` (the agent explains why no address was fou
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -59,3 +60,30 @@ def test_demo_without_a_default_route_explains_and_exits_1() -> None:
     assert "this host has no route to 8.8.8.8 (no default route)" in explained
     assert "keeps the uninitialized taint" in explained
     assert "control plane stopped and its data deleted; exit 1" in done.stdout
+
+
+def test_make_demo_without_containerd_says_why_and_runs_the_agent_only_demo(
+    netns: NetnsFactory, tmp_path: Path
+) -> None:
+    """tests/support/demo_realnode.py (what `make demo` runs) on a machine that cannot run a real
+    node: here ``containerd`` is not on PATH (every other command is, by symlink)."""
+    for directory in os.environ["PATH"].split(os.pathsep):
+        for found in Path(directory).glob("*"):
+            link = tmp_path / found.name
+            if found.name != "containerd" and not link.exists() and not link.is_symlink():
+                link.symlink_to(found)
+    up = netns.uplink(v4=("192.0.2.10/24", "192.0.2.1/24"), v6=None)
+    env = ["env", f"PATH={tmp_path}"]
+    done = subprocess.run(
+        ["ip", "netns", "exec", up.node.name, *env, sys.executable, "-m",
+         "tests.support.demo_realnode"],
+        cwd=ROOT, capture_output=True, text=True, timeout=140, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    first, second = done.stdout.splitlines()[:2]
+    # `ip netns exec` mounts a /sys of its own, without the cgroup v1 hierarchies: that may be
+    # listed too.
+    assert first.startswith("local-ccm demo: this machine cannot run a real node; missing: ")
+    assert "`containerd` on PATH" in first
+    assert second == "Falling back to the agent-only demo."
+    assert "The Node is initialised: the agent wrote ExternalIP 192.0.2.10" in done.stdout

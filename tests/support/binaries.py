@@ -221,8 +221,8 @@ def _ensure_unit(ctx: Context, unit: Unit) -> tuple[Path, dict[str, Any], bool]:
 def _narrowest(ctx: Context, unit: Unit, provided: Sequence[str]) -> Unit:
     """The unit itself when it is cached or all of it is wanted; otherwise only the wanted part.
 
-    `make demo` needs kube-apiserver but not kube-controller-manager: on a cold cache it builds
-    the one binary. A later full build reuses Go's build cache for the shared packages.
+    `make dev-cluster` needs kube-apiserver but not kube-controller-manager: on a cold cache it
+    builds the one binary. A later full build reuses Go's build cache for the shared packages.
     """
     files = tuple(unit.file_name(b) for b in dict.fromkeys(provided))
     if set(files) == set(unit.binaries) or _cached(ctx, unit):

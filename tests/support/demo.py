@@ -1,4 +1,6 @@
-"""`make demo`: the agent initialises a Node for this host, against a throw-away control plane.
+"""The agent-only demo (what `make demo` falls back to on a machine that cannot run a real node,
+tests/support/demo_realnode.py): the agent initialises a Node for this host, against a
+throw-away control plane.
 
 1. Finds or builds etcd and kube-apiserver (the harness's binary cache) and starts both on
    loopback: its own plane, never a person's dev cluster.

@@ -261,6 +261,7 @@ def deletion_events(cluster: Cluster, uid: str) -> list[dict[str, Any]] | None:
     """The lifecycle controller's Events about the Node, once DeletingNode is among them."""
     found = cluster.kube.list(r.EVENTS, field_selector=f"involvedObject.uid={uid}")["items"]
     mine = [e for e in found if e["reason"] in ("CheckingReachability", "DeletingNode")]
+    mine.sort(key=lambda e: e.get("eventTime") or e.get("lastTimestamp") or "")
     return mine if any(e["reason"] == "DeletingNode" for e in mine) else None
 
 
