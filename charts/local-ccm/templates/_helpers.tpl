@@ -554,6 +554,7 @@ volumes:
       secretName: {{ .certSecret }}
 {{- end }}
 {{- end -}}
+
 {{/* "true" when a component gets a PodMonitor: metrics.podMonitor.enabled and the component's
      key under it (agent, nodeLifecycleController, nodeIpamController) true, or null while the
      component serves its metrics beyond loopback. Per component, so the controllers can be
@@ -566,7 +567,6 @@ volumes:
 true
 {{- end -}}
 {{- end -}}
-
 
 {{/* One podMetricsEndpoint: plain, or HTTPS with the operator's bearer token Secret.
      Arguments: root (the chart), metrics (the component's metrics values), port. */}}
