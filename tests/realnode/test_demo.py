@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from tests.realnode.test_isolation import differences
 from tests.support import hostsnap
 from tests.support import nodeconf as nc
 from tests.support.chart import REPO
@@ -45,7 +44,7 @@ def run() -> tuple[subprocess.CompletedProcess[str], dict[str, object]]:
                           text=True) as proc:  # fmt: skip
         stdout, stderr = proc.communicate(timeout=880)
     done = subprocess.CompletedProcess(DEMO, proc.returncode, stdout, stderr)
-    left = ours(differences(before, hostsnap.take()), proc.pid)
+    left = ours(hostsnap.differences(before, hostsnap.take()), proc.pid)
     return done, {**left, **leftover_processes(proc.pid)}
 
 

@@ -23,14 +23,18 @@ from tests.support import resources as r
 from tests.support.binaries import Binaries
 from tests.support.netns import Namespace
 from tests.support.realnode import is_ready
-from tests.support.realnode_chart import NAMESPACE, install_chart, node_values, package_chart
+from tests.support.realnode_chart import (
+    install_chart,
+    manager_pod,
+    node_values,
+    package_chart,
+)
 from tests.support.realnode_cluster import Cluster, realnode_cluster
 from tests.support.waiting import eventually
 
 TIMEOUT = 180.0
 POOL = IPv4Network("192.0.2.128/25")  # docs/testing.md: a real node's Pods
 PER_NODE_HOST_BITS = 4  # a /28 per Node
-MANAGER = "app.kubernetes.io/component=node-lifecycle-controller"
 EARLY_POD = "e04-early"
 VALUES = {
     "controllerManager": {"enabled": True},
@@ -131,14 +135,6 @@ def pod_states(cluster: Cluster) -> str:
                      f"{pod['status'].get('phase')} {waiting_reason(pod)} "
                      f"hostNetwork={pod['spec'].get('hostNetwork', False)}")  # fmt: skip
     return "\n".join(lines)
-
-
-def manager_pod(cluster: Cluster) -> dict[str, Any]:
-    pods: list[dict[str, Any]] = cluster.kube.list(
-        r.PODS, namespace=NAMESPACE, label_selector=MANAGER
-    )["items"]
-    (pod,) = pods
-    return pod
 
 
 def network_not_ready(node: dict[str, Any]) -> str:

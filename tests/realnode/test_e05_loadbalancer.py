@@ -15,15 +15,18 @@ from typing import Any
 import pytest
 
 from local_ccm.lbipam.lbapi import POOLS, SERVICES
-from tests.support import resources as r
 from tests.support.binaries import Binaries
-from tests.support.realnode_chart import NAMESPACE, install_chart, node_values, package_chart
+from tests.support.realnode_chart import (
+    install_chart,
+    manager_pod,
+    node_values,
+    package_chart,
+)
 from tests.support.realnode_cluster import Cluster, realnode_cluster
 from tests.support.waiting import eventually
 
 TIMEOUT = 120.0
 POOL = IPv4Network("203.0.113.240/28")
-MANAGER = "app.kubernetes.io/component=node-lifecycle-controller"
 SERVICE = "e05"
 VALUES = {
     "controllerManager": {
@@ -65,14 +68,6 @@ def service(cluster: Cluster, installed: float) -> dict[str, Any]:
 
     return eventually(addressed, timeout=TIMEOUT,
                       message=f"Service address\n{cluster.node.tails()}")  # fmt: skip
-
-
-def manager_pod(cluster: Cluster) -> dict[str, Any]:
-    pods: list[dict[str, Any]] = cluster.kube.list(
-        r.PODS, namespace=NAMESPACE, label_selector=MANAGER
-    )["items"]
-    (pod,) = pods
-    return pod
 
 
 def test_e05_the_manager_runs_service_lb_ipam_on_the_real_node(

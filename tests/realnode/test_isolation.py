@@ -14,7 +14,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
 from ipaddress import IPv4Address
 from pathlib import Path
 from typing import Any
@@ -43,20 +42,6 @@ from tests.support.realnode_driver import spec_to_json
 from tests.support.waiting import eventually
 
 POD_TIMEOUT = 120.0
-
-
-def differences(before: hostsnap.Snapshot, after: hostsnap.Snapshot) -> dict[str, Any]:
-    """Per field: what appeared and what went (or the two mappings)."""
-    found: dict[str, Any] = {}
-    for key, old in asdict(before).items():
-        new = asdict(after)[key]
-        if old == new:
-            continue
-        if isinstance(old, frozenset | set):
-            found[key] = {"appeared": sorted(new - old), "went": sorted(old - new)}
-        else:
-            found[key] = {"before": old, "after": new}
-    return found
 
 
 def run_pause_pod(cluster: Cluster) -> dict[str, Any]:
@@ -111,7 +96,7 @@ def test_a_node_s_whole_life_leaves_the_host_as_it_found_it(
         assert during.sysctls == before.sysctls
         assert during.paths == before.paths
     after = hostsnap.take()
-    assert differences(before, after) == {}
+    assert hostsnap.differences(before, after) == {}
 
 
 def read_line(proc: subprocess.Popen[str], timeout: float) -> str:
@@ -179,4 +164,4 @@ def test_a_killed_driver_s_node_dies_with_it_and_the_next_start_sweeps_the_rest(
             assert not [c for c in swept.cgroups if c.endswith(f"/{tag}")]
             assert not node_dir.exists()
     after = hostsnap.take()
-    assert differences(before, after) == {}
+    assert hostsnap.differences(before, after) == {}

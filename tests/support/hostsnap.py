@@ -14,8 +14,9 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.support import nodeconf as nc
 from tests.support.cgroup import MOUNTINFO, cgroup_mounts
@@ -144,3 +145,17 @@ def prime_netns_dir() -> None:
     name = f"{nc.PREFIX}-{os.getpid()}-prime"
     run_ip("netns", "add", name)
     run_ip("netns", "del", name)
+
+
+def differences(before: Snapshot, after: Snapshot) -> dict[str, Any]:
+    """Per field: what appeared and what went (or the two mappings)."""
+    found: dict[str, Any] = {}
+    for key, old in asdict(before).items():
+        new = asdict(after)[key]
+        if old == new:
+            continue
+        if isinstance(old, frozenset | set):
+            found[key] = {"appeared": sorted(new - old), "went": sorted(old - new)}
+        else:
+            found[key] = {"before": old, "after": new}
+    return found

@@ -272,14 +272,15 @@ def delete_stale_namespaces() -> list[str]:
     deleted = []
     for line in run_ip("netns", "list").splitlines():
         match = _STALE.match(line)
-        if match and not _alive(int(match.group(1))):
+        if match and not pid_alive(int(match.group(1))):
             name = line.split()[0]
             run_ip("netns", "del", name)
             deleted.append(name)
     return deleted
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -37,7 +37,7 @@ from local_ccm.kube.errors import ApiError
 from tests.support import nodeconf as nc
 from tests.support import resources as r
 from tests.support.cgroup import MOUNTINFO, cgroup_mounts
-from tests.support.netns import IpCommandError, Namespace, run_ip
+from tests.support.netns import IpCommandError, Namespace, pid_alive, run_ip
 from tests.support.pause import PauseImage
 from tests.support.processes import Child, StartupError, spawn, tail
 from tests.support.relay import LoopbackRelay
@@ -285,16 +285,6 @@ def rss_kib(pids: list[int]) -> dict[str, int]:
     return totals
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _stale(name: str, alive: Callable[[int], bool]) -> bool:
     owner = nc.owner_pid(name)
     return owner is not None and owner != os.getpid() and not alive(owner)
@@ -339,7 +329,7 @@ def _kill_members(cgroup: Path) -> None:
                 os.kill(int(pid), signal.SIGKILL)
 
 
-def sweep_stale(base: Path = NODE_BASE, alive: Callable[[int], bool] = _alive) -> list[str]:
+def sweep_stale(base: Path = NODE_BASE, alive: Callable[[int], bool] = pid_alive) -> list[str]:
     """Remove what nodes of dead drivers left; return what was removed. Processes first (they
     hold the rest), then namespaces, cgroups and node directories."""
     removed = _kill_stale_processes(alive)

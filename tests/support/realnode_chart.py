@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from tests.support import resources as r
 from tests.support.chart import REPO, helm
 from tests.support.cpargs import FIRST_SERVICE_IP
 from tests.support.netns import Namespace
@@ -24,6 +25,9 @@ from tests.support.relay import LoopbackRelay
 RELEASE = "local-ccm"
 NAMESPACE = "kube-system"
 INSTALL_TIMEOUT = "5m"
+# The controller manager's Pods carry the lifecycle controller's component label (the chart
+# renders the manager from the lifecycle controller's Deployment).
+MANAGER = "app.kubernetes.io/component=node-lifecycle-controller"
 
 
 def _release_script() -> ModuleType:
@@ -100,3 +104,12 @@ def kubernetes_service(node: RealNode) -> Iterator[None]:
     target = ("127.0.0.1", node.spec.api_port)
     with LoopbackRelay(node.names.node_ns, target, port=443, host=FIRST_SERVICE_IP):
         yield
+
+
+def manager_pod(cluster: Cluster) -> dict[str, Any]:
+    """The one controller-manager Pod of the release."""
+    pods: list[dict[str, Any]] = cluster.kube.list(
+        r.PODS, namespace=NAMESPACE, label_selector=MANAGER
+    )["items"]
+    (pod,) = pods
+    return pod
