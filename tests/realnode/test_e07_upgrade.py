@@ -16,8 +16,9 @@ kube-proxy would give it, for that one Service).
 
 **The previous release.** This chart has no earlier release: no tag, and 0.4.0 is the first
 version number (src/local_ccm/__init__.py went from 0.1.0 to 0.4.0 in the commit that set it).
-The "previous release" is therefore the chart as it was in that commit, kept verbatim under
-``tests/realnode/previous-chart/`` (``git archive cfa4e7b charts/local-ccm``).
+The "previous release" is therefore the chart as it was in that commit, packaged (``git archive
+cfa4e7b charts/local-ccm``, then ``helm package``) and kept under
+``tests/realnode/previous-chart/``.
 
 Each scenario starts from a Node carrying the uninitialized taint (put back as the kubelet puts
 it at registration), installs the old release with ``--wait``, waits until the old Pods removed
@@ -52,9 +53,9 @@ from tests.support.waiting import eventually
 
 UPSTREAM = REPO / "tests" / "integration" / "deploy" / "upstream-charts"
 # The chart as it was at the commit that set the first release number, 0.4.0 (cfa4e7b,
-# "version: first release is 0.4.0"), kept in the repository so the test needs no git history
-# (CI may clone shallowly).
-PREVIOUS_CHART = Path(__file__).parent / "previous-chart" / "local-ccm"
+# "version: first release is 0.4.0"), packaged as `helm package` packs a release and kept in
+# the repository, so the test needs no git history (CI may clone shallowly).
+PREVIOUS_CHART = Path(__file__).parent / "previous-chart" / "local-ccm-0.4.0-cfa4e7b.tgz"
 SOURCES = ("go-v0.2.1", "go-v0.3.0", "previous")
 OWNERS = ["DaemonSet", "ReplicaSet"]  # the agent's DaemonSet, the lifecycle Deployment's
 # What must roll at least. From the Go charts, everything (other flags, labels, security
