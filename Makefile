@@ -108,7 +108,7 @@ test-realnode: test-bins image ## real-node tier: a kubelet + containerd node pe
 # The image is built before pytest starts: building it needs Debian's archive, the tests have
 # no network.
 test: test-bins image ## the README's test command: every tier but bench, in a network namespace with only lo
-	timeout 45m unshare --net sh -c 'ip link set lo up && exec $(PY) -m pytest -m "not bench"'
+	timeout 60m unshare --net sh -c 'ip link set lo up && exec $(PY) -m pytest -m "not bench"'
 
 # The plots are re-drawn even when a bench failed: the results that were taken still count.
 .PHONY: bench
