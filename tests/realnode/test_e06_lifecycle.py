@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from local_ccm.kube.errors import NotFound
 from local_ccm.names import UNINITIALIZED_TAINT
 from tests.support import resources as r
 from tests.support.binaries import Binaries
+from tests.support.lifecycle_harness import exists
 from tests.support.realnode import RealNode, is_ready
 from tests.support.realnode_chart import NAMESPACE, install_chart, node_values, package_chart
 from tests.support.realnode_cluster import Cluster, another_node, realnode_cluster
@@ -95,14 +95,6 @@ def internal_ips(node: dict[str, Any]) -> list[str]:
     return [a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"]
 
 
-def gone(cluster: Cluster, name: str) -> bool:
-    try:
-        cluster.kube.get(r.NODES, name)
-    except NotFound:
-        return True
-    return False
-
-
 def controller_log(cluster: Cluster) -> str:
     """The lifecycle controller's container log, from the survivor's pod log directory."""
     logs = sorted((cluster.node.spec.logs / "pods").glob(f"{NAMESPACE}_*lifecycle*/*/*.log"))
@@ -127,7 +119,11 @@ def test_e06_a_dead_node_goes_unreachable_and_is_deleted(
     uid = cluster.kube.get(r.NODES, name)["metadata"]["uid"]
     assert victim.stop() == []  # kubelet, containerd, pods, namespaces: the machine is gone
     try:
-        eventually(lambda: gone(cluster, name), timeout=DELETE_TIMEOUT, message=f"{name} deleted")
+        eventually(
+            lambda: not exists(cluster.kube, name),
+            timeout=DELETE_TIMEOUT,
+            message=f"{name} deleted",
+        )
     except AssertionError as exc:
         log = controller_log(cluster)[-4000:]
         raise AssertionError(f"{exc}\n--- controller log\n{log}") from exc

@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from local_ccm.csr.csrapi import CSRS, FIELD_SELECTOR
-from local_ccm.kube.errors import NotFound
 from local_ccm.lbipam.lbapi import SERVICES
 from local_ccm.netlink.netns import run_in_netns
 from tests.support import demo as agent_only
@@ -53,6 +52,7 @@ from tests.support import resources as r
 from tests.support.binaries import Binaries, ensure
 from tests.support.chart import REPO
 from tests.support.controlplane import ControlPlane, Options, artifacts_root, start_control_plane
+from tests.support.lifecycle_harness import exists
 from tests.support.oci import image_archive
 from tests.support.realnode_chart import install_chart, node_values, package_chart
 from tests.support.realnode_cluster import (
@@ -250,7 +250,7 @@ def step_deleted(steps: show.Steps, cluster: Cluster) -> None:
     if problems := cluster.node.stop():
         raise StepError(f"the node did not stop cleanly: {problems}")
     print(f"  labelled {'='.join(SCOPE_LABEL)} (the lifecycle controller's scope), stopped")
-    wait(lambda: gone(cluster, name), f"Node {name} deleted", cluster)
+    wait(lambda: not exists(cluster.kube, name), f"Node {name} deleted", cluster)
     for e in wait(lambda: deletion_events(cluster, uid), "the DeletingNode Event", cluster):
         print(f"  event {e['reason']}: {e['message'][:160]}")
     steps.show("AFTER", [f"  Node {name}: deleted"])
@@ -263,14 +263,6 @@ def deletion_events(cluster: Cluster, uid: str) -> list[dict[str, Any]] | None:
     mine = [e for e in found if e["reason"] in ("CheckingReachability", "DeletingNode")]
     mine.sort(key=lambda e: e.get("eventTime") or e.get("lastTimestamp") or "")
     return mine if any(e["reason"] == "DeletingNode" for e in mine) else None
-
-
-def gone(cluster: Cluster, name: str) -> bool:
-    try:
-        cluster.kube.get(r.NODES, name)
-    except NotFound:
-        return True
-    return False
 
 
 # ------------------------------------------------------------------ the run
