@@ -28,9 +28,23 @@ class Pins:
     etcd: str
     kwok: str
     helm: str
+    # Release tooling the tests run as the real programs: signing, the workflow linter, and
+    # Prometheus with promtool (one module, both binaries).
+    cosign: str
+    actionlint: str
+    prometheus: str
 
 
-PIN_FIELDS = ("kubernetes", "kubernetes_policy_minimum", "etcd", "kwok", "helm")
+PIN_FIELDS = (
+    "kubernetes",
+    "kubernetes_policy_minimum",
+    "etcd",
+    "kwok",
+    "helm",
+    "cosign",
+    "actionlint",
+    "prometheus",
+)
 
 
 def parse_pins(data: Mapping[str, Any]) -> Pins:
@@ -163,6 +177,19 @@ def helm_ldflags(helm_version: str) -> str:
     return f"-s -w -X helm.sh/helm/v{major}/internal/version.version={helm_version}"
 
 
+def prometheus_release(module_version: str) -> str:
+    """Prometheus 3.x.y is published as the Go module version v0.3xx.y (v0.316.0 is 3.16.0)."""
+    m = re.fullmatch(r"v0\.(\d)(\d\d)\.(\d+)", module_version)
+    if not m:
+        raise ValueError(f"{module_version!r} is not a Prometheus module version v0.3xx.y")
+    return f"{m[1]}.{int(m[2])}.{m[3]}"
+
+
+def prometheus_ldflags(module_version: str) -> str:
+    release = prometheus_release(module_version)
+    return f"-s -w -X github.com/prometheus/common/version.Version={release}"
+
+
 def cache_key(inputs: Mapping[str, Any]) -> str:
     """A short hash of everything that changes a binary."""
     blob = json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()
@@ -174,24 +201,35 @@ def entry_name(component: str, version: str, go_version: str, key: str) -> str:
 
 
 # What each binary's version output must contain for a given pin.
+_VERSION_TEXT = {
+    **dict.fromkeys(
+        ("kube-apiserver", "kube-controller-manager", "kubelet", "kube-scheduler"),
+        "Kubernetes {pin}",
+    ),
+    "kubectl": "Client Version: {pin}",
+    "etcd": "etcd Version: {bare}",
+    "kwok": "kwok version {pin}",
+    "helm": 'Version:"{pin}"',
+    "cosign": "GitVersion:    {pin}",
+    "actionlint": "{pin}",
+    "prometheus": "version {prometheus}",
+    "promtool": "version {prometheus}",
+}
+
+
 def expected_version_text(binary: str, pin: str) -> str:
-    if binary in ("kube-apiserver", "kube-controller-manager", "kubelet", "kube-scheduler"):
-        return f"Kubernetes {pin}"
-    if binary == "kubectl":
-        return f"Client Version: {pin}"
-    if binary == "etcd":
-        return f"etcd Version: {pin.removeprefix('v')}"
-    if binary == "kwok":
-        return f"kwok version {pin}"
-    if binary == "helm":
-        return f'Version:"{pin}"'
-    raise ValueError(f"unknown binary {binary!r}")
+    if binary not in _VERSION_TEXT:
+        raise ValueError(f"unknown binary {binary!r}")
+    prometheus = prometheus_release(pin) if "{prometheus}" in _VERSION_TEXT[binary] else ""
+    return _VERSION_TEXT[binary].format(pin=pin, bare=pin.removeprefix("v"), prometheus=prometheus)
 
 
 def version_command(binary: str) -> list[str]:
     if binary == "kubectl":
         return ["version", "--client"]
-    return ["version"] if binary == "helm" else ["--version"]
+    if binary == "actionlint":
+        return ["-version"]
+    return ["version"] if binary in ("helm", "cosign") else ["--version"]
 
 
 def version_problem(binary: str, pin: str, output: str) -> str | None:

@@ -67,6 +67,19 @@ UNITS = {
     "etcd": Unit("etcd", "etcd", ("etcd",)),
     "kwok": Unit("kwok", "kwok", ("kwok",)),
     "helm": Unit("helm", "helm", ("helm",)),
+    "cosign": Unit("cosign", "cosign", ("cosign",)),
+    "actionlint": Unit("actionlint", "actionlint", ("actionlint",)),
+    "prometheus": Unit("prometheus", "prometheus", ("prometheus", "promtool")),
+}
+# `go install <package>@<pin>` units: the packages each installs (every binary of the unit).
+INSTALL_PACKAGES = {
+    "kwok": (f"{KWOK_MODULE}/cmd/kwok",),
+    "cosign": ("github.com/sigstore/cosign/v3/cmd/cosign",),
+    "actionlint": ("github.com/rhysd/actionlint/cmd/actionlint",),
+    "prometheus": (
+        "github.com/prometheus/prometheus/cmd/prometheus",
+        "github.com/prometheus/prometheus/cmd/promtool",
+    ),
 }
 BINARY_UNIT = {b: u.name for u in UNITS.values() for b in u.provides}
 # Wall time of each unit's cold build on a 2-core machine (docs/testing.md has the measurements);
@@ -78,6 +91,9 @@ TYPICAL_COLD_SECONDS = {
     "etcd": 70,
     "kwok": 105,
     "helm": 130,
+    "cosign": 300,
+    "actionlint": 40,
+    "prometheus": 300,
 }
 APISERVER_POLICY_MINIMUM = f"kube-apiserver{POLICY_MINIMUM}"
 
@@ -207,14 +223,19 @@ def _prepare_etcd(ctx: Context, unit: Unit, version: str, bd: Path) -> None:
     gotool.run_go(["get", f"{ETCD_PACKAGE}@{version}"], cwd=bd, env=ctx.env)
 
 
-# ------------------------------------------------------------------ kwok and helm
+# ------------------------------------------------------------------ go install units
 def _inspect_install(ctx: Context, unit: Unit, version: str, bd: Path) -> Plan:
-    if unit.name == "kwok":
-        pkg, ldflags = f"{KWOK_MODULE}/cmd/kwok@{version}", ""
-    else:
+    pkgs: tuple[str, ...]
+    if unit.name == "helm":
         major, _ = gobuild.major_minor(version)
-        pkg, ldflags = f"helm.sh/helm/v{major}/cmd/helm@{version}", gobuild.helm_ldflags(version)
-    args = ("install", "-v", *(("-ldflags", ldflags) if ldflags else ()), pkg)
+        pkgs, ldflags = (f"helm.sh/helm/v{major}/cmd/helm",), gobuild.helm_ldflags(version)
+    elif unit.name == "prometheus":
+        pkgs, ldflags = INSTALL_PACKAGES[unit.name], gobuild.prometheus_ldflags(version)
+    else:
+        pkgs, ldflags = INSTALL_PACKAGES[unit.name], ""
+    wanted = tuple(f"{p}@{version}" for p in pkgs)
+    args = ("install", "-v", *(("-ldflags", ldflags) if ldflags else ()), *wanted)
+    pkg = wanted[0] if len(wanted) == 1 else list(wanted)
     inputs = _key_inputs(ctx, unit, version, ldflags, package=pkg)
     if unit.name == "kwok":
         inputs["stages"] = list(KWOK_STAGE_DIRS)
@@ -232,6 +253,9 @@ INSPECT = {
     "etcd": _inspect_etcd,
     "kwok": _inspect_install,
     "helm": _inspect_install,
+    "cosign": _inspect_install,
+    "actionlint": _inspect_install,
+    "prometheus": _inspect_install,
 }
 PREPARE = {
     "kubernetes": _prepare_kubernetes,
@@ -240,6 +264,9 @@ PREPARE = {
     "etcd": _prepare_etcd,
     "kwok": _prepare_nothing,
     "helm": _prepare_nothing,
+    "cosign": _prepare_nothing,
+    "actionlint": _prepare_nothing,
+    "prometheus": _prepare_nothing,
 }
 
 

@@ -11,7 +11,9 @@ from tests.support.gotool import GoInfo
 
 pytestmark = pytest.mark.unit
 
-PINS = gobuild.Pins("v1.37.1", "v1.30.14", "v3.6.16", "v0.8.0", "v4.3.1")
+PINS = gobuild.Pins(
+    "v1.37.1", "v1.30.14", "v3.6.16", "v0.8.0", "v4.3.1", "v3.1.3", "v1.7.12", "v0.316.0"
+)
 
 
 def _context(cache: Path) -> recipes.Context:

@@ -70,7 +70,21 @@ def test_units_for_maps_binaries_to_their_build() -> None:
     }
     assert set(binaries.units_for(None)) == {
         "kubernetes", "kubernetes-policy-minimum", "kubernetes-node", "etcd", "kwok", "helm",
+        "cosign", "actionlint", "prometheus",
     }  # fmt: skip
+
+
+def test_the_release_tools_check_the_version_each_prints() -> None:
+    assert binaries.units_for(["promtool"]) == {"prometheus": ("promtool",)}
+    assert gobuild.prometheus_release("v0.316.0") == "3.16.0"
+    assert gobuild.prometheus_release("v0.309.12") == "3.9.12"
+    promtool = "promtool, version 3.16.0 (branch: , revision: unknown)\n"
+    assert gobuild.version_problem("promtool", "v0.316.0", promtool) is None
+    assert gobuild.version_problem("prometheus", "v0.315.0", promtool) is not None
+    assert gobuild.version_command("cosign") == ["version"]
+    assert gobuild.version_command("actionlint") == ["-version"]
+    with pytest.raises(ValueError, match="not a Prometheus module version"):
+        gobuild.prometheus_release("v3.16.0")
 
 
 def test_the_node_binaries_build_from_the_control_plane_pin_in_a_unit_of_their_own() -> None:
@@ -96,7 +110,9 @@ def test_the_policy_minimum_apiserver_is_its_own_unit_under_its_own_name() -> No
 
 
 def test_binaries_report_the_pin_of_each_name() -> None:
-    pins = gobuild.Pins("v1.37.1", "v1.30.14", "v3.6.16", "v0.8.0", "v4.3.1")
+    pins = gobuild.Pins(
+        "v1.37.1", "v1.30.14", "v3.6.16", "v0.8.0", "v4.3.1", "v3.1.3", "v1.7.12", "v0.316.0"
+    )
     found = binaries.Binaries(pins, {})
     assert found.version("kube-apiserver") == "v1.37.1"
     assert found.version("kube-apiserver-policy-minimum") == "v1.30.14"

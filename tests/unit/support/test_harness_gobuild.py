@@ -132,6 +132,9 @@ PINS = {
     "etcd": "v3.6.16",
     "kwok": "v0.8.0",
     "helm": "v4.3.1",
+    "cosign": "v3.1.3",
+    "actionlint": "v1.7.12",
+    "prometheus": "v0.316.0",
 }
 
 
