@@ -3,7 +3,9 @@
 - the project's wheel and sdist (built offline with the tools of requirements-build.lock);
 - the OCI image archive `make image` built, and its manifest digest;
 - the packaged Helm chart;
-- the rendered manifests (`make manifests`) under deploy/, the Talos file in deploy/talos/;
+- the rendered manifests (`make manifests`) under deploy/, and the Talos file also as
+  `local-ccm-talos.yaml` at the top, the release asset name docs/install.md's Talos URL uses
+  (a release page's assets are flat: no deploy/talos/ there);
 - an SBOM of the image (CycloneDX 1.5 JSON): its Debian packages with versions, the Python
   distributions with the sha256 of the locked wheels, and the project itself;
 - SHA256SUMS over all of it, in the format ``sha256sum -c`` reads.
@@ -29,6 +31,8 @@ from typing import Any
 from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parent.parent
+TALOS = Path("deploy") / "talos" / "local-ccm.yaml"
+TALOS_ASSET = "local-ccm-talos.yaml"
 
 
 class ReleaseError(Exception):
@@ -36,6 +40,18 @@ class ReleaseError(Exception):
 
 
 # ---------------------------------------------------------------- pure
+
+
+def asset_names(version: str, manifests: Sequence[str]) -> frozenset[str]:
+    """Every file `release` writes, relative to dist/, for ``version`` and the rendered
+    ``manifests`` (paths relative to the repository, as ``deploy/...``): the names the docs
+    may point an operator at."""
+    return frozenset({
+        f"local_ccm-{version}-py3-none-any.whl", f"local_ccm-{version}.tar.gz",
+        f"local-ccm-{version}.tgz", f"local-ccm-{version}.oci.tar",
+        f"local-ccm-{version}.oci.tar.digest", f"local-ccm-{version}.oci.tar.cdx.json",
+        TALOS_ASSET, "SHA256SUMS", *manifests,
+    })  # fmt: skip
 
 
 def deb_purl(p: Mapping[str, str]) -> str:
@@ -114,7 +130,7 @@ def python_dists(out: Path) -> list[Path]:
     env |= {"SOURCE_DATE_EPOCH": epoch, "PIP_CONFIG_FILE": os.devnull}
     with tempfile.TemporaryDirectory(prefix="local-ccm-release-") as work:
         # A copy, so the build's egg-info and build/ stay out of the worktree.
-        for name in ("pyproject.toml", "README.md", "src"):
+        for name in ("pyproject.toml", "README.md", "LICENSE", "src"):
             src, dest = REPO / name, Path(work) / name
             if src.is_dir():
                 shutil.copytree(
@@ -149,16 +165,19 @@ def image(out: Path, version: str) -> tuple[list[Path], dict[str, Any]]:
 
 
 def manifests(out: Path) -> list[Path]:
-    """deploy/ as `make manifests` rendered it (the Talos patch in deploy/talos/)."""
+    """deploy/ as `make manifests` rendered it (the Talos patch in deploy/talos/), and the
+    Talos patch again under its release asset name."""
     found = sorted((REPO / "deploy").rglob("*.yaml"))
-    if not (REPO / "deploy" / "talos" / "local-ccm.yaml").exists():
-        raise ReleaseError("no deploy/talos/local-ccm.yaml: run `make manifests`")
+    if not (REPO / TALOS).exists():
+        raise ReleaseError(f"no {TALOS.as_posix()}: run `make manifests`")
     copies = []
     for src in found:
         dest = out / src.relative_to(REPO)
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dest)
         copies.append(dest)
+    shutil.copy2(REPO / TALOS, out / TALOS_ASSET)
+    copies.append(out / TALOS_ASSET)
     return copies
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tarfile
 import tempfile
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import pytest
 from local_ccm import __version__
 from tests.support.chart import REPO
 from tests.support.oci import image_archive
+from tests.unit.test_release_assets import load_release
 
 # Wheel and sdist builds, helm package, copying the image: about 15 s on a busy 2-core machine.
 pytestmark = pytest.mark.timeout(180)
@@ -43,12 +46,17 @@ def test_d17_release_has_every_artefact(dist: Path) -> None:
         f"local_ccm-{v}-py3-none-any.whl", f"local_ccm-{v}.tar.gz", f"local-ccm-{v}.tgz",
         f"local-ccm-{v}.oci.tar", f"local-ccm-{v}.oci.tar.digest",
         f"local-ccm-{v}.oci.tar.cdx.json", "deploy/local-ccm.yaml",
-        "deploy/talos/local-ccm.yaml", "SHA256SUMS",
+        "deploy/talos/local-ccm.yaml", "local-ccm-talos.yaml", "SHA256SUMS",
     }  # fmt: skip
     present = {p.relative_to(dist).as_posix() for p in dist.rglob("*") if p.is_file()}
     assert expected <= present, expected - present
-    rendered = {p.relative_to(REPO).as_posix() for p in (REPO / "deploy").rglob("*.yaml")}
-    assert rendered <= present
+    rendered = [p.relative_to(REPO).as_posix() for p in (REPO / "deploy").rglob("*.yaml")]
+    assert set(rendered) <= present
+    # The list the docs are checked against (tests/unit/test_release_assets.py) is exactly what
+    # a release writes.
+    assert present == load_release().asset_names(v, rendered)
+    talos = (REPO / "deploy" / "talos" / "local-ccm.yaml").read_bytes()
+    assert (dist / "local-ccm-talos.yaml").read_bytes() == talos
 
 
 def test_d17_sha256sums_covers_everything_and_verifies(dist: Path) -> None:
@@ -78,3 +86,14 @@ def test_d17_release_without_helm_is_a_clear_error(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "no helm binary" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_d17_wheel_and_sdist_carry_the_license(dist: Path) -> None:
+    v = __version__
+    with zipfile.ZipFile(dist / f"local_ccm-{v}-py3-none-any.whl") as wheel:
+        names = set(wheel.namelist())
+        assert f"local_ccm-{v}.dist-info/licenses/LICENSE" in names, sorted(names)
+        metadata = wheel.read(f"local_ccm-{v}.dist-info/METADATA").decode()
+    assert "License-Expression: Apache-2.0" in metadata
+    with tarfile.open(dist / f"local_ccm-{v}.tar.gz") as sdist:
+        assert f"local_ccm-{v}/LICENSE" in sdist.getnames()
