@@ -2,7 +2,8 @@
 
 pyproject.toml reads it (``dynamic = ["version"]``); the places that cannot read it (the chart's
 ``version``/``appVersion``, the Containerfile's ``ARG VERSION`` default, the sample transcript in
-README.md) are copies this script checks and rewrites:
+README.md, the release tag every link of the chart's README points at and its install command)
+are copies this script checks and rewrites:
 
     python scripts/version.py            print the version
     python scripts/version.py check      exit 1 and list every copy that differs (make lint)
@@ -36,8 +37,11 @@ class Copy:
     form: Callable[[str], str] = str
 
     def read(self) -> str | None:
-        match = re.search(self.pattern, (REPO / self.path).read_text(), re.MULTILINE)
-        return match.group(1) if match else None
+        """The version written there; every occurrence must agree (a file with two that
+        differ reads as both, so the check reports it)."""
+        found = re.findall(self.pattern, (REPO / self.path).read_text(), re.MULTILINE)
+        values = sorted({m if isinstance(m, str) else m[0] for m in found})
+        return " and ".join(values) if values else None
 
     def write(self, version: str) -> None:
         file = REPO / self.path
@@ -59,6 +63,13 @@ COPIES = (
     Copy("charts/local-ccm/Chart.yaml", r"^appVersion: (v\d+\.\d+\.\d+)$", lambda v: f"v{v}"),
     Copy("Containerfile", rf"^ARG VERSION={_V}$"),
     Copy("README.md", rf"starting local-ccm {_V} "),
+    # The packaged chart has no docs/: its README links to the repository at the release tag.
+    Copy(
+        "charts/local-ccm/README.md",
+        r"github\.com/local-ccm/local-ccm/(?:blob|tree)/(v\d+\.\d+\.\d+)/",
+        lambda v: f"v{v}",
+    ),
+    Copy("charts/local-ccm/README.md", rf"oci://\S+/local-ccm --version {_V}\b"),
 )
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,3 +38,37 @@ def test_chart_version_and_app_version_follow_the_package() -> None:
 def test_the_version_is_above_every_release_of_the_go_original() -> None:
     version = tuple(int(p) for p in local_ccm.__version__.split("."))
     assert version > GO_ORIGINAL_LAST, local_ccm.__version__
+
+
+def _copy_of_the_versioned_files(dest: Path) -> None:
+    """The files scripts/version.py reads and writes, in a scratch tree of the same shape."""
+    paths = ["scripts/version.py", "src/local_ccm/__init__.py", "charts/local-ccm/Chart.yaml",
+             "charts/local-ccm/README.md", "Containerfile", "README.md"]  # fmt: skip
+    for path in paths:
+        (dest / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / path, dest / path)
+
+
+def test_bump_moves_the_chart_readme_s_links_and_install_command(tmp_path: Path) -> None:
+    _copy_of_the_versioned_files(tmp_path)
+
+    def script(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "scripts/version.py", *args]
+        return subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, check=False)
+
+    readme = tmp_path / "charts" / "local-ccm" / "README.md"
+    old = local_ccm.__version__
+    pinned = f"github.com/local-ccm/local-ccm/blob/v{old}/"
+    assert pinned in readme.read_text()
+    done = script("bump", "9.8.7")
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = readme.read_text()
+    assert pinned not in text
+    assert text.count("github.com/local-ccm/local-ccm/blob/v9.8.7/") >= 3
+    assert "/local-ccm --version 9.8.7" in text
+    assert script("check").returncode == 0
+    # One link left behind is a mismatch the check names.
+    readme.write_text(text.replace("blob/v9.8.7/docs/csr.md", "blob/v9.8.6/docs/csr.md"))
+    done = script("check")
+    assert done.returncode == 1
+    assert "charts/local-ccm/README.md: 'v9.8.6 and v9.8.7', expected 'v9.8.7'" in done.stdout
