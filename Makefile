@@ -52,6 +52,24 @@ release: image manifests ## write dist/: wheel, sdist, image archive, chart, man
 	$(PY) scripts/release.py --helm "$$($(PY) -c 'from tests.support.binaries import ensure; \
 		print(ensure(["helm"], report=lambda _: None).path("helm"))')"
 
+# Push dist/ (`make release`) to your registry and sign it: make publish REGISTRY=host/path
+# COSIGN_KEY=cosign.key (COSIGN_PASSWORD in the environment); REGISTRY_CA=ca.pem for a private
+# CA, REGISTRY_INSECURE=1 for plain HTTP (tests); REGISTRY_USER/REGISTRY_PASSWORD to log in.
+# helm and cosign are the tests' own builds. docs/install.md, "Push to your own registry".
+TOOL = $$($(PY) -c 'from tests.support.binaries import ensure; \
+	print(ensure(["$(1)"], report=lambda _: None).path("$(1)"))')
+PUBLISH_FLAGS = --registry "$(REGISTRY)" $(if $(REGISTRY_CA),--ca-file "$(REGISTRY_CA)") \
+	$(if $(filter-out 0,$(REGISTRY_INSECURE)),--insecure)
+.PHONY: publish
+publish: $(VENV)/bin/local-ccm ## push dist/ to REGISTRY=host/path, signed with COSIGN_KEY (image: every platform)
+	$(PY) scripts/publish.py publish $(PUBLISH_FLAGS) --key "$(COSIGN_KEY)" \
+		--helm "$(call TOOL,helm)" --cosign "$(call TOOL,cosign)"
+
+.PHONY: verify
+verify: $(VENV)/bin/local-ccm ## check the signatures of REGISTRY's image and chart with COSIGN_PUB
+	$(PY) scripts/publish.py verify $(PUBLISH_FLAGS) --key "$(COSIGN_PUB)" \
+		--cosign "$(call TOOL,cosign)"
+
 .PHONY: lint
 lint: $(VENV)/bin/local-ccm ## ruff, ruff format --check, mypy --strict, import contracts, no import cycle
 	$(VENV)/bin/ruff check src tests scripts
