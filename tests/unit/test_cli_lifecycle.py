@@ -79,6 +79,16 @@ def test_readiness_names_the_wait_for_the_api_server_and_liveness_passes() -> No
     assert all(ok for _, ok, _ in readyz.run())
 
 
+def test_no_usable_probe_fails_readiness_with_the_reason_and_liveness_passes() -> None:
+    clock = FakeClock()
+    problem = "no configured probe is usable, so every verdict is unknown ...: no NET_RAW"
+    status = Status(last_tick=clock.monotonic(), probe_problem=problem)
+    healthz, readyz = health_checks(status, clock, 1.0)
+    assert all(ok for _, ok, _ in healthz.run())  # not a restart: a restart cannot fix it
+    failing = [(name, detail) for name, ok, detail in readyz.run() if not ok]
+    assert failing == [("probe", problem)]
+
+
 def test_of_a_shared_node_watch_the_controller_sees_its_selector_only() -> None:
     def options(*argv: str) -> LifecycleOptions:
         loaded = options_from(flags.parse(FLAGS, list(argv), {}))

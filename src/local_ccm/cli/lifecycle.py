@@ -1,8 +1,8 @@
 """`node-lifecycle-controller`: the controller manager with the node-lifecycle controller alone.
 
 Exit codes: 0 graceful stop or --help, 1 internal error, 2 invalid command line (an unusable
-kubeconfig too), 3 leadership lost, 4 start-up precondition failed (credentials rejected, RBAC,
-no usable probe).
+kubeconfig too), 3 leadership lost, 4 start-up precondition failed (credentials rejected,
+RBAC). No usable probe is no exit: the controller runs not ready and deletes nothing.
 """
 
 from __future__ import annotations
@@ -36,11 +36,10 @@ from local_ccm.lifecycle.options import (
 )
 from local_ccm.lifecycle.probe import (
     Capabilities,
-    ProbeCapabilityError,
     Prober,
     SocketProber,
+    capability_report,
     detect_capabilities,
-    require_usable,
 )
 from local_ccm.lifecycle.run import Controller
 from local_ccm.records import dataclass
@@ -105,20 +104,17 @@ def build_unit(
     identity: str,
     nodes: ListWatch | None = None,
     extras: Extras | None = None,
-) -> Unit | str:
-    """The lifecycle controller as a unit; the problem text (exit 4) when no probe is usable."""
+) -> Unit:
+    """The lifecycle controller as a unit."""
     extras = extras or Extras()
     clock, status, metrics = SystemClock(), extras.status, extras.metrics
-    prober = extras.prober or build_prober(options, metrics)
-    if isinstance(prober, str):
-        return prober
+    prober = extras.prober or build_prober(options, metrics, status)
     metrics.unprobed.set(1 if options.unprobed else 0)
     client = Client(cluster, field_manager=names.LIFECYCLE, user_agent=f"{PROG}/{__version__}",
-                    timeout=API_TIMEOUT)  # fmt: skip
+                    timeout=API_TIMEOUT, on_response=metrics.observe_response)  # fmt: skip
     lease = lease_of(options)
     write_timeout = election_config(lease, "-").write_timeout if lease else API_TIMEOUT
-    api: NodeApi = KubeNodeApi(AsyncClient(client), write_timeout=write_timeout,
-                               observe=metrics.observe_request)  # fmt: skip
+    api: NodeApi = KubeNodeApi(AsyncClient(client), write_timeout=write_timeout)
     api = extras.wrap_api(api) if extras.wrap_api else api
     config = loop_config(options)
     if extras.watch_selector is not None:
@@ -156,8 +152,10 @@ def loop_config(options: LifecycleOptions) -> LoopConfig:
     )
 
 
-def build_prober(options: LifecycleOptions, metrics: LifecycleMetrics) -> Prober | str:
-    """A test socket per configured (kind, family); the problem text when none is usable."""
+def build_prober(options: LifecycleOptions, metrics: LifecycleMetrics, status: Status) -> Prober:
+    """A test socket per configured (kind, family). An unusable one is one log line and the
+    `probe_capability` gauge at 0; none usable is an error line and `/readyz` failing with it.
+    The prober then answers `error` for what it cannot probe: verdict unknown, never dead."""
     kinds = options.settings.kinds
     if not kinds:
         log.warning(
@@ -168,8 +166,10 @@ def build_prober(options: LifecycleOptions, metrics: LifecycleMetrics) -> Prober
     capabilities = detect_capabilities(kinds, options.settings.families, options.icmp_mode)
     for entry in capabilities.entries:
         metrics.capability.labels(entry.kind, entry.family).set(1 if entry.usable else 0)
-    try:
-        require_usable(capabilities)
-    except ProbeCapabilityError as exc:
-        return str(exc)
+    report = capability_report(capabilities)
+    if report.blocking:
+        log.error("%s", report.message)
+        status.probe_problem = report.message
+    elif report.message:
+        log.warning("%s", report.message)
     return SocketProber(options.probe, capabilities)

@@ -20,12 +20,14 @@ class Status(process.Status):
     connected: bool = False
     disconnected_at: float | None = None
     last_evaluation: float | None = None
+    probe_problem: str = ""  # set at start-up when no configured probe is usable
 
 
 def add_checks(
     healthz: Checks, readyz: Checks, status: Status, clock: Clock, interval: float
 ) -> None:
-    """The loop's checks: evaluations keep coming while leading, the Node cache is fresh."""
+    """The loop's checks: evaluations keep coming while leading, the Node cache is fresh, some
+    configured probe is usable."""
 
     def evaluating() -> tuple[bool, str]:
         limit = max(3 * interval, 60.0)
@@ -45,8 +47,14 @@ def add_checks(
             return True, ""
         return False, "the Node watch is disconnected"
 
+    def probes() -> tuple[bool, str]:
+        # Not ready, not a crash: the controller keeps running (with node IPAM beside it in the
+        # controller manager), every verdict is unknown and nothing is deleted.
+        return not status.probe_problem, status.probe_problem
+
     healthz.add("evaluation", evaluating)
     readyz.add("node-cache", node_cache)
+    readyz.add("probe", probes)
 
 
 def leader_callback(status: Status, metrics: LifecycleMetrics) -> Callable[[bool], None]:

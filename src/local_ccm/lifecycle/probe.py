@@ -89,15 +89,12 @@ class Capabilities:
         return tuple(c.problem for c in self.entries if not c.usable)
 
 
-class ProbeCapabilityError(Exception):
-    """No configured (kind, family) is usable: the controller exits 4."""
-
-
 def detect_capabilities(
     kinds: Sequence[ProbeKind], families: Sequence[Family], icmp_mode: IcmpMode
 ) -> Capabilities:
     """Open a test socket per configured (kind, family). `auto` uses raw when permitted, else
-    datagram; `raw` and `datagram` never fall back."""
+    datagram; `raw` and `datagram` never fall back. The unusable ones are reported by the
+    caller, in one line (`capability_report`)."""
     names = sorted({k.name for k in kinds})
     entries = tuple(
         _icmp_capability(family, icmp_mode) if name == "icmp" else _tcp_capability(family)
@@ -107,18 +104,30 @@ def detect_capabilities(
     for entry in entries:
         if entry.usable:
             log.info("probe %s over %s usable (%s)", entry.kind, entry.family, entry.mode or "")
-        else:
-            log.warning("probe %s over %s unusable: %s", entry.kind, entry.family, entry.problem)
     return Capabilities(entries)
 
 
-def require_usable(capabilities: Capabilities) -> Capabilities:
-    """Raise ProbeCapabilityError listing every problem when nothing is usable."""
-    if not capabilities.any_usable:
-        raise ProbeCapabilityError(
-            "no configured probe kind is usable in any family: " + "; ".join(capabilities.problems)
-        )
-    return capabilities
+@dataclass(frozen=True)
+class CapabilityReport:
+    """What start-up says about the probes: `blocking` when nothing configured is usable (the
+    controller then runs not ready, every verdict `unknown`, no Node deleted), else a warning
+    about the unusable (kind, family) pairs, or nothing."""
+
+    blocking: bool
+    message: str  # "" when every configured (kind, family) is usable
+
+
+def capability_report(capabilities: Capabilities) -> CapabilityReport:
+    """One line listing every problem, worded for the operator."""
+    problems = "; ".join(capabilities.problems)
+    if not capabilities.entries or not problems:
+        return CapabilityReport(False, "")
+    if capabilities.any_usable:
+        return CapabilityReport(False, f"some probes are unusable, their verdicts are unknown: "
+                                       f"{problems}")  # fmt: skip
+    return CapabilityReport(True, "no configured probe is usable, so every verdict is unknown "
+                                  f"and no Node is deleted until this is fixed and the "
+                                  f"controller restarted: {problems}")  # fmt: skip
 
 
 def _icmp_capability(family: Family, mode: IcmpMode) -> Capability:

@@ -1,15 +1,19 @@
-"""L26, L27, L29-L32, L34: probe permissions at run time and at
-start-up, unprobed mode, addresses, the out-of-service taint, invalid flags and family
-selection."""
+"""L26, L27, L29-L32, L34: probe permissions at run time and at start-up (unprivileged, as
+the chart runs the controller by default), unprobed mode, addresses, the out-of-service taint,
+invalid flags and family selection."""
 
 from __future__ import annotations
 
 import http.client
 import logging
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,8 +34,8 @@ from tests.support import resources as r
 from tests.support.cleanup import NodeFactory, Tracker
 from tests.support.controlplane import ControlPlane
 from tests.support.lifecycle_harness import FAST, PROMETHEUS_PREFIX, eligible_node, reasons
-from tests.support.netns import HostLink
-from tests.support.processes import spawn
+from tests.support.netns import HostLink, Namespace
+from tests.support.processes import Child, spawn
 from tests.support.relay import LoopbackRelay
 from tests.support.waiting import eventually
 
@@ -96,15 +100,95 @@ def test_l26_a_probe_permission_error_at_run_time_is_unknown_not_a_crash(
             child.stop()
 
 
-def test_l27_no_usable_probe_at_start_up(setup: Setup, test_artifacts: Path) -> None:
-    cmd = ["setpriv", "--bounding-set=-net_raw", "--inh-caps=-net_raw", "--", str(BINARY),
-           *FAST, f"--kubeconfig={setup.kubeconfig}", *setup.argv("--probe=icmp",
-           "--icmp-mode=raw", f"--node-selector={setup.selector}")]  # fmt: skip
-    started = time.monotonic()
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=False)
-    assert done.returncode == 4, done.stderr
-    assert time.monotonic() - started < 10
-    assert "CAP_NET_RAW" in done.stderr
+UNPRIVILEGED = 65532  # the chart's uid and gid
+
+
+@contextmanager
+def unprivileged_controller(
+    setup: Setup, ns: Namespace, control_plane: ControlPlane, log: Path, *argv: str
+) -> Iterator[Child]:
+    """The real binary inside `ns` as the chart runs it by default: uid/gid 65532, no
+    capability in any set, the default --icmp-mode (auto); the API server through a loopback
+    relay. Health on 127.0.0.1:18091, plain metrics on :18090, both inside `ns`."""
+    api_port = int(control_plane.api_url.rsplit(":", 1)[1])
+    readable = Path(tempfile.mkdtemp(prefix="l27-"))  # pytest's tmp_path is root's only
+    try:
+        readable.chmod(0o755)
+        kubeconfig = readable / "kubeconfig"
+        shutil.copyfile(setup.kubeconfig, kubeconfig)
+        kubeconfig.chmod(0o644)
+        cmd = ["ip", "netns", "exec", ns.name, "setpriv", f"--reuid={UNPRIVILEGED}",
+               f"--regid={UNPRIVILEGED}", "--clear-groups", "--inh-caps=-all",
+               "--bounding-set=-all", "--", str(BINARY), *FAST, f"--kubeconfig={kubeconfig}",
+               *setup.argv("--probe-families=ipv4", f"--node-selector={setup.selector}",
+                           "--metrics-bind-address=127.0.0.1:18090", "--metrics-secure=false",
+                           "--health-probe-bind-address=127.0.0.1:18091", *argv)]  # fmt: skip
+        with LoopbackRelay(ns.name, ("127.0.0.1", api_port)):
+            child = spawn("l27", cmd, log, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+            try:
+                yield child
+            finally:
+                child.stop()
+    finally:
+        shutil.rmtree(readable, ignore_errors=True)
+
+
+@pytest.mark.timeout(90)
+def test_l27_unprivileged_with_ping_group_range_deletes_the_dead_and_keeps_the_live(
+    setup: Setup, link: HostLink, make_node: NodeFactory,
+    control_plane: ControlPlane, test_artifacts: Path,
+) -> None:  # fmt: skip
+    """What the chart's Pod sysctl gives the controller: its gid in the namespace's range."""
+    ns = link.netns
+    ns.sysctl(f"net.ipv4.ping_group_range={UNPRIVILEGED} {UNPRIVILEGED}")
+    dead = eligible_node(make_node, str(link.unused_v4))
+    live = eligible_node(make_node, str(link.host_v4.ip))  # the veth's other end answers
+    with unprivileged_controller(setup, ns, control_plane, test_artifacts / "l27.log") as child:
+        eventually(lambda: get_in_netns(ns.name, 18091, "/readyz")[0] == 200, timeout=20,
+                   message="the controller is ready")  # fmt: skip
+        icmp4 = {"kind": "icmp", "family": "ipv4"}
+        assert metric_in_netns(ns.name, 18090, "probe_capability", **icmp4) == 1
+        eventually(lambda: gone(setup.kube, dead), timeout=DELETED, message="dead deleted")
+        kept(setup.kube, live, seconds=4)
+        assert "NodeReachable" in reasons(setup.kube, uid(live))
+        assert child.exited() is None
+    assert "probe icmp over ipv4 usable (datagram)" in child.log_path.read_text()
+
+
+@pytest.mark.timeout(90)
+def test_l27_no_usable_probe_at_start_up_is_not_ready_and_deletes_nothing(
+    setup: Setup, link: HostLink, make_node: NodeFactory,
+    control_plane: ControlPlane, test_artifacts: Path,
+) -> None:  # fmt: skip
+    """A range without the controller's gid (a host network whose range is the kernel's
+    default, say): one clear line, /readyz failing with it, the gauge at 0, the process keeps
+    running (beside node IPAM in the controller manager), and no Node is treated as dead."""
+    ns = link.netns
+    ns.sysctl("net.ipv4.ping_group_range=0 65531")  # every group but 65532 and above
+    dead = eligible_node(make_node, str(link.unused_v4))
+    with unprivileged_controller(setup, ns, control_plane, test_artifacts / "l27.log") as child:
+        eventually(lambda: get_in_netns(ns.name, 18091, "/readyz")[0] == 503
+                   and "node-cache" not in get_in_netns(ns.name, 18091, "/readyz")[1],
+                   timeout=20, message="the Node cache synced, still not ready")  # fmt: skip
+        code, body = get_in_netns(ns.name, 18091, "/readyz")
+        assert code == 503
+        assert "[-]probe failed: no configured probe is usable, so every verdict is unknown" \
+            in body, body  # fmt: skip
+        assert get_in_netns(ns.name, 18091, "/healthz")[0] == 200
+        icmp4 = {"kind": "icmp", "family": "ipv4"}
+        assert metric_in_netns(ns.name, 18090, "probe_capability", **icmp4) == 0
+        eventually(lambda: "ProbeFailed" in reasons(setup.kube, uid(dead)), timeout=DELETED,
+                   message="ProbeFailed")  # fmt: skip
+        kept(setup.kube, dead, seconds=6)
+        assert metric_in_netns(ns.name, 18090, "verdicts_total", verdict="unknown") >= 1
+        assert metric_in_netns(ns.name, 18090, "verdicts_total", verdict="unreachable") == 0
+        assert child.exited() is None, "the controller must keep running"
+    lines = [x for x in child.log_path.read_text().splitlines() if "no configured probe" in x]
+    assert len(lines) == 1, lines
+    assert "ERROR" in lines[0]
+    for remedy in (f"no group of this process ({UNPRIVILEGED}) is inside "
+                   "net.ipv4.ping_group_range (0 65531)", "CAP_NET_RAW is missing"):  # fmt: skip
+        assert remedy in lines[0]
 
 
 def test_l29_unprobed_mode(

@@ -23,14 +23,14 @@ from local_ccm.lifecycle.core.model import (
 from local_ccm.lifecycle.probe import (
     Capabilities,
     Capability,
-    ProbeCapabilityError,
+    CapabilityReport,
     ProbeConfig,
     Prober,
     SocketProber,
+    capability_report,
     echo_request,
     errno_outcome,
     parse_echo_reply,
-    require_usable,
 )
 from tests.fakes.lifecycle import FakeProber, addresses
 
@@ -88,14 +88,28 @@ def test_errno_outcome(code: int | None, outcome: str) -> None:
     assert errno_outcome(code)[0] == outcome
 
 
-def test_require_usable_lists_every_problem() -> None:
+def test_nothing_usable_blocks_and_lists_every_problem_in_one_line() -> None:
     caps = Capabilities((
         Capability("icmp", "ipv4", False, problem="no NET_RAW"),
         Capability("icmp", "ipv6", False, problem="no IPv6"),
     ))  # fmt: skip
-    with pytest.raises(ProbeCapabilityError, match="no NET_RAW; no IPv6"):
-        require_usable(caps)
-    assert require_usable(USABLE) is USABLE
+    report = capability_report(caps)
+    assert report.blocking
+    assert report.message.startswith("no configured probe is usable, so every verdict is "
+                                      "unknown and no Node is deleted")  # fmt: skip
+    assert report.message.endswith(": no NET_RAW; no IPv6")
+    assert "\n" not in report.message
+
+
+def test_some_usable_is_a_warning_and_all_usable_or_unprobed_says_nothing() -> None:
+    caps = Capabilities((
+        Capability("icmp", "ipv4", True, "datagram"),
+        Capability("icmp", "ipv6", False, problem="no IPv6"),
+    ))  # fmt: skip
+    warning = "some probes are unusable, their verdicts are unknown: no IPv6"
+    assert capability_report(caps) == CapabilityReport(False, warning)
+    assert capability_report(USABLE) == CapabilityReport(False, "")
+    assert capability_report(Capabilities(())) == CapabilityReport(False, "")
 
 
 def test_unusable_combination_is_an_error_outcome_without_any_socket() -> None:
