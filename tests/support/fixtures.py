@@ -226,6 +226,16 @@ def helm_binary(binaries: Binaries) -> Path:
     return binaries.path("helm")
 
 
+@pytest.fixture(scope="session")
+def cosign_binary(binaries: Binaries) -> Path:
+    return binaries.path("cosign")
+
+
+@pytest.fixture(scope="session")
+def actionlint_binary(binaries: Binaries) -> Path:
+    return binaries.path("actionlint")
+
+
 # ------------------------------------------------------------------ per-test fixtures
 @pytest.fixture
 def kube(control_plane: ControlPlane) -> Iterator[Client]:

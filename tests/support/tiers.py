@@ -59,6 +59,10 @@ def needed_components(
         needs.add("kwok")
     if "helm_binary" in names:
         needs.add("helm")
+    if "cosign_binary" in names:
+        needs.add("cosign")
+    if "actionlint_binary" in names:
+        needs.add("actionlint")
     return needs
 
 

@@ -69,6 +69,8 @@ def test_needed_components_follow_tier_markers_and_fixtures() -> None:
     }
     assert "kube-controller-manager" in tiers.needed_components("integration", [], ["kcm"])
     assert tiers.needed_components("unit", [], ["helm_binary"]) == {"helm"}
+    assert tiers.needed_components("unit", [], ["cosign_binary"]) == {"cosign"}
+    assert tiers.needed_components("unit", [], ["actionlint_binary"]) == {"actionlint"}
 
 
 def test_the_realnode_tier_needs_the_node_binaries_helm_and_kubectl() -> None:

@@ -1,0 +1,199 @@
+"""`make publish` and `make verify` against a real registry (D18): Debian's docker-registry on
+127.0.0.1 over TLS with a CA of the test's (REGISTRY_CA), a cosign key pair made here, the
+release scripts/release.py writes (as `make release` does, into a directory of the test's).
+
+The targets are called exactly as docs/install.md shows them (plus REGISTRY_CA and DIST). Then:
+the registry holds the image under the archive's own digest, every platform of the archive; both
+signatures verify with the key pair's public key and fail with another key pair's; and the
+chart installs from ``oci://`` into the real apiserver (``--dry-run=server``) with the pushed
+image's repository.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from local_ccm import __version__
+from tests.support.chart import REPO, Helm, parse
+from tests.support.controlplane import ControlPlane
+from tests.support.oci import image_archive
+from tests.support.registry import Registry, running_registry
+
+# release.py (about 15 s on a busy 2-core machine), the push of a 25 MiB image, two signatures.
+pytestmark = pytest.mark.timeout(300)
+PATH = "lcct/local-ccm"  # REGISTRY's path: the image at <REGISTRY>/local-ccm
+PASSWORD = "d18-key-password"
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    private: Path
+    public: Path
+
+
+@dataclass(frozen=True)
+class Published:
+    registry: Registry
+    dist: Path
+    keys: KeyPair
+    output: str
+    seconds: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.registry.host}/{PATH}"
+
+
+def cosign_env(home: Path) -> dict[str, str]:
+    """cosign's and helm's state in ``home``; the key's password."""
+    env = {**os.environ, "COSIGN_PASSWORD": PASSWORD, "DOCKER_CONFIG": str(home / "docker")}
+    env |= {v: str(home / v.lower()) for v in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME",
+                                               "HELM_DATA_HOME")}  # fmt: skip
+    return env
+
+
+def key_pair(cosign: Path, directory: Path) -> KeyPair:
+    directory.mkdir(parents=True)
+    done = subprocess.run([str(cosign), "generate-key-pair"], cwd=directory,
+                          env=cosign_env(directory), capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return KeyPair(directory / "cosign.key", directory / "cosign.pub")
+
+
+def make(target: str, variables: Mapping[str, str], env: Mapping[str, str]) -> tuple[int, str]:
+    argv = ["make", "--no-print-directory", target, *(f"{k}={v}" for k, v in variables.items())]
+    done = subprocess.run(argv, cwd=REPO, env=dict(env), capture_output=True, text=True,
+                          timeout=240, check=False)  # fmt: skip
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def published(cosign_binary: Path, helm_binary: Path) -> Iterator[Published]:
+    if not image_archive().exists():
+        pytest.fail("no image archive: run `make image` (`make test` does)", pytrace=False)
+    cosign = cosign_binary
+    with tempfile.TemporaryDirectory(prefix="local-ccm-d18-") as work_dir:
+        work = Path(work_dir)
+        dist = work / "dist"
+        done = subprocess.run(
+            [sys.executable, str(REPO / "scripts" / "release.py"), "--out", str(dist),
+             "--helm", str(helm_binary)],
+            capture_output=True, text=True, timeout=200, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        keys = key_pair(cosign, work / "keys")
+        with running_registry(work / "registry", tls=True) as registry:
+            assert registry.ca_file is not None
+            started = time.monotonic()
+            code, output = make("publish", {
+                "REGISTRY": f"{registry.host}/{PATH}", "COSIGN_KEY": str(keys.private),
+                "REGISTRY_CA": str(registry.ca_file), "DIST": str(dist),
+            }, cosign_env(work))  # fmt: skip
+            seconds = time.monotonic() - started
+            assert code == 0, f"{output}\n{registry.log.read_text()[-3000:]}"
+            yield Published(registry, dist, keys, output, seconds)
+
+
+def archive_platforms(archive: Path) -> set[str]:
+    """os/arch of every image in the archive (its index's manifests, or the one image)."""
+    with tarfile.open(archive) as tar:
+
+        def blob(digest: str) -> dict[str, object]:
+            member = tar.extractfile(f"blobs/sha256/{digest.removeprefix('sha256:')}")
+            assert member is not None
+            loaded: dict[str, object] = json.load(member)
+            return loaded
+
+        index = tar.extractfile("index.json")
+        assert index is not None
+        (top,) = json.load(index)["manifests"]
+        if top["mediaType"].endswith("index.v1+json"):
+            return {f"{m['platform']['os']}/{m['platform']['architecture']}"
+                    for m in blob(top["digest"])["manifests"]}  # type: ignore[attr-defined]  # fmt: skip
+        manifest = blob(top["digest"])
+        config = blob(manifest["config"]["digest"])  # type: ignore[index]
+        return {f"{config['os']}/{config['architecture']}"}
+
+
+def test_d18_publish_pushes_the_archive_under_its_own_digest(published: Published) -> None:
+    digest = (published.dist / f"local-ccm-{__version__}.oci.tar.digest").read_text().strip()
+    print(f"make publish took {published.seconds:.1f} s")
+    registry = published.registry
+    pushed = registry.manifest(f"{PATH}/local-ccm", f"v{__version__}")
+    assert pushed.digest == digest
+    assert f"image {published.name}/local-ccm:v{__version__}@{digest}" in published.output
+    archive = published.dist / f"local-ccm-{__version__}.oci.tar"
+    platforms = archive_platforms(archive)
+    if pushed.platforms:  # an index: every platform of the archive, each one pulled by digest
+        assert pushed.platforms == platforms
+        for entry in pushed.body["manifests"]:
+            assert registry.manifest(f"{PATH}/local-ccm", entry["digest"]).digest == entry["digest"]
+    else:
+        assert len(platforms) == 1, platforms
+    chart = registry.manifest(f"{PATH}/charts/local-ccm", __version__)
+    assert chart.body["config"]["mediaType"] == "application/vnd.cncf.helm.config.v1+json"
+    assert f"chart oci://{published.name}/charts/local-ccm:{__version__}@{chart.digest}" in (
+        published.output
+    )
+    for reference in (f"local-ccm@{digest}", f"charts/local-ccm@{chart.digest}"):
+        assert f"signed {published.name}/{reference}" in published.output
+
+
+def verify(published: Published, public: Path) -> tuple[int, str]:
+    assert published.registry.ca_file is not None
+    return make("verify", {
+        "REGISTRY": published.name, "COSIGN_PUB": str(public),
+        "REGISTRY_CA": str(published.registry.ca_file),
+    }, cosign_env(published.dist.parent))  # fmt: skip
+
+
+def test_d18_both_signatures_verify_with_the_public_key(published: Published) -> None:
+    code, output = verify(published, published.keys.public)
+    assert code == 0, output
+    assert f"verified {published.name}/local-ccm:v{__version__}" in output
+    assert f"verified {published.name}/charts/local-ccm:{__version__}" in output
+
+
+def test_d18_verification_fails_with_another_key(published: Published, cosign_binary: Path) -> None:
+    other = key_pair(cosign_binary, published.dist.parent / "other-keys")
+    code, output = verify(published, other.public)
+    assert code != 0, output
+    # cosign v3 stores the signature as a Sigstore bundle: found, but not by this key.
+    assert "failed to verify signature" in output, output
+    assert "verified" not in output.replace("unverified", "")
+
+
+def test_d18_the_chart_installs_from_the_registry(
+    published: Published, chart_helm: Helm, control_plane: ControlPlane
+) -> None:
+    assert published.registry.ca_file is not None
+    values = chart_helm.home / "d18-values.yaml"
+    values.write_text(yaml.safe_dump({"image": {"repository": f"{published.name}/local-ccm"}}))
+    result = chart_helm.run(
+        "install", "d18", f"oci://{published.name}/charts/local-ccm", "--version", __version__,
+        "--ca-file", str(published.registry.ca_file), "--namespace", "kube-system",
+        "--kubeconfig", str(control_plane.admin_kubeconfig), "--dry-run=server",
+        "-f", str(values), "-o", "json",
+    )  # fmt: skip
+    assert result.code == 0, result.output
+    # helm prints what it pulled before the release's JSON.
+    pulled, brace, document = result.stdout.partition("{")
+    chart = published.registry.manifest(f"{PATH}/charts/local-ccm", __version__)
+    assert f"Digest: {chart.digest}" in pulled
+    manifest = json.loads(brace + document)["manifest"]
+    images = {c["image"] for obj in parse(manifest) if obj["kind"] in {"DaemonSet", "Deployment"}
+              for c in obj["spec"]["template"]["spec"]["containers"]}  # fmt: skip
+    assert images == {f"{published.name}/local-ccm:v{__version__}"}
