@@ -110,21 +110,19 @@ def metrics(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
 
 
 def writes(samples: dict[str, list[tuple[dict[str, str], float]]]) -> float:
-    return sum(v for labels, v in samples.get("service_lb_ipam_api_requests_total", [])
-               if labels.get("verb") in ("PATCH", "POST", "PUT"))  # fmt: skip
+    return sum(v for labels, v in samples.get("rest_client_requests_total", [])
+               if labels.get("method") in ("PATCH", "POST", "PUT"))  # fmt: skip
 
 
 def status_writes(samples: dict[str, list[tuple[dict[str, str], float]]]) -> dict[str, float]:
     """Service status PATCHes by answer code ("200", "422" for a failed resourceVersion test)."""
-    found = samples.get("service_lb_ipam_api_requests_total", [])
-    kind = ("PATCH", "services/status")
-    return {labels["code"]: v for labels, v in found
-            if (labels.get("verb"), labels.get("resource")) == kind}  # fmt: skip
+    found = samples.get("local_ccm_lb_writes_total", [])
+    return {labels["code"]: v for labels, v in found if labels.get("resource") == "services/status"}
 
 
 def quantile(samples: dict[str, list[tuple[dict[str, str], float]]], q: float) -> float | None:
     """The upper bound of the histogram bucket holding quantile `q` of the latency."""
-    found = samples.get("service_lb_ipam_allocation_latency_seconds_bucket", [])
+    found = samples.get("local_ccm_lb_allocation_latency_seconds_bucket", [])
     buckets = sorted((float(labels["le"]), v) for labels, v in found)
     total = buckets[-1][1] if buckets else 0
     return next((le for le, count in buckets if total and count >= q * total), None)

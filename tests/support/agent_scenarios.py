@@ -198,4 +198,4 @@ def metric_total(agent: Any, name: str, **match: str) -> float:
 
 def patches(agent: Any) -> float:
     """PATCH requests the in-process agent sent (any resource, any outcome)."""
-    return metric_total(agent, "local_ccm_api_requests_total", verb="PATCH")
+    return metric_total(agent, "rest_client_requests_total", method="PATCH")

@@ -251,10 +251,11 @@ def steady(agent: AgentProcess, kube: Client, node: str, timeout: float = 30.0) 
     eventually(lambda: initialised(kube, node), timeout=timeout, message="initialised")
     wanted = {"AddressesUpdated", "NodeInitialized"}
     eventually(lambda: wanted <= reasons(kube, node), timeout=timeout, message=f"{wanted}")
-    base = agent.metric_sum("local_ccm_passes_total", outcome="noop")
+    base = agent.metric_sum("local_ccm_agent_passes_total", outcome="noop")
     eventually(
         lambda: (
-            agent.metric_sum("local_ccm_passes_total", outcome="noop") >= base + STEADY_NOOP_PASSES
+            agent.metric_sum("local_ccm_agent_passes_total", outcome="noop")
+            >= base + STEADY_NOOP_PASSES
         ),
         timeout=timeout,
         interval=0.5,

@@ -41,10 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "test-artifacts" / "bench"
 POOL_V4, POOL_V6, BITS = "10.128.0.0/9", "fd00:128::/104", 8
 SCALE_LABEL = {"scale": "1"}
-NODE_PATCHES_OK = (
-    "node_ipam_controller_api_requests_total",
-    {"verb": "patch", "resource": "nodes", "code": "200"},
-)
+NODE_PATCHES_OK = ("local_ccm_ipam_node_writes_total", {"code": "200"})
 MIB = 1024 * 1024
 
 
@@ -125,7 +122,7 @@ class Controller:
         return self.proc.metric(*NODE_PATCHES_OK)
 
     def events_dropped(self) -> float:
-        return self.proc.metric("node_ipam_controller_events_dropped_total")
+        return self.proc.metric("local_ccm_ipam_events_dropped_total")
 
     def wait_patches(self, count: int, timeout: float) -> float:
         """Wait until `count` Node PATCHes succeeded; the monotonic time it was seen."""

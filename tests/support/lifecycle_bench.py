@@ -152,8 +152,8 @@ class Controller:
         return time.monotonic() - self.spawned
 
     def metric(self, name: str) -> float:
-        """The sum of every sample of `node_lifecycle_controller_<name>` (any labels)."""
-        prefix = f"node_lifecycle_controller_{name}"
+        """The sum of every sample of `local_ccm_lifecycle_<name>` (any labels)."""
+        prefix = f"local_ccm_lifecycle_{name}"
         total = 0.0
         for line in self.get(self.metrics_port, "/metrics")[1].splitlines():
             if line.startswith(prefix) and line[len(prefix)] in " {":

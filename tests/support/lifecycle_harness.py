@@ -60,7 +60,7 @@ _KINDS = {
     "ServiceAccount": r.SERVICE_ACCOUNTS, "ClusterRole": r.CLUSTER_ROLES,
     "ClusterRoleBinding": r.CLUSTER_ROLE_BINDINGS, "Role": r.ROLES, "RoleBinding": r.ROLE_BINDINGS,
 }  # fmt: skip
-PROMETHEUS_PREFIX = "node_lifecycle_controller_"
+PROMETHEUS_PREFIX = "local_ccm_lifecycle_"
 
 
 def apply_rbac(
@@ -257,6 +257,12 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 def metric(port: int, name: str, **labels: str) -> float:
     key = (PROMETHEUS_PREFIX + name, tuple(sorted(labels.items())))
     return scrape(port).get(key, 0.0)
+
+
+def leading(port: int) -> float:
+    """client-go's `leader_election_master_status` (of the one Lease the process elects on)."""
+    found = scrape(port)
+    return sum(v for (name, _), v in found.items() if name == "leader_election_master_status")
 
 
 # ------------------------------------------------------------------ Nodes and Events

@@ -26,12 +26,13 @@ class Small(Metrics):
 def test_declared_metrics_are_per_instance_with_their_series_at_zero() -> None:
     one, two = Small(), Small(Registry())
     one.runs.labels("a", "ok").inc()
-    one.observe_request("GET", "nodes", "200")
+    one.observe_response("GET", "10.0.0.1:6443", "200", 0.01)
     assert one.registry.get_sample_value("t_runs_total", {"kind": "a", "result": "ok"}) == 1
     assert two.registry.get_sample_value("t_runs_total", {"kind": "b", "result": "failed"}) == 0
     assert two.registry.get_sample_value("t_runs_total", {"kind": "a", "result": "ok"}) == 0
-    labels = {"verb": "GET", "resource": "nodes", "code": "200"}
-    assert one.registry.get_sample_value("t_api_requests_total", labels) == 1
+    labels = {"method": "GET", "host": "10.0.0.1:6443", "code": "200"}
+    assert one.registry.get_sample_value("rest_client_requests_total", labels) == 1
+    assert two.registry.get_sample_value("rest_client_requests_total", labels) is None
     assert one.registry.get_sample_value("t_took_seconds_bucket", {"le": "2.0"}) == 0
     assert one.registry.get_sample_value("process_open_fds") is not None
 

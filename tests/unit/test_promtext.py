@@ -18,10 +18,11 @@ from local_ccm.csr.metrics import CsrMetrics
 from local_ccm.ipam.metrics import IpamMetrics
 from local_ccm.lbipam.metrics import LbMetrics
 from local_ccm.lifecycle.metrics import LifecycleMetrics
-from local_ccm.runtime.metrics import Metrics
+from local_ccm.runtime.metrics import LeaderMetrics, Metrics, United
 from local_ccm.runtime.promtext import (
     CONTENT_TYPE,
     OPENMETRICS_TYPE,
+    Collector,
     Counter,
     Gauge,
     Histogram,
@@ -50,7 +51,7 @@ parse_openmetrics: Callable[[str], Iterator[Metric]] = (
 COMPONENTS = (AgentMetrics, IpamMetrics, LifecycleMetrics, CsrMetrics, LbMetrics)
 
 
-def parsed(registry: Registry) -> dict[str, tuple[str, str, list[Sample]]]:
+def parsed(registry: Collector) -> dict[str, tuple[str, str, list[Sample]]]:
     families = text_string_to_metric_families(exposition(registry))
     return {f.name: (f.type, f.documentation, f.samples) for f in families}
 
@@ -118,8 +119,31 @@ def test_a_registry_of_registries_exposes_the_process_metrics_once() -> None:
     united.register(CsrMetrics().registry)
     text = exposition(united)
     assert text.count("# TYPE process_open_fds gauge") == 1
-    assert "node_ipam_controller_leader" in parsed(united)
-    assert "kubelet_serving_approver_leader" in parsed(united)
+    assert "local_ccm_ipam_cidr_conflicts" in parsed(united)
+    assert "local_ccm_csr_decisions" in parsed(united)
+
+
+def test_the_managers_metrics_merge_the_families_every_controller_has() -> None:
+    ipam, csr, leader = IpamMetrics(), CsrMetrics(), LeaderMetrics("local-ccm")
+    for metrics in (ipam, csr):
+        metrics.observe_response("PATCH", "10.0.0.1:6443", "200", 0.2)
+    ipam.watch_ended("nodes")
+    csr.watch_ended("nodes")
+    leader.leading(True)
+    united = United([ipam.registry, csr.registry, leader.registry])
+    text = exposition(united)
+    assert text.count("# TYPE process_open_fds gauge") == 1
+    assert text.count("# TYPE local_ccm_watch_restarts_total counter") == 1
+    assert text.count("local_ccm_build_info{") == 1
+    requests = {"code": "200", "method": "PATCH", "host": "10.0.0.1:6443"}
+    families = parsed(united)
+    assert [s.value for s in families["rest_client_requests"][2] if s.labels == requests] == [2]
+    count = [s for s in families["rest_client_request_duration_seconds"][2]
+             if s.name.endswith("_count")]  # fmt: skip
+    assert [s.value for s in count] == [2]
+    restarts = {s.labels["controller"] for s in families["local_ccm_watch_restarts"][2]}
+    assert restarts == {"node-ipam", "kubelet-serving-approver"}
+    assert [s.value for s in families["leader_election_master_status"][2]] == [1]
 
 
 def test_render_answers_the_text_format() -> None:

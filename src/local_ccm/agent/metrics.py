@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from local_ccm import __version__
 from local_ccm.agent.core.candidates import Detection, DetectorKey, Disabled, Failed, Found
 from local_ccm.agent.core.config import family_name
 from local_ccm.runtime.metrics import Metrics, counter, gauge, histogram
-from local_ccm.runtime.procmetrics import python_version
 from local_ccm.runtime.promtext import Registry
 
 TAINT_DELAY_BUCKETS = (1, 2, 5, 10, 30, 60, 120, 300, 600, 1800)
@@ -24,8 +22,7 @@ RELOAD_RESULTS = ("loaded", "invalid")
 class AgentMetrics(Metrics):
     """Every agent metric, registered on ``registry`` (a fresh one by default)."""
 
-    prefix = "local_ccm_"
-    build_info = gauge("build_info", "Build information", "version", "python_version")
+    prefix = "local_ccm_agent_"
     detections = counter("detections_total", "Detector runs", "type", "family", "result")
     detected = gauge(
         "detected_address_info", "Current detection result", "type", "family", "address", "source"
@@ -33,9 +30,6 @@ class AgentMetrics(Metrics):
     passes = counter("passes_total", "Reconcile passes", "trigger", "outcome")
     pass_duration = histogram("pass_duration_seconds", "Duration of one pass")
     writes = counter("node_writes_total", "PATCH outcomes", "kind", "result")
-    api_duration = histogram(
-        "api_request_duration_seconds", "Non-watch API request duration", "verb", "resource"
-    )
     watch_restarts = counter(
         "watch_restarts_total", "Watch re-establishments", "reason", series=[WATCH_RESTARTS]
     )
@@ -66,7 +60,6 @@ class AgentMetrics(Metrics):
 
     def __init__(self, registry: Registry | None = None) -> None:
         super().__init__(registry)
-        self.build_info.labels(__version__, python_version()).set(1)
         self.node_present.set(1)
         self.rules_valid.set(1)
 
@@ -74,13 +67,6 @@ class AgentMetrics(Metrics):
         """A changed rules file: loaded (``None``) or kept the last good rules."""
         self.rules_reloads.labels("invalid" if problems else "loaded").inc()
         self.rules_valid.set(0 if problems else 1)
-
-    def observe_request(
-        self, verb: str, resource: str, code: str, seconds: float | None = None
-    ) -> None:
-        super().observe_request(verb, resource, code)
-        if seconds is not None:
-            self.api_duration.labels(verb, resource).observe(seconds)
 
     def observe_detections(self, detected: Mapping[DetectorKey, Detection]) -> None:
         """Counter per attempt; the info gauge shows the current result only."""

@@ -107,12 +107,11 @@ async def serve_agent(
     metrics = AgentMetrics()
     agent_name = f"{names.AGENT}/{options.node_name}"
     client = Client(options.cluster, field_manager=names.AGENT, user_agent=agent_name,
-                    timeout=options.api_timeout)  # fmt: skip
+                    timeout=options.api_timeout, on_response=metrics.observe_response)  # fmt: skip
     aio = AsyncClient(client)
     refused = asyncio.Event()  # the permission check runs when a request is first refused
 
     def observe(verb: str, resource: str, code: str, seconds: float | None) -> None:
-        metrics.observe_request(verb, resource, code, seconds)
         if code == "403":
             refused.set()
 

@@ -38,9 +38,9 @@ from local_ccm.kube.resources import NODES
 from local_ccm.kube.transport import usable_config
 from local_ccm.lease.options import Election
 from local_ccm.records import dataclass
+from local_ccm.runtime.metrics import Metrics
 from local_ccm.runtime.metricsserver import CertError
 from local_ccm.runtime.process import EXIT_PRECONDITION, EXIT_USAGE
-from local_ccm.runtime.promtext import Registry
 from local_ccm.runtime.serve import Servers
 from local_ccm.runtime.shared import Match, SharedWatch
 
@@ -196,8 +196,10 @@ async def run_loaded(
 
 def _node_watch(cluster: ClusterConfig) -> tuple[Unit, SharedWatch]:
     """One Node list and watch for every controller of the process, as a unit of its own."""
-    client = Client(cluster, field_manager=MANAGER, user_agent=f"{MANAGER}/{__version__}")
+    metrics = Metrics()  # the REST client's series of the shared watch
+    client = Client(cluster, field_manager=MANAGER, user_agent=f"{MANAGER}/{__version__}",
+                    on_response=metrics.observe_response)  # fmt: skip
     source = KubeListWatch(AsyncClient(client), NODES)
     shared = SharedWatch(source, SystemClock(), random.Random(), "nodes")
     needed = [Access("list", "nodes"), Access("watch", "nodes")]
-    return Unit("node-watch", client, needed, Registry(), shared.run), shared
+    return Unit("node-watch", client, needed, metrics.registry, shared.run), shared

@@ -26,7 +26,7 @@ from local_ccm.logs import configure_logging, kv
 from local_ccm.records import dataclass
 from local_ccm.runtime import process as proc
 from local_ccm.runtime.access import KubeReviews, lease_permissions
-from local_ccm.runtime.metrics import ControllerMetrics
+from local_ccm.runtime.metrics import ControllerMetrics, LeaderMetrics, United
 from local_ccm.runtime.metricsserver import (
     REVIEWS,
     TlsContext,
@@ -174,10 +174,7 @@ def leader_unit(
     def checks(healthz: Checks, readyz: Checks) -> None:
         readyz.add(check or name, lambda: running[0].ready() if running else (True, "standby"))
 
-    def leading(value: bool) -> None:
-        metrics.leader.set(1 if value else 0)
-
-    return Unit(name, client, permissions, metrics.registry, work, checks, leading)
+    return Unit(name, client, permissions, metrics.registry, work, checks)
 
 
 @dataclass(frozen=True)
@@ -216,18 +213,16 @@ def metrics_tls_of(serving: Serving) -> TlsContext | None:
     return server_tls(serving.cert_dir, certificate_name())
 
 
-def united_registry(units: Sequence[Unit]) -> Registry:
-    """One registry collecting every unit's (a single unit's own when alone)."""
-    if len(units) == 1:
-        return units[0].registry
-    united = Registry()
-    for unit in units:
-        united.register(unit.registry)
-    return united
+def united_registry(units: Sequence[Unit], leader: LeaderMetrics | None = None) -> United:
+    """One /metrics over every unit's registry and the leader election's gauge."""
+    more = [leader.registry] if leader is not None else []
+    return United([*(unit.registry for unit in units), *more])
 
 
-def _serve(host: Host, units: Sequence[Unit]) -> Callable[[Checks, Checks], Servers]:
-    s, registry = host.serving, united_registry(units)
+def _serve(
+    host: Host, units: Sequence[Unit], leader: LeaderMetrics | None
+) -> Callable[[Checks, Checks], Servers]:
+    s, registry = host.serving, united_registry(units, leader)
 
     def serve(healthz: Checks, readyz: Checks) -> Servers:
         for unit in units:
@@ -242,7 +237,9 @@ def _serve(host: Host, units: Sequence[Unit]) -> Callable[[Checks, Checks], Serv
     return serve
 
 
-def _elector(host: Host, units: Sequence[Unit]) -> LeaderElector | None:
+def _elector(
+    host: Host, units: Sequence[Unit], leader: LeaderMetrics | None
+) -> LeaderElector | None:
     if host.lease is None:
         return None
     from local_ccm.lease.elector import KubeLeaseApi, LeaderElector  # noqa: PLC0415
@@ -253,6 +250,8 @@ def _elector(host: Host, units: Sequence[Unit]) -> LeaderElector | None:
 
     def changed(leading: bool) -> None:
         host.status.leading = leading
+        if leader is not None:
+            leader.leading(leading)
         for unit in units:
             unit.on_leading(leading)
 
@@ -282,12 +281,13 @@ async def run_units(host: Host, units: Sequence[Unit]) -> int:
         if host.on_running is not None:
             host.on_running(servers)
 
-    elector = _elector(host, units)
+    leader = LeaderMetrics(host.lease.lease_name) if host.lease is not None else None
+    elector = _elector(host, units, leader)
     if elector is None:
         for unit in units:
             unit.on_leading(True)
     p = proc.Process(
-        prog=host.prog, clock=host.clock, stop=host.stop, serve=_serve(host, units),
+        prog=host.prog, clock=host.clock, stop=host.stop, serve=_serve(host, units, leader),
         reviews=KubeReviews(AsyncClient(units[0].client)), permissions=_permissions(host, units),
         work=work, elector=elector, status=host.status, grace=STOP_GRACE,
         optional=METRICS_REVIEWS if host.tls is not None else (), on_running=running,

@@ -47,8 +47,9 @@ def build_unit(
     options: CsrOptions, cluster: ClusterConfig, identity: str, nodes: ListWatch | None = None
 ) -> Unit:
     metrics = CsrMetrics()
-    client = Client(cluster, field_manager=NAME, user_agent=f"{NAME}/{__version__}")
-    api = KubeCsrApi(AsyncClient(client), observe=metrics.observe_request)
+    client = Client(cluster, field_manager=NAME, user_agent=f"{NAME}/{__version__}",
+                    on_response=metrics.observe_response)  # fmt: skip
+    api = KubeCsrApi(AsyncClient(client))
     node_source = nodes or KubeListWatch(AsyncClient(client), NODES)
     settings = replace(options.own, event_namespace=options.shared.event_namespace,
                        instance=identity)  # fmt: skip

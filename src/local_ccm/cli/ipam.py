@@ -95,12 +95,15 @@ def build_unit(
     options: IpamOptions, cluster: ClusterConfig, identity: str, nodes: ListWatch | None = None
 ) -> Unit:
     metrics = IpamMetrics()
-    client = Client(cluster, field_manager=names.IPAM, user_agent=f"{names.IPAM}/{__version__}")
-    api = KubeIpamApi(
-        AsyncClient(client),
-        count=lambda verb, res, code: metrics.api_requests.labels(verb, res, code).inc(),
-        limiter=TokenBucket(options.qps, options.burst),
-    )
+    client = Client(cluster, field_manager=names.IPAM, user_agent=f"{names.IPAM}/{__version__}",
+                    on_response=metrics.observe_response)  # fmt: skip
+
+    def count(verb: str, resource: str, code: str) -> None:
+        if (verb, resource) == ("patch", "nodes"):
+            metrics.node_writes.labels(code).inc()
+
+    api = KubeIpamApi(AsyncClient(client), count=count,
+                      limiter=TokenBucket(options.qps, options.burst))  # fmt: skip
 
     def make(may_write: Callable[[], bool]) -> Controller:
         return Controller(api, settings_from(options, identity), metrics, SystemClock(),

@@ -59,8 +59,11 @@ def build_unit(
     options: LbOptions, cluster: ClusterConfig, identity: str, nodes: ListWatch | None = None
 ) -> Unit:
     metrics = LbMetrics()
-    client = Client(cluster, field_manager=NAME, user_agent=f"{NAME}/{__version__}")
-    api = KubeLbApi(AsyncClient(client), options.own.kubevip, observe=metrics.observe_request)
+    client = Client(cluster, field_manager=NAME, user_agent=f"{NAME}/{__version__}",
+                    on_response=metrics.observe_response)  # fmt: skip
+    writes = metrics.writes
+    api = KubeLbApi(AsyncClient(client), options.own.kubevip,
+                    observe=lambda verb, res, code: writes.labels(res, code).inc())  # fmt: skip
     node_source = nodes or KubeListWatch(AsyncClient(client), NODES)
     settings = replace(
         options.own, instance=identity, event_namespace=options.shared.event_namespace

@@ -64,7 +64,7 @@ class Controller:
     ) -> None:
         self.api, self.settings, self.metrics, self.clock = api, settings, metrics, clock
         self.may_write = may_write
-        self.queue = WorkQueue(clock, settings.backoff)
+        self.queue = WorkQueue(clock, settings.backoff, metrics.queue)
         self.noted: set[tuple[str, str]] = set()  # (uid, reason) of waits already counted
         self.outbox = EventOutbox(api, clock, ev.Reporter(NAME, settings.instance),
                                   namespace=settings.event_namespace, capacity=1000)  # fmt: skip
@@ -114,7 +114,7 @@ class Controller:
             tasks.append(asyncio.create_task(self.csrs.run()))
             await self.csrs.wait_synced()
             while True:
-                await self.sync(await self.queue.get())
+                await self.queue.process(self.sync)
         finally:
             await self.queue.close()
             for task in tasks:

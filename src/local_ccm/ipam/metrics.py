@@ -10,7 +10,6 @@ from local_ccm.ipam.core.ledger import PoolUsage
 from local_ccm.runtime.metrics import ControllerMetrics, counter, gauge, histogram
 from local_ccm.runtime.promtext import Counter, Gauge
 
-S = "multicidrset_"
 POOL = ("clusterCIDR", "clusterCIDRName")
 TRIES_BUCKETS = (1, 5, 25, 125, 625)
 POOL_STATES = ("ready", "invalid", "frozen", "terminating")
@@ -20,28 +19,32 @@ WAIT_REASONS = ("no_matching_clustercidr", "exhausted", "write_pending")
 class IpamMetrics(ControllerMetrics):
     """Every controller metric, registered on `registry` (a fresh one by default)."""
 
-    prefix = "node_ipam_controller_"
-    allocations = counter(S + "cidrs_allocations", "Blocks newly assigned", *POOL)
-    releases = counter(S + "cidrs_releases", "Blocks released", *POOL)
-    max_cidrs = gauge(S + "max_cidrs", "Capacity", *POOL)
-    usage = gauge(S + "usage_cidrs", "Allocated / capacity", *POOL)
-    free = gauge(S + "free_cidrs", "Free blocks", *POOL)
-    unavailable = gauge(S + "unavailable_cidrs", "Blocks blocked by other reservations", *POOL)
+    prefix = "local_ccm_ipam_"
+    controller = "node-ipam"
+    allocations = counter("cidrs_allocations_total", "Blocks newly assigned", *POOL)
+    releases = counter("cidrs_releases_total", "Blocks released", *POOL)
+    max_cidrs = gauge("max_cidrs", "Capacity", *POOL)
+    usage = gauge("cidrs_usage_ratio", "Allocated / capacity", *POOL)
+    free = gauge("free_cidrs", "Free blocks", *POOL)
+    unavailable = gauge("unavailable_cidrs", "Blocks blocked by other reservations", *POOL)
     tries = histogram(
-        S + "allocation_tries_per_request", "Pools tried per successful allocation",
+        "allocation_tries_per_request", "Pools tried per successful allocation",
         buckets=TRIES_BUCKETS,
     )  # fmt: skip
     pools = gauge("clustercidrs", "Pools per state", "state", series=[POOL_STATES])
     waiting = gauge("nodes_waiting", "Nodes without CIDRs", "reason", series=[WAIT_REASONS])
     latency = histogram("allocation_latency_seconds", "Node first seen without CIDRs to written")
-    patch_failures = counter("node_patch_failures", "Failed Node writes", "code")
-    foreign = counter("foreign_allocations", "podCIDRs written by another allocator", "manager")
+    node_writes = counter("node_writes_total", "Node PATCHes by answer code", "code")
+    patch_failures = counter("node_patch_failures_total", "Failed Node writes", "code")
+    foreign = counter(
+        "foreign_allocations_total", "podCIDRs written by another allocator", "manager"
+    )
     foreign_nodes = gauge(
         "nodes_with_foreign_cidrs", "Nodes whose podCIDRs another manager owns", "manager"
     )
     conflicts = gauge("cidr_conflicts", "Overlapping Node CIDR pairs")
     unowned = gauge("unowned_cidrs", "Node CIDRs owned by no pool")
-    events_dropped = counter("events_dropped", "Events dropped under pressure")
+    events_dropped = counter("events_dropped_total", "Events dropped under pressure")
 
     def set_pool(self, name: str, usage: PoolUsage) -> None:
         for fam in usage.families:

@@ -1,9 +1,10 @@
 """What node-ipam-controller adds to the Node API adapter: ClusterCIDRs and the Informers'
 lists and watches. Errors stay `local_ccm.kube.errors` kinds.
 
-Every request is counted in `api_requests_total{verb,resource,code}` and goes through the
-client-side rate limit (`--kube-api-qps`, `--kube-api-burst`); the lists and watches of the
-Informers (`list_watch`) are neither counted nor limited.
+Every request goes through the client-side rate limit (`--kube-api-qps`,
+`--kube-api-burst`) and may be counted (`count`); the lists and watches of the Informers
+(`list_watch`) are neither counted nor limited. The process's metrics count every HTTP request
+at the client (`rest_client_requests_total`).
 """
 
 from __future__ import annotations

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
+from urllib.parse import urlsplit
 
 from local_ccm.kube import request as rq
 from local_ccm.kube.backoff import RetryPolicy
@@ -30,6 +32,11 @@ WATCH_READ_SLACK = 60.0
 # With no timeoutSeconds (the informers' way), the API server sends a bookmark about once a
 # minute to a watch that asked for them: three missed ones mean a dead connection.
 WATCH_SILENCE = 180.0
+
+# Told of every HTTP request sent (each retry too): the method, the apiserver's host[:port],
+# the status code ("<error>" when no answer came) and the seconds it took (None for a watch,
+# whose stream lasts): what client-go's rest_client_* metrics count.
+ResponseObserver = Callable[[str, str, str, float | None], None]
 
 
 class Stream(Protocol):
@@ -107,6 +114,7 @@ class Client:
         retry: RetryPolicy | None = None,
         transport: Transport | None = None,
         watch_silence: float = WATCH_SILENCE,
+        on_response: ResponseObserver | None = None,
     ) -> None:
         if not field_manager:
             raise ValueError("a field manager is required")
@@ -120,6 +128,8 @@ class Client:
         self.retry = retry or RetryPolicy()
         self.watch_silence = watch_silence  # see WATCH_SILENCE
         self._transport = transport
+        self.on_response = on_response  # see ResponseObserver
+        self.host = urlsplit(config.server).netloc or config.server
 
     @classmethod
     def from_kubeconfig(
@@ -156,9 +166,34 @@ class Client:
         what = f"{req.method} {req.path.split('?')[0]}"
 
         def once() -> Any:
-            return rq.parse_response(self._transport.send(req, timeout or self.timeout), req)
+            return rq.parse_response(self._observed_send(req, timeout or self.timeout), req)
 
         return self._with_retries(req.method, what, once)
+
+    def _observed_send(self, req: Request, timeout: float) -> Response:
+        if self.on_response is None:
+            return self._transport.send(req, timeout)
+        start, code = time.monotonic(), "<error>"
+        try:
+            response = self._transport.send(req, timeout)
+            code = str(response.status)
+            return response
+        finally:
+            self.on_response(req.method, self.host, code, time.monotonic() - start)
+
+    def _observed_stream(self, req: Request, timeout: float) -> Stream:
+        if self.on_response is None:
+            return self._transport.stream(req, timeout)
+        code = "<error>"
+        try:
+            stream = self._transport.stream(req, timeout)
+            code = "200"
+            return stream
+        except ApiError as error:
+            code = str(error.status or "<error>")
+            raise
+        finally:
+            self.on_response(req.method, self.host, code, None)
 
     def request(
         self,
@@ -216,7 +251,7 @@ class Client:
 
         def open_stream() -> Stream:
             return self._with_retries(
-                "GET", f"WATCH {res.plural}", lambda: self._transport.stream(req, read_timeout)
+                "GET", f"WATCH {res.plural}", lambda: self._observed_stream(req, read_timeout)
             )
 
         return WatchStream(open_stream)

@@ -81,7 +81,7 @@ class Controller:
         self.api, self.settings, self.metrics, self.clock = api, settings, metrics, clock
         self.may_write = may_write
         self.ledger: Ledger | None = None
-        self.queue = WorkQueue(clock, settings.backoff)
+        self.queue = WorkQueue(clock, settings.backoff, metrics.queue)
         self.first_seen: dict[str, float] = {}
         self.waiting: set[str] = set()  # Services whose last decision was a problem
         self.written: dict[str, tuple[frozenset[str], Obj]] = {}  # see _fresh
@@ -175,7 +175,7 @@ class Controller:
             self._rebuild()
             tasks.append(asyncio.create_task(self._pool_status_loop()))
             while True:
-                await self.sync(await self.queue.get())
+                await self.queue.process(self.sync)
         finally:
             await self.queue.close()
             for task in tasks:

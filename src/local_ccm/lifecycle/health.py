@@ -60,7 +60,6 @@ def add_checks(
 def leader_callback(status: Status, metrics: LifecycleMetrics) -> Callable[[bool], None]:
     def changed(leading: bool) -> None:
         status.leading = leading
-        metrics.leader.set(1 if leading else 0)
         if leading:
             metrics.transitions.inc()
         else:

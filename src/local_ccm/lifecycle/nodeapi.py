@@ -28,7 +28,7 @@ class NodeApi(kn.NodeApi, Protocol):
 
 
 class KubeNodeApi(kn.KubeNodeApi):
-    """:class:`NodeApi` over :class:`AsyncClient`; `observe` feeds `api_requests_total`."""
+    """:class:`NodeApi` over :class:`AsyncClient`; `observe` is told of each request."""
 
     def __init__(
         self,

@@ -143,7 +143,7 @@ class Controller:
         self.status.connected = False
         if self.status.disconnected_at is None:
             self.status.disconnected_at = self.clock.monotonic()
-        self.metrics.watch_restarts.labels(end.reason).inc()
+        self.metrics.watch_restarts.labels(self.metrics.controller, "nodes", end.reason).inc()
 
     def _changed(self, change: Change[NodeView]) -> None:
         if change.type == "SYNCED":

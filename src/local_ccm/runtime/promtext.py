@@ -289,6 +289,11 @@ class Registry:
         with self._lock:
             return [c for c in self._collectors if isinstance(c, Counter | Gauge | Histogram)]
 
+    def collectors(self) -> list[Collector]:
+        """Everything registered, in registration order."""
+        with self._lock:
+            return list(self._collectors)
+
     def collect(self) -> Iterator[Family]:
         with self._lock:
             collectors = list(self._collectors)

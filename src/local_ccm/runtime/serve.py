@@ -25,7 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 from local_ccm.records import dataclass
 from local_ccm.runtime.httpd import BACKLOG, TEXT, Request, Response, Server
 from local_ccm.runtime.metricsauth import METRICS_PATH, Verdict
-from local_ccm.runtime.promtext import Registry, render
+from local_ccm.runtime.promtext import Collector, render
 from local_ccm.validate import BindAddress, parse_bind_address
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class Routes:
     """What one server answers: metrics when `registry` is set, health when checks are;
     `guard`, when set, must allow a request before metrics are served."""
 
-    registry: Registry | None = None
+    registry: Collector | None = None
     healthz: Checks | None = None
     readyz: Checks | None = None
     guard: Guard | None = None
@@ -224,7 +224,7 @@ def start_servers(
     *,
     metrics_address: str,
     health_address: str,
-    registry: Registry,
+    registry: Collector,
     healthz: Checks,
     readyz: Checks,
     metrics_flag: str = "metrics-bind-address",

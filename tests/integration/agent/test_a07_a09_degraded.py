@@ -72,7 +72,7 @@ def test_a09_no_internal_ip_holds_the_taint_until_an_address_appears_without_res
 
         eventually(blocked, timeout=10, message="condition False/NoInternalIP")
         eventually(lambda: "InitializationBlocked" in event_reasons(kube, name), timeout=10)
-        gauge = "local_ccm_initialization_blocked"
+        gauge = "local_ccm_agent_initialization_blocked"
         assert metric(agent, gauge, {"reason": "no_internal_ip"}) == 1
         up.node.add_address("eth1", "192.0.2.10/24")
         eventually(lambda: untainted(kube, name), timeout=5, message="netlink-triggered init")

@@ -46,9 +46,9 @@ def test_a08_no_route_with_a_kubelet_internal_ip_initialises_and_then_stays_quie
         eventually(lambda: condition_is(kube, name, "False", "NoRoute"), timeout=10)
         eventually(lambda: events_with(kube, name, "AddressDetectionFailed"), timeout=10)
         assert patches(agent) == 2  # the status (condition + annotation) and the taint
-        before = metric_total(agent, "local_ccm_detections_total", **NO_ROUTE)
+        before = metric_total(agent, "local_ccm_agent_detections_total", **NO_ROUTE)
         hold(10, lambda: patches(agent) == 2, what="no PATCH after the first two writes")
-        grown = metric_total(agent, "local_ccm_detections_total", **NO_ROUTE) - before
+        grown = metric_total(agent, "local_ccm_agent_detections_total", **NO_ROUTE) - before
     assert grown >= 8, f"no_route detections grew by {grown} in 10 ticks of 1 s"
     failed = events_with(kube, name, "AddressDetectionFailed")
     assert len(failed) == 1, failed
@@ -65,7 +65,7 @@ def test_a10_route_lost_and_restored_keeps_the_external_ip(
     with InProcessAgent(options(argv, control_plane.admin_kubeconfig), netns=ns.name) as run:
         node = eventually(lambda: initialised(kube, name), timeout=10, message="taint removed")
         assert pairs(node) == A01_ADDRESSES
-        writes = metric_total(run.agent, "local_ccm_node_writes_total", kind="addresses")
+        writes = metric_total(run.agent, "local_ccm_agent_node_writes_total", kind="addresses")
         with NodeRecorder(kube, name, node["metadata"]["resourceVersion"]) as recorder:
             ns.ip("route", "del", "default")
             lost = eventually(lambda: condition_is(kube, name, "False", "NoRoute"), timeout=10)
@@ -73,5 +73,6 @@ def test_a10_route_lost_and_restored_keeps_the_external_ip(
             ns.ip("route", "add", "default", "via", "198.51.100.1", "dev", "eth0")
             eventually(lambda: condition_is(kube, name, "True", "AddressesSynced"), timeout=10)
             eventually(lambda: events_with(kube, name, "AddressDetectionRecovered"), timeout=10)
-        assert metric_total(run.agent, "local_ccm_node_writes_total", kind="addresses") == writes
+        written = metric_total(run.agent, "local_ccm_agent_node_writes_total", kind="addresses")
+        assert written == writes
     assert recorder.address_lists() == [A01_ADDRESSES], recorder.address_lists()

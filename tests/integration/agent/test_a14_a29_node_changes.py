@@ -79,10 +79,10 @@ def test_a19_node_deleted_and_recreated_is_initialised_again(
         eventually(lambda: initialised(kube, name), timeout=10, message="taint removed")
         sent = patches(agent)
         kube.delete(r.NODES, name)
-        eventually(lambda: metric(agent, "local_ccm_node_present") == 0, timeout=10)
+        eventually(lambda: metric(agent, "local_ccm_agent_node_present") == 0, timeout=10)
 
         def absent_and_quiet() -> bool:
-            return metric(agent, "local_ccm_node_present") == 0 and patches(agent) == sent
+            return metric(agent, "local_ccm_agent_node_present") == 0 and patches(agent) == sent
 
         hold(5, absent_and_quiet, what="no PATCH while the Node is absent")
         assert run.exit_code is None
@@ -91,7 +91,7 @@ def test_a19_node_deleted_and_recreated_is_initialised_again(
         assert second["metadata"]["uid"] != first["metadata"]["uid"]
         node = eventually(lambda: initialised(kube, name), timeout=10, message="re-initialised")
         assert pairs(node) == A01_ADDRESSES, node["status"]
-        assert metric(agent, "local_ccm_node_present") == 1
+        assert metric(agent, "local_ccm_agent_node_present") == 1
 
 
 def test_a29_address_flapping_within_the_settle_time_writes_nothing(
@@ -102,7 +102,7 @@ def test_a29_address_flapping_within_the_settle_time_writes_nothing(
     argv = [f"--node-name={name}", *A01_ARGS, *FAST, *QUIET_HTTP]
     with InProcessAgent(options(argv, control_plane.admin_kubeconfig), netns=ns.name) as run:
         node = eventually(lambda: initialised(kube, name), timeout=10, message="taint removed")
-        writes = metric_total(run.agent, "local_ccm_node_writes_total", kind="addresses")
+        writes = metric_total(run.agent, "local_ccm_agent_node_writes_total", kind="addresses")
         flap = [
             "addr del 198.51.100.10/24 dev eth0",
             "addr add 198.51.100.10/24 dev eth0",
@@ -113,10 +113,10 @@ def test_a29_address_flapping_within_the_settle_time_writes_nothing(
             hold(
                 10,
                 lambda: (
-                    metric_total(run.agent, "local_ccm_node_writes_total", kind="addresses")
+                    metric_total(run.agent, "local_ccm_agent_node_writes_total", kind="addresses")
                     == writes
                 ),
                 what="no address PATCH",
             )
-        assert metric_total(run.agent, "local_ccm_netlink_events_total", kind="addr") >= 20
+        assert metric_total(run.agent, "local_ccm_agent_netlink_events_total", kind="addr") >= 20
     assert recorder.address_lists() in ([], [A01_ADDRESSES]), recorder.address_lists()

@@ -52,7 +52,7 @@ from tests.support.netns import NetnsFactory
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.netns
-WRITES = "local_ccm_node_writes_total"
+WRITES = "local_ccm_agent_node_writes_total"
 
 
 @pytest.fixture(scope="module")
@@ -196,13 +196,13 @@ def test_a15_steady_state_is_silent(*, scenario: Scenario) -> None:
         timeout=10,
         message="the agent's WATCH",
     )
-    noop = agent.metric_sum("local_ccm_passes_total", outcome="noop")
+    noop = agent.metric_sum("local_ccm_agent_passes_total", outcome="noop")
     log_size = agent.log_path.stat().st_size
     since = now()
     hold(60, lambda: agent.exited() is None, interval=1.0, what="agent running")
     requests = scenario.audit.requests(user=scenario.user, since=since)
     assert [str(e) for e in requests if e.verb != "watch"] == []
-    assert agent.metric_sum("local_ccm_passes_total", outcome="noop") > noop
+    assert agent.metric_sum("local_ccm_agent_passes_total", outcome="noop") > noop
     assert agent.log()[log_size:] == "", "the log at --v=2 is not silent in steady state"
 
 
@@ -330,7 +330,7 @@ def test_a30_watch_expiry_relists_once_without_writing(*, scenario: Scenario) ->
     restarted = now()
     start_apiserver(scenario.plane)
     eventually(
-        lambda: agent.metric("local_ccm_watch_restarts_total", {"reason": "gone"}) >= 1,
+        lambda: agent.metric("local_ccm_agent_watch_restarts_total", {"reason": "gone"}) >= 1,
         timeout=30,
         message="watch_restarts_total{reason=gone}",
     )

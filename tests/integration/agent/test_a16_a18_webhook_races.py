@@ -29,7 +29,7 @@ from tests.support.webhook import RaceWebhook, Request, is_agent_patch
 pytestmark = pytest.mark.netns
 UNINITIALIZED = {"key": names.UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"}
 NOT_READY = {"key": names.NOT_READY_TAINT, "effect": "NoSchedule"}
-WRITES = "local_ccm_node_writes_total"
+WRITES = "local_ccm_agent_node_writes_total"
 
 
 def set_taints(kube: Client, name: str, taints: list[dict[str, str]]) -> None:

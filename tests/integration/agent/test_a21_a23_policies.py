@@ -103,12 +103,13 @@ def test_a21_kubelet_fight_is_detected_and_writes_pause(
         )
         conflict = eventually(lambda: events_with(kube, name, "KubeletAddressConflict"), timeout=10)
         assert "kubelet" in str(conflict[0].get("message")), conflict
-        assert metric(agent, "local_ccm_address_conflict") == 1
-        written = metric_total(agent, "local_ccm_node_writes_total", kind="addresses")
+        assert metric(agent, "local_ccm_agent_address_conflict") == 1
+        written = metric_total(agent, "local_ccm_agent_node_writes_total", kind="addresses")
         hold(
             60,
             lambda: (
-                metric_total(agent, "local_ccm_node_writes_total", kind="addresses") <= written + 2
+                metric_total(agent, "local_ccm_agent_node_writes_total", kind="addresses")
+                <= written + 2
             ),
             interval=1.0,
             what="at most 2 address PATCHes",

@@ -135,7 +135,7 @@ def test_m03_a_rule_change_updates_owned_labels_only(
 
         labels = eventually(updated, timeout=15, message="zone follows the new rules")
         assert running.agent is not None
-        assert metric_total(running.agent, "local_ccm_metadata_rules_reloads_total",
+        assert metric_total(running.agent, "local_ccm_agent_metadata_rules_reloads_total",
                             result="loaded") == 1  # fmt: skip
     assert labels[RACK] == "by-hand"
     assert labels["team"] == "db"
@@ -189,8 +189,9 @@ def test_m05_a_bad_reload_keeps_the_last_good_rules_with_an_event_and_a_metric(
         assert running.agent is not None
         agent = running.agent
 
-        assert metric_total(agent, "local_ccm_metadata_rules_valid") == 0
-        assert metric_total(agent, "local_ccm_metadata_rules_reloads_total", result="invalid") == 1
+        assert metric_total(agent, "local_ccm_agent_metadata_rules_valid") == 0
+        reloads = "local_ccm_agent_metadata_rules_reloads_total"
+        assert metric_total(agent, reloads, result="invalid") == 1
     assert "a b c!" in invalid[0]["message"]
     assert labels_of(kube, name)[ZONE] == "rack-a"  # the last good rules stayed in force
 

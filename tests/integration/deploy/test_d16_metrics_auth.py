@@ -150,9 +150,9 @@ def setup(
 def controllers(setup: Setup) -> Iterator[list[Running]]:
     started = [
         setup.start(LIFECYCLE, "metrics-bind-address", "health-probe-bind-address",
-                    "node_lifecycle_controller_"),
+                    "local_ccm_lifecycle_"),
         setup.start(IPAM, "metrics-bind-address", "webserver-bind-address",
-                    "node_ipam_controller_"),
+                    "local_ccm_ipam_"),
     ]  # fmt: skip
     try:
         yield started

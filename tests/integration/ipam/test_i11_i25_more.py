@@ -107,7 +107,7 @@ def test_i16_family_mismatch_at_start_up(
         return status.get("nodes") == 1 and (status.get("ipv4") or {}).get("allocated") == 1
 
     eventually(counted, timeout=10, message="v4-catch counts the dual-stack Node")
-    assert proc.metric("node_ipam_controller_unowned_cidrs") == 1
+    assert proc.metric("local_ccm_ipam_unowned_cidrs") == 1
     gets(kube, name_of(new_node("new")), ["10.60.1.0/24"])
 
 

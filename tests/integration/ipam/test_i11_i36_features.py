@@ -66,8 +66,7 @@ def test_i22_restart_recovery(
     gets(kube, r4, ["10.76.1.0/24"])
     r5 = name_of(new_node("r5", labels={"r": "1"}))
     gets(kube, r5, ["10.76.3.0/24"])
-    assert second.metric("node_ipam_controller_api_requests_total",
-                         {"verb": "patch", "resource": "nodes"}) == 2  # fmt: skip
+    assert second.metric("local_ccm_ipam_node_writes_total", {"code": "200"}) == 2  # fmt: skip
     wait_status(kube, pool, lambda s: (s.get("ipv4") or {}).get("allocated") == 4)
 
 
@@ -89,7 +88,7 @@ def test_i23_exhaustion_then_a_new_pool(
         kube, small, lambda s: condition({"status": s}, "Exhausted") == ("True", "NoFreeBlocks")
     )
     has_event(kube, EVENT_NAMESPACE, "ClusterCIDR", small, "ClusterCIDRExhausted")
-    eventually(lambda: proc.metric("node_ipam_controller_nodes_waiting",
+    eventually(lambda: proc.metric("local_ccm_ipam_nodes_waiting",
                                    {"reason": "exhausted"}) == 1, timeout=5)  # fmt: skip
     make_pool("more", bits=8, ipv4="10.78.0.0/24", sel={"e": "1"})
     gets(kube, n3, ["10.78.0.0/24"])
@@ -128,7 +127,7 @@ def test_i31_second_allocator(
     (event,) = [e for e in events_for(kube, EVENT_NAMESPACE, "Node", foreign)
                 if e["reason"] == "CIDRAssignedByOtherAllocator"]  # fmt: skip
     assert "kube-controller-manager" in event["message"]
-    assert proc.metric("node_ipam_controller_foreign_allocations_total",
+    assert proc.metric("local_ccm_ipam_foreign_allocations_total",
                        {"manager": "kube-controller-manager"}) == 1  # fmt: skip
     gets(kube, name_of(new_node("k", labels={"k": "1"})), ["10.82.1.0/24"])
 
@@ -214,9 +213,7 @@ def test_i17_partial_exhaustion_leaks_nothing(
         return (v4.get("allocated"), v4.get("free"), exhausted) == (2, 2, ("True", "NoFreeBlocks"))
 
     wait_status(kube, pool, settled)
-    usage = proc.metric(
-        "node_ipam_controller_multicidrset_usage_cidrs", {"clusterCIDR": "10.70.0.0/22"}
-    )
+    usage = proc.metric("local_ccm_ipam_cidrs_usage_ratio", {"clusterCIDR": "10.70.0.0/22"})
     assert usage == 0.5
     kube.delete(r.NODES, n1)
     gets(kube, n3, ["10.70.0.0/24", "fd00:70::/120"])
@@ -254,8 +251,7 @@ def test_i19_relabelling_neither_moves_nor_leaks(
     stays_empty_change = kube.get(r.NODES, x)["spec"]["podCIDRs"]
     assert stays_empty_change == ["10.72.0.0/24"]
     wait_status(kube, a, lambda s: s.get("nodes") == 1)
-    assert proc.metric("node_ipam_controller_api_requests_total",
-                       {"verb": "patch", "resource": "nodes"}) == 1  # fmt: skip
+    assert proc.metric("local_ccm_ipam_node_writes_total", {"code": "200"}) == 1  # fmt: skip
     delete_and_wait(kube, r.NODES, x)
     wait_status(kube, a, lambda s: s.get("nodes") == 0)
     gets(kube, name_of(new_node("y", labels={"team": "a"})), ["10.72.0.0/24"])
@@ -317,7 +313,7 @@ def test_i32_overlapping_node_cidrs_at_start_up(
         has_event(kube, EVENT_NAMESPACE, "Node", name_of(node), "CIDRConflict")
         current = kube.get(r.NODES, name_of(node))["metadata"]["resourceVersion"]
         assert current == node["metadata"]["resourceVersion"]
-    eventually(lambda: proc.metric("node_ipam_controller_cidr_conflicts") == 1, timeout=5)
+    eventually(lambda: proc.metric("local_ccm_ipam_cidr_conflicts") == 1, timeout=5)
 
 
 def test_i35_terminating_node_without_cidrs_is_left_alone(
@@ -331,6 +327,5 @@ def test_i35_terminating_node_without_cidrs_is_left_alone(
     kube.delete(r.NODES, t)
     make_pool("t", bits=8, ipv4="10.85.0.0/24", sel={"t": "1"})
     stays_empty(kube, t, 3.0)
-    assert proc.metric("node_ipam_controller_api_requests_total",
-                       {"verb": "patch", "resource": "nodes"}) == 0  # fmt: skip
+    assert proc.metric("local_ccm_ipam_node_writes_total", {"code": "200"}) == 0  # fmt: skip
     kube.patch(r.NODES, t, [{"op": "remove", "path": "/metadata/finalizers"}], patch_type="json")

@@ -61,8 +61,7 @@ def test_i26_leader_failover(
     eventually(lambda: holder(kube, test_namespace) == "replica-b", timeout=10)
     assert lease_of(kube, test_namespace)["spec"]["leaseTransitions"] > transitions
     gets(kube, node, ["10.79.0.0/28"])
-    patches = {"verb": "patch", "resource": "nodes"}
-    assert b.metric("node_ipam_controller_api_requests_total", patches) == 1
+    assert b.metric("local_ccm_ipam_node_writes_total", {"code": "200"}) == 1
     assert b.stop() == 0
     assert holder(kube, test_namespace) == ""
 

@@ -26,7 +26,7 @@ from tests.support.dedicated import dedicated_plane, restart_apiserver, stop_api
 pytestmark = pytest.mark.timeout(180)
 OUTAGE = 15.0
 RENEW_DEADLINE = 3.0  # FAST_ELECTION
-NODE_PATCHES = ("node_ipam_controller_api_requests_total", {"verb": "patch", "resource": "nodes"})
+NODE_PATCHES = ("local_ccm_ipam_node_writes_total", {"code": "200"})
 
 
 @pytest.fixture(scope="module")

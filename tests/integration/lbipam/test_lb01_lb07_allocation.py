@@ -254,10 +254,10 @@ def test_lb15_readiness_and_metrics(space: lb.Space, start_lb: StartLb) -> None:
 
     def counted() -> str | None:
         text = scrape(metrics, "/metrics")[1]
-        return text if sample(text, "service_lb_ipam_pool_addresses", used) == 1 else None
+        return text if sample(text, "local_ccm_lb_pool_addresses", used) == 1 else None
 
     text = eventually(counted, timeout=SETTLE, message="pool usage exported")
-    free = sample(text, "service_lb_ipam_pool_addresses", {**used, "state": "free"})
+    free = sample(text, "local_ccm_lb_pool_addresses", {**used, "state": "free"})
     assert free == 5
-    assert sample(text, "service_lb_ipam_allocation_latency_seconds_count", {}) == 1
-    assert sample(text, "service_lb_ipam_allocations_total", {"result": "allocated"}) == 1
+    assert sample(text, "local_ccm_lb_allocation_latency_seconds_count", {}) == 1
+    assert sample(text, "local_ccm_lb_allocations_total", {"result": "allocated"}) == 1

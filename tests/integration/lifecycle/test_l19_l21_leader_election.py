@@ -20,6 +20,7 @@ from tests.support.cleanup import NodeFactory
 from tests.support.lifecycle_harness import (
     eligible_node,
     exists,
+    leading,
     metric,
     node_events,
     spawn_controller,
@@ -43,7 +44,7 @@ class Replica:
 
     def leader(self) -> float | None:
         try:
-            return metric(self.port, "leader")
+            return leading(self.port)
         except OSError:
             return None
 

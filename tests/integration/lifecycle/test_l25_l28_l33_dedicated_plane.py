@@ -32,6 +32,7 @@ from tests.support.fixtures import run_state
 from tests.support.lifecycle_harness import (
     InProcessController,
     eligible_node,
+    leading,
     metric,
     options,
     spawn_controller,
@@ -127,7 +128,7 @@ def test_l28_a_leader_exits_3_when_the_apiserver_stops_and_deletes_nothing(
                       "--metrics-secure=false", f"--node-selector={world.selector}")  # fmt: skip
     child = spawn_controller("l28-leader", argv, world.kubeconfig, test_artifacts)
     children.append(child)
-    eventually(lambda: metric(port, "leader") == 1 and metric(port, "probes_in_flight") > 0,
+    eventually(lambda: leading(port) == 1 and metric(port, "probes_in_flight") > 0,
                timeout=20, interval=0.05, message="leading and probing")  # fmt: skip
     exited = exit_time(child)
     stopped = time.monotonic()

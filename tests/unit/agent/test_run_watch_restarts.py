@@ -1,6 +1,6 @@
-"""Why the Node watch was re-established (``local_ccm_watch_restarts_total{reason}``): the agent
-asks no ``timeoutSeconds``, so a stream the server ends within ``SERVER_TIMEOUT_FLOOR`` (60 s)
-is ``closed``; a later end is the server's own ``timeout``."""
+"""Why the Node watch was re-established (``local_ccm_agent_watch_restarts_total{reason}``):
+the agent asks no ``timeoutSeconds``, so a stream the server ends within
+``SERVER_TIMEOUT_FLOOR`` (60 s) is ``closed``; a later end is the server's own ``timeout``."""
 
 from __future__ import annotations
 

@@ -98,9 +98,7 @@ def controller(
 
 def decisions(made: Controller, decision: str, reason: str) -> float | None:
     labels = {"decision": decision, "reason": reason}
-    return made.metrics.registry.get_sample_value(
-        "kubelet_serving_approver_csr_decisions_total", labels
-    )
+    return made.metrics.registry.get_sample_value("local_ccm_csr_decisions_total", labels)
 
 
 def conditions(obj: Obj) -> list[Any]:
@@ -162,7 +160,7 @@ def test_a_node_change_requeues_only_that_nodes_csrs() -> None:
     other["spec"]["username"] = "system:node:n2"
     made = controller(FakeCsrApi(), [a_csr(), other])
     made._on_node(Change("MODIFIED", "n1", project_node(NODE), project_node(NODE)))
-    assert made.queue.queued == {"c1"}
+    assert set(made.queue.queued) == {"c1"}
 
 
 def node_obj(name: str, *ips: str) -> Obj:

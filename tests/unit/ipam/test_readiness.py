@@ -17,7 +17,7 @@ from local_ccm.ipam.run import Controller
 from tests.fakes.ipam import FakeApi, node_obj, run_scenario, settle
 
 KCM = "kube-controller-manager"
-FOREIGN = "node_ipam_controller_nodes_with_foreign_cidrs"
+FOREIGN = "local_ccm_ipam_nodes_with_foreign_cidrs"
 
 
 # ---------------------------------------------------------------- pure rules

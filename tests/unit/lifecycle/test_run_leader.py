@@ -11,6 +11,7 @@ from local_ccm.lease.elector import LeaderContext, LeaderElector
 from local_ccm.lifecycle.health import Status, leader_callback
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.run import Controller
+from local_ccm.runtime.metrics import LeaderMetrics
 from local_ccm.runtime.process import run_elected
 from tests.fakes.clock import FakeClock, settle
 from tests.fakes.lease import FakeLeaseApi
@@ -29,7 +30,13 @@ class World:
         self.metrics = LifecycleMetrics()
         self.status = Status()
         self.contexts: list[LeaderContext | None] = []
-        changed = leader_callback(self.status, self.metrics)
+        self.leading = LeaderMetrics("node-lifecycle-controller")
+        callback = leader_callback(self.status, self.metrics)
+
+        def changed(leading: bool) -> None:
+            callback(leading)
+            self.leading.leading(leading)
+
         self.elector = LeaderElector(
             self.lease, ELECTION, self.clock, random.Random(1), on_leader_change=changed
         )
@@ -42,7 +49,9 @@ class World:
         ).run()  # fmt: skip
 
     def leader(self) -> float:
-        return self.metrics.registry.get_sample_value("node_lifecycle_controller_leader") or 0.0
+        labels = {"name": "node-lifecycle-controller"}
+        value = self.leading.registry.get_sample_value("leader_election_master_status", labels)
+        return value or 0.0
 
 
 def test_graceful_stop_releases_the_lease_and_exits_0() -> None:

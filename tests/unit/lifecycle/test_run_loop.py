@@ -36,7 +36,7 @@ class Harness:
         )  # fmt: skip
 
     def value(self, name: str, **labels: str) -> float:
-        sample = self.metrics.registry.get_sample_value("node_lifecycle_controller_" + name, labels)
+        sample = self.metrics.registry.get_sample_value("local_ccm_lifecycle_" + name, labels)
         return sample or 0.0
 
 
@@ -185,7 +185,8 @@ def test_watch_gone_relists_and_replaces_the_cache() -> None:
     h = run([raw_node("old", ready="True")], body)
     assert set(h.controller.cache) == {"new"}
     assert h.api.lists == 2
-    assert h.value("watch_restarts_total", reason="gone") == 1
+    restarts = {"controller": "node-lifecycle", "resource": "nodes", "reason": "gone"}
+    assert h.metrics.registry.get_sample_value("local_ccm_watch_restarts_total", restarts) == 1
 
 
 def test_node_turning_eligible_is_evaluated_without_waiting_a_full_interval() -> None:

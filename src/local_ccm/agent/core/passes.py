@@ -90,8 +90,8 @@ def patch_kinds(patch: Patch) -> list[str]:
 class GateReport:
     """Gauge values and Events for one pass's taint decision."""
 
-    blocked: Mapping[str, int]  # local_ccm_initialization_blocked{reason}
-    mismatch: Mapping[str, int]  # local_ccm_provided_node_ip_mismatch{family}
+    blocked: Mapping[str, int]  # local_ccm_agent_initialization_blocked{reason}
+    mismatch: Mapping[str, int]  # local_ccm_agent_provided_node_ip_mismatch{family}
     events: tuple[EventSpec, ...]
 
 
