@@ -3,6 +3,13 @@ the path of `local_ccm.cli.central`.
 
 `--controllers` reads as kube-controller-manager's: a comma list, `*` for every controller on
 by default, `-name` turns one off. A controller joins with one `CONTROLLERS` entry.
+
+One process, one set of servers: /healthz and /readyz on `--health-probe-bind-address`
+(:8091), /metrics on `--metrics-bind-address` (:8090), whichever controllers run.
+node-ipam-controller's own web-server flags (`--webserver-bind-address`, `--health-probe-address`,
+:8081) are deprecated aliases of `--health-probe-bind-address` here; the node-ipam-controller
+binary keeps them as upstream has them. `--help` lists the process's flags, then each
+controller's own.
 """
 
 from __future__ import annotations
@@ -14,8 +21,15 @@ from local_ccm import __version__
 from local_ccm.cli import csr, ipam, lbipam, lifecycle
 from local_ccm.cli.central import MANAGER, Controller, run_main
 from local_ccm.flags import Flag, FlagSet, Parsed, unite
+from local_ccm.flags.groups import by_owner
 
 PROG = MANAGER
+HEALTH = "health-probe-bind-address"
+#: node-ipam-controller's web server flags (upstream's); in the manager, aliases of HEALTH.
+IPAM_WEB_FLAGS = ("webserver-bind-address", "health-probe-address")
+GENERAL = "Process flags (every controller: credentials, logging, servers, leader election)"
+#: Read once for the whole process although one controller's table declares them.
+PROCESS = (HEALTH, "apiserver")
 CONTROLLERS: Mapping[str, Callable[[], Controller]] = {
     "node-lifecycle": lifecycle.controller,
     "node-ipam": ipam.controller,
@@ -42,15 +56,29 @@ def select(spec: str, known: Mapping[str, bool]) -> tuple[str, ...] | list[str]:
 
 
 def manager_flags() -> FlagSet:
-    """The union of the controllers' tables, `--controllers`, and the manager's own Lease."""
+    """The union of the controllers' tables, `--controllers`, the manager's own Lease and one
+    health-probe flag; `--help` in sections: the process's flags, then each controller's."""
     own = Flag("controllers", "string", "*", "Controllers to run: a comma list, * for every "
                "controller on by default, -name to turn one off; known: "
                + ", ".join(CONTROLLERS) + ".", metavar="list")  # fmt: skip
-    tables = [[own], *(CONTROLLERS[name]().flags().flags for name in CONTROLLERS)]
-    lease = "leader-elect-resource-name"
-    united = unite(PROG, tables, version=__version__).flags
-    return FlagSet(PROG, [replace(f, default=PROG) if f.name == lease else f for f in united],
-                   version=__version__)  # fmt: skip
+    owned = [(f"{name} flags", CONTROLLERS[name]().flags().flags) for name in CONTROLLERS]
+    united = unite(PROG, [[own], *(table for _, table in owned)], version=__version__).flags
+    flags = [_manager_flag(f) for f in united if f.name not in IPAM_WEB_FLAGS]
+    names = {f.name for f in flags}
+    sections = [replace(s, names=tuple(n for n in s.names if n in names))
+                for s in by_owner(GENERAL, [own], owned, process=PROCESS)]  # fmt: skip
+    return FlagSet(PROG, flags, version=__version__, sections=tuple(sections))
+
+
+def _manager_flag(flag: Flag) -> Flag:
+    if flag.name == "leader-elect-resource-name":
+        return replace(flag, default=PROG)
+    if flag.name == HEALTH:
+        return replace(flag, aliases=(*flag.aliases, *IPAM_WEB_FLAGS), help=(
+            "Address of /healthz and /readyz of every controller; 0 disables. "
+            "node-ipam-controller's -webserver-bind-address and -health-probe-address are "
+            "deprecated aliases here."))  # fmt: skip
+    return flag
 
 
 # ---------------------------------------------------------------- the binary

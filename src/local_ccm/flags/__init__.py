@@ -14,7 +14,7 @@ from local_ccm.flags.problems import (
     usage_error,
 )
 from local_ccm.flags.scan import Parsed, parse
-from local_ccm.flags.table import Flag, FlagKind, FlagSet, unite
+from local_ccm.flags.table import Flag, FlagKind, FlagSet, Section, unite
 from local_ccm.flags.usage import format_usage, format_version
 from local_ccm.flags.values import Loader, blame
 
@@ -25,6 +25,7 @@ __all__ = [
     "Loader",
     "Parsed",
     "Problem",
+    "Section",
     "blame",
     "format_usage",
     "format_version",

@@ -1,14 +1,15 @@
-"""Flag groups every binary repeats: logging, and /metrics beside the health probes.
+"""Flag groups every binary repeats: logging, and /metrics beside the health probes; and the
+sections of `--help` of a binary that unites several components' tables (`by_owner`).
 
 Each binary adds its own environment variables and aliases (`customize`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from local_ccm.flags.table import Flag, customize
+from local_ccm.flags.table import Flag, Section, customize
 from local_ccm.flags.values import LOG_FORMATS, Loader, choice, verbosity
 from local_ccm.validate import parse_bind_address
 
@@ -50,3 +51,26 @@ def check_metrics_port(read: Loader, metrics: object, health: object, health_fla
     if read("metrics-secure") and metrics is not None and metrics == health:
         read.reject("metrics-bind-address", f"must differ from --{health_flag} with "
                     "--metrics-secure=true (the health probes stay plain HTTP)")  # fmt: skip
+
+
+def by_owner(
+    general: str,
+    own: Sequence[Flag],
+    owners: Sequence[tuple[str, Sequence[Flag]]],
+    process: Sequence[str] = (),
+) -> tuple[Section, ...]:
+    """`--help` sections of a binary made of several owners' tables: first `general`, with the
+    binary's `own` flags, every flag all owners declare (credentials, logging, the Lease,
+    /metrics) and the flags named in `process`; then one section per owner, in order, with the
+    flags it is the first to declare. An owner left with no flag gets no section."""
+    common = (
+        set.intersection(*({f.name for f in table} for _, table in owners)) if owners else set()
+    )
+    every = [f.name for _, table in owners for f in table]
+    shared = dict.fromkeys([*(f.name for f in own), *(n for n in every if n in common), *process])
+    sections, claimed = [Section(general, tuple(shared))], set(shared)
+    for title, table in owners:
+        mine = tuple(dict.fromkeys(f.name for f in table if f.name not in claimed))
+        claimed.update(mine)
+        sections += [Section(title, mine)] if mine else []
+    return tuple(sections)

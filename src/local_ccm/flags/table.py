@@ -62,19 +62,33 @@ def _default_fits(kind: FlagKind, default: object) -> bool:
 
 
 @dataclass(frozen=True)
+class Section:
+    """A titled part of `--help`: the flags named (canonical names), listed in name order."""
+
+    title: str
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class FlagSet:
     """The flags of one binary. Declaring a flag twice, or a flag named like `-h`/`--help`
-    (or `--version` when a version is given), is a programming error (ValueError)."""
+    (or `--version` when a version is given), is a programming error (ValueError), as is a
+    section naming a flag the set does not declare. Without sections `--help` is one list."""
 
     prog: str
     flags: Sequence[Flag]
     subcommands: frozenset[str] = frozenset()
     version: str | None = None
+    sections: tuple[Section, ...] = ()
     _index: Mapping[str, Flag] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "flags", tuple(self.flags))
         object.__setattr__(self, "_index", MappingProxyType(self._build_index()))
+        declared = {flag.name for flag in self.flags}
+        strays = [n for section in self.sections for n in section.names if n not in declared]
+        if strays:
+            raise ValueError(f"{self.prog}: sections name undeclared flags {strays}")
 
     def _build_index(self) -> dict[str, Flag]:
         index: dict[str, Flag] = {}

@@ -15,16 +15,29 @@ def format_version(flagset: FlagSet, python_version: str) -> str:
 
 
 def format_usage(flagset: FlagSet) -> str:
-    """Usage text, flags sorted by name."""
+    """Usage text, flags sorted by name: one list, or under each section's title (a flag no
+    section names last, under "Other flags")."""
     sub = f" [{'|'.join(sorted(flagset.subcommands))}]" if flagset.subcommands else ""
-    lines = [f"Usage: {flagset.prog}{sub} [flags]", "", "Flags:"]
-    lines += [_usage_entry(flag) for flag in sorted(flagset.flags, key=lambda f: f.name)]
+    lines = [f"Usage: {flagset.prog}{sub} [flags]"]
+    for title, members in _sections(flagset):
+        lines += ["", f"{title}:"]
+        lines += [_usage_entry(flag) for flag in sorted(members, key=lambda f: f.name)]
     lines.append("  -h, -help\n    \tPrint this help and exit.")
     if flagset.version is not None:
         lines.append("  -version\n    \tPrint the version and exit.")
     klog = " ".join(f"-{name}" for name in sorted(KLOG_BOOL_FLAGS | KLOG_VALUE_FLAGS))
     lines += ["", *textwrap.wrap(f"Accepted for compatibility and ignored (klog): {klog}", 78)]
     return "\n".join(lines) + "\n"
+
+
+def _sections(flagset: FlagSet) -> list[tuple[str, list[Flag]]]:
+    if not flagset.sections:
+        return [("Flags", list(flagset.flags))]
+    by_name = {flag.name: flag for flag in flagset.flags}
+    found = [(s.title, [by_name[n] for n in s.names]) for s in flagset.sections]
+    placed = {n for section in flagset.sections for n in section.names}
+    others = [flag for flag in flagset.flags if flag.name not in placed]
+    return [*found, ("Other flags", others)]
 
 
 def _usage_entry(flag: Flag) -> str:

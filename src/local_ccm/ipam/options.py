@@ -227,8 +227,7 @@ def options_from(
     """Validate a parsed command line (the CLI handles --help/--version first)."""
     read = Loader(parsed, problems)
     cluster = read("cluster-cidr")
-    use_old_name = read.given("health-probe-address")
-    web_flag = "health-probe-address" if use_old_name else "webserver-bind-address"
+    web_flag = _web_flag(read)
     web, mode, metrics = _web(read, web_flag)
     masks = _masks(read, cluster)
     options = read.into(
@@ -242,8 +241,24 @@ def options_from(
     return read.result(options)
 
 
+_UPSTREAM_WEB_FLAGS = ("webserver-bind-address", "health-probe-address")
+
+
+def _web_flag(read: Loader) -> str:
+    """The flag of the web server (health probes): upstream's two in node-ipam-controller, the
+    deprecated one when it was given; in local-ccm-controller-manager, whose table makes both
+    aliases of the process's health flag, that flag."""
+    declared = read.parsed.flag("webserver-bind-address").name
+    if declared != "webserver-bind-address":
+        return declared
+    return "health-probe-address" if read.given("health-probe-address") else declared
+
+
 def _notes(parsed: Parsed) -> list[str]:
     notes = []
+    health = parsed.flag("webserver-bind-address").name  # another in the controller manager
+    if health != "webserver-bind-address" and parsed.given_as(health) in _UPSTREAM_WEB_FLAGS:
+        notes.append(f"--{parsed.given_as(health)} is deprecated in this binary: use --{health}")
     lock = parsed.values["leader-elect-resource-lock"]
     if lock in _MIGRATION_LOCKS:
         notes.append(f"--leader-elect-resource-lock={lock} is treated as leases")

@@ -4,6 +4,7 @@ table uniting the controllers' (a flag both define once), its own Lease default.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,7 +65,13 @@ def test_the_manager_has_every_flag_of_both_once_and_its_own_lease() -> None:
     lifecycle, ipam = (manager.CONTROLLERS[n]().flags() for n in ("node-lifecycle", "node-ipam"))
     names = [flag.name for flag in table.flags]
     assert len(names) == len(set(names))
-    assert {f.name for f in lifecycle.flags} | {f.name for f in ipam.flags} < set(names)
+    # Every spelling of both is accepted; IPAM's web-server flags as aliases of the one health
+    # flag (below).
+    for flag in (*lifecycle.flags, *ipam.flags):
+        assert table.lookup(flag.name) is not None, flag.name
+    assert {f.name for f in lifecycle.flags} | {f.name for f in ipam.flags} - set(
+        manager.IPAM_WEB_FLAGS
+    ) < set(names)
     for name in (
         "leader-elect",
         "leader-elect-lease-duration",
@@ -123,10 +130,94 @@ def test_the_start_up_line_names_only_the_servers_the_process_runs(tmp_path: Pat
     assert fields["cluster_cidr"] == "-"  # IPAM's settings stay
 
 
-def test_a_single_controller_keeps_its_own_server_fields(tmp_path: Path) -> None:
+def _ipam_alone(tmp_path: Path, *argv: str) -> tuple[central.Controller, Any]:
     known = [make() for make in manager.CONTROLLERS.values()]
     fixed = central.fix_env({"HOME": str(tmp_path)}, known)
-    parsed = flags.parse(manager.manager_flags(), ["--controllers=node-ipam"], fixed[0])
+    parsed = flags.parse(manager.manager_flags(), ["--controllers=node-ipam", *argv], fixed[0])
     loaded = central.load(parsed, fixed, known, ("node-ipam",))
-    assert isinstance(loaded, tuple)
-    assert central.start_fields(loaded)["web"] == ":8081"
+    assert isinstance(loaded, tuple), loaded
+    ((controller, options),) = loaded
+    return controller, options
+
+
+def test_ipam_alone_serves_health_on_the_process_s_one_flag(tmp_path: Path) -> None:
+    """One health-flag family whichever controllers run: IPAM alone in the manager answers
+    /healthz on --health-probe-bind-address (:8091), not node-ipam-controller's :8081."""
+    controller, options = _ipam_alone(tmp_path)
+    serving = controller.serving(options)
+    assert (serving.health_address, serving.health_flag) == (":8091", "health-probe-bind-address")
+    assert (serving.metrics_address, serving.metrics_flag) == (":8090", "metrics-bind-address")
+    assert central.start_fields(((controller, options),))["web"] == ":8091"
+
+
+@pytest.mark.parametrize("alias", manager.IPAM_WEB_FLAGS)
+def test_node_ipam_controller_s_web_flags_are_deprecated_aliases_in_the_manager(
+    tmp_path: Path, alias: str
+) -> None:
+    controller, options = _ipam_alone(tmp_path, f"--{alias}=127.0.0.1:9181")
+    assert controller.serving(options).health_address == "127.0.0.1:9181"
+    deprecated = f"--{alias} is deprecated in this binary: use --health-probe-bind-address"
+    assert deprecated in options.warnings
+    # Given twice with different values, as any alias: refused, naming both spellings.
+    argv = [f"--{alias}=:9181", "--health-probe-bind-address=:9182"]
+    parsed = flags.parse(manager.manager_flags(), argv, {})
+    assert any("aliases of one flag" in str(p) for p in parsed.problems), parsed.problems
+
+
+def test_help_lists_the_process_flags_then_each_controller_s_own(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert manager.main(["--help"], {}) == 0
+    out = capsys.readouterr().out
+    titles = [line for line in out.splitlines() if line.endswith(":") and line[0].isalpha()]
+    assert titles == [manager.GENERAL + ":", "node-lifecycle flags:", "node-ipam flags:",
+                      "kubelet-serving-approver flags:", "service-lb-ipam flags:",
+                      "Other flags:"]  # fmt: skip
+    sections = {title.removesuffix(":"): section for title, section in _sections(out)}
+    general = sections[manager.GENERAL]
+    for name in (
+        "controllers",
+        "kubeconfig",
+        "apiserver",
+        "health-probe-bind-address",
+        "metrics-bind-address",
+        "metrics-secure",
+        "leader-elect",
+        "v",
+        "log-format",
+    ):
+        assert name in general, name  # fmt: skip
+    assert {"not-ready-timeout", "probe", "icmp-mode"} <= set(sections["node-lifecycle flags"])
+    assert {"cluster-cidr", "node-cidr-mask-size-ipv4"} <= set(sections["node-ipam flags"])
+    assert set(sections["kubelet-serving-approver flags"]) == {
+        "csr-deny", "csr-ip-prefixes", "csr-max-expiration"}  # fmt: skip
+    assert {"lb-class", "lb-kubevip-configmap"} <= set(sections["service-lb-ipam flags"])
+    every = [name for _, section in _sections(out) for name in section]
+    assert len(every) == len(set(every)), "a flag listed twice"
+    # The one health family: IPAM's web-server flags are no entries, only marked aliases.
+    assert "webserver-bind-address" not in every
+    assert "health-probe-address" not in every
+    assert "[alias: -webserver-bind-address, -health-probe-address]" in out
+
+
+def _sections(usage: str) -> list[tuple[str, list[str]]]:
+    """(title, flag names) of each section of `usage`."""
+    found: list[tuple[str, list[str]]] = []
+    for line in usage.splitlines():
+        if line.endswith(":") and line[0].isalpha():
+            found.append((line.removesuffix(":"), []))
+        elif line.startswith("  -") and found:
+            found[-1][1].append(line.split()[0].lstrip("-").rstrip(","))
+    return found
+
+
+def test_the_single_controller_binaries_keep_one_flat_list(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from local_ccm.cli import ipam  # noqa: PLC0415
+
+    assert ipam.main(["--help"], {}) == 0
+    out = capsys.readouterr().out
+    assert [t for t, _ in _sections(out)] == ["Flags"]
+    names = _sections(out)[0][1]
+    assert {"webserver-bind-address", "health-probe-address"} <= set(names)  # upstream's
