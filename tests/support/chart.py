@@ -37,9 +37,10 @@ CHART = REPO / "charts" / "local-ccm"
 CI_DIR = CHART / "ci"
 DEPLOY = REPO / "deploy"
 PINS = REPO / "tests" / "control-plane.toml"
-#: The oldest Kubernetes the chart claims (Chart.yaml kubeVersion) and the oldest with the
-#: admission policy (ValidatingAdmissionPolicy is GA from 1.30).
-OLDEST_KUBE_VERSION = "1.28.0"
+#: The oldest Kubernetes the chart claims (Chart.yaml kubeVersion: the oldest the tests run a
+#: real kube-apiserver of) and the oldest with the admission policy (ValidatingAdmissionPolicy
+#: is GA from 1.30): the same minor.
+OLDEST_KUBE_VERSION = "1.30.0"
 OLDEST_POLICY_KUBE_VERSION = "1.30.0"
 #: The oldest Kubernetes the chart renders node-ipam-controller for (its CRD's CEL rules).
 IPAM_MINIMUM_KUBE_VERSION = "1.31.0"

@@ -118,11 +118,9 @@ def test_d02_original_values_render_a_consistent_root_pod(
 @pytest.mark.parametrize(
     ("set_values", "message"),
     [
-        ({}, "admissionPolicy requires Kubernetes >= 1.30; set admissionPolicy.enabled=false"),
-        ({"admissionPolicy.enabled": "false", "metrics.podMonitor.enabled": "true",
-          "metrics.podMonitor.agent": "true"},
+        ({"metrics.podMonitor.enabled": "true", "metrics.podMonitor.agent": "true"},
          "metrics.podMonitor.agent=true needs metrics.enabled=true"),
-        ({"admissionPolicy.enabled": "false", "nodeLifecycleController.replicaCount": "2",
+        ({"nodeLifecycleController.replicaCount": "2",
           "nodeLifecycleController.leaderElection.enabled": "false"},
          "replicaCount > 1 needs nodeLifecycleController.leaderElection.enabled=true"),
     ],
@@ -130,9 +128,20 @@ def test_d02_original_values_render_a_consistent_root_pod(
 def test_d03_render_fails_with_the_documented_message(
     chart_helm: Helm, set_values: dict[str, str], message: str
 ) -> None:
-    result = chart_helm.template_result(kube_version="1.29.0", set_values=set_values)
+    result = chart_helm.template_result(kube_version=OLDEST_KUBE_VERSION, set_values=set_values)
     assert result.code != 0
     assert message in result.output, result.output
+
+
+@pytest.mark.parametrize("set_values", [{}, {"admissionPolicy.enabled": "false"}])
+def test_d03_below_the_oldest_supported_version_helm_refuses(
+    chart_helm: Helm, set_values: dict[str, str]
+) -> None:
+    """1.30 is the oldest Kubernetes the tests run; below it nothing renders, with or without
+    the admission policy (Chart.yaml kubeVersion)."""
+    result = chart_helm.template_result(kube_version="1.29.9", set_values=set_values)
+    assert result.code != 0
+    assert "chart requires kubeVersion: >=1.30.0-0" in result.output, result.output
 
 
 def test_d03_ipam_below_1_31_fails_with_the_documented_message(chart_helm: Helm) -> None:
@@ -146,9 +155,9 @@ def test_d03_ipam_below_1_31_fails_with_the_documented_message(chart_helm: Helm)
     assert at_minimum.code == 0, at_minimum.output
 
 
-def test_d03_policy_disabled_renders_on_1_29(chart_helm: Helm) -> None:
+def test_d03_policy_disabled_renders_at_the_oldest_version(chart_helm: Helm) -> None:
     result = chart_helm.template_result(
-        kube_version="1.29.0", set_values={"admissionPolicy.enabled": "false"}
+        kube_version=OLDEST_KUBE_VERSION, set_values={"admissionPolicy.enabled": "false"}
     )
     assert result.code == 0, result.output
 

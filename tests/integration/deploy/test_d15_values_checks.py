@@ -234,8 +234,8 @@ def test_d15_default_pool_values_render_the_controller_flags(
 def test_d15_without_the_agent_nothing_of_it_is_rendered(
     chart_helm: Helm, kube_version: str, tmp_path: Path
 ) -> None:
-    code, out = _template(chart_helm, "1.29.0", {"agent": {"enabled": False}}, tmp_path)
-    assert code == 0, out  # the admission policy's version check is the agent's
+    code, out = _template(chart_helm, "1.30.0", {"agent": {"enabled": False}}, tmp_path)
+    assert code == 0, out
     objs = parse(out)
     assert not [o for o in objs if o["kind"] in AGENT_KINDS]
     labels = [o["metadata"].get("labels", {}).get("app.kubernetes.io/component") for o in objs]
