@@ -89,7 +89,8 @@ version: ## print the release version (src/local_ccm/__init__.py, the one place 
 	@$(PY) scripts/version.py
 
 # Rewrites __version__ and its copies (Chart.yaml version/appVersion, the Containerfile's
-# ARG VERSION default, the README transcript), then everything rendered from the chart.
+# ARG VERSION default, the demo transcript, the install commands and the chart README's pinned
+# links), then everything rendered from the chart.
 .PHONY: bump
 bump: ## set the release version everywhere: make bump VERSION=x.y.z
 	@test -n "$(VERSION)" || { echo "usage: make bump VERSION=x.y.z" >&2; exit 2; }

@@ -2,8 +2,8 @@
 
 pyproject.toml reads it (``dynamic = ["version"]``); the places that cannot read it (the chart's
 ``version``/``appVersion``, the Containerfile's ``ARG VERSION`` default, the sample transcript in
-README.md, the release tag every link of the chart's README points at and its install command)
-are copies this script checks and rewrites:
+docs/development.md, the install commands of README.md and the chart's README, the release tag
+every link of the chart's README points at) are copies this script checks and rewrites:
 
     python scripts/version.py            print the version
     python scripts/version.py check      exit 1 and list every copy that differs (make lint)
@@ -62,7 +62,7 @@ COPIES = (
     Copy("charts/local-ccm/Chart.yaml", rf"^version: {_V}$"),
     Copy("charts/local-ccm/Chart.yaml", r"^appVersion: (v\d+\.\d+\.\d+)$", lambda v: f"v{v}"),
     Copy("Containerfile", rf"^ARG VERSION={_V}$"),
-    Copy("README.md", rf"starting local-ccm {_V} "),
+    Copy("docs/development.md", rf"starting local-ccm {_V} "),
     # The packaged chart has no docs/: its README links to the repository at the release tag.
     Copy(
         "charts/local-ccm/README.md",
@@ -70,6 +70,7 @@ COPIES = (
         lambda v: f"v{v}",
     ),
     Copy("charts/local-ccm/README.md", rf"oci://\S+/local-ccm --version {_V}\b"),
+    Copy("README.md", rf"oci://\S+/local-ccm --version {_V}\b"),
 )
 
 

@@ -43,7 +43,8 @@ def test_the_version_is_above_every_release_of_the_go_original() -> None:
 def _copy_of_the_versioned_files(dest: Path) -> None:
     """The files scripts/version.py reads and writes, in a scratch tree of the same shape."""
     paths = ["scripts/version.py", "src/local_ccm/__init__.py", "charts/local-ccm/Chart.yaml",
-             "charts/local-ccm/README.md", "Containerfile", "README.md"]  # fmt: skip
+             "charts/local-ccm/README.md", "Containerfile", "docs/development.md",
+             "README.md"]  # fmt: skip
     for path in paths:
         (dest / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / path, dest / path)
@@ -66,6 +67,7 @@ def test_bump_moves_the_chart_readme_s_links_and_install_command(tmp_path: Path)
     assert pinned not in text
     assert text.count("github.com/local-ccm/local-ccm/blob/v9.8.7/") >= 3
     assert "/local-ccm --version 9.8.7" in text
+    assert "/local-ccm --version 9.8.7" in (tmp_path / "README.md").read_text()
     assert script("check").returncode == 0
     # One link left behind is a mismatch the check names.
     readme.write_text(text.replace("blob/v9.8.7/docs/csr.md", "blob/v9.8.6/docs/csr.md"))

@@ -45,7 +45,7 @@ from local_ccm.agent.core.plan import (
 )
 from local_ccm.records import dataclass
 
-# Minimum column widths, the layout of the README's example; longer values widen a column.
+# Minimum column widths, the layout of docs/development.md's example; longer values widen a column.
 _DETECTION_WIDTHS = (12, 8, 14, 20)
 _CANDIDATE_WIDTHS = (13, 19)
 _NO_ROUTE = re.compile(r"(no route to \S+): .* (\(E[A-Z0-9]+\))")
