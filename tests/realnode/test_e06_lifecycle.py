@@ -40,10 +40,13 @@ LIFECYCLE = "app.kubernetes.io/component=node-lifecycle-controller"
 
 def lifecycle_values(survivor: str) -> dict[str, Any]:
     """One replica on the survivor, every Node in scope (no autoscaler taint needed), short
-    timeouts; ICMP probes (the default, raw sockets as root with NET_RAW) over IPv4."""
+    timeouts; ICMP probes over IPv4 from the host network with raw sockets as root with
+    NET_RAW (the chart's opt-in; its default, datagram sockets as 65532 in the Pod's own
+    network, is E04's and L27's)."""
     return {
         "enabled": True,
         "replicaCount": 1,
+        "hostNetwork": True,
         "nodeSelector": {"kubernetes.io/hostname": survivor},
         "controller": {
             "watchAutoscalerTaint": False,
@@ -52,6 +55,7 @@ def lifecycle_values(survivor: str) -> dict[str, Any]:
             "pingCount": 1,
             "pingTimeout": "2s",
             "probeFamilies": "ipv4",
+            "icmpMode": "raw",
         },
     }
 

@@ -123,7 +123,8 @@ def chart_values(cluster: Cluster, survivor: str) -> dict[str, Any]:
         "nodeSelector": {"kubernetes.io/hostname": survivor},
         "controller": {"nodeSelector": "=".join(SCOPE_LABEL), "notReadyTimeout": "5s",
                        "reconcileInterval": "2s", "pingCount": 1, "pingTimeout": "2s",
-                       "probeFamilies": "ipv4"},
+                       # raw sockets: the node namespace keeps the kernel's ping_group_range
+                       "probeFamilies": "ipv4", "icmpMode": "raw"},
     }  # fmt: skip
     manager = {
         "enabled": True,

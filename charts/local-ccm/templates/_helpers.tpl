@@ -245,11 +245,21 @@ podAntiAffinity:
 
 {{/* ------------------------------------------------------------ pod security */}}
 
-{{/* "true" when the NLC needs raw ICMP sockets, hence uid 0 and NET_RAW. */}}
+{{/* "true" when the NLC asks for raw ICMP sockets (icmpMode raw), hence uid 0 and NET_RAW.
+     auto gets the unprivileged context: it uses raw sockets only where the user's own
+     podSecurityContext/securityContext (values copied from the original) grant them, else
+     datagram sockets. */}}
 {{- define "local-ccm.nlc.rawICMP" -}}
 {{- $c := .Values.nodeLifecycleController.controller -}}
-{{- $icmp := has "icmp" (splitList "," ($c.probe | nospace)) -}}
-{{- if and $icmp (gt (int $c.pingCount) 0) (has $c.icmpMode (list "raw" "auto")) -}}
+{{- if and (include "local-ccm.nlc.icmp" .) (eq $c.icmpMode "raw") -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the NLC sends ICMP echoes at all (an icmp probe and pingCount > 0). */}}
+{{- define "local-ccm.nlc.icmp" -}}
+{{- $c := .Values.nodeLifecycleController.controller -}}
+{{- if and (has "icmp" (splitList "," ($c.probe | nospace))) (gt (int $c.pingCount) 0) -}}
 true
 {{- end -}}
 {{- end -}}
@@ -281,8 +291,9 @@ runAsUser: 65532
 runAsGroup: 65532
 seccompProfile:
   type: RuntimeDefault
-{{- if not (include "local-ccm.nlc.hostNetwork" .) }}
-# Unprivileged ICMP datagram sockets for every group; a safe sysctl.
+{{- /* Not with hostNetwork: the API server refuses net.* sysctls there; the host's applies. */}}
+{{- if and (include "local-ccm.nlc.icmp" .) (not (include "local-ccm.nlc.hostNetwork" .)) }}
+# Datagram ICMP sockets for every group, in the Pod's own network namespace (a safe sysctl).
 sysctls:
   - name: net.ipv4.ping_group_range
     value: "0 2147483647"

@@ -184,5 +184,5 @@ def test_the_manager_without_node_ipam_keeps_the_lifecycle_controller_s_network(
     off = {"nodeIpamController.enabled": "false", **NLC_OFF_HOST}
     spec = pod_spec(render(chart_helm, kube_version, **off))
     assert spec["hostNetwork"] is False
-    assert spec["dnsPolicy"] == "ClusterFirst"
+    assert spec["dnsPolicy"] == "Default"  # the node's resolver: no cluster name is resolved
     assert spec["securityContext"]["sysctls"][0]["name"] == "net.ipv4.ping_group_range"

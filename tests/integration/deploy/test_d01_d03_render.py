@@ -234,35 +234,64 @@ def test_no_component_needs_cluster_dns_or_the_service_ip_when_api_server_is_set
         assert env["KUBERNETES_SERVICE_HOST"] == "api.cluster.example", name
         assert env["KUBERNETES_SERVICE_PORT"] == "6443", name
         assert w["spec"]["template"]["spec"]["dnsPolicy"] == "Default", name
-        assert w["spec"]["template"]["spec"]["hostNetwork"] is True, name
+    for name in ("agent", "node-ipam-controller"):  # the lifecycle controller: its pod network
+        assert component(objs, name)["spec"]["template"]["spec"]["hostNetwork"] is True, name
 
 
-def test_nlc_runs_as_root_only_for_raw_icmp(chart_helm: Helm, kube_version: str) -> None:
-    raw = component(render(chart_helm, kube_version), "node-lifecycle-controller")
-    assert raw["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 0
-    assert container(raw)["securityContext"]["capabilities"] == {
-        "drop": ["ALL"],
-        "add": ["NET_RAW"],
-    }
-    objs = render(chart_helm, kube_version, "nlc-unprivileged")
+def nlc_pod(objs: list[Obj]) -> tuple[Obj, Obj]:
+    """(pod spec, container) of the lifecycle controller's Deployment."""
     nlc = component(objs, "node-lifecycle-controller")
-    pod = nlc["spec"]["template"]["spec"]
+    return nlc["spec"]["template"]["spec"], container(nlc)
+
+
+UNPRIVILEGED_POD = {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
+                    "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
+UNPRIVILEGED_CONTAINER = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                          "capabilities": {"drop": ["ALL"]}}  # fmt: skip
+PING_GROUP_RANGE = [{"name": "net.ipv4.ping_group_range", "value": "0 2147483647"}]
+
+
+@pytest.mark.parametrize("name", ["default", "nlc-unprivileged"])
+def test_nlc_is_unprivileged_by_default_with_datagram_icmp_in_its_own_network(
+    chart_helm: Helm, kube_version: str, name: str
+) -> None:
+    pod, c = nlc_pod(render(chart_helm, kube_version, name))
     assert pod["hostNetwork"] is False
-    assert pod["dnsPolicy"] == "ClusterFirst"
-    assert pod["securityContext"]["runAsUser"] == 65532
-    assert pod["securityContext"]["sysctls"] == [
-        {"name": "net.ipv4.ping_group_range", "value": "0 2147483647"}
-    ]
-    assert container(nlc)["securityContext"]["capabilities"] == {"drop": ["ALL"]}
-    assert "host" not in container(nlc)["livenessProbe"]["httpGet"]
-    tcp = render(chart_helm, kube_version,
-                 set_values={"nodeLifecycleController.controller.probe": "tcp:22"})  # fmt: skip
-    assert (
-        "add"
-        not in container(component(tcp, "node-lifecycle-controller"))["securityContext"][
-            "capabilities"
-        ]
-    )
+    assert pod["dnsPolicy"] == "Default"
+    assert pod["securityContext"] == {**UNPRIVILEGED_POD, "sysctls": PING_GROUP_RANGE}
+    assert c["securityContext"] == UNPRIVILEGED_CONTAINER
+    assert "host" not in c["livenessProbe"]["httpGet"]
+
+
+def test_nlc_runs_as_root_with_net_raw_only_for_icmp_mode_raw(
+    chart_helm: Helm, kube_version: str
+) -> None:
+    raw = {"nodeLifecycleController.controller.icmpMode": "raw"}
+    pod, c = nlc_pod(render(chart_helm, kube_version, set_values=raw))
+    assert pod["securityContext"] == {"runAsNonRoot": False, "runAsUser": 0, "runAsGroup": 0,
+                                      "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_RAW"]}
+    assert flag(component(render(chart_helm, kube_version, set_values=raw),
+                          "node-lifecycle-controller"), "icmp-mode") == "raw"  # fmt: skip
+    # No ICMP probe: neither root nor the sysctl, whatever icmpMode says.
+    tcp = {**raw, "nodeLifecycleController.controller.probe": "tcp:10250"}
+    pod, c = nlc_pod(render(chart_helm, kube_version, set_values=tcp))
+    assert pod["securityContext"] == UNPRIVILEGED_POD
+    assert c["securityContext"] == UNPRIVILEGED_CONTAINER
+
+
+def test_nlc_on_the_host_network_leaves_the_range_to_the_host_and_notes_say_so(
+    chart_helm: Helm, kube_version: str
+) -> None:
+    """The API server refuses net.* sysctls in a hostNetwork Pod."""
+    host = {"nodeLifecycleController.hostNetwork": "true"}
+    pod, c = nlc_pod(render(chart_helm, kube_version, set_values=host))
+    assert pod["hostNetwork"] is True
+    assert pod["securityContext"] == UNPRIVILEGED_POD
+    assert c["securityContext"] == UNPRIVILEGED_CONTAINER
+    notes = chart_helm.notes(set_values=host)
+    assert "net.ipv4.ping_group_range must contain gid 65532" in notes.stdout, notes.output
+    assert "must contain gid 65532" not in chart_helm.notes().stdout
 
 
 def test_nlc_args_deployment_and_pdb(chart_helm: Helm, kube_version: str) -> None:

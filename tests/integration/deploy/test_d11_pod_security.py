@@ -15,14 +15,14 @@ from tests.support.chart import Helm, component, parse
 
 ENFORCE = "pod-security.kubernetes.io/enforce"
 # All three follow from host networking (the agent must reach the API server before the Node
-# has addresses, and the lifecycle controller pings Nodes): hostNetwork pods declare their ports,
-# so the apiserver defaults hostPort = containerPort, and their probes name host 127.0.0.1 (the
-# Pod IP is the Node's address, which may not exist yet).
+# has addresses): hostNetwork pods declare their ports, so the apiserver defaults hostPort =
+# containerPort, and their probes name host 127.0.0.1 (the Pod IP is the Node's address, which
+# may not exist yet). The lifecycle controller by default has neither host networking nor raw
+# ICMP (datagram sockets as 65532, the safe ping_group_range sysctl): restricted admits it.
 HOST = {"host namespaces", "hostPort", "probe or lifecycle host"}
-RAW_ICMP = {"unrestricted capabilities", "runAsNonRoot != true", "runAsUser=0"}
 CASES = [
     ("default", "agent", HOST),
-    ("default", "node-lifecycle-controller", HOST | RAW_ICMP),
+    ("default", "node-lifecycle-controller", set()),
     ("nlc-unprivileged", "node-lifecycle-controller", set()),
     ("all-features", "node-ipam-controller", HOST),
 ]
