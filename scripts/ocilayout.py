@@ -1,9 +1,13 @@
-"""A root file system as a one-layer OCI image archive, byte-for-byte reproducible.
+"""Root file systems as one-layer OCI images in one multi-platform archive, byte-for-byte
+reproducible.
 
 Written here rather than by umoci or skopeo, whose tars carry the current time: every entry in
 sorted order with mtime = the image's creation time, numeric owners without names, gzip with
-no name and no time, canonical JSON. The result is a tar of an OCI image layout (what
-``skopeo copy oci-archive:...`` reads). Standard library only; no I/O but reading the tree.
+no name and no time, canonical JSON. Each root becomes an image manifest (:func:`image_manifest`)
+and the manifests one image index, the multi-platform image a registry serves for one tag
+(:func:`index_archive`). The result is a tar of an OCI image layout whose ``index.json`` names
+that index (what ``skopeo copy oci-archive:...`` and ``ctr images import`` read). Standard
+library only; no I/O but reading the tree.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+INDEX_TYPE = "application/vnd.oci.image.index.v1+json"
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
 LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"
@@ -46,11 +51,30 @@ class Blob:
 
 
 @dataclass(frozen=True)
+class Manifest:
+    """One platform's image: its config, layer and manifest blobs."""
+
+    arch: str
+    config: Blob
+    layer: Blob
+    manifest: Blob
+    tar_size: int  # the layer uncompressed
+
+    @property
+    def digest(self) -> str:
+        """The platform's image digest (what ``--platform`` pulls resolve to)."""
+        return self.manifest.digest
+
+    @property
+    def blobs(self) -> tuple[Blob, Blob, Blob]:
+        return self.config, self.layer, self.manifest
+
+
+@dataclass(frozen=True)
 class Image:
     archive: bytes
-    digest: str  # of the manifest: the image digest a registry reports
-    layer_size: int  # compressed
-    tar_size: int  # uncompressed
+    digest: str  # of the image index: the digest a registry reports for the tag
+    manifests: tuple[Manifest, ...]
 
 
 def iso(epoch: int) -> str:
@@ -69,12 +93,17 @@ def descriptor(media_type: str, b: Blob) -> dict[str, object]:
     return {"mediaType": media_type, "digest": b.digest, "size": b.size}
 
 
+def platform(arch: str) -> dict[str, str]:
+    """The OCI platform of a Debian/Go architecture name; arm64 is ARMv8 (``variant`` v8, as
+    containerd and the registries normalise it)."""
+    return {"architecture": arch, "os": "linux", **({"variant": "v8"} if arch == "arm64" else {})}
+
+
 def image_config(spec: ImageSpec, diff_id: str) -> dict[str, object]:
     config = {"User": spec.user, "Env": list(spec.env), "Entrypoint": list(spec.entrypoint),
               "WorkingDir": "/", "Labels": dict(spec.labels)}  # fmt: skip
     return {
-        "architecture": spec.arch,
-        "os": "linux",
+        **platform(spec.arch),
         "created": iso(spec.created),
         "config": config,
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
@@ -92,10 +121,19 @@ def manifest(spec: ImageSpec, config: Blob, layer: Blob) -> dict[str, object]:
     }
 
 
-def index(spec: ImageSpec, manifest_blob: Blob) -> dict[str, object]:
-    entry = descriptor(MANIFEST_TYPE, manifest_blob)
-    ref = {"org.opencontainers.image.ref.name": spec.ref}
-    return {"schemaVersion": 2, "manifests": [{**entry, "annotations": ref}]}
+def image_index(manifests: Sequence[Manifest], annotations: Mapping[str, str]) -> dict[str, object]:
+    """The multi-platform image: one entry per platform, in the order given."""
+    entries = [{**descriptor(MANIFEST_TYPE, m.manifest), "platform": platform(m.arch)}
+               for m in manifests]  # fmt: skip
+    return {"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": entries,
+            "annotations": dict(annotations)}  # fmt: skip
+
+
+def layout_index(index_blob: Blob, ref: str) -> dict[str, object]:
+    """The layout's ``index.json``: the image index under the tag ``ref``."""
+    entry = descriptor(INDEX_TYPE, index_blob)
+    return {"schemaVersion": 2, "manifests": [
+        {**entry, "annotations": {"org.opencontainers.image.ref.name": ref}}]}  # fmt: skip
 
 
 def walk(root: Path) -> Iterator[tuple[str, Path]]:
@@ -136,9 +174,9 @@ def gzip_bytes(data: bytes) -> bytes:
 
 def layout_tar(blobs: Sequence[Blob], index_doc: bytes, epoch: int) -> bytes:
     """An OCI image layout (oci-layout, index.json, blobs/sha256/...) as one tar."""
-    named = ((f"blobs/sha256/{b.digest.removeprefix('sha256:')}", b.data) for b in blobs)
+    named = {f"blobs/sha256/{b.digest.removeprefix('sha256:')}": b.data for b in blobs}
     layout = canonical_json({"imageLayoutVersion": "1.0.0"})
-    files = [("oci-layout", layout), ("index.json", index_doc), *named]
+    files = [("oci-layout", layout), ("index.json", index_doc), *named.items()]
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for d in ("blobs", "blobs/sha256"):
@@ -152,13 +190,27 @@ def layout_tar(blobs: Sequence[Blob], index_doc: bytes, epoch: int) -> bytes:
     return buf.getvalue()
 
 
-def image_archive(root: Path, spec: ImageSpec) -> Image:
-    """``root`` as the only layer of an image described by ``spec``."""
+def image_manifest(root: Path, spec: ImageSpec) -> Manifest:
+    """``root`` as the only layer of the ``spec.arch`` image described by ``spec``."""
     tar = layer_tar(root, spec.created)
     layer = blob(gzip_bytes(tar))
     diff_id = f"sha256:{hashlib.sha256(tar).hexdigest()}"
     config = blob(canonical_json(image_config(spec, diff_id)))
     manifest_blob = blob(canonical_json(manifest(spec, config, layer)))
-    archive = layout_tar([config, layer, manifest_blob],
-                         canonical_json(index(spec, manifest_blob)), spec.created)  # fmt: skip
-    return Image(archive, manifest_blob.digest, layer.size, len(tar))
+    return Manifest(spec.arch, config, layer, manifest_blob, len(tar))
+
+
+def index_archive(manifests: Sequence[Manifest], spec: ImageSpec) -> Image:
+    """The platforms' images as one image index tagged ``spec.ref``, in an OCI layout tar."""
+    arches = [m.arch for m in manifests]
+    if not manifests or len(set(arches)) != len(arches):
+        raise ValueError(f"one manifest per architecture, got {arches}")
+    index_blob = blob(canonical_json(image_index(manifests, spec.labels)))
+    blobs = [index_blob, *(b for m in manifests for b in m.blobs)]
+    archive = layout_tar(blobs, canonical_json(layout_index(index_blob, spec.ref)), spec.created)
+    return Image(archive, index_blob.digest, tuple(manifests))
+
+
+def image_archive(root: Path, spec: ImageSpec) -> Image:
+    """``root`` as a one-platform image (an index with one manifest)."""
+    return index_archive([image_manifest(root, spec)], spec)

@@ -1,13 +1,16 @@
 """Write dist/: everything an operator needs to install a release (`make release`).
 
 - the project's wheel and sdist (built offline with the tools of requirements-build.lock);
-- the OCI image archive `make image` built, and its manifest digest;
+- the OCI image archive `make image` built (one image index: linux/amd64 and linux/arm64),
+  and the index's digest;
 - the packaged Helm chart;
 - the rendered manifests (`make manifests`) under deploy/, and the Talos file also as
   `local-ccm-talos.yaml` at the top, the release asset name docs/install.md's Talos URL uses
   (a release page's assets are flat: no deploy/talos/ there);
-- an SBOM of the image (CycloneDX 1.5 JSON): its Debian packages with versions, the Python
-  distributions with the sha256 of the locked wheels, and the project itself;
+- one SBOM of the image, both platforms (CycloneDX 1.5 JSON): the Debian packages of each
+  architecture with versions (an ``all`` package once), the Python distributions with the
+  sha256 of the locked wheels of both architectures, the project itself, and each platform's
+  manifest digest;
 - SHA256SUMS over all of it, in the format ``sha256sum -c`` reads.
 
 Needs no network once `make image` has run. Bad input exits 2 with a message.
@@ -61,7 +64,8 @@ def deb_purl(p: Mapping[str, str]) -> str:
 
 def sbom(listing: Mapping[str, Any], image_name: str) -> dict[str, Any]:
     """CycloneDX 1.5 of the image from `make image`'s package listing; the serial number is
-    derived from the image digest, so one image always has one SBOM."""
+    derived from the image (index) digest, so one image always has one SBOM. Each platform's
+    manifest digest is a property of the image component."""
     image = listing["image"]
     components: list[dict[str, Any]] = [
         {"type": "library", "bom-ref": deb_purl(p), "name": p["name"], "version": p["version"],
@@ -89,7 +93,11 @@ def sbom(listing: Mapping[str, Any], image_name: str) -> dict[str, Any]:
                 "version": f"v{image['version']}",
                 "hashes": [{"alg": "SHA-256", "content": image["digest"].removeprefix("sha256:")}],
                 "properties": [
-                    {"name": "org.opencontainers.image.revision", "value": image["revision"]}
+                    {"name": "org.opencontainers.image.revision", "value": image["revision"]},
+                    *(
+                        {"name": f"oci:platform:linux/{m['architecture']}", "value": m["digest"]}
+                        for m in image.get("manifests", [])
+                    ),
                 ],
             },
         },

@@ -35,8 +35,18 @@ fi
 # they are there already (no network, about a second); only a missing or stale wheel goes to
 # PyPI.
 cache=${LOCAL_CCM_TEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/local-ccm-test}
-for lock in requirements.lock requirements-build.lock; do
-  wheels=(--require-hashes --only-binary=:all: --no-deps -r "$lock" -d "$cache/wheels")
+# The image is built for linux/amd64 and linux/arm64 whatever this machine is, so the runtime
+# wheels come for both, with the manylinux tags bookworm's glibc 2.36 accepts (scripts/lock.py's
+# platforms()); the build tools are pure Python.
+tags() {
+  local minor
+  for minor in $(seq 36 -1 17); do printf -- '--platform\nmanylinux_2_%s_%s\n' "$minor" "$1"; done
+  printf -- '--platform\nmanylinux2014_%s\n--python-version\n3.11\n--implementation\ncp\n' "$1"
+}
+for lock in requirements.lock:x86_64 requirements.lock:aarch64 requirements-build.lock:; do
+  mapfile -t platform < <([ -n "${lock#*:}" ] && tags "${lock#*:}")
+  wheels=(--require-hashes --only-binary=:all: --no-deps "${platform[@]}" -r "${lock%%:*}"
+          -d "$cache/wheels")
   if ! "$PY" -m pip download -q --no-index --find-links "$cache/wheels" "${wheels[@]}" \
       >/dev/null 2>&1; then
     "$PY" -m pip download -q "${wheels[@]}"

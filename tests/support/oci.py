@@ -1,7 +1,9 @@
 """The image `make image` built, unpacked and run by a real OCI runtime (runc).
 
-The archive is read by skopeo (``oci-archive:`` to an OCI layout) and unpacked by umoci into a
-root file system shared by every container of a test module; each container gets its own
+The archive's tag names an image index with one image per platform (linux/amd64,
+linux/arm64). skopeo copies one platform's image out of it (``oci-archive:`` to an OCI layout;
+this machine's unless ``arch`` says otherwise) and umoci unpacks it into a root file system
+shared by every container of a test module; each container gets its own
 bundle whose ``config.json`` starts from the one umoci derived from the image's config (user
 65532:65532, entry point, environment) and is then tightened to what the chart asks of a pod:
 read-only root, no capability in any set, no new privileges. A container either joins a
@@ -14,9 +16,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import platform
 import re
 import secrets
 import subprocess
+import tarfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +28,7 @@ from typing import Any
 
 from local_ccm import __version__
 from tests.support.agent_process import AgentProcess
+from tests.support.pause import oci_arch
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE_DIR = REPO / "build" / "image"
@@ -36,6 +41,56 @@ def image_archive(version: str = __version__) -> Path:
 
 def image_ref(version: str = __version__) -> str:
     return f"v{version}"
+
+
+def host_arch() -> str:
+    """This machine's architecture as OCI names it (amd64, arm64)."""
+    return oci_arch(platform.machine())
+
+
+@dataclass(frozen=True)
+class PlatformImage:
+    """One platform's entry of the archive's image index, with its manifest and config."""
+
+    platform: Mapping[str, str]
+    digest: str  # of the manifest
+    manifest: Mapping[str, Any]
+    config: Mapping[str, Any]
+
+    @property
+    def config_digest(self) -> str:
+        """What containerd reports as the image ID of this platform's image."""
+        return str(self.manifest["config"]["digest"])
+
+
+@dataclass(frozen=True)
+class Archive:
+    """The archive as its own bytes say, read with tarfile (no tool in between)."""
+
+    index_digest: str  # what the tag names: the image index
+    index: Mapping[str, Any]
+    platforms: Mapping[str, PlatformImage]  # by architecture
+
+
+def read_archive(archive: Path) -> Archive:
+    with tarfile.open(archive) as tar:
+
+        def blob(digest: str) -> Any:
+            member = tar.extractfile(f"blobs/sha256/{digest.removeprefix('sha256:')}")
+            assert member is not None, digest
+            return json.load(member)
+
+        layout = tar.extractfile("index.json")
+        assert layout is not None
+        (tagged,) = json.load(layout)["manifests"]
+        index = blob(tagged["digest"])
+        platforms = {}
+        for entry in index["manifests"]:
+            manifest = blob(entry["digest"])
+            platforms[entry["platform"]["architecture"]] = PlatformImage(
+                entry["platform"], entry["digest"], manifest, blob(manifest["config"]["digest"])
+            )
+    return Archive(tagged["digest"], index, platforms)
 
 
 @dataclass(frozen=True)
@@ -54,10 +109,13 @@ def run_tool(argv: Sequence[str], timeout: float = 120) -> str:
     return done.stdout
 
 
-def unpack(archive: Path, workdir: Path) -> Unpacked:
+def unpack(archive: Path, workdir: Path, arch: str | None = None) -> Unpacked:
+    """``arch``'s image of the archive (this machine's by default), unpacked."""
     layout = workdir / "layout"
     ref = image_ref()
-    run_tool(["skopeo", "copy", "--quiet", f"oci-archive:{archive}", f"oci:{layout}:{ref}"])
+    choose = ["--override-arch", arch] if arch else []
+    run_tool(["skopeo", "copy", "--quiet", *choose, f"oci-archive:{archive}",
+              f"oci:{layout}:{ref}"])  # fmt: skip
     bundle = workdir / "bundle"
     run_tool(["umoci", "unpack", "--image", f"{layout}:{ref}", str(bundle)])
     config = json.loads((bundle / "config.json").read_text())

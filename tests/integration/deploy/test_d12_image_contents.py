@@ -2,6 +2,12 @@
 skopeo, unpacked by umoci and run by runc as uid 65532 with a read-only root, no capability
 and no new privileges (tests/support/oci.py).
 
+The archive's tag is an image index for linux/amd64 and linux/arm64: its digest is the one in
+``.digest``, each platform's config says its architecture, and the arm64 image is unpacked and
+run too, under qemu-user-static (registered with binfmt_misc by scripts/binfmt.py): its
+``python3.11`` is an AArch64 ELF file, its entry point prints this version, and ``local-ccm
+detect`` in a network namespace with only ``lo`` reports that situation and the arm64 CPU.
+
 Checked here: the labels and user of the image config; no shell, package manager or pip in
 the root; only the locked distributions installed; every module byte-compiled with
 unchecked-hash .pyc (valid on a read-only root); the size budget; every entry point's
@@ -13,12 +19,16 @@ statically: its entry points, user, labels and hash-locked installs.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+import subprocess
+import sys
 import tempfile
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -35,7 +45,9 @@ from tests.support.oci import (
     Runc,
     Unpacked,
     container_config,
+    host_arch,
     image_archive,
+    read_archive,
     run_tool,
     unpack,
 )
@@ -57,6 +69,27 @@ MIB = 1024 * 1024
 COMPRESSED_BUDGET_MIB = 60
 UNPACKED_BUDGET_MIB = 100
 NO_CAPS = "0000000000000000"
+PLATFORMS = {"amd64": {"architecture": "amd64", "os": "linux"},
+             "arm64": {"architecture": "arm64", "os": "linux", "variant": "v8"}}  # fmt: skip
+# ELF e_machine of each architecture's programs (EM_X86_64, EM_AARCH64).
+ELF_MACHINE = {"amd64": 62, "arm64": 183}
+
+
+def binfmt() -> ModuleType:
+    """scripts/binfmt.py, which `make image` uses to run the arm64 interpreter."""
+    spec = importlib.util.spec_from_file_location("binfmt", REPO / "scripts" / "binfmt.py")
+    assert spec
+    assert spec.loader
+    module = sys.modules.setdefault("binfmt", importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(module)
+    return module
+
+
+def elf_machine(path: Path) -> int:
+    head = path.read_bytes()[:20]
+    assert head[:4] == b"\x7fELF", path
+    assert head[5] == 1, "little-endian"
+    return int.from_bytes(head[18:20], "little")
 
 
 def project() -> dict[str, object]:
@@ -87,6 +120,25 @@ def image() -> Iterator[Unpacked]:
 
 
 @pytest.fixture(scope="module")
+def foreign() -> Iterator[Unpacked]:
+    """The image of the platform this machine is not (arm64 on an amd64 machine), unpacked,
+    with qemu registered to run it."""
+    archive = image_archive()
+    if not archive.exists():
+        pytest.fail(f"no {archive.relative_to(REPO)}: run `make image` (`make test` does)",
+                    pytrace=False)  # fmt: skip
+    (arch,) = set(PLATFORMS) - {host_arch()}
+    scripts = binfmt()
+    try:
+        scripts.ensure(arch)
+    except scripts.BinfmtError as exc:
+        pytest.fail(f"cannot run {arch} programs here: {exc}", pytrace=False)
+    with tempfile.TemporaryDirectory(prefix="local-ccm-oci-") as work:
+        Path(work).chmod(0o755)
+        yield unpack(archive, Path(work), arch=arch)
+
+
+@pytest.fixture(scope="module")
 def runc() -> Iterator[Runc]:
     with tempfile.TemporaryDirectory(prefix="local-ccm-runc-") as state:
         yield Runc(Path(state))
@@ -98,13 +150,19 @@ def inspect(image: Unpacked, what: str) -> dict[str, object]:
     return json.loads(run_tool(argv))  # type: ignore[no-any-return]
 
 
-def run_image(runc: Runc, image: Unpacked, args: list[str], netns: str | None = None) -> str:
+def run_container(runc: Runc, image: Unpacked, args: list[str],
+                  netns: str | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
     config = container_config(image.config, rootfs=image.rootfs, args=args,
                               netns_path=f"/run/netns/{netns}" if netns else None)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="local-ccm-bundle-") as parent:
         done = runc.run(Path(parent), config)
-    assert done.returncode == 0, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
+    return done
+
+
+def run_image(runc: Runc, image: Unpacked, args: list[str], netns: str | None = None) -> str:
+    done = run_container(runc, image, args, netns)
+    assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout + done.stderr
 
 
@@ -285,3 +343,65 @@ def test_d12_agent_from_the_image_initialises_a_node(
         assert status["NoNewPrivs"].strip() == "1", status
         assert "ro" in agent.root_mount_options()
     assert "Traceback" not in agent.log()
+
+
+# ---------------------------------------------------------------- both platforms
+
+
+def test_d12_archive_is_one_index_of_amd64_and_arm64() -> None:
+    archive = image_archive()
+    read = read_archive(archive)
+    digest = Path(f"{archive}.digest").read_text().strip()
+    assert read.index_digest == digest
+    assert read.index["mediaType"] == "application/vnd.oci.image.index.v1+json"
+    assert {a: dict(p.platform) for a, p in read.platforms.items()} == PLATFORMS
+    listing = json.loads(Path(f"{archive}.packages.json").read_text())
+    assert listing["image"]["digest"] == digest
+    assert {m["architecture"]: m["digest"] for m in listing["image"]["manifests"]} == {
+        a: p.digest for a, p in read.platforms.items()
+    }
+    assert {d["architecture"] for d in listing["debian"]} == {"amd64", "arm64", "all"}
+    amd64, arm64 = read.platforms["amd64"].config, read.platforms["arm64"].config
+    assert (amd64["architecture"], arm64["architecture"], arm64["variant"]) == (
+        "amd64", "arm64", "v8")  # fmt: skip
+    # Everything but the platform is the same: user, entry point, environment, labels.
+    assert amd64["config"] == arm64["config"]
+
+
+def test_d12_each_platform_s_interpreter_is_built_for_it(
+    image: Unpacked, foreign: Unpacked
+) -> None:
+    # The test cannot pass on an amd64 image labelled arm64: the ELF header says the CPU.
+    (other,) = set(PLATFORMS) - {host_arch()}
+    assert elf_machine(image.rootfs / "usr/bin/python3.11") == ELF_MACHINE[host_arch()]
+    assert elf_machine(foreign.rootfs / "usr/bin/python3.11") == ELF_MACHINE[other]
+    extensions = sorted(foreign.rootfs.glob("opt/local-ccm/lib/python3.11/site-packages/**/*.so"))
+    assert len(extensions) >= 3  # cffi, PyYAML, cryptography
+    assert {elf_machine(e) for e in extensions} == {ELF_MACHINE[other]}, extensions
+    # The venv, its scripts and their shebangs are the same on both platforms.
+    for entry in ENTRY_POINTS:
+        mine, theirs = image.rootfs / entry, foreign.rootfs / entry
+        assert mine.readlink() == theirs.readlink()
+        assert (image.rootfs / str(mine.readlink()).lstrip("/")).read_bytes() == (
+            foreign.rootfs / str(theirs.readlink()).lstrip("/")).read_bytes()  # fmt: skip
+
+
+@pytest.mark.netns
+def test_d12_the_other_platform_runs_under_qemu_in_a_loopback_only_namespace(
+    foreign: Unpacked, runc: Runc, netns: NetnsFactory
+) -> None:
+    (other,) = set(PLATFORMS) - {host_arch()}  # arm64 on an amd64 machine
+    ns = netns()  # only lo, up
+    version = run_image(runc, foreign, ["/usr/local/bin/local-ccm", "--version"], ns.name)
+    assert re.fullmatch(rf"local-ccm {re.escape(__version__)} \(python 3\.11\.\d+\)\n", version)
+    done = run_container(runc, foreign, ["/usr/local/bin/local-ccm", "detect"], ns.name)
+    out = done.stdout
+    # No address but lo's: InternalIP has no candidate, the ExternalIP route lookup to
+    # 8.8.8.8 finds no route (exit 1: a detector failed), lo is excluded by default.
+    assert done.returncode == 1, out + done.stderr
+    assert re.search(r"^ExternalIP\s+ipv4\s+-\s+failed\s+no route to 8\.8\.8\.8 \(ENETUNREACH\)$",
+                     out, re.MULTILINE), out  # fmt: skip
+    assert re.search(r"^lo\s+127\.0\.0\.1/8\s+excluded: interface matches lo$", out, re.M), out
+    assert not re.search(r"^InternalIP\s+ipv4\s+\d", out, re.MULTILINE), out
+    # The program itself sees the other CPU (uname -m under qemu): the label it would write.
+    assert re.search(rf"^  fact arch = {other}$", out, re.MULTILINE), out

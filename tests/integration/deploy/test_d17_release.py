@@ -79,6 +79,17 @@ def test_d17_sbom_names_the_image_its_debian_packages_and_locked_wheels(dist: Pa
     for wheel in ("pyyaml", "cryptography", "icmplib"):
         assert purls[f"pkg:pypi/{wheel}"]["hashes"], wheel
     assert "pkg:pypi/local-ccm" in purls
+    # One SBOM for both platforms: each architecture's packages, each platform's manifest.
+    libc = {c["purl"].split("arch=")[1].split("&")[0] for c in bom["components"]
+            if c["purl"].startswith("pkg:deb/debian/libc6@")}  # fmt: skip
+    assert libc == {"amd64", "arm64"}
+    assert len({c["bom-ref"] for c in bom["components"]}) == len(bom["components"])
+    listing = json.loads(Path(f"{image_archive()}.packages.json").read_text())
+    properties = {p["name"]: p["value"] for p in bom["metadata"]["component"]["properties"]}
+    for manifest in listing["image"]["manifests"]:
+        platform = f"oci:platform:linux/{manifest['architecture']}"
+        assert properties[platform] == manifest["digest"]
+    assert {"oci:platform:linux/amd64", "oci:platform:linux/arm64"} <= set(properties)
 
 
 def test_d17_release_without_helm_is_a_clear_error(tmp_path: Path) -> None:
