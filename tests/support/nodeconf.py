@@ -123,6 +123,11 @@ class NodeFiles:
         return self.node_dir / "cni"
 
     @property
+    def registry_hosts(self) -> Path:
+        """containerd's ``config_path``: ``<host[:port]>/hosts.toml`` per registry."""
+        return self.node_dir / "certs.d"
+
+    @property
     def tunables_dir(self) -> Path:
         return self.node_dir / "sysctl"
 
@@ -165,7 +170,20 @@ def containerd_config(files: NodeFiles, sandbox_image: str) -> str:
         f"{cri[:-1]}.cni]",
         f"  bin_dir = {json.dumps(str(CNI_BINARIES))}",
         f"  conf_dir = {json.dumps(str(files.cni_dir))}",
+        f"{cri[:-1]}.registry]",
+        f"  config_path = {json.dumps(str(files.registry_hosts))}",
     ]
+    return "\n".join(lines) + "\n"
+
+
+def registry_hosts_toml(host: str, *, plain_http: bool, ca: Path | None = None) -> str:
+    """containerd's ``hosts.toml`` for the registry at ``host`` (``127.0.0.1:<port>``): pull
+    and resolve from it over plain HTTP, or over TLS checked against ``ca``."""
+    server = f"{'http' if plain_http else 'https'}://{host}"
+    lines = [f"server = {json.dumps(server)}", f"[host.{json.dumps(server)}]",
+             '  capabilities = ["pull", "resolve"]']  # fmt: skip
+    if ca is not None:
+        lines.append(f"  ca = {json.dumps(str(ca))}")
     return "\n".join(lines) + "\n"
 
 

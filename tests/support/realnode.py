@@ -146,6 +146,13 @@ class RealNode:
         partial.write_text(nc.cni_conflist(subnet))
         partial.rename(conflist)
 
+    def trust_registry(self, host: str, hosts_toml: str) -> None:
+        """Tell the node's containerd how to reach the registry at ``host`` (read at each
+        pull: no restart)."""
+        directory = self.files.registry_hosts / host
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "hosts.toml").write_text(hosts_toml)
+
     def _network(self) -> None:
         node, gateway = Namespace(self.names.node_ns), Namespace(self.names.gateway_ns)
         for ns in (node, gateway):

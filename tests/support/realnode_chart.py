@@ -69,14 +69,14 @@ def run_helm(
     cluster: Cluster,
     helm_binary: Path,
     verb: str,
-    chart: Path | None,
+    chart: Path | str | None,
     *,
     values: Mapping[str, Any] = {},
     extra: Sequence[str] = (),
 ) -> float:
     """``helm <verb> --wait`` of release :data:`RELEASE` (``install``, ``upgrade`` or, with no
-    chart, ``uninstall``); returns the seconds it took, or fails with helm's output and the
-    node's logs."""
+    chart, ``uninstall``; ``chart`` a packaged file or an ``oci://`` reference); returns the
+    seconds it took, or fails with helm's output and the node's logs."""
     with helm(helm_binary) as h:
         values_file = h.home / "values.yaml"
         values_file.write_text(yaml.safe_dump(dict(values)))

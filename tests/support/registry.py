@@ -9,8 +9,11 @@ With ``tls=True`` it serves HTTPS with a certificate of a CA made for it (``ca_f
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import ssl
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -21,10 +24,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from local_ccm import __version__
 from tests.support.pki import issue_serving, new_ca
 from tests.support.processes import StartupError, free_port, spawn, tail
 
+REPO = Path(__file__).resolve().parents[2]
 BINARY = "docker-registry"
+KEY_PASSWORD = "local-ccm-test-key-password"
 START_TIMEOUT = 20.0
 INDEX_TYPES = (
     "application/vnd.oci.image.index.v1+json",
@@ -133,3 +139,54 @@ def running_registry(workdir: Path, *, tls: bool) -> Iterator[Registry]:
         yield registry
     finally:
         child.stop()
+
+
+# ------------------------------------------------------------------ `make publish` around it
+@dataclass(frozen=True)
+class KeyPair:
+    private: Path
+    public: Path
+
+
+def tool_env(home: Path) -> dict[str, str]:
+    """The environment of `make publish` and cosign in tests: cosign's and helm's state in
+    ``home``, the key's password."""
+    env = {**os.environ, "COSIGN_PASSWORD": KEY_PASSWORD, "DOCKER_CONFIG": str(home / "docker")}
+    env |= {v: str(home / v.lower()) for v in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME",
+                                               "HELM_DATA_HOME")}  # fmt: skip
+    return env
+
+
+def key_pair(cosign: Path, directory: Path) -> KeyPair:
+    """``cosign generate-key-pair`` in ``directory`` (password :data:`KEY_PASSWORD`)."""
+    directory.mkdir(parents=True)
+    done = subprocess.run([str(cosign), "generate-key-pair"], cwd=directory,
+                          env=tool_env(directory), capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    if done.returncode != 0:
+        raise AssertionError(f"cosign generate-key-pair: {done.stdout}{done.stderr}")
+    return KeyPair(directory / "cosign.key", directory / "cosign.pub")
+
+
+def make(target: str, variables: Mapping[str, str], env: Mapping[str, str]) -> tuple[int, str]:
+    """``make <target> VAR=value ...`` in the repository, as docs/install.md writes it."""
+    argv = ["make", "--no-print-directory", target, *(f"{k}={v}" for k, v in variables.items())]
+    done = subprocess.run(argv, cwd=REPO, env=dict(env), capture_output=True, text=True,
+                          timeout=240, check=False)  # fmt: skip
+    return done.returncode, done.stdout + done.stderr
+
+
+def write_release(out: Path, helm: Path) -> Path:
+    """`make release`'s script into ``out`` (the image archive `make image` built)."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "release.py"), "--out", str(out),
+         "--helm", str(helm)],
+        capture_output=True, text=True, timeout=200, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise AssertionError(f"scripts/release.py: {done.stdout}{done.stderr}")
+    return out
+
+
+def release_digest(dist: Path) -> str:
+    return (dist / f"local-ccm-{__version__}.oci.tar.digest").read_text().strip()

@@ -12,13 +12,10 @@ image's repository.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,21 +23,22 @@ import pytest
 import yaml
 
 from local_ccm import __version__
-from tests.support.chart import REPO, Helm, parse
+from tests.support.chart import Helm, parse
 from tests.support.controlplane import ControlPlane
 from tests.support.oci import image_archive
-from tests.support.registry import Registry, running_registry
+from tests.support.registry import (
+    KeyPair,
+    Registry,
+    key_pair,
+    make,
+    running_registry,
+    tool_env,
+    write_release,
+)
 
 # release.py (about 15 s on a busy 2-core machine), the push of a 25 MiB image, two signatures.
 pytestmark = pytest.mark.timeout(300)
 PATH = "lcct/local-ccm"  # REGISTRY's path: the image at <REGISTRY>/local-ccm
-PASSWORD = "d18-key-password"
-
-
-@dataclass(frozen=True)
-class KeyPair:
-    private: Path
-    public: Path
 
 
 @dataclass(frozen=True)
@@ -56,30 +54,6 @@ class Published:
         return f"{self.registry.host}/{PATH}"
 
 
-def cosign_env(home: Path) -> dict[str, str]:
-    """cosign's and helm's state in ``home``; the key's password."""
-    env = {**os.environ, "COSIGN_PASSWORD": PASSWORD, "DOCKER_CONFIG": str(home / "docker")}
-    env |= {v: str(home / v.lower()) for v in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME",
-                                               "HELM_DATA_HOME")}  # fmt: skip
-    return env
-
-
-def key_pair(cosign: Path, directory: Path) -> KeyPair:
-    directory.mkdir(parents=True)
-    done = subprocess.run([str(cosign), "generate-key-pair"], cwd=directory,
-                          env=cosign_env(directory), capture_output=True, text=True,
-                          timeout=60, check=False)  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    return KeyPair(directory / "cosign.key", directory / "cosign.pub")
-
-
-def make(target: str, variables: Mapping[str, str], env: Mapping[str, str]) -> tuple[int, str]:
-    argv = ["make", "--no-print-directory", target, *(f"{k}={v}" for k, v in variables.items())]
-    done = subprocess.run(argv, cwd=REPO, env=dict(env), capture_output=True, text=True,
-                          timeout=240, check=False)  # fmt: skip
-    return done.returncode, done.stdout + done.stderr
-
-
 @pytest.fixture(scope="module")
 def published(cosign_binary: Path, helm_binary: Path) -> Iterator[Published]:
     if not image_archive().exists():
@@ -87,13 +61,7 @@ def published(cosign_binary: Path, helm_binary: Path) -> Iterator[Published]:
     cosign = cosign_binary
     with tempfile.TemporaryDirectory(prefix="local-ccm-d18-") as work_dir:
         work = Path(work_dir)
-        dist = work / "dist"
-        done = subprocess.run(
-            [sys.executable, str(REPO / "scripts" / "release.py"), "--out", str(dist),
-             "--helm", str(helm_binary)],
-            capture_output=True, text=True, timeout=200, check=False,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stdout + done.stderr
+        dist = write_release(work / "dist", helm_binary)
         keys = key_pair(cosign, work / "keys")
         with running_registry(work / "registry", tls=True) as registry:
             assert registry.ca_file is not None
@@ -101,7 +69,7 @@ def published(cosign_binary: Path, helm_binary: Path) -> Iterator[Published]:
             code, output = make("publish", {
                 "REGISTRY": f"{registry.host}/{PATH}", "COSIGN_KEY": str(keys.private),
                 "REGISTRY_CA": str(registry.ca_file), "DIST": str(dist),
-            }, cosign_env(work))  # fmt: skip
+            }, tool_env(work))  # fmt: skip
             seconds = time.monotonic() - started
             assert code == 0, f"{output}\n{registry.log.read_text()[-3000:]}"
             yield Published(registry, dist, keys, output, seconds)
@@ -157,7 +125,7 @@ def verify(published: Published, public: Path) -> tuple[int, str]:
     return make("verify", {
         "REGISTRY": published.name, "COSIGN_PUB": str(public),
         "REGISTRY_CA": str(published.registry.ca_file),
-    }, cosign_env(published.dist.parent))  # fmt: skip
+    }, tool_env(published.dist.parent))  # fmt: skip
 
 
 def test_d18_both_signatures_verify_with_the_public_key(published: Published) -> None:

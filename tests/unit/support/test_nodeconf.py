@@ -47,6 +47,16 @@ def test_containerd_config_keeps_state_private_and_restricts_oom_score_adj() -> 
     assert cri["restrict_oom_score_adj"] is True
     assert cri["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is False
     assert cri["cni"] == {"bin_dir": "/usr/lib/cni", "conf_dir": str(FILES.cni_dir)}
+    assert cri["registry"] == {"config_path": str(FILES.registry_hosts)}
+
+
+def test_registry_hosts_toml_names_the_scheme_and_the_ca() -> None:
+    plain = tomllib.loads(nc.registry_hosts_toml("127.0.0.1:5000", plain_http=True))
+    assert plain["server"] == "http://127.0.0.1:5000"
+    assert plain["host"] == {"http://127.0.0.1:5000": {"capabilities": ["pull", "resolve"]}}
+    tls = tomllib.loads(nc.registry_hosts_toml("127.0.0.1:5000", plain_http=False,
+                                               ca=Path("/x/ca.crt")))  # fmt: skip
+    assert tls["host"]["https://127.0.0.1:5000"]["ca"] == "/x/ca.crt"
 
 
 def test_the_pod_network_is_a_documentation_range_without_masquerading() -> None:
