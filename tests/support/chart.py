@@ -233,6 +233,7 @@ KINDS: Mapping[str, Kind] = {
     "ValidatingAdmissionPolicyBinding": Kind("validatingadmissionpolicybindings", False),
     "CustomResourceDefinition": Kind("customresourcedefinitions", False),
     "PodMonitor": Kind("podmonitors", True),
+    "PrometheusRule": Kind("prometheusrules", True),
     "LoadBalancerIPPool": Kind("loadbalancerippools", False),
 }
 

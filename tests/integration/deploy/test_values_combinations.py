@@ -1,0 +1,181 @@
+"""Every values combination the schema allows renders a working install, pairwise.
+
+The toggles are read from charts/local-ccm/values.schema.json when the test runs (every boolean,
+with null where the type allows it, and every enum), so a toggle added later is covered
+without editing this file. Why pairwise covers what it covers: a rendering fault that needs one
+setting shows in any row holding that value, one that needs two settings together shows in the
+row holding that pair, and every pair of values of two toggles is in some rendered row (or is
+reported as forbidden); faults that need three settings at once are not sought (the full
+product is beyond 2^50 renders).
+
+The chart refuses some pairs on purpose (validate.yaml: e.g. controllerManager.loadBalancer
+without controllerManager): a row the chart refuses with "needs <value>=<x>" is repaired by
+setting what the message names, so its other pairs still count, and a pair that cannot survive
+that repair is listed as forbidden with the chart's message. Anything else that fails to render
+(a template error) is a broken combination. Each rendered row is applied for real (server-side
+apply, strict field validation, no Warning header) to a namespace of its own on the real
+kube-apiserver; CRDs are applied once. Replicas are 1 (BASE): with the default 2 a disabled
+leader election is refused outright, which would hide every pair of that toggle.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path as FilePath
+from typing import Any
+
+import yaml
+
+from local_ccm.kube.client import Client
+from tests.integration.deploy.release import render
+from tests.support import resources as r
+from tests.support.chart import CHART, Helm, apply_all, describe_failures
+from tests.support.cleanup import Tracker
+from tests.support.controlplane import ControlPlane
+from tests.support.crds import wait_established
+from tests.support.pairwise import Path, covering_rows, nested, pairs_of, toggles
+
+BASE: dict[Path, Any] = {
+    ("nodeLifecycleController", "replicaCount"): 1,
+    ("nodeIpamController", "replicaCount"): 1,
+}
+REFUSAL = re.compile(r"execution error at \(local-ccm/templates/validate\.yaml[^)]*\): (.*)")
+NEEDS = re.compile(r"needs ([A-Za-z0-9_.]+)=(true|false)\b")
+MAX_REPAIRS = 6
+# prometheus-operator's kinds the chart may render: stand-in CRDs (any spec accepted), as D04's.
+OPERATOR_KINDS = {"PodMonitor": "podmonitors", "PrometheusRule": "prometheusrules"}
+
+
+def stand_in_crd(kind: str, plural: str) -> dict[str, Any]:
+    schema = {"type": "object", "properties": {
+        "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}  # fmt: skip
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.monitoring.coreos.com"},
+        "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
+                 "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural,
+                           "singular": kind.lower()},
+                 "versions": [{"name": "v1", "served": True, "storage": True,
+                               "schema": {"openAPIV3Schema": schema}}]},
+    }  # fmt: skip
+
+
+class Outcome:
+    """Rendered rows (their final assignment), forbidden pairs, broken renders, failures."""
+
+    def __init__(self) -> None:
+        self.rendered: list[dict[Path, Any]] = []
+        self.refused: list[tuple[dict[Path, Any], str]] = []
+        self.broken: list[str] = []
+        self.failures: list[str] = []
+
+
+def test_every_pair_of_toggle_values_renders_and_applies_or_is_refused_clearly(
+    *, chart_helm: Helm, kube_version: str, control_plane: ControlPlane, kube: Client,
+    track: Tracker, test_labels: dict[str, str], unique_name: str, tmp_path: FilePath,
+) -> None:  # fmt: skip
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    found = toggles(schema)
+    keys = list(found)
+    rows = [{k: found[k][v] for k, v in zip(keys, row, strict=True)}
+            for row in covering_rows([len(found[k]) for k in keys])]  # fmt: skip
+    outcome = Outcome()
+    applied_crds: set[str] = set()
+
+    def attempt(row: dict[Path, Any], tag: str) -> None:
+        final, rendered = _render_repaired(chart_helm, kube_version, row, outcome,
+                                           tmp_path / f"{tag}.yaml")  # fmt: skip
+        if rendered is None:
+            return
+        outcome.rendered.append(final)
+        namespace = f"{unique_name[:52]}-{tag}"
+        meta = {"name": namespace, "labels": test_labels}
+        kube.create(r.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": meta})
+        track(r.NAMESPACES, namespace)
+        release = f"c{unique_name[-6:]}-{tag}"  # names its cluster-wide objects: unique per run
+        objs = render(
+            chart_helm,
+            release=release,
+            namespace=namespace,
+            labels=test_labels,
+            kube_version=kube_version,
+            values=nested({**BASE, **final}),
+        ).objects
+        kinds = {o["kind"] for o in objs}
+        stand_ins = [stand_in_crd(k, p) for k, p in OPERATOR_KINDS.items() if k in kinds]
+        crds = [o for o in [*objs, *stand_ins] if o["kind"] == "CustomResourceDefinition"
+                and o["metadata"]["name"] not in applied_crds]  # fmt: skip
+        for crd in crds:
+            track(r.CUSTOM_RESOURCE_DEFINITIONS, crd["metadata"]["name"])
+        failed = apply_all(control_plane.http, crds, namespace=namespace, dry_run=False)
+        applied_crds.update(c["metadata"]["name"] for c in crds)
+        for crd in crds:
+            wait_established(kube, crd)
+        rest = [o for o in objs if o["kind"] != "CustomResourceDefinition"]
+        failed += apply_all(control_plane.http, rest, namespace=namespace, dry_run=False)
+        if failed:
+            outcome.failures.append(f"row {tag} {_describe(final)}:\n{describe_failures(failed)}")
+
+    for n, row in enumerate(rows):
+        attempt(row, f"{n:03d}")
+    # Pairs no rendered row holds: alone on the defaults, repaired, applied, or forbidden.
+    covered = {p for row in outcome.rendered for p in _pairs(keys, found, row)}
+    missing = [p for row in rows for p in _pairs(keys, found, row) if p not in covered]
+    for n, ((k1, v1), (k2, v2)) in enumerate(sorted(set(missing), key=str)):
+        attempt({k1: v1, k2: v2}, f"p{n:03d}")
+    covered = {p for row in outcome.rendered for p in _pairs(keys, found, row)}
+    forbidden = sorted({str(p) for p in set(missing) if p not in covered})
+    print(f"\n{len(keys)} toggles, {len(rows)} pairwise rows, {len(outcome.rendered)} rendered "
+          f"and applied, {len(set(missing))} pairs retried alone, {len(forbidden)} forbidden "
+          f"pairs, {len(outcome.refused)} refusals (chart messages below)")  # fmt: skip
+    for _, message in outcome.refused[:20]:
+        print(f"  refused: {message}")
+    assert not outcome.broken, "\n".join(outcome.broken)
+    assert not outcome.failures, "\n\n".join(outcome.failures)
+    assert all(message for _, message in outcome.refused)
+
+
+def _pairs(
+    keys: list[Path], found: Mapping[Path, tuple[Any, ...]], row: Mapping[Path, Any]
+) -> list[tuple[tuple[Path, Any], tuple[Path, Any]]]:
+    """The (toggle, value) pairs a final assignment holds (defaults count as unset)."""
+    present = [k for k in keys if k in row]
+    indexes = [found[k].index(row[k]) if row[k] in found[k] else -1 for k in present]
+    return [((present[i], found[present[i]][a]), (present[j], found[present[j]][b]))
+            for (i, a), (j, b) in pairs_of(indexes) if a >= 0 and b >= 0]  # fmt: skip
+
+
+def _render_repaired(
+    chart_helm: Helm, kube_version: str, row: dict[Path, Any], outcome: Outcome,
+    values_file: FilePath,
+) -> tuple[dict[Path, Any], str | None]:  # fmt: skip
+    """Render `row` over BASE; on a refusal naming a fix, apply the fix and render again."""
+    row = dict(row)
+    for _ in range(MAX_REPAIRS):
+        values_file.write_text(yaml.safe_dump(nested({**BASE, **row})))
+        result = chart_helm.template_result(kube_version=kube_version, values=[values_file])
+        if result.code == 0:
+            return row, result.stdout
+        match = REFUSAL.search(result.output)
+        if match is None:
+            outcome.broken.append(f"{_describe(row)}:\n{result.output}")
+            return row, None
+        message = match.group(1).strip()
+        fix = NEEDS.search(message)
+        if fix is None:
+            outcome.refused.append((row, message))
+            return row, None
+        path, value = tuple(fix.group(1).split(".")), fix.group(2) == "true"
+        if row.get(path) == value:
+            outcome.broken.append(f"{_describe(row)}: refused for {message!r} although set")
+            return row, None
+        outcome.refused.append((row, message))
+        row[path] = value
+    outcome.broken.append(f"{_describe(row)}: still refused after {MAX_REPAIRS} repairs")
+    return row, None
+
+
+def _describe(row: Mapping[Path, Any]) -> str:
+    return ", ".join(f"{'.'.join(k)}={json.dumps(v)}" for k, v in row.items())
