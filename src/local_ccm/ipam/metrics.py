@@ -1,6 +1,6 @@
 """node-ipam-controller's Prometheus metrics on a per-process registry.
 
-Pool series carry `clusterCIDR` (the family's pool CIDR text) and `clusterCIDRName`; the
+Pool series carry `cluster_cidr` (the family's pool CIDR text) and `cluster_cidr_name`; the
 series of a deleted pool are removed [fix].
 """
 
@@ -10,7 +10,7 @@ from local_ccm.ipam.core.ledger import PoolUsage
 from local_ccm.runtime.metrics import ControllerMetrics, counter, gauge, histogram
 from local_ccm.runtime.promtext import Counter, Gauge
 
-POOL = ("clusterCIDR", "clusterCIDRName")
+POOL = ("cluster_cidr", "cluster_cidr_name")
 TRIES_BUCKETS = (1, 5, 25, 125, 625)
 POOL_STATES = ("ready", "invalid", "frozen", "terminating")
 WAIT_REASONS = ("no_matching_clustercidr", "exhausted", "write_pending")

@@ -213,7 +213,7 @@ def test_i17_partial_exhaustion_leaks_nothing(
         return (v4.get("allocated"), v4.get("free"), exhausted) == (2, 2, ("True", "NoFreeBlocks"))
 
     wait_status(kube, pool, settled)
-    usage = proc.metric("local_ccm_ipam_cidrs_usage_ratio", {"clusterCIDR": "10.70.0.0/22"})
+    usage = proc.metric("local_ccm_ipam_cidrs_usage_ratio", {"cluster_cidr": "10.70.0.0/22"})
     assert usage == 0.5
     kube.delete(r.NODES, n1)
     gets(kube, n3, ["10.70.0.0/24", "fd00:70::/120"])
