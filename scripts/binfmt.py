@@ -121,14 +121,14 @@ def ensure(arch: str) -> None:
     reg = with_fix_binary(parse_conf(conf.read_text()))
     if not Path(reg.interpreter).exists():
         raise BinfmtError(f"{conf} names {reg.interpreter}, which does not exist")
+    entry = MOUNT / reg.name
+    if entry.exists() and usable(parse_status(entry.read_text())):
+        return
     if os.geteuid() != 0:
         raise BinfmtError(f"registering {reg.name} with binfmt_misc needs root")
     if not mounted():
         mount()
-    entry = MOUNT / reg.name
     if entry.exists():
-        if usable(parse_status(entry.read_text())):
-            return
         entry.write_text("-1")  # registered without F (or disabled): replace it
     try:
         (MOUNT / "register").write_text(reg.line())
