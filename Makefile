@@ -40,10 +40,12 @@ demo: $(VENV)/bin/local-ccm ## the main job: the whole product on real nodes (ku
 	$(PY) -m tests.support.demo_realnode
 
 # The image without a container registry: Debian packages through apt (mmdebstrap), the wheel
-# and requirements.lock through pip --require-hashes, an OCI archive written reproducibly.
-# Needs root and, on a cold cache, Debian's archive; IMAGE_FLAGS=--fresh ignores the cache.
+# and requirements.lock through pip --require-hashes, for linux/amd64 and linux/arm64 (qemu
+# only to check the arm64 one), one OCI image index written reproducibly; each platform cached
+# by the hash of its inputs. Needs root and, on a cold cache, Debian's archive;
+# IMAGE_FLAGS=--fresh ignores the caches.
 .PHONY: image
-image: $(VENV)/bin/local-ccm ## build build/image/local-ccm-<version>.oci.tar (reproducible; prints its digest)
+image: $(VENV)/bin/local-ccm ## build build/image/local-ccm-<version>.oci.tar, linux/amd64 + linux/arm64 (reproducible; prints the index digest)
 	$(PY) scripts/image.py $(IMAGE_FLAGS)
 
 # Everything an operator installs from, with checksums; the helm binary is the tests' own.
