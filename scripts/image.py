@@ -307,7 +307,8 @@ def read_build() -> Build:
         raise SystemExit("image: no __version__ in src/local_ccm/__init__.py")
     git = ["git", "-C", str(REPO)]
     revision = run([*git, "rev-parse", "HEAD"]).strip()
-    if run([*git, "status", "--porcelain", "--", "src", "pyproject.toml", "README.md"]).strip():
+    inputs = ("src", "pyproject.toml", "README.md", "LICENSE")
+    if run([*git, "status", "--porcelain", "--", *inputs]).strip():
         revision += "-dirty"
     epoch = int(run([*git, "log", "-1", "--format=%ct"]).strip())
     native = run(["dpkg", "--print-architecture"]).strip()
@@ -422,7 +423,7 @@ def build_wheel(work: Path, epoch: int) -> Path:
     requirements-build.lock (no build isolation: that would download the backend)."""
     context = work / "context"
     context.mkdir()
-    for src in ("pyproject.toml", "README.md", "src"):
+    for src in ("pyproject.toml", "README.md", "LICENSE", "src"):
         if (REPO / src).is_dir():
             shutil.copytree(
                 REPO / src,

@@ -229,6 +229,13 @@ def test_d12_image_config_has_the_user_entry_point_and_labels(image: Unpacked) -
     )
 
 
+def test_d12_image_carries_the_license(image: Unpacked) -> None:
+    site = image.rootfs / "opt" / "local-ccm" / "lib" / "python3.11" / "site-packages"
+    found = sorted(site.glob("local_ccm-*.dist-info/**/LICENSE*"))
+    assert found, f"no LICENSE in {site}/local_ccm-*.dist-info"
+    assert found[0].read_bytes() == (REPO / "LICENSE").read_bytes()
+
+
 def test_d12_image_has_no_shell_package_manager_or_pip(image: Unpacked) -> None:
     root = image.rootfs
     for path in (
