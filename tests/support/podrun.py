@@ -23,7 +23,8 @@ from typing import Any
 from tests.support.processes import Child, spawn, tail
 
 Obj = dict[str, Any]
-PROGRAMS = ("local-ccm", "node-lifecycle-controller", "node-ipam-controller")
+PROGRAMS = ("local-ccm", "node-lifecycle-controller", "node-ipam-controller",
+            "local-ccm-controller-manager")  # fmt: skip
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
 
