@@ -1,8 +1,10 @@
-"""The keys a controller's one worker has to look at: each queued once however often it is
-added, and a key whose work failed added again after a delay that doubles per failure up to a
-cap (on the injected clock), as client-go's rate-limited work queue does; with `metrics`, the
-queue reports client-go's `workqueue_*` series and its worker controller-runtime's
-`controller_runtime_reconcile_*` (a key's work fails when it is queued again meanwhile)."""
+"""The keys a controller's workers have to look at: each queued once however often it is
+added, never worked on by two workers at once (a key added while it is worked on waits until
+that work ends, client-go's dirty set), and a key whose work failed added again after a delay
+that doubles per failure up to a cap (on the injected clock), as client-go's rate-limited work
+queue does; with `metrics`, the queue reports client-go's `workqueue_*` series and its
+workers' controller-runtime `controller_runtime_reconcile_*` (a key's work fails when it is
+queued again meanwhile by `retry` or `requeue`)."""
 
 from __future__ import annotations
 
@@ -35,10 +37,15 @@ class WorkQueue:
     def add(self, key: str) -> None:
         if key and key not in self.queued:
             self.queued[key] = self.clock.monotonic()
-            self.pending.put_nowait(key)
             if self.metrics is not None:
                 self.metrics.adds.labels(self.metrics.name).inc()
-                self.metrics.depth.labels(self.metrics.name).set(self.pending.qsize())
+            if key not in self.processing:  # else it is put back when that work ends
+                self._put(key)
+
+    def _put(self, key: str) -> None:
+        self.pending.put_nowait(key)
+        if self.metrics is not None:
+            self.metrics.depth.labels(self.metrics.name).set(self.pending.qsize())
 
     def qsize(self) -> int:
         return self.pending.qsize()
@@ -63,6 +70,8 @@ class WorkQueue:
             seconds = self.clock.monotonic() - self.processing.pop(key)
             failed = key in self.failed
             self.failed.discard(key)
+            if key in self.queued:  # added meanwhile: its turn now
+                self._put(key)
             if self.metrics is not None:
                 self.metrics.reconciled(seconds, failed)
 
@@ -71,13 +80,24 @@ class WorkQueue:
         self.failures.pop(key, None)
 
     def retry(self, key: str) -> None:
+        """The work on `key` failed: again after its backoff (`workqueue_retries_total`)."""
         tries = self.failures[key] = self.failures.get(key, 0) + 1
         if key in self.processing:
             self.failed.add(key)
         if self.metrics is not None:
             self.metrics.retries.labels(self.metrics.name).inc()
         first, cap = self.backoff
-        task = asyncio.create_task(self._after(min(first * 2 ** (tries - 1), cap), key))
+        self.add_after(key, min(first * 2 ** (tries - 1), cap))
+
+    def requeue(self, key: str) -> None:
+        """The work on `key` failed in a way worth trying again at once (a conflict)."""
+        if key in self.processing:
+            self.failed.add(key)
+        self.add(key)
+
+    def add_after(self, key: str, delay: float) -> None:
+        """Add `key` after `delay` seconds (not a failure)."""
+        task = asyncio.create_task(self._after(delay, key))
         self.retries.add(task)
         task.add_done_callback(self.retries.discard)
 
