@@ -4,25 +4,25 @@ ones, its unit and its permissions."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 
 from local_ccm import __version__
 from local_ccm.cli import central, managed
-from local_ccm.cli.common import Unit, leader_unit
+from local_ccm.cli.common import Unit
 from local_ccm.clock import SystemClock
-from local_ccm.csr.csrapi import CSRS, KubeCsrApi
+from local_ccm.csr.csrapi import KubeCsrApi
 from local_ccm.csr.metrics import CsrMetrics
 from local_ccm.csr.options import FLAGS, NAME, Settings, settings_fields, settings_from
 from local_ccm.csr.run import Controller
+from local_ccm.csr.run import permissions as declared
 from local_ccm.kube.aio import AsyncClient, KubeListWatch
 from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.nodes import Access
 from local_ccm.kube.resources import NODES
+from local_ccm.runtime.controller import accesses
 
-SIGNER_NAME = "kubernetes.io/kubelet-serving"
 CsrOptions = managed.Managed[Settings]  # own: the approver's flags
 
 
@@ -34,13 +34,12 @@ def controller() -> central.Controller:
 
 def permissions(options: CsrOptions) -> list[Access]:
     """The RBAC the approver needs (what the chart ships when it is on), nothing more."""
-    group = CSRS.group
-    return [
-        *(Access(verb, CSRS.plural, group) for verb in ("get", "list", "watch")),
-        Access("update", CSRS.plural, group, subresource="approval"),
-        Access("approve", "signers", group, name=SIGNER_NAME),
-        Access("create", "events", namespace=options.shared.event_namespace),
-    ]
+    return accesses(declared(settings_of(options, "-")))
+
+
+def settings_of(options: CsrOptions, identity: str) -> Settings:
+    return replace(options.own, event_namespace=options.shared.event_namespace,
+                   instance=identity)  # fmt: skip
 
 
 def build_unit(
@@ -51,11 +50,9 @@ def build_unit(
                     on_response=metrics.observe_response)  # fmt: skip
     api = KubeCsrApi(AsyncClient(client))
     node_source = nodes or KubeListWatch(AsyncClient(client), NODES)
-    settings = replace(options.own, event_namespace=options.shared.event_namespace,
-                       instance=identity)  # fmt: skip
+    settings = settings_of(options, identity)
 
-    def make(may_write: Callable[[], bool]) -> Controller:
-        return Controller(api, node_source, settings, metrics=metrics, clock=SystemClock(),
-                          may_write=may_write)  # fmt: skip
+    def make() -> Controller:
+        return Controller(api, node_source, settings, metrics=metrics, clock=SystemClock())
 
-    return leader_unit(NAME, client, permissions(options), metrics, make)
+    return managed.kit_unit(client, metrics, metrics.queue, make, backoff=settings.backoff)

@@ -1,7 +1,8 @@
 """What the controllers that exist only in local-ccm-controller-manager (kubelet-serving-approver,
 service-lb-ipam) share: the manager's options as the lifecycle controller reads them
-(credentials, Lease, servers) plus flags of their own, and one controller object run while
-leading, ready once its caches are."""
+(credentials, Lease, servers) plus flags of their own, and one controller of the kit
+(`runtime.controller`) run by a `runtime.worker.Worker` while leading, ready once its caches
+are."""
 
 from __future__ import annotations
 
@@ -11,11 +12,16 @@ from typing import Any, Generic, TypeVar
 from local_ccm import __version__
 from local_ccm.cli import central
 from local_ccm.cli import lifecycle as base
-from local_ccm.cli.common import Unit
+from local_ccm.cli.common import Unit, leader_unit
+from local_ccm.clock import Clock, SystemClock
 from local_ccm.flags import Flag, Parsed, Problem, unite
+from local_ccm.kube.client import Client
 from local_ccm.lifecycle.options import FLAGS as LIFECYCLE_FLAGS
 from local_ccm.lifecycle.options import LifecycleOptions, options_from
 from local_ccm.records import dataclass
+from local_ccm.runtime.controller import Controller, accesses
+from local_ccm.runtime.metrics import ControllerMetrics, QueueMetrics
+from local_ccm.runtime.worker import Worker
 
 T = TypeVar("T")
 
@@ -58,3 +64,24 @@ def entry(
         load, fields, lambda o: base.lease_of(o.shared), lambda o: base.serving_of(o.shared),
         build, default_on=False,
     )  # fmt: skip
+
+
+def kit_unit(
+    client: Client,
+    metrics: ControllerMetrics,
+    queue: QueueMetrics,
+    make: Callable[[], Controller],
+    *,
+    backoff: tuple[float, float],
+    clock: Clock | None = None,
+) -> Unit:
+    """The unit of a controller of the kit: for each leadership term a fresh controller from
+    `make()`, run by a `Worker` fenced by the term's write window; the permissions the
+    controller declares are what the start-up review asks."""
+    first = make()
+
+    def worker(may_write: Callable[[], bool]) -> Worker:
+        return Worker(make(), clock=clock or SystemClock(), backoff=backoff, metrics=queue,
+                      may_write=may_write)  # fmt: skip
+
+    return leader_unit(first.name, client, accesses(first.permissions), metrics, worker)

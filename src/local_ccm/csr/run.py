@@ -1,35 +1,50 @@
-"""The loop of kubelet-serving-approver: what the leader does.
+"""kubelet-serving-approver as a controller of the kit (`runtime.controller`): what the leader
+decides, one CSR at a time; `runtime.worker.Worker` runs it.
 
-Handlers only enqueue CSR names (a CSR change, or a change of the requester's Node) and keep
-the index of which Nodes show which addresses and names (`core.claims`) current; one worker
-reads the caches, decides (`core.decide`) and writes the `approval` subresource only for a CSR
-that has no Approved or Denied condition yet. A conflict re-reads and decides again; a CSR
-deleted meanwhile is done; other errors retry with capped backoff.
+Watches map a CSR change, or a change of the requester's Node, to CSR names, and keep the
+index of which Nodes show which addresses and names (`core.claims`) current; a sync reads the
+caches, decides (`core.decide`) and writes the `approval` subresource only for a CSR that has
+no Approved or Denied condition yet. A conflict re-reads and decides again; a CSR deleted
+meanwhile is done; other errors go to the worker's policy (retried with capped backoff).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Coroutine, Iterable, Sequence
+from typing import Any
 
 from local_ccm.clock import Clock
 from local_ccm.csr.core.claims import Claims
 from local_ccm.csr.core.decide import Decision, decide
 from local_ccm.csr.core.model import NODE_USER_PREFIX, Csr, Node, project_csr, project_node
-from local_ccm.csr.csrapi import CsrApi, Obj, with_condition
+from local_ccm.csr.csrapi import CSRS, CsrApi, Obj, with_condition
 from local_ccm.csr.metrics import CsrMetrics
 from local_ccm.csr.options import NAME, Settings
 from local_ccm.csr.parse import parse_request
 from local_ccm.kube.errors import ApiError, Conflict, NotFound
 from local_ccm.kube.informer import Change, Informer, ListWatch
 from local_ccm.runtime import events as ev
+from local_ccm.runtime.controller import DONE, Fence, Permission, Result, Retry, Watch
 from local_ccm.runtime.outbox import EventOutbox
-from local_ccm.runtime.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 MAX_CONFLICTS = 5
+SIGNER_NAME = "kubernetes.io/kubelet-serving"
+
+
+def permissions(settings: Settings) -> tuple[Permission, ...]:
+    """The RBAC the approver needs (the chart's ClusterRole for it, the Node watch the
+    lifecycle controller's, Events the `--event-namespace` Role), nothing more."""
+    group = CSRS.group
+    return (
+        Permission(group, CSRS.plural, ("get", "list", "watch")),
+        Permission(group, f"{CSRS.plural}/approval", ("update",)),
+        Permission(group, "signers", ("approve",), names=(SIGNER_NAME,)),
+        Permission("", "nodes", ("list", "watch")),
+        Permission("", "events", ("create",), namespace=settings.event_namespace),
+    )
 
 
 def csr_subject(csr: Csr) -> ev.Subject:
@@ -49,7 +64,9 @@ def event_of(decision: Decision, *, deny: bool) -> ev.EventSpec:
 
 
 class Controller:
-    """The leader's state and work; `run()` until cancelled."""
+    """The leader's state and decisions for one term (`runtime.controller.Controller`)."""
+
+    name = NAME
 
     def __init__(
         self,
@@ -59,12 +76,10 @@ class Controller:
         *,
         metrics: CsrMetrics,
         clock: Clock,
-        may_write: Callable[[], bool] = lambda: True,
         rng: random.Random | None = None,
     ) -> None:
         self.api, self.settings, self.metrics, self.clock = api, settings, metrics, clock
-        self.may_write = may_write
-        self.queue = WorkQueue(clock, settings.backoff, metrics.queue)
+        self.permissions = permissions(settings)
         self.noted: set[tuple[str, str]] = set()  # (uid, reason) of waits already counted
         self.outbox = EventOutbox(api, clock, ev.Reporter(NAME, settings.instance),
                                   namespace=settings.event_namespace, capacity=1000)  # fmt: skip
@@ -75,69 +90,65 @@ class Controller:
         self.nodes: Informer[Node] = Informer(nodes, project_node, clock=clock, rng=rng,
                                               name="nodes", on_end=ended("nodes"))  # fmt: skip
         self._claims: Claims | None = None  # built from the Node cache when first needed
-        self.csrs.add_handler(self._on_csr)
-        self.nodes.add_handler(self._on_node)
+
+    def watches(self) -> Sequence[Watch]:
+        """Nodes first: a CSR is decided against a full Node cache."""
+        return [Watch(self.nodes, self._on_node), Watch(self.csrs, self._on_csr)]
+
+    def synced(self) -> Iterable[str]:
+        return ()  # every listed CSR came as ADDED
+
+    def beside(self, fence: Fence) -> Sequence[Coroutine[Any, Any, None]]:
+        return [self.outbox.run()]
+
+    def subject(self, key: str) -> ev.Subject | None:
+        obj = self.csrs.cache.get(key)
+        return None if obj is None else csr_subject(project_csr(obj))
+
+    def emit(self, spec: ev.EventSpec, subject: ev.Subject) -> None:
+        self.outbox.once(spec, subject, spec.message)
 
     def ready(self) -> tuple[bool, str]:
         synced = self.csrs.has_synced() and self.nodes.has_synced()
         return (True, "ok") if synced else (False, "CSR and Node caches not synced")
 
-    # ------------------------------------------------------------ handlers: enqueue only
+    # ------------------------------------------------------------ watches: the keys
 
-    def _on_csr(self, change: Change[Obj]) -> None:
-        if change.type in ("ADDED", "MODIFIED"):
-            self.queue.add(change.key)
-        elif change.type == "DELETED" and change.old is not None:
+    def _on_csr(self, change: Change[Obj]) -> Iterable[str]:
+        if change.type == "DELETED" and change.old is not None:
             uid = str((change.old.get("metadata") or {}).get("uid", ""))
             self.noted = {(u, reason) for u, reason in self.noted if u != uid}
-            self.queue.done(change.key)
+        return [change.key] if change.type in ("ADDED", "MODIFIED", "DELETED") else []
 
-    def _on_node(self, change: Change[Node]) -> None:
+    def _on_node(self, change: Change[Node]) -> Iterable[str]:
         if self._claims is not None and change.type == "DELETED":
             self._claims.drop(change.key)
         if change.type not in ("ADDED", "MODIFIED") or change.new is None:
-            return
+            return []
         if self._claims is not None:
             self._claims.put(change.new)
         user = NODE_USER_PREFIX + change.key
-        for key, obj in self.csrs.cache.items():
-            if (obj.get("spec") or {}).get("username") == user:
-                self.queue.add(key)
+        return [key for key, obj in self.csrs.cache.items()
+                if (obj.get("spec") or {}).get("username") == user]  # fmt: skip
 
-    # ------------------------------------------------------------ run
+    # ------------------------------------------------------------ one CSR
 
-    async def run(self) -> None:
-        """Watch Nodes and CSRs, then decide queued CSRs until cancelled."""
-        tasks = [asyncio.create_task(t) for t in (self.nodes.run(), self.outbox.run())]
-        try:
-            await self.nodes.wait_synced()  # a CSR is decided against a full Node cache
-            tasks.append(asyncio.create_task(self.csrs.run()))
-            await self.csrs.wait_synced()
-            while True:
-                await self.queue.process(self.sync)
-        finally:
-            await self.queue.close()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def sync(self, name: str) -> None:
-        """Decide one CSR and write the decision; errors other than 404/409 retry later."""
+    async def sync(self, name: str) -> Result:
+        """Decide one CSR and write the decision; a CSR gone (404) is done, other API errors
+        are the worker's to retry."""
         obj = self.csrs.cache.get(name)
         try:
             for _ in range(MAX_CONFLICTS):
                 if obj is None or await self._decide_and_write(obj):
-                    self.queue.done(name)
-                    return
+                    return DONE
                 obj = await self.api.get_csr(name)  # a conflict: re-read, decide again
-            log.warning("csr=%s: %d write conflicts in a row, retrying", name, MAX_CONFLICTS)
         except NotFound:
-            self.queue.done(name)
-            return  # deleted meanwhile: nothing to decide
+            return DONE  # deleted meanwhile: nothing to decide
         except ApiError as exc:
             self.metrics.write_failures.labels(str(exc.status)).inc()
-            log.warning("csr=%s: approval write failed, retrying: %s", name, exc)
-        self.queue.retry(name)
+            raise
+        log.warning("csr=%s: %d write conflicts in a row, retrying", name, MAX_CONFLICTS)
+        return Retry(f"{MAX_CONFLICTS} write conflicts in a row")
 
     async def _decide_and_write(self, obj: Obj) -> bool:
         """True when done with this version of the CSR; False after a write conflict."""
@@ -149,9 +160,6 @@ class Controller:
             return True
         if decision.kind == "wait" or (decision.kind == "deny" and not self.settings.deny):
             self._note_pending(csr, decision)
-            return True
-        if not self.may_write():
-            self.queue.retry(csr.name)
             return True
         try:
             await self.api.update_approval(with_condition(obj, decision, self._now()))

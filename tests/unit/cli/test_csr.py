@@ -76,7 +76,7 @@ def test_the_shared_settings_are_the_lifecycle_controllers() -> None:
     assert csr.controller().lease(options) is None
 
 
-def test_permissions_are_the_csr_rules_and_events_only() -> None:
+def test_permissions_are_the_csr_rules_the_node_watch_and_events_only() -> None:
     group = "certificates.k8s.io"
     assert csr.permissions(load()) == [
         Access("get", "certificatesigningrequests", group),
@@ -84,6 +84,8 @@ def test_permissions_are_the_csr_rules_and_events_only() -> None:
         Access("watch", "certificatesigningrequests", group),
         Access("update", "certificatesigningrequests", group, subresource="approval"),
         Access("approve", "signers", group, name="kubernetes.io/kubelet-serving"),
+        Access("list", "nodes"),  # its own Node watch when it runs alone
+        Access("watch", "nodes"),
         Access("create", "events", namespace="default"),
     ]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import ipaddress
+import itertools
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,6 +18,8 @@ from local_ccm.csr.run import Controller
 from local_ccm.kube.errors import Conflict, NotFound, Transient
 from local_ccm.kube.informer import Change, ListWatch, Page
 from local_ccm.kube.request import WatchEvent
+from local_ccm.runtime.controller import DONE
+from local_ccm.runtime.worker import Worker
 from tests.fakes.clock import FakeClock
 from tests.support.csrs import csr_object, request_pem
 
@@ -133,8 +136,8 @@ def test_a_csr_deleted_meanwhile_is_done() -> None:
     api = FakeCsrApi()
     made = controller(api, [a_csr()])
     del api.stored["c1"]
-    asyncio.run(made.sync("c1"))
-    assert (api.writes, made.queue.qsize()) == ([], 0)
+    assert asyncio.run(made.sync("c1")) == DONE
+    assert api.writes == []
 
 
 def test_without_deny_a_failing_csr_is_left_pending_and_counted_once() -> None:
@@ -159,8 +162,8 @@ def test_a_node_change_requeues_only_that_nodes_csrs() -> None:
     other = csr_object("c2", base64.b64decode(a_csr()["spec"]["request"]))
     other["spec"]["username"] = "system:node:n2"
     made = controller(FakeCsrApi(), [a_csr(), other])
-    made._on_node(Change("MODIFIED", "n1", project_node(NODE), project_node(NODE)))
-    assert set(made.queue.queued) == {"c1"}
+    keys = made._on_node(Change("MODIFIED", "n1", project_node(NODE), project_node(NODE)))
+    assert set(keys) == {"c1"}
 
 
 def node_obj(name: str, *ips: str) -> Obj:
@@ -204,28 +207,53 @@ def test_the_policy_reaches_the_decision() -> None:
     assert "--csr-ip-prefixes" in conditions(api.stored["outside"])[0]["message"]
 
 
+class Quiet:
+    """A ListWatch whose watch stays open and says nothing (the caches are primed)."""
+
+    async def list_page(self, continue_token: str | None) -> Page:
+        raise AssertionError("not listed")
+
+    async def watch(
+        self, resource_version: str, timeout_seconds: int | None
+    ) -> AsyncIterator[WatchEvent]:
+        await asyncio.Event().wait()
+        yield WatchEvent("BOOKMARK", {})  # never reached
+
+
 class Failing(FakeCsrApi):
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.clock, self.tried = clock, list[float]()
+
+    def list_watch(self) -> ListWatch:
+        return Quiet()
+
     async def update_approval(self, csr: Obj) -> Obj:
+        self.tried.append(self.clock.monotonic())
         raise Transient(503, "ServiceUnavailable", "down")
 
 
 def test_a_failed_write_retries_after_a_doubling_capped_delay() -> None:
-    api = Failing()
     clock = FakeClock()
-    made = Controller(api, Unused(), Settings(backoff=(1.0, 3.0)), metrics=CsrMetrics(),
+    api = Failing(clock)
+    made = Controller(api, Quiet(), Settings(backoff=(1.0, 3.0)), metrics=CsrMetrics(),
                       clock=clock)  # fmt: skip
     made.csrs.prime([a_csr()], "1")
     made.nodes.prime([NODE], "1")
+    api.stored["c1"] = a_csr()
 
     async def scenario() -> list[float]:
-        delays = []
-        for _ in range(3):
-            started = clock.monotonic()
-            await made.sync("c1")
-            while not made.queue.queued:
-                await clock.advance(0.5)
-            made.queue.queued.clear()
-            delays.append(clock.monotonic() - started)
-        return delays
+        worker = Worker(made, clock=clock, backoff=made.settings.backoff,
+                        metrics=made.metrics.queue)  # fmt: skip
+        worker.queue.add("c1")
+        task = asyncio.create_task(worker.run())
+        await clock.advance(7.0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return [b - a for a, b in itertools.pairwise(api.tried)]
 
     assert asyncio.run(scenario()) == [1.0, 2.0, 3.0]
+    failures = made.metrics.registry.get_sample_value(
+        "local_ccm_csr_write_failures_total", {"code": "503"}
+    )
+    assert failures == 4

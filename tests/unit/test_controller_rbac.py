@@ -1,0 +1,70 @@
+"""Each controller of the kit declares the RBAC it needs (`runtime.controller.Permission`); the
+chart's ClusterRole for it must grant exactly that, read from the template itself: what the
+declaration names beyond it is granted elsewhere to every controller of the manager (the Node
+watch: the lifecycle controller's ClusterRole; Events about cluster-scoped objects: its events
+Role in `default`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from local_ccm.csr import run as csr
+from local_ccm.csr.options import Settings as CsrSettings
+from local_ccm.runtime.controller import Permission
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "charts" / "local-ccm" / "templates"
+Atom = tuple[str, str, str, str]  # group, resource, verb, name ("" for any)
+
+
+def documents(template: str) -> list[dict[str, Any]]:
+    """The template's documents with every line that holds a template action dropped (the
+    rules of these templates are plain YAML; a conditional rule is kept)."""
+    text = (TEMPLATES / template).read_text()
+    plain = "\n".join(line for line in text.splitlines() if "{{" not in line)
+    return [doc for doc in yaml.safe_load_all(plain) if doc]
+
+
+def rules(template: str, kind: str) -> set[Atom]:
+    found: set[Atom] = set()
+    for doc in documents(template):
+        if doc["kind"] != kind:
+            continue
+        for rule in doc["rules"]:
+            names = rule.get("resourceNames", [""])
+            found |= {(group, resource, verb, name)
+                      for group in rule["apiGroups"] for resource in rule["resources"]
+                      for verb in rule["verbs"] for name in names}  # fmt: skip
+    return found
+
+
+def atoms(permissions: Iterable[Permission]) -> set[Atom]:
+    return {(p.group, p.resource, verb, name)
+            for p in permissions for verb in p.verbs for name in p.names or ("",)}  # fmt: skip
+
+
+SHARED = rules("nlc-clusterrole.yaml", "ClusterRole")  # the manager's Node watch among them
+EVENTS_ROLE = rules("nlc-events-role.yaml", "Role")
+CASES = {
+    "kubelet-serving-approver": ("csr-clusterrole.yaml", csr.permissions(CsrSettings())),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_charts_cluster_role_grants_exactly_what_the_controller_declares(name: str) -> None:
+    template, declared = CASES[name]
+    own = rules(template, "ClusterRole")
+    wanted = atoms(p for p in declared if p.namespace is None)
+    assert own - wanted == set(), "granted but not needed"
+    assert wanted - own - SHARED == set(), "needed but granted nowhere"
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_events_in_the_event_namespace_are_the_events_roles(name: str) -> None:
+    declared = CASES[name][1]
+    wanted = atoms(p for p in declared if p.namespace == "default")
+    assert wanted <= EVENTS_ROLE
