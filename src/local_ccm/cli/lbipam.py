@@ -4,12 +4,11 @@ the manager's shared ones, which it reads through the lifecycle controller's opt
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 
 from local_ccm import __version__
 from local_ccm.cli import central, managed
-from local_ccm.cli.common import Unit, leader_unit
+from local_ccm.cli.common import Unit
 from local_ccm.clock import SystemClock
 from local_ccm.kube.aio import AsyncClient, KubeListWatch
 from local_ccm.kube.client import Client
@@ -17,10 +16,12 @@ from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.nodes import Access
 from local_ccm.kube.resources import NODES
-from local_ccm.lbipam.lbapi import CONFIGMAPS, NAMESPACES, POOLS, SERVICES, KubeLbApi
+from local_ccm.lbipam.lbapi import KubeLbApi
 from local_ccm.lbipam.metrics import LbMetrics
 from local_ccm.lbipam.options import FLAGS, NAME, Settings, settings_from
 from local_ccm.lbipam.run import Controller
+from local_ccm.lbipam.run import permissions as declared
+from local_ccm.runtime.controller import accesses
 
 LbOptions = managed.Managed[Settings]
 
@@ -38,21 +39,12 @@ def fields(options: LbOptions) -> dict[str, object]:
 
 def permissions(options: LbOptions) -> list[Access]:
     """The RBAC the allocator needs (what the chart ships when it is on), nothing more."""
-    s = options.own
-    reads = [SERVICES, POOLS, NAMESPACES]
-    found = [Access(verb, r.plural, r.group) for r in reads for verb in ("list", "watch")]
-    found += [
-        Access("patch", SERVICES.plural),
-        Access("patch", SERVICES.plural, subresource="status"),
-        Access("patch", POOLS.plural, POOLS.group, subresource="status"),
-        Access("create", "events"),  # about a Service: in its own namespace
-    ]
-    if s.kubevip:
-        namespace, name = s.kubevip
-        found += [
-            Access(v, CONFIGMAPS.plural, namespace=namespace, name=name) for v in ("list", "watch")
-        ]
-    return found
+    return accesses(declared(settings_of(options, "-")))
+
+
+def settings_of(options: LbOptions, identity: str) -> Settings:
+    return replace(options.own, instance=identity,
+                   event_namespace=options.shared.event_namespace)  # fmt: skip
 
 
 def build_unit(
@@ -65,12 +57,9 @@ def build_unit(
     api = KubeLbApi(AsyncClient(client), options.own.kubevip,
                     observe=lambda verb, res, code: writes.labels(res, code).inc())  # fmt: skip
     node_source = nodes or KubeListWatch(AsyncClient(client), NODES)
-    settings = replace(
-        options.own, instance=identity, event_namespace=options.shared.event_namespace
-    )
+    settings = settings_of(options, identity)
 
-    def make(may_write: Callable[[], bool]) -> Controller:
-        return Controller(api, node_source, settings, metrics=metrics, clock=SystemClock(),
-                          may_write=may_write)  # fmt: skip
+    def make() -> Controller:
+        return Controller(api, node_source, settings, metrics=metrics, clock=SystemClock())
 
-    return leader_unit(NAME, client, permissions(options), metrics, make)
+    return managed.kit_unit(client, metrics, metrics.queue, make, backoff=settings.backoff)

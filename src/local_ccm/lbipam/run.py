@@ -1,13 +1,15 @@
-"""The loop of service-lb-ipam: what the leader does.
+"""service-lb-ipam as a controller of the kit (`runtime.controller`): what the leader decides;
+`runtime.worker.Worker` runs it.
 
-At start it watches Nodes, Namespaces, pools, the kube-vip ConfigMap and Services, and once
-all are listed rebuilds the ledger from the Services' status (`build_ledger`, oldest first),
-never from memory. Handlers only enqueue Service keys; one worker decides one Service at a
+It watches Nodes, Namespaces, pools, the kube-vip ConfigMap and Services, and once all are
+listed rebuilds the ledger from the Services' status (`build_ledger`, oldest first), never
+from memory. Watches map changes to Service keys; one worker decides one Service at a
 time and writes with JSON Patches guarded by resourceVersion. An address is reserved in the
 ledger before its status write (with the Service's current addresses, until the write lands),
 so no failure or retry can hand one address to two Services; it is released only after the
 Service is gone, or after its status is cleared and the finalizer removed. Pool status is
-written apart, at most once per `Settings.status_every`.
+written apart (a loop beside the syncs, behind the same write fence), at most once per
+`Settings.status_every`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any
 
 from local_ccm.clock import Clock
@@ -47,12 +49,12 @@ from local_ccm.lbipam.core.view import (
     project_service,
     service_subject,
 )
-from local_ccm.lbipam.lbapi import POOLS, LbApi, Obj
+from local_ccm.lbipam.lbapi import CONFIGMAPS, NAMESPACES, POOLS, SERVICES, LbApi, Obj
 from local_ccm.lbipam.metrics import LbMetrics
 from local_ccm.lbipam.options import NAME, Settings
 from local_ccm.runtime import events as ev
+from local_ccm.runtime.controller import DONE, Done, Fence, Permission, Result, Watch
 from local_ccm.runtime.outbox import EventOutbox
-from local_ccm.runtime.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 # A pool list answers 404 while the CRD is not installed: wait for it like for a restart.
@@ -60,12 +62,34 @@ DEFAULT_ERRORS = ErrorKinds()
 POOL_ERRORS = ErrorKinds(retried=(Transient, Forbidden, Unauthorized, NotFound))
 
 
+def permissions(settings: Settings) -> tuple[Permission, ...]:
+    """The RBAC the allocator needs (the chart's ClusterRole for it, the kube-vip ConfigMap
+    its Role, the Node watch the lifecycle controller's), nothing more."""
+    found = [
+        Permission(SERVICES.group, SERVICES.plural, ("list", "watch", "patch")),
+        Permission(SERVICES.group, f"{SERVICES.plural}/status", ("patch",)),
+        Permission(POOLS.group, POOLS.plural, ("list", "watch")),
+        Permission(POOLS.group, f"{POOLS.plural}/status", ("patch",)),
+        Permission(NAMESPACES.group, NAMESPACES.plural, ("list", "watch")),
+        Permission("", "nodes", ("list", "watch")),
+        Permission("", "events", ("create",)),  # about a Service: in its own namespace
+    ]
+    if settings.kubevip:
+        namespace, name = settings.kubevip
+        found.append(Permission(CONFIGMAPS.group, CONFIGMAPS.plural, ("list", "watch"),
+                                names=(name,), namespace=namespace))  # fmt: skip
+    return tuple(found)
+
+
 def _pools_of(entry: PoolEntry | KubeVipPools) -> object:
     return entry.parsed if isinstance(entry, PoolEntry) else entry.pools
 
 
 class Controller:
-    """The leader's state and work; `run()` until cancelled."""
+    """The leader's state and decisions for one term (`runtime.controller.Controller`); one
+    worker: a decision reads the ledger the previous one left."""
+
+    name = NAME
 
     def __init__(
         self,
@@ -75,13 +99,12 @@ class Controller:
         *,
         metrics: LbMetrics,
         clock: Clock,
-        may_write: Callable[[], bool] = lambda: True,
         rng: random.Random | None = None,
     ) -> None:
         self.api, self.settings, self.metrics, self.clock = api, settings, metrics, clock
-        self.may_write = may_write
+        self.permissions = permissions(settings)
         self.ledger: Ledger | None = None
-        self.queue = WorkQueue(clock, settings.backoff, metrics.queue)
+        self.woken: list[str] = []  # Services a sync's release may serve, oldest first
         self.first_seen: dict[str, float] = {}
         self.waiting: set[str] = set()  # Services whose last decision was a problem
         self.written: dict[str, tuple[frozenset[str], Obj]] = {}  # see _fresh
@@ -102,12 +125,26 @@ class Controller:
         self.services = informer(api.list_watch("services"), project_service, "services")
         self.kubevip = (informer(api.list_watch("kubevip"), project_kubevip, "kubevip")
                         if settings.kubevip else None)  # fmt: skip
-        self.services.add_handler(self._on_service)
-        self.pool_objects.add_handler(self._on_pools)
-        self.namespaces.add_handler(self._on_namespace)
-        self.nodes.add_handler(self._on_node)
+
+    def watches(self) -> Sequence[Watch]:
+        found = [Watch(self.nodes, self._on_node), Watch(self.namespaces, self._on_namespace),
+                 Watch(self.pool_objects, self._on_pools)]  # fmt: skip
         if self.kubevip is not None:
-            self.kubevip.add_handler(self._on_pools)
+            found.append(Watch(self.kubevip, self._on_pools))
+        return [*found, Watch(self.services, self._on_service)]
+
+    def synced(self) -> Iterable[str]:
+        return self._rebuild()
+
+    def beside(self, fence: Fence) -> Sequence[Coroutine[Any, Any, None]]:
+        return [self.outbox.run(), self._pool_status_loop(fence)]
+
+    def subject(self, key: str) -> ev.Subject | None:
+        obj = self.services.cache.get(key)
+        return None if obj is None else service_subject(obj)
+
+    def emit(self, spec: ev.EventSpec, subject: ev.Subject) -> None:
+        self.outbox.once(spec, subject, spec.message)
 
     def _informers(self) -> list[Informer[Any]]:
         found = [self.nodes, self.namespaces, self.pool_objects, self.kubevip, self.services]
@@ -129,60 +166,46 @@ class Controller:
             found += parsed.pools
         return found
 
-    # ------------------------------------------------------------ handlers: enqueue only
+    # ------------------------------------------------------------ watches: the keys
 
     def _ours(self, obj: Mapping[str, Any]) -> bool:
         s = self.settings
         return plan.class_matches(obj, s.lb_class, classless=s.classless)
 
-    def enqueue_all(self, namespace: str | None = None) -> None:
-        for key, obj in self.services.cache.items():
-            if (namespace is None or key.startswith(namespace + "/")) and self._ours(obj):
-                self.queue.add(key)
+    def all_keys(self, namespace: str | None = None) -> list[str]:
+        """Every Service of our class (in `namespace`)."""
+        prefix = "" if namespace is None else namespace + "/"
+        return [key for key, obj in self.services.cache.items()
+                if key.startswith(prefix) and self._ours(obj)]  # fmt: skip
 
-    def _on_service(self, change: Change[Obj]) -> None:
-        if change.type in ("ADDED", "MODIFIED", "DELETED"):
-            self.queue.add(change.key)
+    def _on_service(self, change: Change[Obj]) -> Iterable[str]:
+        return [change.key] if change.type in ("ADDED", "MODIFIED", "DELETED") else []
 
-    def _on_pools(self, change: Change[Any]) -> None:
+    def _on_pools(self, change: Change[Any]) -> Iterable[str]:
         if change.type in ("SYNCED", "BOOKMARK"):
-            return
+            return []
         old, new = change.old, change.new
         problems = new.problems if isinstance(new, KubeVipPools) else ()
         if problems and problems != getattr(old, "problems", ()):
             log.warning("kube-vip ConfigMap: %s", "; ".join(problems))
         self.pools_dirty.set()
         if old is None or new is None or _pools_of(old) != _pools_of(new):
-            self.enqueue_all()  # status or an unchanged relist: decisions stay as they are
+            return self.all_keys()  # status or an unchanged relist: decisions stay as they are
+        return []
 
-    def _on_namespace(self, change: Change[Mapping[str, str]]) -> None:
+    def _on_namespace(self, change: Change[Mapping[str, str]]) -> Iterable[str]:
         if change.type in ("ADDED", "MODIFIED") and change.old != change.new:
-            self.enqueue_all(change.key)
+            return self.all_keys(change.key)
+        return []
 
-    def _on_node(self, change: Change[NodeNetworks]) -> None:
+    def _on_node(self, change: Change[NodeNetworks]) -> Iterable[str]:
         if change.type in ("ADDED", "MODIFIED", "DELETED") and change.old != change.new:
             self.pools_dirty.set()
+        return []
 
-    # ------------------------------------------------------------ run
+    # ------------------------------------------------------------ start
 
-    async def run(self) -> None:
-        """Watch, rebuild the ledger, then decide queued Services until cancelled."""
-        tasks = [asyncio.create_task(i.run()) for i in self._informers()]
-        tasks.append(asyncio.create_task(self.outbox.run()))
-        try:
-            for informer in self._informers():
-                await informer.wait_synced()
-            self._rebuild()
-            tasks.append(asyncio.create_task(self._pool_status_loop()))
-            while True:
-                await self.queue.process(self.sync)
-        finally:
-            await self.queue.close()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    def _rebuild(self) -> None:
+    def _rebuild(self) -> list[str]:
         """The ledger from every Service of our class that holds or may hold addresses."""
         held = sorted(
             (obj for obj in self.services.cache.values()
@@ -194,33 +217,32 @@ class Controller:
             log.warning("address claimed twice at start, the older Service keeps it: %s", note)
         log.info("allocations rebuilt from %d Services", len(held))
         self.pools_dirty.set()
-        self.enqueue_all()
+        return self.all_keys()
 
-    async def sync(self, key: str) -> None:
-        """Decide one Service and write; a conflict or an error retries later."""
+    # ------------------------------------------------------------ one Service
+
+    async def sync(self, key: str) -> Result:
+        """Decide one Service and write; a conflict or another API error is the worker's to
+        retry (a conflict at once: the Service changed meanwhile)."""
         obj = self._fresh(key)
         s = self.settings
         what = plan.step(obj, s.lb_class, classless=s.classless)
+        self.woken = []
         try:
             if what == "forget" and (obj is None or not plan.deleting(obj)):
                 self._release(key)
-            elif what != "forget" and not self.may_write():
-                self.queue.retry(key)
-                return
             elif what == "cleanup" and obj is not None:
                 await self._cleanup(key, obj)
             elif what == "allocate" and obj is not None:
                 await self._allocate(key, obj)
-            self.queue.done(key)
-            return
         except NotFound:
-            return  # deleted meanwhile: its DELETED event comes
+            return DONE  # deleted meanwhile: its DELETED event comes
         except Conflict:
-            log.debug("svc=%s: changed meanwhile, deciding again", key)
+            raise
         except ApiError as exc:
             self.metrics.write_failures.labels("services", str(exc.status or "error")).inc()
-            log.warning("svc=%s: write failed, retrying: %s", key, exc)
-        self.queue.retry(key)
+            raise
+        return Done(others=tuple(self.woken))
 
     def _fresh(self, key: str) -> Obj | None:
         """The cached Service, or what this controller's last write returned while the cache
@@ -255,8 +277,8 @@ class Controller:
             self.metrics.releases.inc()
             self.pools_dirty.set()
             log.info("svc=%s: addresses released", key)
-            for waiting in sorted(self.waiting, key=self._age):  # oldest first: the freed
-                self.queue.add(waiting)  # address may be what they wait for
+            # oldest first: the freed address may be what they wait for
+            self.woken += sorted(self.waiting, key=self._age)
 
     async def _cleanup(self, key: str, obj: Obj) -> None:
         """A deleted or no-longer-LoadBalancer Service: status cleared (if it still exists as
@@ -352,12 +374,12 @@ class Controller:
 
     # ------------------------------------------------------------ pool status
 
-    async def _pool_status_loop(self) -> None:
+    async def _pool_status_loop(self, fence: Fence) -> None:
         while True:
             await self.pools_dirty.wait()
             self.pools_dirty.clear()
-            if self.may_write():
-                await self._write_pool_statuses()
+            await fence()
+            await self._write_pool_statuses()
             await self.clock.sleep(self.settings.status_every)
 
     async def _write_pool_statuses(self) -> None:

@@ -8,6 +8,8 @@ import copy
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
 from local_ccm.kube.errors import Conflict, NotFound
 from local_ccm.kube.informer import Page
 from local_ccm.kube.request import WatchEvent
@@ -106,7 +108,8 @@ def test_a_decision_on_a_stale_service_never_frees_what_its_last_write_showed() 
         made._rebuild()
         await made.sync("ns/a")  # written: stored at resourceVersion 2
         made.written.clear()  # as if the copy it returned were not known (see the next test)
-        await made.sync("ns/a")  # again from the stale cache: the write fails
+        with pytest.raises(Conflict):  # again from the stale cache: the write fails
+            await made.sync("ns/a")
         await made.sync("ns/b")
 
     asyncio.run(scenario())
