@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from local_ccm import __version__
 from local_ccm.cli import central, managed
 from local_ccm.cli.common import Unit
 from local_ccm.clock import SystemClock
@@ -15,12 +14,10 @@ from local_ccm.csr.metrics import CsrMetrics
 from local_ccm.csr.options import FLAGS, NAME, Settings, settings_fields, settings_from
 from local_ccm.csr.run import Controller
 from local_ccm.csr.run import permissions as declared
-from local_ccm.kube.aio import AsyncClient, KubeListWatch
-from local_ccm.kube.client import Client
+from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.nodes import Access
-from local_ccm.kube.resources import NODES
 from local_ccm.runtime.controller import accesses
 
 CsrOptions = managed.Managed[Settings]  # own: the approver's flags
@@ -45,12 +42,9 @@ def settings_of(options: CsrOptions, identity: str) -> Settings:
 def build_unit(
     options: CsrOptions, cluster: ClusterConfig, identity: str, nodes: ListWatch | None = None
 ) -> Unit:
-    metrics = CsrMetrics()
-    client = Client(cluster, field_manager=NAME, user_agent=f"{NAME}/{__version__}",
-                    on_response=metrics.observe_response)  # fmt: skip
-    api = KubeCsrApi(AsyncClient(client))
-    node_source = nodes or KubeListWatch(AsyncClient(client), NODES)
-    settings = settings_of(options, identity)
+    metrics, settings = CsrMetrics(), settings_of(options, identity)
+    client = managed.client_of(cluster, NAME, metrics)
+    api, node_source = KubeCsrApi(AsyncClient(client)), managed.nodes_of(nodes, client)
 
     def make() -> Controller:
         return Controller(api, node_source, settings, metrics=metrics, clock=SystemClock())

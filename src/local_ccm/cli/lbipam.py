@@ -6,16 +6,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from local_ccm import __version__
 from local_ccm.cli import central, managed
 from local_ccm.cli.common import Unit
 from local_ccm.clock import SystemClock
-from local_ccm.kube.aio import AsyncClient, KubeListWatch
-from local_ccm.kube.client import Client
+from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.nodes import Access
-from local_ccm.kube.resources import NODES
 from local_ccm.lbipam.lbapi import KubeLbApi
 from local_ccm.lbipam.metrics import LbMetrics
 from local_ccm.lbipam.options import FLAGS, NAME, Settings, settings_from
@@ -51,13 +48,11 @@ def build_unit(
     options: LbOptions, cluster: ClusterConfig, identity: str, nodes: ListWatch | None = None
 ) -> Unit:
     metrics = LbMetrics()
-    client = Client(cluster, field_manager=NAME, user_agent=f"{NAME}/{__version__}",
-                    on_response=metrics.observe_response)  # fmt: skip
+    client = managed.client_of(cluster, NAME, metrics)
     writes = metrics.writes
     api = KubeLbApi(AsyncClient(client), options.own.kubevip,
                     observe=lambda verb, res, code: writes.labels(res, code).inc())  # fmt: skip
-    node_source = nodes or KubeListWatch(AsyncClient(client), NODES)
-    settings = settings_of(options, identity)
+    settings, node_source = settings_of(options, identity), managed.nodes_of(nodes, client)
 
     def make() -> Controller:
         return Controller(api, node_source, settings, metrics=metrics, clock=SystemClock())

@@ -15,7 +15,11 @@ from local_ccm.cli import lifecycle as base
 from local_ccm.cli.common import Unit, leader_unit
 from local_ccm.clock import Clock, SystemClock
 from local_ccm.flags import Flag, Parsed, Problem, unite
+from local_ccm.kube.aio import AsyncClient, KubeListWatch
 from local_ccm.kube.client import Client
+from local_ccm.kube.config import ClusterConfig
+from local_ccm.kube.informer import ListWatch
+from local_ccm.kube.resources import NODES
 from local_ccm.lifecycle.options import FLAGS as LIFECYCLE_FLAGS
 from local_ccm.lifecycle.options import LifecycleOptions, options_from
 from local_ccm.records import dataclass
@@ -64,6 +68,17 @@ def entry(
         load, fields, lambda o: base.lease_of(o.shared), lambda o: base.serving_of(o.shared),
         build, default_on=False,
     )  # fmt: skip
+
+
+def client_of(cluster: ClusterConfig, name: str, metrics: ControllerMetrics) -> Client:
+    """The controller's own API client: its field manager and user agent, its REST series."""
+    return Client(cluster, field_manager=name, user_agent=f"{name}/{__version__}",
+                  on_response=metrics.observe_response)  # fmt: skip
+
+
+def nodes_of(shared: ListWatch | None, client: Client) -> ListWatch:
+    """The manager's shared Node watch, else one of its own."""
+    return shared or KubeListWatch(AsyncClient(client), NODES)
 
 
 def kit_unit(
