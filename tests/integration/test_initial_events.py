@@ -49,7 +49,6 @@ def read_node(plane: ControlPlane, name: str) -> tuple[str | None, Seen, bool]:
         cache = NodeCache(
             api, name, clock=clock, rng=random.Random(), metrics=AgentMetrics(),
             health=Health(clock, 60.0), triggers=Triggers(clock, 0.25, 1.0),
-            replaced=lambda: None, updated=lambda _: None, emit=lambda _: True,
         )  # fmt: skip
         await cache.read(timeout=15.0)
         open_watch = cache._initial is not None

@@ -1,5 +1,7 @@
 """No import cycle anywhere in ``local_ccm``: modules that import each other (directly or
-around a circle, ``if TYPE_CHECKING:`` imports included) are one module in disguise.
+around a circle, ``if TYPE_CHECKING:`` imports included) are one module in disguise. And the
+agent's longest chain of imports stays short: a pass that one change moves through many modules
+is hard to follow.
 
 Runs as a unit test and as a script (``make lint``)."""
 
@@ -7,8 +9,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Mapping
+from functools import cache
 
 import grimp
+
+AGENT_LONGEST_CHAIN = 7  # modules, inside local_ccm.agent
 
 
 def import_graph(package: str = "local_ccm") -> dict[str, set[str]]:
@@ -53,6 +58,26 @@ def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
     return sorted(found)
 
 
+def longest_chain(graph: Mapping[str, Iterable[str]], package: str) -> list[str]:
+    """The longest chain of imports between modules of ``package`` (the graph has no cycle),
+    as the modules along it; the first one found of that length."""
+    inside = {m for m in graph if m == package or m.startswith(package + ".")}
+
+    @cache
+    def from_(module: str) -> tuple[str, ...]:
+        longest: tuple[str, ...] = ()
+        for child in sorted(graph.get(module, ())):
+            if child in inside and child != module and len(from_(child)) > len(longest):
+                longest = from_(child)
+        return (module, *longest)
+
+    best: tuple[str, ...] = ()
+    for module in sorted(inside):
+        if len(from_(module)) > len(best):
+            best = from_(module)
+    return list(best)
+
+
 def _pop_component(stack: list[str], on_stack: set[str], root: str) -> list[str]:
     component = []
     while True:
@@ -70,6 +95,16 @@ def test_cycles_finds_a_circle_and_ignores_a_chain() -> None:
 
 def test_no_import_cycle_in_local_ccm() -> None:
     assert cycles(import_graph()) == []
+
+
+def test_longest_chain_follows_the_longest_path() -> None:
+    graph = {"p.a": {"p.b", "p.c"}, "p.b": {"p.c", "q.x"}, "p.c": set(), "q.x": {"p.a"}}
+    assert longest_chain(graph, "p") == ["p.a", "p.b", "p.c"]
+
+
+def test_the_agents_longest_import_chain_is_short() -> None:
+    chain = longest_chain(import_graph(), "local_ccm.agent")
+    assert len(chain) <= AGENT_LONGEST_CHAIN, " -> ".join(chain)
 
 
 if __name__ == "__main__":

@@ -21,10 +21,9 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 
-from local_ccm.agent.core.candidates import Candidate
+from local_ccm.agent.core.candidates import Candidate, Detected
 from local_ccm.agent.core.config import AgentConfig
 from local_ccm.agent.detect import DetectionReport, detect_addresses
-from local_ccm.agent.loop import Detected
 from local_ccm.clock import Clock, SystemClock
 from local_ccm.netlink import Change, Monitor
 

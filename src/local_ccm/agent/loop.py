@@ -1,5 +1,11 @@
-"""The agent's two modes over one :class:`Reconciler`: the loop (start-up reads, the
-netlink monitor, timers, one worker that runs passes on coalesced triggers) and run-once.
+"""The agent's loop: watch (its one Node, netlink, timers) -> key (its one Node) -> sync ->
+decide -> one write -> feed back. Start-up reads, the netlink monitor, timers, and one worker
+that runs a pass on each burst of coalesced triggers; and run-once.
+
+A pass detects, then asks ``core.decide`` what to do with the cached Node; it applies the one
+write a decision holds, records the API's answer in the memory and feeds the Node the API
+returned (or, after a conflict, a fresh LIST) back into ``decide``, until a decision holds no
+write. Events, log lines and metric values are the decision's; this module only applies them.
 """
 
 from __future__ import annotations
@@ -9,23 +15,39 @@ import logging
 import random
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from local_ccm import names
 from local_ccm.agent import nodeapi as na
+from local_ccm.agent.core import events as ev
 from local_ccm.agent.core.candidates import Detected
 from local_ccm.agent.core.config import AgentConfig, LoopSettings
-from local_ccm.agent.core.passes import unmet_run_once
+from local_ccm.agent.core.decide import (
+    Decision,
+    Gauges,
+    Memory,
+    Now,
+    Refusal,
+    RefusalKind,
+    Setup,
+    Write,
+    decide,
+    unmet_run_once,
+)
 from local_ccm.agent.core.plan import plan_addresses
 from local_ccm.agent.core.timing import API_BACKOFF, MONITOR_BACKOFF
 from local_ccm.agent.metrics import AgentMetrics
+from local_ccm.agent.nodecache import NodeCache
 from local_ccm.agent.nodemetadata import NodeMetadata
 from local_ccm.agent.providerid import ProviderIdSource, fetch_provider_id
-from local_ccm.agent.reconcile import DetectFn, Reconciler
+from local_ccm.agent.triggers import Health, Triggers
 from local_ccm.clock import Clock, SystemClock
 from local_ccm.kube import errors as ke
-from local_ccm.logs import kv
+from local_ccm.logs import V2, V3, kv
 from local_ccm.netlink import Change
+from local_ccm.runtime.events import EventSpec, Reporter
+from local_ccm.runtime.outbox import EventOutbox
 
 __all__ = [
     "EXIT_FAILED", "EXIT_OK", "EXIT_PRECONDITION", "REQUIRED_ACCESS", "RUN_ONCE_DEADLINE",
@@ -36,9 +58,12 @@ __all__ = [
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 ChangeSource = Callable[[], AsyncIterator[Sequence[Change]]]
+DetectFn = Callable[[], Awaitable[Detected]]
+Obj = dict[str, Any]
 
 RUN_ONCE_TRANSIENT_RETRIES = 3
 RUN_ONCE_DEADLINE = 60.0
+MAX_WRITES_PER_PASS = 16  # a guard: a pass needs at most 3 writes and 4 conflict re-reads
 EXIT_OK, EXIT_FAILED, EXIT_PRECONDITION = 0, 1, 4
 REQUIRED_ACCESS = (  # missing any of these is exit 4: (verb, resource, subresource, namespaced)
     ("get", "nodes", "", False),
@@ -49,6 +74,9 @@ REQUIRED_ACCESS = (  # missing any of these is exit 4: (verb, resource, subresou
     ("create", "events", "", True),
 )
 NETLINK_KINDS = {"address": "addr", "resync": "overflow"}  # Change.kind -> metric label
+LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR, "detail": V2}
+WRITE_RESULTS = {"conflict": "conflict", "invalid": "invalid", "forbidden": "forbidden"}
+REFUSALS: dict[str, RefusalKind] = {k: k for k in ("conflict", "invalid", "forbidden", "not_found")}
 
 
 class PreconditionError(Exception):
@@ -56,7 +84,7 @@ class PreconditionError(Exception):
 
 
 class Agent:
-    """The agent for one Node: its passes (:attr:`reconciler`), triggers and health."""
+    """The agent for one Node: its passes, triggers, health and memory."""
 
     def __init__(
         self,
@@ -72,59 +100,52 @@ class Agent:
         provider_ids: ProviderIdSource | None = None,
         metadata: NodeMetadata | None = None,
     ) -> None:
-        self.settings, self.api, self.changes, self.provider_ids = (
-            settings, api, changes, provider_ids,
-        )  # fmt: skip
+        self.settings, self.config, self.api, self.detect = settings, config, api, detect
+        self.changes, self.provider_ids, self.metadata = changes, provider_ids, metadata
         self.clock: Clock = clock or SystemClock()
         self.metrics = metrics or AgentMetrics()
         self.rng = rng or random.Random()
-        self.name = settings.node_name
-        self._log = logging.LoggerAdapter(log, kv(node=self.name))
-        self.reconciler = passes = Reconciler(
-            settings,
-            config,
-            api,
-            detect,
-            clock=self.clock,
-            metrics=self.metrics,
-            rng=self.rng,
-            metadata=metadata,
-        )
-        self.health, self.triggers, self.events = passes.health, passes.triggers, passes.events
-
-    @property
-    def in_pass(self) -> bool:
-        return self.reconciler.in_pass
-
-    @property
-    def fetched_provider_id(self) -> str | None:
-        return self.reconciler.fetched_provider_id
+        self.name = name = settings.node_name
+        self._log = logging.LoggerAdapter(log, kv(node=name))
+        self.health = Health(self.clock, max(3 * settings.reconcile_interval, 60.0))
+        self.triggers = Triggers(self.clock, settings.debounce_quiet, settings.debounce_max)
+        self.events = EventOutbox(
+            api, self.clock, Reporter(names.AGENT, name, host=name),
+            namespace=settings.event_namespace, budget=ev.budget(),
+        )  # fmt: skip
+        self.cache = NodeCache(
+            api, name, clock=self.clock, rng=self.rng, metrics=self.metrics, health=self.health,
+            triggers=self.triggers,
+        )  # fmt: skip
+        self.memory = Memory()
+        self.fetched_provider_id: str | None = None
+        self.last_error: ke.ApiError | None = None  # of the last pass that failed
+        self.in_pass = False
 
     # -------------------------------------------------------------- loop mode
     async def run_loop(self) -> int:
         """Start up (netlink, LIST, first pass, watch) and run until cancelled. Returns only
         for a failed precondition (exit 4). The access review is the process runtime's."""
         jobs: list[asyncio.Task[None]] = []
-        loop, passes = asyncio.get_running_loop(), self.reconciler
+        loop, cache = asyncio.get_running_loop(), self.cache
         try:
             # The monitor first, so no address change during start-up is missed.
             jobs.append(loop.create_task(self._watch_kernel()))
-            read = passes.cache.read
             await self._until_answered(f"reading Node {self.name}",
-                                       lambda: read(self.settings.api_timeout))  # fmt: skip
+                                       lambda: cache.read(self.settings.api_timeout))  # fmt: skip
             await self._fetch_provider_id()
-            await passes.run_pass(["startup"])
+            await self.run_pass(["startup"])
             self.health.first_pass = True
-            passes.cache.start_watch()
+            cache.start_watch()
             jobs += [loop.create_task(job) for job in self._jobs()]
             while True:  # passes never overlap: one worker consumes coalesced triggers
-                await passes.run_pass(await self.triggers.next_burst())
+                await self.run_pass(await self.triggers.next_burst())
         except PreconditionError as exc:
             print(f"{names.AGENT}: {exc}", file=sys.stderr)
             self._log.error("start-up precondition failed: %s", exc)
             return EXIT_PRECONDITION
         finally:
-            for task in [*jobs, passes.cache.watch_task]:
+            for task in [*jobs, cache.watch_task]:
                 if task is not None:
                     task.cancel()
             self.triggers.cancel_later()
@@ -179,7 +200,118 @@ class Agent:
         if self.provider_ids is None or self.settings.provider_id:
             return
         attempts = await fetch_provider_id(self.provider_ids, self.clock, self.rng, self.name)
-        self.reconciler.fetched_provider_id = attempts.value
+        self.fetched_provider_id = attempts.value
+
+    # -------------------------------------------------------------- one pass
+    async def run_pass(self, triggers: Sequence[str]) -> str:
+        """Detect, then decide and write until a decision holds no write; returns the outcome
+        label of ``passes_total``."""
+        self.in_pass = True
+        start = self.clock.monotonic()
+        try:
+            outcome = await self._pass()
+        finally:
+            self.in_pass = False
+        self.metrics.passes.labels(triggers[0], outcome).inc()
+        self.metrics.pass_duration.observe(self.clock.monotonic() - start)
+        self.health.last_pass = self.clock.monotonic()
+        self._log.log(V3, "pass trigger=%s outcome=%s", triggers[0], outcome)
+        return outcome
+
+    async def _pass(self) -> str:
+        refused: ke.ApiError | None = None
+        detected = await self.detect()
+        self.metrics.observe_detections(detected)
+        node = self.cache.node
+        setup = self._setup(node)
+        for _ in range(MAX_WRITES_PER_PASS):
+            decision = decide(node, detected, self.memory, setup, self._now())
+            self.memory = decision.memory
+            self._apply(decision, node)
+            if decision.write is None:
+                outcome = decision.outcome or "noop"
+                failed = outcome == "failed" or isinstance(refused, ke.NotFound)
+                self.last_error = refused if failed else None
+                return outcome
+            node, refused = await self._send(decision.write)
+        self._log.error("a pass decided %d writes; ending it", MAX_WRITES_PER_PASS)
+        return "failed"
+
+    def _setup(self, node: Obj | None) -> Setup:
+        labels = None
+        if self.metadata is not None and node is not None:
+            labels = self.metadata.setup(lambda spec: self._emit(spec, node))
+        return Setup(
+            self.config, provider_id=self.settings.provider_id,
+            fetched_provider_id=self.fetched_provider_id, settle_time=self.settings.settle_time,
+            labels=labels,
+        )  # fmt: skip
+
+    def _now(self) -> Now:
+        return Now(self.clock.monotonic(), self.clock.now(), self.rng.random())
+
+    async def _send(self, write: Write) -> tuple[Obj | None, ke.ApiError | None]:
+        """One PATCH; the Node it stored (or a fresh read after a conflict) goes back to
+        ``decide`` with the answer."""
+        patch = write.patch
+        self._log.debug("PATCH %s %s", patch.subresource or "node", patch.body())
+        try:
+            new = await self.api.patch_node(self.name, patch.body(), subresource=patch.subresource)
+        except ke.ApiError as exc:
+            for kind in write.kinds:
+                self.metrics.writes.labels(kind, WRITE_RESULTS.get(exc.kind, "error")).inc()
+            return await self._refused(exc)
+        for kind in write.kinds:
+            self.metrics.writes.labels(kind, "success").inc()
+        self.cache.put(new)
+        self.memory = self.memory.answered(None)
+        return new, None
+
+    async def _refused(self, exc: ke.ApiError) -> tuple[Obj | None, ke.ApiError]:
+        if isinstance(exc, ke.NotFound):
+            self.cache.gone()
+        elif isinstance(exc, ke.Conflict):
+            try:
+                await self.cache.relist()  # re-read and recompute from scratch; never resend
+            except ke.ApiError as again:
+                exc = again
+        kind = REFUSALS.get(exc.kind, "error")
+        self.memory = self.memory.answered(Refusal(kind, exc.message, exc.retry_after))
+        return self.cache.node, exc
+
+    def _apply(self, decision: Decision, node: Obj | None) -> None:
+        """A decision's log lines, Events, metric values and retry timer."""
+        for level, message in decision.logs:
+            self._log.log(LEVELS[level], "%s", message)
+        for spec in decision.events:
+            self._emit(spec, node)
+        for spec in decision.reported:  # logged when sent, so as often as the Event
+            if self._emit(spec, node) and spec.type == "Warning":
+                self._log.warning("%s: %s", spec.reason, spec.message)
+        self._observe(decision.gauges)
+        if decision.retry_in is not None:
+            self.triggers.fire_later(decision.retry_in)
+        self.health.forbidden = decision.memory.forbidden
+
+    def _observe(self, gauges: Gauges) -> None:
+        m = self.metrics
+        for reason, value in (gauges.blocked or {}).items():
+            m.blocked.labels(reason).set(value)
+        for family, value in (gauges.mismatch or {}).items():
+            m.mismatch.labels(family).set(value)
+        if gauges.conflict is not None:
+            m.conflict.set(gauges.conflict)
+        for address_type, ip_family, address in gauges.kept:
+            m.observe_kept(address_type, ip_family, address)
+        if gauges.reverts:
+            m.reverts.inc(gauges.reverts)
+        if gauges.synced_at is not None:
+            m.last_sync.set(gauges.synced_at)
+        if gauges.taint_delay is not None:
+            m.taint_delay.observe(gauges.taint_delay)
+
+    def _emit(self, spec: EventSpec, node: Obj | None) -> bool:
+        return node is not None and self.events.emit(spec, ev.about(node))
 
     # -------------------------------------------------------------- run-once
     async def run_once(self) -> int:
@@ -197,19 +329,18 @@ class Agent:
 
     async def _once(self) -> int:
         await self._fetch_provider_id()
-        passes = self.reconciler
         for attempt in range(RUN_ONCE_TRANSIENT_RETRIES + 1):
             try:
-                await passes.cache.relist()
+                await self.cache.relist()
             except ke.ApiError as exc:
-                passes.retry.last_error = exc
+                self.last_error = exc
             else:
-                if passes.cache.node is None:
+                if self.cache.node is None:
                     print(f"{names.AGENT}: Node {self.name} not found", file=sys.stderr)
                     return EXIT_FAILED
-                passes.retry.until = 0.0  # run-once keeps its own retry count
-                await passes.run_pass(["startup"])
-            error = passes.retry.last_error
+                self.memory = replace(self.memory, retry_at=0.0)  # run-once keeps its own count
+                await self.run_pass(["startup"])
+            error = self.last_error
             if not isinstance(error, ke.Transient | ke.Conflict):
                 break
             await self.clock.sleep(API_BACKOFF.next_delay(attempt, error.retry_after, self.rng))
@@ -217,15 +348,14 @@ class Agent:
         return self._verdict()
 
     def _verdict(self) -> int:
-        passes = self.reconciler
-        node, detected, error = passes.cache.node, passes.detected, passes.retry.last_error
+        node, detected, error = self.cache.node, self.memory.detected, self.last_error
         if node is None or detected is None:
             reason = error.message if error else "Node not read"
             print(f"{names.AGENT}: run-once failed: {reason}", file=sys.stderr)
             return EXIT_FAILED
-        plan = plan_addresses(node, detected, passes.config)
-        provider_id = self.settings.provider_id or passes.fetched_provider_id or ""
-        unmet = unmet_run_once(node, plan, detected, passes.config, provider_id)
+        plan = plan_addresses(node, detected, self.config)
+        provider_id = self.settings.provider_id or self.fetched_provider_id or ""
+        unmet = unmet_run_once(node, plan, detected, self.config, provider_id)
         for item in unmet:
             print(f"{names.AGENT}: unmet: {item}", file=sys.stderr)
         if error is not None and unmet:

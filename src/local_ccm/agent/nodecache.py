@@ -1,12 +1,9 @@
-"""The agent's copy of its own Node, read and written through: one watch by field selector that
-starts with the Node's current state (``sendInitialEvents``; on an API server that does not
-serve it, a LIST and then a watch from its version), kept by an Informer; every write is a
-``test``-guarded JSON Patch whose returned Node replaces the copy. Steady state costs no API
-request per pass, and start-up one request fewer than LIST + WATCH.
-
-A new or vanished Node object (another uid) calls ``replaced``, so the pass starts that
-Node's state over; a watch update of the same object calls ``updated`` first (fight detection).
-A write the API rejected as invalid is not sent again until its inputs change.
+"""The agent's copy of its own Node, a plain store the loop reads: one watch by field selector
+that starts with the Node's current state (``sendInitialEvents``; on an API server that does
+not serve it, a LIST and then a watch from its version), kept by an Informer; the Node a write
+returns is ``put`` in. Steady state costs no API request per pass, and start-up one request
+fewer than LIST + WATCH. Every change fires the ``watch`` trigger; what it means is decided by
+``core.decide`` (a new uid starts that Node's memory over, a newer list may be a revert).
 """
 
 from __future__ import annotations
@@ -14,25 +11,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-from local_ccm.agent.core import events as ev
-from local_ccm.agent.core.passes import patch_kinds
-from local_ccm.agent.core.plan import Patch, is_older, node_rv, node_uid
+from local_ccm.agent.core.plan import is_older, node_rv, node_uid
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.nodeapi import INFORMER_ERRORS, NodeApi, list_own_node, own_node
 from local_ccm.agent.triggers import Health, Triggers
 from local_ccm.clock import Clock
 from local_ccm.kube import informer as inf
-from local_ccm.kube.errors import ApiError, Forbidden, Invalid
+from local_ccm.kube.errors import ApiError
 from local_ccm.kube.request import WatchEvent, ends_initial_events
 from local_ccm.logs import V1, V2, kv
-from local_ccm.runtime.events import EventSpec
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
-_RESULTS = {"conflict": "conflict", "invalid": "invalid", "forbidden": "forbidden"}
 # How an API server without the streaming list (WatchList off, before 1.32) refuses it.
 REFUSED_INITIAL_EVENTS = (400, 422)
 
@@ -50,18 +43,13 @@ class NodeCache:
         metrics: AgentMetrics,
         health: Health,
         triggers: Triggers,
-        replaced: Callable[[], None],
-        updated: Callable[[Obj], None],
-        emit: Callable[[EventSpec], bool],
     ) -> None:
         self._api, self.name, self._clock, self._metrics = api, name, clock, metrics
         self._health, self._triggers = health, triggers
-        self._replaced, self._updated, self._emit = replaced, updated, emit
         self._log = logging.LoggerAdapter(log, kv(node=name))
         self.node: Obj | None = None
         self.present: bool | None = None
         self._listed_rv = ""
-        self.rejected: object = None  # the key of a write rejected as invalid
         self.watch_task: asyncio.Task[None] | None = None
         self._initial: AsyncGenerator[WatchEvent, None] | None = None  # read() left it open
         self._informer: inf.Informer[Obj] = inf.Informer(
@@ -91,7 +79,7 @@ class NodeCache:
         if node is None:
             self.gone()
         else:
-            self._adopt(node, watch=False)
+            self.put(node)
 
     async def relist(self) -> None:
         """LIST by field selector (a consistent read) and adopt the result."""
@@ -100,7 +88,7 @@ class NodeCache:
         if listed.node is None:
             self.gone()
         else:
-            self._adopt(listed.node, watch=False)
+            self.put(listed.node)
 
     def start_watch(self) -> None:
         """The informer, from the start-up LIST's version: it watches at once."""
@@ -108,37 +96,14 @@ class NodeCache:
         self._informer.prime([] if self.node is None else [self.node], self._listed_rv, stream)
         self.watch_task = asyncio.get_running_loop().create_task(self._informer.run())
 
-    async def write(self, patch: Patch, key: object) -> Obj:
-        """One PATCH; the Node it stored becomes the copy. ``key`` names the write's inputs."""
-        kinds = patch_kinds(patch)
-        self._log.debug("PATCH %s %s", patch.subresource or "node", patch.body())
-        try:
-            self.node = await self._api.patch_node(
-                self.name, patch.body(), subresource=patch.subresource
-            )
-        except ApiError as exc:
-            for kind in kinds:
-                self._metrics.writes.labels(kind, _RESULTS.get(exc.kind, "error")).inc()
-            if isinstance(exc, Invalid | Forbidden):
-                self._emit(ev.update_rejected(f"PATCH of {'/'.join(kinds)}", exc.message))
-            if isinstance(exc, Invalid):
-                self.rejected = key
-                self._log.warning("write rejected: %s", exc.message)
-            raise
-        for kind in kinds:
-            self._metrics.writes.labels(kind, "success").inc()
-        return self.node
-
-    def _adopt(self, node: Obj, *, watch: bool) -> None:
+    def put(self, node: Obj) -> None:
+        """Keep ``node`` unless it is older than the copy (a watch event older than the
+        response of our own write)."""
         if self.node is not None and node_uid(node) == node_uid(self.node):
             if is_older(node_rv(node), node_rv(self.node)):
-                return  # an event older than the response of our own write
-            if watch:
-                self._updated(node)
+                return
         elif self.node is not None or self.present is False:
             self._log.info("Node %s present (uid %s)", self.name, node_uid(node))
-            self.rejected = None
-            self._replaced()
         self.node, self.present = node, True
         self._metrics.node_present.set(1)
 
@@ -147,8 +112,6 @@ class NodeCache:
             self._log.info("Node %s is absent; waiting for it", self.name)
         self.node, self.present = None, False
         self._metrics.node_present.set(0)
-        self.rejected = None
-        self._replaced()
 
     def _on_change(self, change: inf.Change[Obj]) -> None:
         self._health.watch_down_since = None
@@ -160,7 +123,7 @@ class NodeCache:
             if self.node is None or node_uid(node) in ("", node_uid(self.node)):
                 self.gone()
         else:
-            self._adopt(node, watch=True)
+            self.put(node)
         self._triggers.fire("watch")
 
     def _watch_ended(self, end: inf.StreamEnd) -> None:

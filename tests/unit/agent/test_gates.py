@@ -15,8 +15,12 @@ from local_ccm.agent.core.candidates import (
     Failed,
 )
 from local_ccm.agent.core.config import AgentConfig, ProvidedPolicy, TypeSettings
-from local_ccm.agent.core.events import provided_mismatches
-from local_ccm.agent.core.gates import decide_taint, desired_condition, no_internal_ip_advice
+from local_ccm.agent.core.gates import (
+    decide_taint,
+    desired_condition,
+    no_internal_ip_advice,
+    provided_mismatches,
+)
 from local_ccm.agent.core.plan import plan_addresses
 from tests.unit.agent.builders import EXT4, INT4, addrs, detections, found, no_route, node
 

@@ -7,16 +7,15 @@ from typing import Any
 
 import yaml
 
-from local_ccm.agent.core.events import label_conflicts
 from local_ccm.agent.core.labels import (
+    label_conflicts,
     plan_label_patch,
     plan_labels,
     plan_node_labels,
     with_labels,
 )
 from local_ccm.agent.core.metadata import Rules, parse_rules
-from local_ccm.agent.core.passes import patch_kinds
-from local_ccm.agent.core.plan import plan_taint_patch
+from local_ccm.agent.core.plan import patch_kinds, plan_taint_patch
 from local_ccm.names import OWNED_LABELS_ANNOTATION
 
 ZONE = "topology.kubernetes.io/zone"

@@ -217,7 +217,7 @@ def test_plan_without_any_address_keeps_the_taint_and_says_why() -> None:
 
 
 def test_plan_condition_matches_the_loop_when_require_internal_ip_holds_the_taint() -> None:
-    """Detect mode reports the gates the loop passes to the condition (agent.reconcile)."""
+    """Detect mode reports the gates the loop passes to the condition (core.decide)."""
     config = replace(AgentConfig(), require_internal_ip=True)
     plan = plan_node(tainted_node(), detections(ext4=found("198.51.100.10")), config, now=NOW)
     assert not plan.taint.remove

@@ -1,20 +1,19 @@
-"""Which Kubernetes Events a pass emits: detector failures and recoveries, a held taint,
-address fights, each on a transition only, and their rate limit.
+"""Which Kubernetes Events a pass emits: detector failures and recoveries, writes, address
+fights, each on a transition only, and their rate limit (a held taint's Events are
+``core.gates``', label conflicts ``core.labels``').
 
 Pure, no I/O. ``local_ccm.runtime`` builds and posts them from a queue: no pass waits on one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from local_ccm import names
-from local_ccm.agent.core.addresses import Finding, NodeAddress
+from local_ccm.agent.core.addresses import NodeAddress
 from local_ccm.agent.core.candidates import Detection, DetectorKey, Failed, Found
 from local_ccm.agent.core.config import AgentConfig, family_name
-from local_ccm.agent.core.gates import NO_INTERNAL_IP, PROVIDED_REASONS, BlockReason
-from local_ccm.agent.core.labels import Conflict
 from local_ccm.runtime.events import EventBudget, EventSpec, Subject, node
 
 ADDRESSES_UPDATED = "AddressesUpdated"
@@ -97,38 +96,6 @@ def node_initialized(delay: float | None) -> EventSpec:
     )
 
 
-_REMEDIES: Mapping[BlockReason, str] = {
-    "no_internal_ip": NO_INTERNAL_IP,
-    "provided_node_ip_mismatch": (
-        "provided-node-ip mismatch with --provided-node-ip-policy=strict: fix the kubelet's "
-        "--node-ip or the InternalIP detection, or use --provided-node-ip-policy=prefer"
-    ),
-    "provider_id_unavailable": (
-        "provider ID unavailable: a --provider-id placeholder is empty on the Node"
-    ),
-}
-
-
-def initialization_blocked(
-    reasons: Iterable[BlockReason], *, no_internal_ip: str = NO_INTERNAL_IP
-) -> list[EventSpec]:
-    """One Warning per distinct gate, naming it and its remedy."""
-    # `no_internal_ip` is the remedy that fits this Node: plan.no_internal_ip_advice().
-    text = f"taint {names.UNINITIALIZED_TAINT} kept: "
-    remedies = {**_REMEDIES, "no_internal_ip": no_internal_ip}
-    return [EventSpec("Warning", INITIALIZATION_BLOCKED, text + remedies[r]) for r in reasons]
-
-
-def provided_mismatches(findings: Iterable[Finding]) -> list[EventSpec]:
-    """A provided node IP the agent cannot honour: it differs from the detected InternalIP,
-    or the annotation does not parse (then it is ignored, which an operator must learn)."""
-    return [
-        EventSpec("Warning", PROVIDED_REASONS[f.kind], f.message)
-        for f in findings
-        if f.kind in PROVIDED_REASONS
-    ]
-
-
 def provider_id_set(value: str) -> EventSpec:
     return EventSpec("Normal", PROVIDER_ID_SET, f"set spec.providerID to {value}")
 
@@ -153,20 +120,6 @@ def conflict_resolved() -> EventSpec:
 
 def update_rejected(what: str, message: str) -> EventSpec:
     return EventSpec("Warning", NODE_UPDATE_REJECTED, f"{what} rejected: {message}")
-
-
-def label_conflicts(
-    conflicts: Iterable[Conflict], reported: frozenset[Conflict]
-) -> tuple[list[EventSpec], frozenset[Conflict]]:
-    """One Warning per conflicting key and value, the first time it is seen; the conflicts
-    still present are what is remembered (one that goes and comes back is reported again)."""
-    current = frozenset(conflicts)
-    events = [
-        EventSpec("Warning", METADATA_LABEL_CONFLICT, f"label {c.key}={c.theirs} was not set by "
-                  f"local-ccm; the metadata rules want {c.ours!r}, left unchanged")
-        for c in sorted(current - reported, key=lambda c: (c.key, c.ours))
-    ]  # fmt: skip
-    return events, current
 
 
 def rules_invalid(problems: Sequence[str]) -> EventSpec:

@@ -1,21 +1,33 @@
 """What holds the taint and what the Node's condition says: the five taint gates, the provider
-ID (set once), the AddressesSynced condition and the advice for a Node without an InternalIP.
+ID (set once), the AddressesSynced condition, the advice for a Node without an InternalIP, and
+how a held taint is reported (gauges and Events).
 
-Pure, no I/O, no clock. ``decide_gates`` is the one call a pass (and detect mode) makes.
+Pure, no I/O, no clock. ``decide_gates`` is the one call ``core.decide`` (and detect mode) makes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Literal, get_args
 
 from local_ccm.agent.core.addresses import AddressPlan, Finding, NodeAddress
 from local_ccm.agent.core.candidates import Detected, Failed
-from local_ccm.agent.core.config import EXTERNAL, INTERNAL, AgentConfig, IPAddress, family_name
+from local_ccm.agent.core.config import (
+    EXTERNAL,
+    FAMILIES,
+    INTERNAL,
+    AgentConfig,
+    IPAddress,
+    family_name,
+)
+from local_ccm.agent.core.events import INITIALIZATION_BLOCKED, provider_id_mismatch
 from local_ccm.agent.core.plan import Condition, Obj, addresses_match, is_tainted, node_inputs
+from local_ccm.names import UNINITIALIZED_TAINT
 from local_ccm.records import dataclass
+from local_ccm.runtime.events import EventSpec
 
 BlockReason = Literal["no_internal_ip", "provided_node_ip_mismatch", "provider_id_unavailable"]
+BLOCK_REASONS: tuple[BlockReason, ...] = get_args(BlockReason)
 MAX_MESSAGE = 1024
 NO_INTERNAL_IP = (
     "no InternalIP: set --internal-ip-target or --internal-ip-cidrs, "
@@ -236,3 +248,64 @@ def _internal_detection(config: AgentConfig) -> str:
 def advise_no_internal_ip(node: Obj, plan: AddressPlan, config: AgentConfig) -> str:
     """:func:`no_internal_ip_advice` for this Node and its plan."""
     return no_internal_ip_advice(config, node_inputs(node).provided, plan.findings)
+
+
+# ------------------------------------------------------------------ reporting a held taint
+_REMEDIES: Mapping[BlockReason, str] = {
+    "no_internal_ip": NO_INTERNAL_IP,
+    "provided_node_ip_mismatch": (
+        "provided-node-ip mismatch with --provided-node-ip-policy=strict: fix the kubelet's "
+        "--node-ip or the InternalIP detection, or use --provided-node-ip-policy=prefer"
+    ),
+    "provider_id_unavailable": (
+        "provider ID unavailable: a --provider-id placeholder is empty on the Node"
+    ),
+}
+
+
+def initialization_blocked(
+    reasons: Iterable[BlockReason], *, no_internal_ip: str = NO_INTERNAL_IP
+) -> list[EventSpec]:
+    """One Warning per distinct gate, naming it and its remedy."""
+    # `no_internal_ip` is the remedy that fits this Node: plan.no_internal_ip_advice().
+    text = f"taint {UNINITIALIZED_TAINT} kept: "
+    remedies = {**_REMEDIES, "no_internal_ip": no_internal_ip}
+    return [EventSpec("Warning", INITIALIZATION_BLOCKED, text + remedies[r]) for r in reasons]
+
+
+def provided_mismatches(findings: Iterable[Finding]) -> list[EventSpec]:
+    """A provided node IP the agent cannot honour: it differs from the detected InternalIP,
+    or the annotation does not parse (then it is ignored, which an operator must learn)."""
+    return [
+        EventSpec("Warning", PROVIDED_REASONS[f.kind], f.message)
+        for f in findings
+        if f.kind in PROVIDED_REASONS
+    ]
+
+
+@dataclass(frozen=True)
+class GateReport:
+    """Gauge values and Events for one decision's gates."""
+
+    blocked: Mapping[str, int]  # local_ccm_agent_initialization_blocked{reason}
+    mismatch: Mapping[str, int]  # local_ccm_agent_provided_node_ip_mismatch{family}
+    events: tuple[EventSpec, ...]
+
+
+def gate_report(node: Obj, plan: AddressPlan, gates: Gates) -> GateReport:
+    """Never block silently: every held gate, mismatch and provider-ID conflict is reported,
+    a missing InternalIP with the remedy that fits this Node."""
+    blocked, provider = gates.taint.blocked, gates.provider
+    held = set(blocked) if is_tainted(node) else set()
+    mismatched = {f.family for f in plan.findings if f.kind == "provided_mismatch"}
+    events = [
+        *initialization_blocked(blocked if held else (), no_internal_ip=gates.advice),
+        *provided_mismatches(plan.findings),
+    ]
+    if provider.kind == "mismatch" and provider.existing:
+        events.append(provider_id_mismatch(provider.existing, provider.value))
+    return GateReport(
+        blocked={r: int(r in held) for r in BLOCK_REASONS},
+        mismatch={family_name(f): int(f in mismatched) for f in FAMILIES},
+        events=tuple(events),
+    )

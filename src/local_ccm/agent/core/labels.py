@@ -12,15 +12,27 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import field
 
 from local_ccm.agent.core.addresses import NodeAddress
 from local_ccm.agent.core.config import IPAddress
+from local_ccm.agent.core.events import METADATA_LABEL_CONFLICT
 from local_ccm.agent.core.metadata import BETA_TWINS, NodeView, Rules, desired_labels
 from local_ccm.agent.core.plan import Obj, Patch, test_rv
 from local_ccm.kube.request import pointer
 from local_ccm.names import OWNED_LABELS_ANNOTATION
 from local_ccm.records import dataclass
+from local_ccm.runtime.events import EventSpec
+
+
+@dataclass(frozen=True)
+class LabelSetup:
+    """--metadata: the rules in force, the machine's facts and --metadata-beta-labels."""
+
+    rules: Rules
+    facts: Mapping[str, str] = field(default_factory=dict)
+    beta: bool = False
 
 
 @dataclass(frozen=True)
@@ -144,3 +156,17 @@ def with_labels(main: Patch | None, labels: Patch | None) -> Patch | None:
         return labels or main
     rest = tuple(op for op in main.operations if op["path"] != "/metadata/resourceVersion")
     return Patch(None, labels.operations + rest)
+
+
+def label_conflicts(
+    conflicts: Iterable[Conflict], reported: frozenset[Conflict]
+) -> tuple[list[EventSpec], frozenset[Conflict]]:
+    """One Warning per conflicting key and value, the first time it is seen; the conflicts
+    still present are what is remembered (one that goes and comes back is reported again)."""
+    current = frozenset(conflicts)
+    events = [
+        EventSpec("Warning", METADATA_LABEL_CONFLICT, f"label {c.key}={c.theirs} was not set by "
+                  f"local-ccm; the metadata rules want {c.ours!r}, left unchanged")
+        for c in sorted(current - reported, key=lambda c: (c.key, c.ours))
+    ]  # fmt: skip
+    return events, current

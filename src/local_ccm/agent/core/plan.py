@@ -27,6 +27,7 @@ from local_ccm.agent.core.addresses import (
 from local_ccm.agent.core.candidates import Detected
 from local_ccm.agent.core.config import AgentConfig, IPAddress
 from local_ccm.kube.request import pointer
+from local_ccm.names import OWNED_ADDRESSES_ANNOTATION, OWNED_LABELS_ANNOTATION
 from local_ccm.records import dataclass
 
 Obj = Mapping[str, Any]
@@ -44,6 +45,32 @@ class Patch:
 
     def body(self) -> list[Operation]:
         return list(self.operations)
+
+
+_PATCH_KINDS = (  # metric label, the paths its operations start with
+    (
+        "addresses",
+        ("/status/addresses", pointer("metadata", "annotations", OWNED_ADDRESSES_ANNOTATION)),
+    ),
+    ("labels", ("/metadata/labels", pointer("metadata", "annotations", OWNED_LABELS_ANNOTATION))),
+    ("condition", ("/status/conditions",)),
+    ("taint", ("/spec/taints",)),
+    ("provider_id", ("/spec/providerID",)),
+)
+
+
+def _paths(op: Operation) -> list[str]:
+    """The paths an operation writes; adding the whole annotation map writes each key."""
+    path, value = str(op["path"]), op.get("value")
+    if path == "/metadata/annotations" and isinstance(value, dict):
+        return [pointer("metadata", "annotations", key) for key in value]
+    return [path]
+
+
+def patch_kinds(patch: Patch) -> list[str]:
+    """Metric ``kind`` labels for one PATCH; an ownership annotation counts as what it owns."""
+    paths = [p for op in patch.operations if op["op"] != "test" for p in _paths(op)]
+    return [kind for kind, starts in _PATCH_KINDS if any(p.startswith(starts) for p in paths)]
 
 
 def test_rv(node: Obj) -> Operation:

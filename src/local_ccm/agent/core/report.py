@@ -120,7 +120,7 @@ def plan_node(
     taint = decide_taint(
         config, tainted=tainted, addresses_synced=True, plan=addresses, provider_id_blocks=blocks
     )
-    # The same gates the loop passes (agent.reconcile), so detect mode shows what the loop writes.
+    # The same gates the loop passes (core.decide), so detect mode shows what the loop writes.
     condition = desired_condition(addresses, detected, blocked=taint.blocked)
     status = plan_status_patch(
         node, addresses, condition=condition if config.report_condition else None, now=now
