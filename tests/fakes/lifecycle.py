@@ -36,7 +36,7 @@ from local_ccm.lifecycle.core.state import (
     record_probe,
     record_self_check,
 )
-from local_ccm.lifecycle.health import Status, add_checks
+from local_ccm.lifecycle.health import Check, add_checks
 from local_ccm.runtime import process
 from local_ccm.runtime.events import rfc3339 as format_time
 from local_ccm.runtime.serve import Checks
@@ -223,8 +223,15 @@ def names_of(nodes: Iterable[NodeView]) -> list[str]:
     return sorted(n.name for n in nodes)
 
 
-def health_checks(status: Status, clock: Clock, interval: float) -> tuple[Checks, Checks]:
-    """(/healthz, /readyz) as the binary wires them: the runtime's and the loop's."""
+def health_checks(
+    status: process.Status,
+    clock: Clock,
+    *,
+    probe_problem: str = "",
+    evaluating: Check = lambda: (True, ""),
+) -> tuple[Checks, Checks]:
+    """(/healthz, /readyz) as the binary wires them: the runtime's and the lifecycle unit's
+    own (its controller's `ready()`, /readyz `node-cache`, comes with the kit's unit)."""
     healthz, readyz = process.process_checks(status, clock)
-    add_checks(healthz, readyz, status, clock, interval)
+    add_checks(healthz, readyz, evaluating=evaluating, probe_problem=probe_problem)
     return healthz, readyz

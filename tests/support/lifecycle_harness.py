@@ -32,7 +32,6 @@ from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.errors import NotFound
 from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.transport import usable_config
-from local_ccm.lifecycle.health import Status
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.nodeapi import NodeApi, NodeEvent, NodeList, Obj
 from local_ccm.lifecycle.options import PROG, LifecycleOptions
@@ -127,7 +126,6 @@ class Started:
 
     identity: str
     metrics: LifecycleMetrics
-    status: Status
     health_port: int | None
     metrics_port: int | None
 
@@ -157,7 +155,7 @@ async def run_lifecycle(
         if on_start is not None:
             health, scrape = servers.health, servers.metrics
             ports = health.port if health else None, scrape.port if scrape else None
-            on_start(Started(made[0], extras.metrics, extras.status, *ports))
+            on_start(Started(made[0], extras.metrics, *ports))
 
     entry = replace(controller(), build=build)
     cluster = usable_config(options.kubeconfig, "", env)

@@ -11,9 +11,10 @@ import pytest
 
 from local_ccm import __version__, flags
 from local_ccm.cli.lifecycle import main, selected_nodes
-from local_ccm.lifecycle.health import Status
-from local_ccm.lifecycle.nodeapi import required_access
 from local_ccm.lifecycle.options import FLAGS, LifecycleOptions, options_from
+from local_ccm.lifecycle.run import permissions
+from local_ccm.runtime.controller import accesses
+from local_ccm.runtime.process import Status
 from tests.fakes.clock import FakeClock
 from tests.fakes.lifecycle import health_checks
 from tests.support.kubeconfigs import unused_kubeconfig
@@ -62,7 +63,7 @@ def test_an_unusable_metrics_cert_dir_exits_2_in_one_line(
 
 
 def test_out_of_service_needs_patch_and_volume_attachments() -> None:
-    needed = {str(a) for a in required_access(event_namespace="e", out_of_service=True)}
+    needed = {str(a) for a in accesses(permissions(event_namespace="e", out_of_service=True))}
     assert {"patch nodes", "list volumeattachments.storage.k8s.io"} <= needed
     assert not any("leases" in a for a in needed)
 
@@ -71,7 +72,7 @@ def test_readiness_names_the_wait_for_the_api_server_and_liveness_passes() -> No
     clock = FakeClock()
     status = Status(waiting="waiting for the API server: connection refused",
                     last_tick=clock.monotonic())  # fmt: skip
-    healthz, readyz = health_checks(status, clock, 1.0)
+    healthz, readyz = health_checks(status, clock)
     assert all(ok for _, ok, _ in healthz.run())
     failing = [(name, detail) for name, ok, detail in readyz.run() if not ok]
     assert failing == [("start-up", "waiting for the API server: connection refused")]
@@ -82,8 +83,8 @@ def test_readiness_names_the_wait_for_the_api_server_and_liveness_passes() -> No
 def test_no_usable_probe_fails_readiness_with_the_reason_and_liveness_passes() -> None:
     clock = FakeClock()
     problem = "no configured probe is usable, so every verdict is unknown ...: no NET_RAW"
-    status = Status(last_tick=clock.monotonic(), probe_problem=problem)
-    healthz, readyz = health_checks(status, clock, 1.0)
+    status = Status(last_tick=clock.monotonic())
+    healthz, readyz = health_checks(status, clock, probe_problem=problem)
     assert all(ok for _, ok, _ in healthz.run())  # not a restart: a restart cannot fix it
     failing = [(name, detail) for name, ok, detail in readyz.run() if not ok]
     assert failing == [("probe", problem)]

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from local_ccm.cli import central, managed
 from local_ccm.cli.common import Unit
+from local_ccm.cli.kit import kit_unit
 from local_ccm.clock import SystemClock
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.config import ClusterConfig
@@ -57,4 +58,4 @@ def build_unit(
     def make() -> Controller:
         return Controller(api, node_source, settings, metrics=metrics, clock=SystemClock())
 
-    return managed.kit_unit(client, metrics, metrics.queue, make, backoff=settings.backoff)
+    return kit_unit(client, metrics, metrics.queue, make, backoff=settings.backoff)

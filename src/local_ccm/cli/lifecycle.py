@@ -8,25 +8,24 @@ RBAC). No usable probe is no exit: the controller runs not ready and deletes not
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import field, replace
 
 from local_ccm import __version__, names
 from local_ccm.cli import central
 from local_ccm.cli.common import Serving, Unit, election_config
+from local_ccm.cli.kit import kit_unit
 from local_ccm.clock import SystemClock
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.nodes import Access
-from local_ccm.lease.elector import LeaderContext
 from local_ccm.lease.options import Election
 from local_ccm.lifecycle.core.state import LoopConfig
-from local_ccm.lifecycle.health import Status, add_checks, leader_callback
+from local_ccm.lifecycle.health import add_checks, leader_callback
 from local_ccm.lifecycle.metrics import LifecycleMetrics
-from local_ccm.lifecycle.nodeapi import KubeNodeApi, NodeApi, required_access
+from local_ccm.lifecycle.nodeapi import KubeNodeApi, NodeApi
 from local_ccm.lifecycle.options import (
     FLAGS,
     PROG,
@@ -41,13 +40,18 @@ from local_ccm.lifecycle.probe import (
     capability_report,
     detect_capabilities,
 )
-from local_ccm.lifecycle.run import Controller
+from local_ccm.lifecycle.run import NAME, Controller
+from local_ccm.lifecycle.run import permissions as declared
 from local_ccm.records import dataclass
+from local_ccm.runtime.controller import accesses
 from local_ccm.runtime.serve import Checks
 from local_ccm.runtime.shared import Match
 
 log = logging.getLogger("local_ccm.cli")
 API_TIMEOUT = 15.0  # reads; writes use the election's write timeout
+# The evaluation and the work it plans (probes, the self-check, deletion attempts) run side by
+# side on these: more than the Nodes probed at once in any cluster the breaker lets through.
+WORKERS = 64
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -59,7 +63,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 def controller() -> central.Controller:
     """The lifecycle controller's entry in the controller manager's table."""
     return central.Controller(
-        "node-lifecycle", PROG, lambda: FLAGS,
+        NAME, PROG, lambda: FLAGS,
         lambda parsed, env: options_from(parsed), startup_fields,
         lease_of, serving_of, build_unit, selects=selected_nodes,
         servers=frozenset({"metrics", "metrics_secure", "health"}),
@@ -85,7 +89,6 @@ class Extras:
     prober: Prober | None = None
     watch_selector: str | None = None
     wrap_api: Callable[[NodeApi], NodeApi] | None = None
-    status: Status = field(default_factory=Status)
     metrics: LifecycleMetrics = field(default_factory=LifecycleMetrics)
 
 
@@ -105,10 +108,11 @@ def build_unit(
     nodes: ListWatch | None = None,
     extras: Extras | None = None,
 ) -> Unit:
-    """The lifecycle controller as a unit."""
+    """The lifecycle controller as a unit of the kit: /readyz `node-cache` is its
+    controller's `ready()`, `probe` and /healthz `evaluation` are added here."""
     extras = extras or Extras()
-    clock, status, metrics = SystemClock(), extras.status, extras.metrics
-    prober = extras.prober or build_prober(options, metrics, status)
+    clock, metrics = SystemClock(), extras.metrics
+    prober, problem = (extras.prober, "") if extras.prober else build_prober(options, metrics)
     metrics.unprobed.set(1 if options.unprobed else 0)
     client = Client(cluster, field_manager=names.LIFECYCLE, user_agent=f"{PROG}/{__version__}",
                     timeout=API_TIMEOUT, on_response=metrics.observe_response)  # fmt: skip
@@ -119,26 +123,31 @@ def build_unit(
     config = loop_config(options)
     if extras.watch_selector is not None:
         config = replace(config, selector=extras.watch_selector)
+    latest: list[Controller] = []
 
-    async def work(context: LeaderContext | None) -> None:
-        await Controller(
-            config, api, prober, clock, metrics=metrics, status=status, identity=identity,
-            rng=random.Random(), may_write=context.may_write if context else lambda: True,
-            write_timeout=context.write_timeout if context else API_TIMEOUT, nodes=nodes,
-        ).run()  # fmt: skip
+    def make() -> Controller:
+        made = Controller(config, api, prober, clock, metrics=metrics, identity=identity,
+                          nodes=nodes)  # fmt: skip
+        latest[:] = [made]
+        return made
+
+    interval = options.interval
+    unit = kit_unit(client, metrics, metrics.queue, make, backoff=(min(1.0, interval), interval),
+                    clock=clock, workers=WORKERS, check="node-cache")  # fmt: skip
+
+    def evaluating() -> tuple[bool, str]:
+        return latest[0].evaluating()  # this term's controller
 
     def checks(healthz: Checks, readyz: Checks) -> None:
-        add_checks(healthz, readyz, status, clock, options.interval)
+        unit.checks(healthz, readyz)
+        add_checks(healthz, readyz, evaluating=evaluating, probe_problem=problem)
 
-    return Unit("node-lifecycle", client, permissions(options), metrics.registry, work,
-                checks, leader_callback(status, metrics))  # fmt: skip
+    return replace(unit, checks=checks, on_leading=leader_callback(metrics))
 
 
 def permissions(options: LifecycleOptions) -> list[Access]:
-    return required_access(
-        event_namespace=options.event_namespace,
-        out_of_service=options.settings.out_of_service_taint,
-    )
+    return accesses(declared(event_namespace=options.event_namespace,
+                             out_of_service=options.settings.out_of_service_taint))  # fmt: skip
 
 
 def loop_config(options: LifecycleOptions) -> LoopConfig:
@@ -152,24 +161,24 @@ def loop_config(options: LifecycleOptions) -> LoopConfig:
     )
 
 
-def build_prober(options: LifecycleOptions, metrics: LifecycleMetrics, status: Status) -> Prober:
+def build_prober(options: LifecycleOptions, metrics: LifecycleMetrics) -> tuple[Prober, str]:
     """A test socket per configured (kind, family). An unusable one is one log line and the
-    `probe_capability` gauge at 0; none usable is an error line and `/readyz` failing with it.
-    The prober then answers `error` for what it cannot probe: verdict unknown, never dead."""
+    `probe_capability` gauge at 0; none usable is an error line and `/readyz` failing with it
+    (the problem returned beside the prober). The prober then answers `error` for what it
+    cannot probe: verdict unknown, never dead."""
     kinds = options.settings.kinds
     if not kinds:
         log.warning(
             "unprobed mode (--ping-count=0 without --probe, or --probe=none): eligible Nodes "
             "are deleted on NotReady age alone, without any reachability probe"
         )
-        return SocketProber(options.probe, Capabilities(()))
+        return SocketProber(options.probe, Capabilities(())), ""
     capabilities = detect_capabilities(kinds, options.settings.families, options.icmp_mode)
     for entry in capabilities.entries:
         metrics.capability.labels(entry.kind, entry.family).set(1 if entry.usable else 0)
     report = capability_report(capabilities)
     if report.blocking:
         log.error("%s", report.message)
-        status.probe_problem = report.message
     elif report.message:
         log.warning("%s", report.message)
-    return SocketProber(options.probe, capabilities)
+    return SocketProber(options.probe, capabilities), report.message if report.blocking else ""

@@ -1,8 +1,7 @@
 """What the controllers that exist only in local-ccm-controller-manager (kubelet-serving-approver,
 service-lb-ipam) share: the manager's options as the lifecycle controller reads them
-(credentials, Lease, servers) plus flags of their own, and one controller of the kit
-(`runtime.controller`) run by a `runtime.worker.Worker` while leading, ready once its caches
-are."""
+(credentials, Lease, servers) plus flags of their own, their API client and Node source; their
+unit is `cli.kit.kit_unit`'s."""
 
 from __future__ import annotations
 
@@ -12,8 +11,7 @@ from typing import Any, Generic, TypeVar
 from local_ccm import __version__
 from local_ccm.cli import central
 from local_ccm.cli import lifecycle as base
-from local_ccm.cli.common import Unit, leader_unit
-from local_ccm.clock import Clock, SystemClock
+from local_ccm.cli.common import Unit
 from local_ccm.flags import Flag, Parsed, Problem, unite
 from local_ccm.kube.aio import AsyncClient, KubeListWatch
 from local_ccm.kube.client import Client
@@ -23,9 +21,7 @@ from local_ccm.kube.resources import NODES
 from local_ccm.lifecycle.options import FLAGS as LIFECYCLE_FLAGS
 from local_ccm.lifecycle.options import LifecycleOptions, options_from
 from local_ccm.records import dataclass
-from local_ccm.runtime.controller import Controller, accesses
-from local_ccm.runtime.metrics import ControllerMetrics, QueueMetrics
-from local_ccm.runtime.worker import Worker
+from local_ccm.runtime.metrics import ControllerMetrics
 
 T = TypeVar("T")
 
@@ -79,24 +75,3 @@ def client_of(cluster: ClusterConfig, name: str, metrics: ControllerMetrics) -> 
 def nodes_of(shared: ListWatch | None, client: Client) -> ListWatch:
     """The manager's shared Node watch, else one of its own."""
     return shared or KubeListWatch(AsyncClient(client), NODES)
-
-
-def kit_unit(
-    client: Client,
-    metrics: ControllerMetrics,
-    queue: QueueMetrics,
-    make: Callable[[], Controller],
-    *,
-    backoff: tuple[float, float],
-    clock: Clock | None = None,
-) -> Unit:
-    """The unit of a controller of the kit: for each leadership term a fresh controller from
-    `make()`, run by a `Worker` fenced by the term's write window; the permissions the
-    controller declares are what the start-up review asks."""
-    first = make()
-
-    def worker(may_write: Callable[[], bool]) -> Worker:
-        return Worker(make(), clock=clock or SystemClock(), backoff=backoff, metrics=queue,
-                      may_write=may_write)  # fmt: skip
-
-    return leader_unit(first.name, client, accesses(first.permissions), metrics, worker)

@@ -1,12 +1,16 @@
 """One deletion attempt: a fresh quorum GET and the re-check on it, the optional
 out-of-service taint and wait, then the DELETE with uid + resourceVersion preconditions, or
 its dry-run. Kube errors no step handles end the attempt as `aborted` in the loop.
+
+Every write waits for the leader's write fence (`runtime.controller.Fence`) first; the fresh
+GET that a DELETE's preconditions and re-check come from is read after it, so a wait for the
+fence is followed by a fresh look, never by a decision taken before it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 from local_ccm.clock import Clock
@@ -18,6 +22,7 @@ from local_ccm.lifecycle.core.outofservice import plan_out_of_service
 from local_ccm.lifecycle.core.state import AttemptResult, DeleteAction, LoopConfig, dry_run_message
 from local_ccm.lifecycle.nodeapi import NodeApi, Obj
 from local_ccm.logs import kv
+from local_ccm.runtime.controller import Fence
 from local_ccm.runtime.events import rfc3339
 
 log = logging.getLogger(__name__)
@@ -29,7 +34,7 @@ class AttemptHost(Protocol):
     config: LoopConfig
     api: NodeApi
     clock: Clock
-    may_write: Callable[[], bool]  # False once the leader lease is too old to write
+    fence: Fence  # returns once this process may write
 
     @property
     def breaker_open(self) -> bool: ...
@@ -72,6 +77,7 @@ class Attempt:
     async def fresh(self) -> Obj | AttemptResult:
         """A quorum GET and, on it, the re-check of scope, readiness, age and the breaker."""
         host, action = self.host, self.action
+        await host.fence()  # what is read next is what the write relies on
         try:
             obj: Obj | None = await host.api.get_node(action.name)
         except ke.NotFound:
@@ -92,9 +98,6 @@ class Attempt:
 
     async def delete(self, fresh: Obj) -> AttemptResult:
         host, action = self.host, self.action
-        if not host.may_write():  # the lease is too old for a write to land safely
-            log.warning("not deleting: the leader lease is not fresh", extra=self.fields)
-            return "aborted"
         message = (
             f"deleting Node {action.name} (uid {action.uid}): NotReady since "
             f"{rfc3339(action.t0)} ({action.age:.0f}s); probes: {action.summary}"
@@ -173,8 +176,7 @@ class Attempt:
     ) -> Obj | AttemptResult:
         """Add (or, after a recovery, remove) the taint; a removal ends the attempt."""
         host, action = self.host, self.action
-        if not host.may_write():
-            return "aborted"
+        await host.fence()
         try:
             obj = await host.api.patch_node(action.name, patch)
         except ke.Conflict:

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from typing import Final
 
-from local_ccm.runtime.metrics import WATCH_REASONS, ControllerMetrics, counter, gauge, histogram
+from local_ccm.runtime.metrics import (
+    WATCH_REASONS,
+    ControllerMetrics,
+    QueueMetrics,
+    counter,
+    gauge,
+    histogram,
+)
 from local_ccm.runtime.promtext import Registry
 
 KINDS: Final = ("icmp", "tcp")
@@ -54,6 +61,7 @@ class LifecycleMetrics(ControllerMetrics):
 
     def __init__(self, registry: Registry | None = None) -> None:
         super().__init__(registry)
+        self.queue = QueueMetrics(self.registry, self.controller, self.controller)
         for reason in WATCH_REASONS:
             self.watch_restarts.labels(self.controller, "nodes", reason)
 

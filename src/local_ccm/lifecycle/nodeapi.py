@@ -1,5 +1,5 @@
-"""What node-lifecycle-controller adds to the Node API adapter: slimmed LIST pages, the
-VolumeAttachments of a Node, and the permissions it needs.
+"""What node-lifecycle-controller adds to the Node API adapter: slimmed LIST pages and the
+VolumeAttachments of a Node (the permissions it needs are declared with its controller).
 
 Errors are the kinds of ``local_ccm.kube.errors``; the loop has one policy for each.
 """
@@ -11,7 +11,7 @@ from typing import Protocol
 from local_ccm.kube import nodes as kn
 from local_ccm.kube import resources as r
 from local_ccm.kube.aio import AsyncClient
-from local_ccm.kube.nodes import Access, NodeEvent, NodeList, Obj
+from local_ccm.kube.nodes import NodeEvent, NodeList, Obj
 from local_ccm.lifecycle.core.model import slim_node
 
 __all__ = ["KubeNodeApi", "NodeApi", "NodeEvent", "NodeList", "Obj"]
@@ -48,13 +48,3 @@ class KubeNodeApi(kn.KubeNodeApi):
             for item in listed.get("items") or ()
             if (item.get("spec") or {}).get("nodeName") == node_name
         )
-
-
-def required_access(*, event_namespace: str, out_of_service: bool) -> list[Access]:
-    """What the loop needs; leader election adds its own (`runtime.access.lease_permissions`)."""
-    needed = [Access(verb, "nodes") for verb in ("get", "list", "watch", "delete")]
-    needed.append(Access("create", "events", namespace=event_namespace))
-    if out_of_service:
-        needed.append(Access("patch", "nodes"))
-        needed.append(Access("list", "volumeattachments", "storage.k8s.io"))
-    return needed

@@ -1,9 +1,12 @@
-"""The node-lifecycle-controller's loop.
+"""node-lifecycle-controller as a controller of the kit (`runtime.controller`): its decision is
+global, so it has one key, `NODES`, synced on every relevant Node change, on the result of
+its own work and after `--reconcile-interval` (or sooner, when a waiting Node reaches the
+timeout), as kube-controller-manager's periodic monitors do. `runtime.worker.Worker` runs it.
 
-While leading, a :class:`Controller` keeps the Nodes in an `Informer` cache of `NodeView`s.
-Every watch change, finished probe or attempt, and every `--reconcile-interval`, it evaluates
-the cache with the pure core (`assess` → `plan_deletions`) and performs the plan: Events,
-probes and the self-check (tasks, so probing never blocks evaluation), deletion attempts.
+A sync of `NODES` evaluates the Node cache with the pure core (`assess` -> `plan_deletions`),
+sends the plan's Events and hands its slow work to keys of their own, which the other workers
+run beside the evaluation: `probe/<uid>`, `self-check` and `delete/<uid>` (one deletion
+attempt); each ends by naming `NODES`, so its result is evaluated at once.
 
 One event loop, no locks: state is only changed by code running on it, between awaits.
 """
@@ -11,16 +14,15 @@ One event loop, no locks: state is only changed by code running on it, between a
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import random
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from local_ccm import names
-from local_ccm.clock import Clock, unless_stopped
+from local_ccm.clock import Clock
 from local_ccm.kube import errors as ke
 from local_ccm.kube.informer import Change, Informer, ListWatch, StreamEnd
 from local_ccm.kube.nodes import NodeListWatch
@@ -38,25 +40,63 @@ from local_ccm.lifecycle.core.model import (
     summarize,
 )
 from local_ccm.lifecycle.core.plan import plan_deletions
-from local_ccm.lifecycle.health import Status
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.nodeapi import NodeApi, Obj
 from local_ccm.lifecycle.probe import Prober
 from local_ccm.logs import kv
+from local_ccm.runtime import events as rev
+from local_ccm.runtime.controller import Done, Fence, Permission, RequeueAfter, Result, Watch
 from local_ccm.runtime.events import EventBudget, Reporter, admit, forget, node
 from local_ccm.runtime.outbox import EventOutbox
 
 log = logging.getLogger(__name__)
 
+NAME = "node-lifecycle"
+NODES = "nodes"  # the one key of the evaluation
+SELF_CHECK = "self-check"
+PROBE, DELETE = "probe/", "delete/"  # + the Node's uid
 MIN_WAKE = 0.05
+NOT_SYNCED = "the Node cache is not synced"
+DISCONNECTED = "the Node watch is disconnected"
+AGAIN = (NODES,)  # what a finished piece of work names: evaluate its result now
+# The work an evaluation plans: it runs, then names the keys worth a look.
+Work = Callable[[], Coroutine[Any, Any, tuple[str, ...]]]
+# An attempt turned back by a Node that changed (the fresh GET or the DELETE's preconditions
+# disagree with the cache) leaves the evaluation to that change's watch event or the period:
+# evaluated at once, a cache that lags would have the same attempt planned again, in a loop.
+TURNED_BACK = frozenset({"aborted", "precondition_failed"})
+
+
+def permissions(*, event_namespace: str, out_of_service: bool) -> tuple[Permission, ...]:
+    """The RBAC the controller needs (the chart's ClusterRole for it, Events the
+    `--event-namespace` Role); leader election adds its own (`runtime.access`)."""
+    needed = [
+        Permission("", "nodes", ("get", "list", "watch", "delete")),
+        Permission("", "events", ("create",), namespace=event_namespace),
+    ]
+    if out_of_service:
+        needed.append(Permission("", "nodes", ("patch",)))
+        needed.append(Permission("storage.k8s.io", "volumeattachments", ("list",)))
+    return tuple(needed)
 
 
 def _node_kv(name: str, uid: str, **more: object) -> dict[str, Any]:
     return kv(node=name, uid=uid, **more)
 
 
+async def _open() -> None:
+    """The fence before the worker hands over its own (`beside`)."""
+
+
+def _bind(run: Callable[..., Coroutine[Any, Any, tuple[str, ...]]], *args: Any) -> Work:
+    return lambda: run(*args)
+
+
 class Controller:
-    """The leader's work for one leadership term: a new leader starts from a fresh LIST."""
+    """The leader's state and decisions for one term (`runtime.controller.Controller`): a new
+    leader starts from a fresh LIST."""
+
+    name = NAME
 
     def __init__(
         self,
@@ -66,65 +106,78 @@ class Controller:
         clock: Clock,
         *,
         metrics: LifecycleMetrics,
-        status: Status,
         identity: str,
         rng: random.Random | None = None,
-        may_write: Callable[[], bool] = lambda: True,
-        write_timeout: float = 10.0,
         nodes: ListWatch | None = None,
     ) -> None:
         self.config, self.api, self.prober, self.clock = config, api, prober, clock
-        self.metrics, self.status, self.identity = metrics, status, identity
+        self.metrics, self.identity = metrics, identity
+        self.permissions = permissions(
+            event_namespace=config.event_namespace,
+            out_of_service=config.settings.out_of_service_taint,
+        )
         self.rng = rng or random.Random()
-        self.may_write, self.write_timeout = may_write, write_timeout
         self.informer = Informer(
             nodes or NodeListWatch(api, config.selector), self.project, clock=clock, rng=self.rng,
             name="Nodes", on_end=self._stream_ended, on_watch=self._watching,
         )  # fmt: skip
-        self.informer.add_handler(self._changed)
         self.episodes: dict[str, Episode] = {}
         self.state = pl.PipelineState()
         self._breaker_was_open = False  # for logging its transitions
         self.next_wake = config.interval
+        self.connected = False
+        self.disconnected_at: float | None = None
+        self.last_evaluation: float | None = None
         self._annotation_keys = {p.key for p in config.scope.protected}
-        self._wake = asyncio.Event()
-        self._tasks: dict[str, asyncio.Task[None]] = {}  # "probe/<uid>/<n>", "delete/...", ...
-        self._task_ids = itertools.count()
+        self.work: dict[str, Work] = {}  # key: the latest work planned for it
+        self.fence: Fence = _open
         self.outbox = EventOutbox(
             api, clock, Reporter(names.LIFECYCLE, identity), namespace=config.event_namespace
         )
         self._failed = EventBudget()  # DeletingNodeFailed: once per 10 min per Node
 
-    # ------------------------------------------------------------------ the loop
-    async def run(self) -> None:
-        watch = asyncio.create_task(self.informer.run(), name="node-watch")
-        sender = asyncio.create_task(self.outbox.run(), name="events")
-        try:
-            synced = asyncio.create_task(self.informer.wait_synced())
-            await asyncio.wait({watch, synced}, return_when=asyncio.FIRST_COMPLETED)
-            synced.cancel()
-            if watch.done():
-                watch.result()  # the watch never ends on its own: surface why it did
-            while True:
-                self.evaluate()
-                await unless_stopped(self.clock.sleep(self.next_wake), self._wake)
-                self._wake.clear()
-        finally:
-            watch.cancel()
-            sender.cancel()
-            await self._shutdown()
+    # ------------------------------------------------------------------ the contract
+    def watches(self) -> Sequence[Watch]:
+        return [Watch(self.informer, self._changed)]
 
-    async def _shutdown(self) -> None:
-        """Cancel probes; an in-flight DELETE may finish within its request timeout."""
-        deletes = [t for key, t in self._tasks.items() if key.startswith("delete/")]
-        for key, task in self._tasks.items():
-            if not key.startswith("delete/"):
-                task.cancel()
-        if deletes:
-            await asyncio.wait(deletes, timeout=self.write_timeout)
-        for task in self._tasks.values():
-            task.cancel()
-        self.status.synced = False
+    def synced(self) -> Iterable[str]:
+        return [NODES]
+
+    def beside(self, fence: Fence) -> Sequence[Coroutine[Any, Any, None]]:
+        self.fence = fence  # a deletion attempt's writes wait for it
+        return [self.outbox.run()]
+
+    async def sync(self, key: str) -> Result:
+        """`NODES`: evaluate, plan; any other key: the work planned for it, then `NODES`."""
+        if key == NODES:
+            return RequeueAfter(self.next_wake, others=self.evaluate())
+        work = self.work.pop(key, None)
+        return Done(others=AGAIN if work is None else await work())
+
+    def subject(self, key: str) -> rev.Subject | None:
+        _, _, uid = key.partition("/")
+        view = next((n for n in self.cache.values() if n.uid == uid), None) if uid else None
+        return None if view is None else node(view.name, view.uid)
+
+    def emit(self, spec: rev.EventSpec, subject: rev.Subject) -> None:
+        self.outbox.once(spec, subject, spec.message)
+
+    def ready(self) -> tuple[bool, str]:
+        """The Node cache listed, and its watch not down for two intervals."""
+        if not self.informer.has_synced():
+            return False, NOT_SYNCED
+        gone, limit = self.disconnected_at, 2 * self.config.interval
+        if self.connected or gone is None or self.clock.monotonic() - gone < limit:
+            return True, "ok"
+        return False, DISCONNECTED
+
+    def evaluating(self) -> tuple[bool, str]:
+        """Liveness: evaluations keep coming once the cache has listed."""
+        limit, last = max(3 * self.config.interval, 60.0), self.last_evaluation
+        if last is None:
+            return True, ""
+        ok = self.clock.monotonic() - last < limit
+        return ok, "" if ok else f"no evaluation completed within {limit:g}s"
 
     # ------------------------------------------------------------------ cache
     @property
@@ -135,30 +188,29 @@ class Controller:
         return project_node(obj, self._annotation_keys)
 
     def _watching(self) -> None:
-        self.status.connected, self.status.disconnected_at = True, None
+        self.connected, self.disconnected_at = True, None
 
     def _stream_ended(self, end: StreamEnd) -> None:
         if end.reason == "stopped":
             return
-        self.status.connected = False
-        if self.status.disconnected_at is None:
-            self.status.disconnected_at = self.clock.monotonic()
+        self.connected = False
+        if self.disconnected_at is None:
+            self.disconnected_at = self.clock.monotonic()
         self.metrics.watch_restarts.labels(self.metrics.controller, "nodes", end.reason).inc()
 
-    def _changed(self, change: Change[NodeView]) -> None:
-        if change.type == "SYNCED":
-            self.status.synced = True
-            self._wake.set()
-        elif change.type in ("ADDED", "DELETED"):
-            self._wake.set()
-        elif change.type == "MODIFIED" and change.old is not None and change.new is not None:
+    def _changed(self, change: Change[NodeView]) -> Iterable[str]:
+        if change.type in ("ADDED", "DELETED"):
+            return [NODES]
+        if change.type == "MODIFIED" and change.old is not None and change.new is not None:
             # A heartbeat changes only the resourceVersion: nothing to re-evaluate.
             old, new = change.old, change.new
             if replace(old, resource_version="") != replace(new, resource_version=""):
-                self._wake.set()
+                return [NODES]
+        return []
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self) -> pl.Plan:
+    def evaluate(self) -> tuple[str, ...]:
+        """Assess and plan once; send the Events; the keys of the work planned."""
         started, now = time.perf_counter(), self.clock.now()
         mono = self.clock.monotonic()
         nodes = tuple(self.cache.values())
@@ -173,11 +225,11 @@ class Controller:
         )  # fmt: skip
         self.state = plan.state
         self._publish(assessment, plan)
-        self._act(plan, mono)
+        keys = self._act(plan, mono)
         self.next_wake = self._next_wake(assessment)
-        self.status.last_evaluation = self.clock.monotonic()
+        self.last_evaluation = self.clock.monotonic()
         self.metrics.evaluation.observe(time.perf_counter() - started)
-        return plan
+        return keys
 
     def _log_episodes(self, assessment: Assessment, previous: dict[str, Episode]) -> None:
         for uid in assessment.episodes.started:
@@ -218,32 +270,26 @@ class Controller:
         for decision in plan.decisions:
             log.debug("decision %s", decision.step, extra=_node_kv(decision.name, decision.uid))
 
-    def _act(self, plan: pl.Plan, now: float) -> None:
+    def _act(self, plan: pl.Plan, now: float) -> tuple[str, ...]:
         for event in plan.events:
             self._emit(event.uid, event.name, event.reason, event.message)
         for _, reason in plan.skips:
             self.metrics.skipped.labels(reason).inc()
         for request in plan.probes:
-            self._spawn(f"probe/{request.uid}", self._probe(request, now))
+            self._plan(PROBE + request.uid, _bind(self._probe, request, now))
         if plan.self_check_probes:
-            self._spawn("self-check", self._self_check(plan.self_check_probes))
+            self._plan(SELF_CHECK, _bind(self._self_check, plan.self_check_probes))
         for action in plan.deletions:
-            self._spawn(f"delete/{action.uid}", self._attempt(action))
+            self._plan(DELETE + action.uid, _bind(self._attempt, action))
+        keys = [PROBE + r.uid for r in plan.probes] + [DELETE + a.uid for a in plan.deletions]
+        return (*keys, *([SELF_CHECK] if plan.self_check_probes else []))
 
-    def _spawn(self, kind: str, work: Coroutine[Any, Any, None]) -> None:
-        # Unique keys: a request is never dropped, or a record left "running" would wait for
-        # a result forever; stale results are told apart by their start time instead.
-        key = f"{kind}/{next(self._task_ids)}"
-        task = asyncio.create_task(work, name=key)
-        self._tasks[key] = task
-        task.add_done_callback(lambda t: self._done(key, t))
-
-    def _done(self, key: str, task: asyncio.Task[None]) -> None:
-        if self._tasks.get(key) is task:
-            del self._tasks[key]
-        if not task.cancelled() and task.exception() is not None:
-            log.error("%s failed", key, exc_info=task.exception())
-        self._wake.set()
+    def _plan(self, key: str, work: Work) -> None:
+        # A request is never dropped, or a record left "running" would wait for a result
+        # forever: a newer one for the key replaces one not started yet (stale results are
+        # told apart by their start time), and one planned while the key's work runs is run
+        # after it (the queue holds the key back until then).
+        self.work[key] = work
 
     # ------------------------------------------------------------------ Events
     def _emit(self, uid: str, name: str, reason: str, message: str) -> None:
@@ -275,11 +321,11 @@ class Controller:
             self.metrics.probe_duration.labels(outcome.kind.name).observe(outcome.duration)
         return outcomes
 
-    async def _probe(self, request: pl.ProbeRequest, started: float) -> None:
+    async def _probe(self, request: pl.ProbeRequest, started: float) -> tuple[str, ...]:
         outcomes = await self.run_probe(request.addresses, request.kinds)
         record = self.state.probes.get(request.uid)
         if record is None or record.started != started:
-            return  # the Node stopped being eligible meanwhile; a newer probe counts
+            return AGAIN  # the Node stopped being eligible meanwhile; a newer probe counts
         verdict = combine(outcomes)
         self.metrics.verdicts.labels(verdict).inc()
         before = self.state.probes.get(request.uid)
@@ -287,8 +333,9 @@ class Controller:
         fields = _node_kv(request.name, request.uid, verdict=verdict)
         log.log(level, "probe verdict %s: %s", verdict, summarize(outcomes), extra=fields)
         self.state = pl.record_probe(self.state, request.uid, outcomes, self.clock.monotonic())
+        return AGAIN
 
-    async def _self_check(self, requests: Sequence[pl.ProbeRequest]) -> None:
+    async def _self_check(self, requests: Sequence[pl.ProbeRequest]) -> tuple[str, ...]:
         results = await asyncio.gather(*(self.run_probe(r.addresses, r.kinds) for r in requests))
         before = self.state.self_check
         peers = [r.name for r in requests]
@@ -299,9 +346,10 @@ class Controller:
         if before is None or before.result != result:
             level = logging.WARNING if result == "failed" else logging.INFO
             log.log(level, "self-check %s (peers: %s)", result, ", ".join(peers))
+        return AGAIN
 
     # ------------------------------------------------------------------ deletion
-    async def _attempt(self, action: pl.DeleteAction) -> None:
+    async def _attempt(self, action: pl.DeleteAction) -> tuple[str, ...]:
         try:
             result = await Attempt(self, action).run()
         except asyncio.CancelledError:
@@ -317,6 +365,7 @@ class Controller:
         cached = self.cache.get(action.name)
         if result in ("deleted", "gone") and cached is not None and cached.uid == action.uid:
             self.informer.forget(action.name)  # the watch's DELETED event may come later
+        return () if result in TURNED_BACK else AGAIN
 
     # The rest of `attempt.AttemptHost`.
     @property

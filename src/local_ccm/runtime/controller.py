@@ -8,7 +8,9 @@ leader's write fence, the error policy). docs/design.md, "The controller kit".
 
 A controller whose decision is global (a periodic monitor, as kube-controller-manager has)
 uses one fixed key: its watches map every change to that key, `synced` returns it and `sync`
-ends with `RequeueAfter(period)`.
+ends with `RequeueAfter(period)`; the slow work the evaluation plans (a probe, a deletion) goes
+to keys of its own, named in `RequeueAfter.others`, so workers run it beside the evaluation and
+its sync ends with `Done(others=(the fixed key,))` to have the result evaluated.
 """
 
 from __future__ import annotations
@@ -41,9 +43,11 @@ class Retry:
 
 @dataclass(frozen=True)
 class RequeueAfter:
-    """Settled for now; look again after `seconds` (not a failure: the backoff starts over)."""
+    """Settled for now; look again after `seconds` (not a failure: the backoff starts over);
+    `others`, as for `Done`: keys worth a look now (the work a global evaluation planned)."""
 
     seconds: float
+    others: tuple[str, ...] = ()
 
 
 Result = Done | Retry | RequeueAfter

@@ -35,7 +35,7 @@ from local_ccm.kube.errors import ApiError, Conflict, Transient
 from local_ccm.kube.informer import Change
 from local_ccm.logs import kv
 from local_ccm.runtime import events as ev
-from local_ccm.runtime.controller import Controller, Done, RequeueAfter, Result, Retry, Watch
+from local_ccm.runtime.controller import Controller, RequeueAfter, Result, Retry, Watch
 from local_ccm.runtime.metrics import QueueMetrics
 from local_ccm.runtime.workqueue import WorkQueue
 
@@ -122,6 +122,9 @@ class Worker:
         while True:
             await self.fence()  # while not leading, the keys wait in the queue
             await self.queue.process(self.sync)
+            # A sync that never had to wait (its reads answered from memory) and a queue that
+            # always has the next key would otherwise never let the event loop run anything else.
+            await asyncio.sleep(0)
 
     # ------------------------------------------------------------ one key
 
@@ -151,9 +154,8 @@ class Worker:
         self.queue.done(key)
         if isinstance(result, RequeueAfter):
             self.queue.add_after(key, result.seconds)
-        elif isinstance(result, Done):
-            for other in result.others:
-                self.queue.add(other)
+        for other in result.others:
+            self.queue.add(other)
 
     def _conflict(self, key: str, exc: Conflict) -> None:
         count = self.conflicts[key] = self.conflicts.get(key, 0) + 1

@@ -2,7 +2,9 @@
 added, never worked on by two workers at once (a key added while it is worked on waits until
 that work ends, client-go's dirty set), and a key whose work failed added again after a delay
 that doubles per failure up to a cap (on the injected clock), as client-go's rate-limited work
-queue does; with `metrics`, the queue reports client-go's `workqueue_*` series and its
+queue does. A key waits for one delayed addition at a time, the earliest asked for (client-go's
+delaying queue): a controller that asks to look again after its period on every sync keeps one
+timer, not one per sync. With `metrics`, the queue reports client-go's `workqueue_*` series and its
 workers' controller-runtime `controller_runtime_reconcile_*` (a key's work fails when it is
 queued again meanwhile by `retry` or `requeue`)."""
 
@@ -23,7 +25,7 @@ class WorkQueue:
         self.pending: asyncio.Queue[str] = asyncio.Queue()
         self.queued: dict[str, float] = {}  # key: when it was added (monotonic)
         self.failures: dict[str, int] = {}  # failed attempts per key, for the delay
-        self.retries: set[asyncio.Task[None]] = set()
+        self.waiting: dict[str, tuple[float, asyncio.Task[None]]] = {}  # key: (due, its timer)
         self.processing: dict[str, float] = {}  # key: when its work started
         self.failed: set[str] = set()  # keys being worked on that were retried meanwhile
         self.metrics = metrics
@@ -96,17 +98,24 @@ class WorkQueue:
         self.add(key)
 
     def add_after(self, key: str, delay: float) -> None:
-        """Add `key` after `delay` seconds (not a failure)."""
-        task = asyncio.create_task(self._after(delay, key))
-        self.retries.add(task)
-        task.add_done_callback(self.retries.discard)
+        """Add `key` after `delay` seconds (not a failure), unless it is already due sooner."""
+        due = self.clock.monotonic() + delay
+        waiting = self.waiting.get(key)
+        if waiting is not None:
+            if waiting[0] <= due:
+                return
+            waiting[1].cancel()
+        self.waiting[key] = (due, asyncio.create_task(self._after(delay, key)))
 
     async def _after(self, delay: float, key: str) -> None:
         await self.clock.sleep(delay)
+        del self.waiting[key]
         self.add(key)
 
     async def close(self) -> None:
         """Cancel the delayed additions."""
-        for task in list(self.retries):
+        timers = [task for _, task in self.waiting.values()]
+        self.waiting.clear()
+        for task in timers:
             task.cancel()
-        await asyncio.gather(*self.retries, return_exceptions=True)
+        await asyncio.gather(*timers, return_exceptions=True)

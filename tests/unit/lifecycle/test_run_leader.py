@@ -8,11 +8,12 @@ import random
 
 from local_ccm.lease.election import ElectionConfig
 from local_ccm.lease.elector import LeaderContext, LeaderElector
-from local_ccm.lifecycle.health import Status, leader_callback
+from local_ccm.lifecycle.health import leader_callback
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.run import Controller
 from local_ccm.runtime.metrics import LeaderMetrics
 from local_ccm.runtime.process import run_elected
+from local_ccm.runtime.worker import Worker
 from tests.fakes.clock import FakeClock, settle
 from tests.fakes.lease import FakeLeaseApi
 from tests.fakes.lifecycle import FakeProber, raw_node
@@ -28,10 +29,10 @@ class World:
         self.lease = FakeLeaseApi(clock=self.clock)
         self.nodes = FakeNodeApi(nodes=[raw_node("w1", ready="True")])
         self.metrics = LifecycleMetrics()
-        self.status = Status()
         self.contexts: list[LeaderContext | None] = []
+        self.controllers: list[Controller] = []
         self.leading = LeaderMetrics("node-lifecycle-controller")
-        callback = leader_callback(self.status, self.metrics)
+        callback = leader_callback(self.metrics)
 
         def changed(leading: bool) -> None:
             callback(leading)
@@ -43,10 +44,15 @@ class World:
 
     async def work(self, context: LeaderContext | None) -> None:
         self.contexts.append(context)
-        await Controller(
-            config(), self.nodes, FakeProber(), self.clock, metrics=self.metrics,
-            status=self.status, identity=ELECTION.identity,
-        ).run()  # fmt: skip
+        made = Controller(config(), self.nodes, FakeProber(), self.clock, metrics=self.metrics,
+                          identity=ELECTION.identity)  # fmt: skip
+        self.controllers.append(made)
+        await Worker(made, clock=self.clock, backoff=(1.0, 1.0),
+                     may_write=context.may_write if context else lambda: True).run()  # fmt: skip
+
+    def synced(self) -> bool:
+        """The term's controller is ready: its Node cache listed."""
+        return bool(self.controllers) and self.controllers[-1].ready()[0]
 
     def leader(self) -> float:
         labels = {"name": "node-lifecycle-controller"}
@@ -58,7 +64,7 @@ def test_graceful_stop_releases_the_lease_and_exits_0() -> None:
     async def main() -> tuple[int, World]:
         world, stop = World(), asyncio.Event()
         run = asyncio.create_task(run_elected(world.work, elector=world.elector, stop=stop))
-        await world.clock.run_until(lambda: world.status.synced, timeout=5)
+        await world.clock.run_until(world.synced, timeout=5)
         assert world.leader() == 1
         stop.set()
         await settle()
@@ -77,7 +83,7 @@ def test_failed_renewals_for_the_renew_deadline_exit_3() -> None:
         world = World()
         stop = asyncio.Event()
         run = asyncio.create_task(run_elected(world.work, elector=world.elector, stop=stop))
-        await world.clock.run_until(lambda: world.status.synced, timeout=5)
+        await world.clock.run_until(world.synced, timeout=5)
         world.lease.outage = True
         await world.clock.run_until(run.done, timeout=10)
         return await run, world
@@ -85,14 +91,16 @@ def test_failed_renewals_for_the_renew_deadline_exit_3() -> None:
     code, world = asyncio.run(main())
     assert code == 3
     assert world.leader() == 0
-    assert not world.status.synced
+    assert (
+        world.metrics.registry.get_sample_value("local_ccm_lifecycle_leader_transitions_total") == 1
+    )
 
 
 def test_without_leader_election_it_acts_at_once_and_stops_with_0() -> None:
     async def main() -> int:
         world, stop = World(), asyncio.Event()
         run = asyncio.create_task(run_elected(world.work, elector=None, stop=stop))
-        await world.clock.run_until(lambda: world.status.synced, timeout=5)
+        await world.clock.run_until(world.synced, timeout=5)
         assert world.contexts == [None]
         stop.set()
         await settle()

@@ -1,5 +1,6 @@
-"""The lifecycle loop (local_ccm.lifecycle.run) driven with an in-memory NodeApi, a
-FakeProber and a FakeClock: nothing sleeps, nothing leaves the process."""
+"""The lifecycle controller (local_ccm.lifecycle.run) run by the kit's worker as the binary
+runs it, with an in-memory NodeApi, a FakeProber and a FakeClock: nothing sleeps, nothing
+leaves the process."""
 
 from __future__ import annotations
 
@@ -8,13 +9,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
+from local_ccm.cli.lifecycle import WORKERS
 from local_ccm.kube import errors as ke
+from local_ccm.kube.informer import StreamEnd
 from local_ccm.lifecycle.core.health import Scope
 from local_ccm.lifecycle.core.state import LoopConfig, PipelineSettings
-from local_ccm.lifecycle.health import Status
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.nodeapi import Obj
-from local_ccm.lifecycle.run import Controller
+from local_ccm.lifecycle.run import NODES, Controller
+from local_ccm.runtime.controller import RequeueAfter
+from local_ccm.runtime.process import Status
+from local_ccm.runtime.worker import Worker
 from local_ccm.validate import CountOrPercent
 from tests.fakes.clock import START_WALL, FakeClock, settle
 from tests.fakes.lifecycle import FakeProber, health_checks, raw_node
@@ -29,11 +34,12 @@ class Harness:
         self.api, self.prober, self.config = api, prober, config
         self.clock = FakeClock(wall=START_WALL)
         self.metrics = LifecycleMetrics()
-        self.status = Status(leading=True)
         self.controller = Controller(
-            config, api, prober, self.clock, metrics=self.metrics, status=self.status,
+            config, api, prober, self.clock, metrics=self.metrics,
             identity="test_0123456789abcdef",
         )  # fmt: skip
+        self.worker = Worker(self.controller, clock=self.clock, backoff=(INTERVAL, INTERVAL),
+                             metrics=self.metrics.queue, workers=WORKERS)  # fmt: skip
 
     def value(self, name: str, **labels: str) -> float:
         sample = self.metrics.registry.get_sample_value("local_ccm_lifecycle_" + name, labels)
@@ -55,7 +61,7 @@ def run(
 ) -> Harness:
     async def main() -> Harness:
         harness = Harness(FakeNodeApi(nodes=nodes), prober or FakeProber(), cfg or config())
-        task = asyncio.create_task(harness.controller.run())
+        task = asyncio.create_task(harness.worker.run())
         await settle()
         try:
             await body(harness)
@@ -124,7 +130,7 @@ def test_node_recovered_before_delete_is_not_deleted_and_aborted() -> None:
 
     async def main() -> Harness:
         h = Harness(api, HookedProber(recover), config())
-        task = asyncio.create_task(h.controller.run())
+        task = asyncio.create_task(h.worker.run())
         await h.clock.advance(3 * INTERVAL)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -145,7 +151,7 @@ def test_changed_node_fails_the_precondition_and_survives() -> None:
 
     async def main() -> Harness:
         h = Harness(RacingApi(nodes=[raw_node("c1")]), FakeProber(), config())
-        task = asyncio.create_task(h.controller.run())
+        task = asyncio.create_task(h.worker.run())
         await h.clock.advance(2 * INTERVAL)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -213,23 +219,25 @@ def test_breaker_open_blocks_deletion_and_reports() -> None:
 
 
 def test_readiness_fails_after_the_watch_is_down_for_two_intervals() -> None:
-    clock = FakeClock()
-    status = Status(leading=True, synced=True, connected=False, disconnected_at=clock.monotonic())
-    _, readyz = health_checks(status, clock, INTERVAL)
-    assert all(ok for _, ok, _ in readyz.run())
+    h = Harness(FakeNodeApi(), FakeProber(), config())
+    assert h.controller.ready() == (False, "the Node cache is not synced")
+    h.controller.informer.prime([raw_node("n", ready="True")], "1")
+    h.controller._stream_ended(StreamEnd("error", OSError("connection reset")))
+    assert h.controller.ready() == (True, "ok")
 
     async def later() -> None:
-        await clock.advance(2.5 * INTERVAL)
+        await h.clock.advance(2.5 * INTERVAL)
 
     asyncio.run(later())
-    assert not all(ok for _, ok, _ in readyz.run())
+    assert h.controller.ready() == (False, "the Node watch is disconnected")
+    h.controller._watching()
+    assert h.controller.ready() == (True, "ok")
 
 
 def test_liveness_ignores_api_outages_but_not_a_stuck_loop() -> None:
     clock = FakeClock()
-    status = Status(leading=True, synced=True, last_tick=clock.monotonic(),
-                    last_evaluation=clock.monotonic())  # fmt: skip
-    healthz, _ = health_checks(status, clock, INTERVAL)
+    status = Status(leading=True, last_tick=clock.monotonic())
+    healthz, _ = health_checks(status, clock)
     assert all(ok for _, ok, _ in healthz.run())
 
     async def later() -> None:
@@ -237,3 +245,17 @@ def test_liveness_ignores_api_outages_but_not_a_stuck_loop() -> None:
 
     asyncio.run(later())
     assert [name for name, ok, _ in healthz.run() if not ok] == ["loop"]
+
+
+def test_liveness_fails_once_evaluations_stop_coming() -> None:
+    async def main() -> tuple[list[str], list[str]]:
+        h = Harness(FakeNodeApi(nodes=[raw_node("ok", ready="True")]), FakeProber(), config())
+        h.controller.informer.prime([raw_node("ok", ready="True")], "1")
+        assert isinstance(await h.controller.sync(NODES), RequeueAfter)
+        healthz, _ = health_checks(Status(leading=True, last_tick=h.clock.monotonic()), h.clock,
+                                   evaluating=h.controller.evaluating)  # fmt: skip
+        before = [name for name, ok, _ in healthz.run() if not ok]
+        h.clock.step(61.0)  # the event loop still turns, no evaluation came
+        return before, [name for name, ok, detail in healthz.run() if not ok and "60s" in detail]
+
+    assert asyncio.run(main()) == ([], ["evaluation"])

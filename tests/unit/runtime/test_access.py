@@ -11,8 +11,9 @@ from typing import Any
 from local_ccm.clock import SystemClock
 from local_ccm.kube import errors as ke
 from local_ccm.kube.nodes import Access
-from local_ccm.lifecycle.nodeapi import required_access
+from local_ccm.lifecycle.run import permissions
 from local_ccm.runtime.access import check_access, is_granted, lease_permissions
+from local_ccm.runtime.controller import accesses
 from tests.fakes.clock import FakeClock
 
 Rule = Mapping[str, Any]
@@ -46,7 +47,7 @@ class FakeReviews:
             raise self.errors.pop(0)
 
 
-NEEDED = required_access(event_namespace="default", out_of_service=False)
+NEEDED = accesses(permissions(event_namespace="default", out_of_service=False))
 NEEDED += lease_permissions("kube-system", "nlc")
 
 

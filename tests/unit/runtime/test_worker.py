@@ -359,3 +359,45 @@ def test_permissions_become_the_start_up_review_one_verb_and_name_each() -> None
         "list configmaps/kubevip in namespace kube-system",
         "watch configmaps/kubevip in namespace kube-system",
     ]
+
+
+def test_requeue_after_names_keys_worth_a_look_now() -> None:
+    async def main() -> list[tuple[str, float]]:
+        clock = FakeClock()
+        made = Memory(clock, listed("a"))
+        made.outcomes["a"] = [RequeueAfter(30.0, others=("probe/x",)), DONE]
+        seen: list[tuple[str, float]] = []
+        plain = made.sync
+
+        async def sync(key: str) -> Result:
+            seen.append((key, clock.monotonic() - 1000.0))
+            return await plain(key)
+
+        made.sync = sync  # type: ignore[method-assign]
+        _, task = started(made)
+        await clock.advance(40.0)
+        await stopped(task)
+        return seen
+
+    assert asyncio.run(main()) == [("a", 0.0), ("probe/x", 0.0), ("a", 30.0)]
+
+
+def test_a_key_asked_again_after_its_period_on_every_sync_keeps_one_timer() -> None:
+    """Each change syncs the global key, and each sync asks for a look after the period: the
+    key is looked at once per period, not once per period for every change there was."""
+
+    async def main() -> list[float]:
+        clock = FakeClock()
+        made = Memory(clock, listed("a"))
+        made.outcomes["a"] = [RequeueAfter(10.0)]
+        times: list[float] = []
+        synced_at(made, clock, times)
+        worker, task = started(made)
+        for _ in range(3):
+            await clock.advance(1.0)
+            worker.queue.add("a")  # a change
+        await clock.advance(30.0)
+        await stopped(task)
+        return [t - 1000.0 for t in times]
+
+    assert asyncio.run(main()) == [0.0, 1.0, 2.0, 3.0, 10.0, 20.0, 30.0]
