@@ -229,8 +229,14 @@ class InProcessController:
         self.stop()
 
     def value(self, name: str, **labels: str) -> float:
+        """A `local_ccm_lifecycle_<name>` sample."""
+        return self.sample(PROMETHEUS_PREFIX + name, **labels)
+
+    def sample(self, full_name: str, **labels: str) -> float:
+        """A sample by its full name: the series every controller has (`local_ccm_watch_...`,
+        `workqueue_...`) carry no lifecycle prefix; `labels` must be all of its labels."""
         assert self.started is not None
-        sample = self.started.metrics.registry.get_sample_value(PROMETHEUS_PREFIX + name, labels)
+        sample = self.started.metrics.registry.get_sample_value(full_name, labels)
         return sample or 0.0
 
 
