@@ -193,6 +193,19 @@ def synced_at(made: Memory, clock: FakeClock, times: list[float]) -> Callable[[]
     return lambda: None
 
 
+def keys_synced(made: Memory, clock: FakeClock) -> list[tuple[str, float]]:
+    """Record each synced key with the time since the start (wraps `made.sync`)."""
+    seen: list[tuple[str, float]] = []
+    start, plain = clock.monotonic(), made.sync
+
+    async def sync(key: str) -> Result:
+        seen.append((key, clock.monotonic() - start))
+        return await plain(key)
+
+    made.sync = sync  # type: ignore[method-assign]
+    return seen
+
+
 def test_transient_errors_retry_with_a_doubling_capped_backoff() -> None:
     async def main() -> list[float]:
         clock = FakeClock()
@@ -256,14 +269,7 @@ def test_requeue_after_and_the_keys_a_sync_names() -> None:
         clock = FakeClock()
         made = Memory(clock, listed("a"))
         made.outcomes["a"] = [RequeueAfter(30.0), Done(others=("z",)), DONE]
-        seen: list[tuple[str, float]] = []
-        plain = made.sync
-
-        async def sync(key: str) -> Result:
-            seen.append((key, clock.monotonic() - 1000.0))
-            return await plain(key)
-
-        made.sync = sync  # type: ignore[method-assign]
+        seen = keys_synced(made, clock)
         _, task = started(made)
         await clock.advance(40.0)
         await stopped(task)
@@ -366,14 +372,7 @@ def test_requeue_after_names_keys_worth_a_look_now() -> None:
         clock = FakeClock()
         made = Memory(clock, listed("a"))
         made.outcomes["a"] = [RequeueAfter(30.0, others=("probe/x",)), DONE]
-        seen: list[tuple[str, float]] = []
-        plain = made.sync
-
-        async def sync(key: str) -> Result:
-            seen.append((key, clock.monotonic() - 1000.0))
-            return await plain(key)
-
-        made.sync = sync  # type: ignore[method-assign]
+        seen = keys_synced(made, clock)
         _, task = started(made)
         await clock.advance(40.0)
         await stopped(task)
