@@ -173,14 +173,26 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/* ------------------------------------------------------------ shared pod parts */}}
 
-{{/* apiServer.host: a direct API endpoint for bootstrap; declared env wins over the kubelet-injected variables. */}}
+{{/* apiServer.host: a direct API endpoint for bootstrap; declared env wins over the kubelet-injected variables.
+     Called with (dict "root" $ "hostNetwork" bool). A node-local endpoint (localhost, 127.0.0.0/8,
+     ::1: KubePrism or a node's own proxy) answers only in the node's network namespace, so a Pod
+     with a network namespace of its own keeps the in-cluster `kubernetes` Service instead. */}}
 {{- define "local-ccm.apiServerEnv" -}}
-{{- if .Values.apiServer.host }}
+{{- $host := .root.Values.apiServer.host | toString -}}
+{{- if and $host (or .hostNetwork (not (include "local-ccm.apiServer.nodeLocal" $host))) }}
 - name: KUBERNETES_SERVICE_HOST
-  value: {{ .Values.apiServer.host | quote }}
+  value: {{ $host | quote }}
 - name: KUBERNETES_SERVICE_PORT
-  value: {{ .Values.apiServer.port | toString | quote }}
+  value: {{ .root.Values.apiServer.port | toString | quote }}
 {{- end }}
+{{- end -}}
+
+{{/* "true" when the host (a name or an address) is the node's own loopback. */}}
+{{- define "local-ccm.apiServer.nodeLocal" -}}
+{{- $h := . | lower | trimPrefix "[" | trimSuffix "]" -}}
+{{- if or (eq $h "localhost") (hasSuffix ".localhost" $h) (regexMatch "^127\\.[0-9]+\\.[0-9]+\\.[0-9]+$" $h) (eq $h "::1") (eq $h "0:0:0:0:0:0:0:1") -}}
+true
+{{- end -}}
 {{- end -}}
 
 {{- define "local-ccm.fieldEnv" -}}

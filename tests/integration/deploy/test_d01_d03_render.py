@@ -238,6 +238,39 @@ def test_no_component_needs_cluster_dns_or_the_service_ip_when_api_server_is_set
         assert component(objs, name)["spec"]["template"]["spec"]["hostNetwork"] is True, name
 
 
+def api_env(objs: list[Obj], name: str) -> dict[str, str | None]:
+    env = {e["name"]: e.get("value") for e in container(component(objs, name))["env"]}
+    return {k: env.get(k) for k in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")}
+
+
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1", "127.0.0.53", "::1", "[::1]",
+                                  "LocalHost"])  # fmt: skip
+def test_a_node_local_api_server_stays_with_the_pods_on_the_host_network(
+    chart_helm: Helm, kube_version: str, host: str
+) -> None:
+    """KubePrism (localhost:7445) or a node's own proxy answers only in the node's network
+    namespace: the lifecycle controller in a namespace of its own would be refused there, so
+    it keeps the in-cluster `kubernetes` Service; host-network Pods get the endpoint."""
+    local = {"apiServer.host": host, "apiServer.port": "7445",
+             "nodeIpamController.enabled": "true"}  # fmt: skip
+    objs = render(chart_helm, kube_version, set_values=local)
+    expected = {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": "7445"}
+    assert api_env(objs, "agent") == expected
+    assert api_env(objs, "node-ipam-controller") == expected  # hostNetwork by default
+    assert api_env(objs, "node-lifecycle-controller") == dict.fromkeys(expected)
+    on_host = {**local, "nodeLifecycleController.hostNetwork": "true",
+               "nodeIpamController.hostNetwork": "false"}  # fmt: skip
+    objs = render(chart_helm, kube_version, set_values=on_host)
+    assert api_env(objs, "node-lifecycle-controller") == expected
+    assert api_env(objs, "node-ipam-controller") == dict.fromkeys(expected)
+    # Any other endpoint is reachable from every network namespace: every Pod gets it.
+    remote = {**local, "apiServer.host": "127.example.com"}
+    objs = render(chart_helm, kube_version, set_values=remote)
+    assert api_env(objs, "node-lifecycle-controller")["KUBERNETES_SERVICE_HOST"] == (
+        "127.example.com"
+    )
+
+
 def nlc_pod(objs: list[Obj]) -> tuple[Obj, Obj]:
     """(pod spec, container) of the lifecycle controller's Deployment."""
     nlc = component(objs, "node-lifecycle-controller")
