@@ -16,7 +16,7 @@ manifests set no InternalIP detection; docs/install.md). Nothing in the manifest
 their image name (``ghcr.io/...``, ``IfNotPresent``) is a second tag of the imported image in
 the node's containerd, and the API is reached the way each route expects it, the
 ``kubernetes`` Service's ClusterIP answered inside the node as kube-proxy would
-(``realnode_chart.kubernetes_service``) and KubePrism's ``localhost:7445`` by a loopback relay.
+(``realnode_cluster.kubernetes_service``) and KubePrism's ``localhost:7445`` by a loopback relay.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,6 @@ from local_ccm.names import ADDRESSES_SYNCED_CONDITION, UNINITIALIZED_TAINT
 from tests.support import resources as r
 from tests.support.binaries import Binaries
 from tests.support.chart import CHART, DEPLOY, KINDS, helm, parse
-from tests.support.realnode_chart import kubernetes_service
 from tests.support.realnode_cluster import Cluster, realnode_cluster
 from tests.support.relay import LoopbackRelay
 from tests.support.waiting import eventually
@@ -118,7 +117,7 @@ def api_endpoint(route: str, cluster: Cluster) -> AbstractContextManager[object]
     """The API where each route's Pods look for it: the ``kubernetes`` Service's ClusterIP (as
     kube-proxy would answer it) for deploy/, KubePrism's ``localhost:7445`` for Talos."""
     if route == "deploy":
-        return kubernetes_service(cluster.node)
+        return nullcontext()  # every node of the tier answers the Service (realnode_cluster)
     target = ("127.0.0.1", cluster.node.spec.api_port)
     return LoopbackRelay(cluster.node.names.node_ns, target, port=KUBEPRISM_PORT)
 

@@ -11,8 +11,9 @@ project's imported image: the Go chart's Pod specs (its flags, root with NET_ADM
 in-cluster config) run our binary, which accepts every flag of the original. So the rollout is
 real, and the old release provably works before the upgrade (it initialises the Node), but the
 binary inside the old Pods is ours. The Go charts have no API endpoint value: their Pods use the
-``kubernetes`` Service, which the node reaches through :func:`kubernetes_service` (what
-kube-proxy would give it, for that one Service).
+``kubernetes`` Service, which every node of the tier answers
+(:func:`tests.support.realnode_cluster.kubernetes_service`, what kube-proxy would give it, for that
+one Service).
 
 **The previous release.** This chart has no earlier release: no tag, and 0.4.0 is the first
 version number (src/local_ccm/__init__.py went from 0.1.0 to 0.4.0 in the commit that set it).
@@ -43,7 +44,6 @@ from tests.support.binaries import Binaries
 from tests.support.chart import REPO
 from tests.support.realnode_chart import (
     NAMESPACE,
-    kubernetes_service,
     node_values,
     package_chart,
     run_helm,
@@ -72,7 +72,7 @@ DEPLOYMENTS = r.Resource("apps", "v1", "deployments", "Deployment", True)
 
 @pytest.fixture(scope="module")
 def cluster(request: pytest.FixtureRequest, binaries: Binaries) -> Iterator[Cluster]:
-    with realnode_cluster(request.config, binaries) as started, kubernetes_service(started.node):
+    with realnode_cluster(request.config, binaries) as started:
         yield started
 
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -16,11 +15,7 @@ import yaml
 
 from tests.support import resources as r
 from tests.support.chart import REPO, helm
-from tests.support.cpargs import FIRST_SERVICE_IP
-from tests.support.netns import Namespace
-from tests.support.realnode import RealNode
 from tests.support.realnode_cluster import Cluster
-from tests.support.relay import LoopbackRelay
 
 RELEASE = "local-ccm"
 NAMESPACE = "kube-system"
@@ -92,18 +87,6 @@ def run_helm(
         raise AssertionError(f"helm {verb} failed ({result.code}):\n{result.output}\n"
                              f"{cluster.node.tails()}")  # fmt: skip
     return seconds
-
-
-@contextmanager
-def kubernetes_service(node: RealNode) -> Iterator[None]:
-    """The `kubernetes` Service's ClusterIP (443) on the node, as kube-proxy would make it
-    reachable there: the address on the node's ``lo`` and a relay from it to the apiserver.
-    For manifests with no API server endpoint of their own (in-cluster config: the Go original's
-    chart); only this one Service, and only inside the node's namespace."""
-    Namespace(node.names.node_ns).batch(f"addr add {FIRST_SERVICE_IP}/32 dev lo")
-    target = ("127.0.0.1", node.spec.api_port)
-    with LoopbackRelay(node.names.node_ns, target, port=443, host=FIRST_SERVICE_IP):
-        yield
 
 
 def manager_pod(cluster: Cluster) -> dict[str, Any]:

@@ -29,11 +29,14 @@ from tests.support import nodeconf as nc
 from tests.support.binaries import Binaries, cache_dir
 from tests.support.cgroup import MOUNTINFO, v1_cpu_hierarchy
 from tests.support.controlplane import ControlPlane
+from tests.support.cpargs import FIRST_SERVICE_IP
 from tests.support.dedicated import dedicated_plane
 from tests.support.kcm import start_kcm
+from tests.support.netns import Namespace
 from tests.support.oci import REPO, image_archive, image_ref
 from tests.support.pause import ensure_pause_image
 from tests.support.realnode import NODE_BASE, NodeSpec, RealNode, real_node
+from tests.support.relay import LoopbackRelay
 from tests.support.scheduler import start_scheduler
 
 FIELD_MANAGER = "local-ccm-realnode-test"
@@ -141,6 +144,7 @@ def cluster_on(
     with (
         Client.from_kubeconfig(plane.admin_kubeconfig, field_manager=FIELD_MANAGER) as kube,
         real_node(spec, names) as node,
+        kubernetes_service(node),
     ):
         yield Cluster(plane, node, kube,
                       node.wait_ready(kube) if cni else node.wait_registered(kube))  # fmt: skip
@@ -164,9 +168,23 @@ def another_node_numbered(
     """:func:`another_node` as node ``lcrn-<pid>-<number>``, for callers without pytest."""
     names = nc.NodeNames(os.getpid(), number, NODE_BASE)
     spec = replace(node_spec(cluster.plane, binaries, names), v4=v4)
-    with real_node(spec, names) as node:
+    with real_node(spec, names) as node, kubernetes_service(node):
         node.wait_ready(cluster.kube)
         yield node
+
+
+@contextmanager
+def kubernetes_service(node: RealNode) -> Iterator[None]:
+    """The `kubernetes` Service's ClusterIP (443) on the node, as kube-proxy would make it
+    reachable there: the address on the node's ``lo`` and a relay from it to the apiserver.
+    Every node of a cluster has it: Pods in a network namespace of their own (the lifecycle
+    controller, the controller manager off the host network) and manifests with no API server
+    endpoint (in-cluster config: the Go original's chart) reach the API through it, from the
+    node's namespace or through the pod network's gateway; only this one Service."""
+    Namespace(node.names.node_ns).batch(f"addr add {FIRST_SERVICE_IP}/32 dev lo")
+    target = ("127.0.0.1", node.spec.api_port)
+    with LoopbackRelay(node.names.node_ns, target, port=443, host=FIRST_SERVICE_IP):
+        yield
 
 
 def node_spec(
