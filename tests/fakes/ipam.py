@@ -1,5 +1,5 @@
-"""An in-memory `IpamApi` and a scenario runner for the loop of
-node-ipam-controller (used by tests/unit/ipam/test_run_controller.py and test_readiness.py).
+"""An in-memory `IpamApi` and a scenario runner for node-ipam-controller on the kit (used by
+tests/unit/ipam/test_run_controller.py and test_readiness.py).
 
 The fake stands in for API semantics only as far as the loop relies on them (podCIDRs
 set-once, the uid `test`); the real semantics are proven in tests/integration/ipam.
@@ -21,6 +21,7 @@ from local_ccm.ipam.run import Controller, Settings
 from local_ccm.kube.errors import ApiError, Conflict, Invalid, NotFound, Transient
 from local_ccm.kube.informer import Page, WatchStatus
 from local_ccm.kube.request import WatchEvent
+from local_ccm.runtime.worker import Worker
 from tests.fakes.clock import FakeClock
 
 _uids = itertools.count(1)
@@ -209,7 +210,8 @@ Scenario = Callable[[Controller, FakeApi], Awaitable[None]]
 
 
 def run_scenario(api: FakeApi, scenario: Scenario, **settings: Any) -> Controller:
-    """Run the controller, then `scenario`, with time jumping whenever the loop is idle."""
+    """Run the controller on the kit's worker, then `scenario`, with time jumping whenever
+    the loop is idle."""
 
     async def autojump(clock: FakeClock) -> None:
         while True:
@@ -218,8 +220,11 @@ def run_scenario(api: FakeApi, scenario: Scenario, **settings: Any) -> Controlle
 
     async def main() -> Controller:
         clock = FakeClock(wall=datetime(2026, 1, 1, tzinfo=UTC), frozen_wall=True)
-        controller = Controller(api, Settings(**settings), IpamMetrics(), clock)
-        task = asyncio.ensure_future(controller.run())
+        config = Settings(**settings)
+        controller = Controller(api, config, IpamMetrics(), clock)
+        worker = Worker(controller, clock=clock, backoff=config.backoff,
+                        workers=config.concurrent_node_syncs)  # fmt: skip
+        task = asyncio.ensure_future(worker.run())
         jumper = asyncio.ensure_future(autojump(clock))
         await settle()
         try:

@@ -15,6 +15,7 @@ import yaml
 
 from local_ccm.csr import run as csr
 from local_ccm.csr.options import Settings as CsrSettings
+from local_ccm.ipam import run as ipam
 from local_ccm.lbipam import run as lbipam
 from local_ccm.lbipam.options import Settings as LbSettings
 from local_ccm.lifecycle import run as lifecycle
@@ -59,6 +60,7 @@ CASES = {
         "nlc-clusterrole.yaml",
         lifecycle.permissions(event_namespace="default", out_of_service=True),
     ),
+    "node-ipam": ("ipam-clusterrole.yaml", ipam.permissions(event_namespace="default")),
 }
 # The reviews behind --metrics-secure, which the start-up check does not ask (docs/design.md).
 METRICS_REVIEWS = {("authentication.k8s.io", "tokenreviews", "create", ""),
@@ -69,6 +71,7 @@ METRICS_REVIEWS = {("authentication.k8s.io", "tokenreviews", "create", ""),
 EXTRA = {
     "service-lb-ipam": {("", "events", "patch", "")},
     "node-lifecycle": {*METRICS_REVIEWS, ("storage.k8s.io", "volumeattachments", "watch", "")},
+    "node-ipam": METRICS_REVIEWS,
 }
 
 

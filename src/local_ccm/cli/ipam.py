@@ -7,12 +7,13 @@ rejected, RBAC).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from local_ccm import __version__, names
 from local_ccm.cli import central
-from local_ccm.cli.common import Serving, Unit, leader_unit
+from local_ccm.cli.common import Serving, Unit
+from local_ccm.cli.kit import kit_unit
 from local_ccm.clock import SystemClock
 from local_ccm.flags import Parsed
 from local_ccm.ipam import options as ipam_options
@@ -21,14 +22,14 @@ from local_ccm.ipam.metrics import IpamMetrics
 from local_ccm.ipam.nodeapi import KubeIpamApi, TokenBucket
 from local_ccm.ipam.options import FLAGS, PROG, IpamOptions
 from local_ccm.ipam.run import Controller, Settings
+from local_ccm.ipam.run import permissions as declared
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.nodes import Access
 from local_ccm.lease.options import Election
-
-GROUP = "networking.x-k8s.io"
+from local_ccm.runtime.controller import accesses
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -66,13 +67,7 @@ def serving_of(options: IpamOptions) -> Serving:
 
 def permissions(options: IpamOptions) -> list[Access]:
     """The RBAC the controller needs with this configuration (what the chart ships)."""
-    verbs = ("get", "list", "watch", "patch")
-    return [
-        *(Access(verb, "nodes") for verb in verbs),
-        *(Access(verb, "clustercidrs", GROUP) for verb in verbs),
-        Access("patch", "clustercidrs", GROUP, subresource="status"),
-        Access("create", "events", namespace=options.event_namespace),
-    ]
+    return accesses(declared(event_namespace=options.event_namespace))
 
 
 def settings_from(options: IpamOptions, identity: str) -> Settings:
@@ -105,9 +100,10 @@ def build_unit(
     api = KubeIpamApi(AsyncClient(client), count=count,
                       limiter=TokenBucket(options.qps, options.burst))  # fmt: skip
 
-    def make(may_write: Callable[[], bool]) -> Controller:
-        return Controller(api, settings_from(options, identity), metrics, SystemClock(),
-                          may_write=may_write, nodes=nodes)  # fmt: skip
+    settings = settings_from(options, identity)
 
-    return leader_unit("node-ipam", client, permissions(options), metrics, make,
-                       check="controller")  # fmt: skip
+    def make() -> Controller:
+        return Controller(api, settings, metrics, SystemClock(), nodes=nodes)
+
+    return kit_unit(client, metrics, metrics.queue, make, backoff=settings.backoff,
+                    workers=options.concurrent_node_syncs, check="controller")  # fmt: skip

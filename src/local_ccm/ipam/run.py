@@ -1,15 +1,18 @@
-"""The loop of node-ipam-controller: what the leader does.
+"""node-ipam-controller as a controller of the kit (`runtime.controller`): what the leader
+decides; `runtime.worker.Worker` runs it.
 
-Nodes and allocation live in `ipam.nodes`, ClusterCIDR finalizers and status in `ipam.upkeep`,
-Events in `runtime.outbox`; nothing but an allocation waits for anything.
+It watches Nodes and ClusterCIDRs (the latter behind discovery, `ipam.discovery`), and once
+both are listed rebuilds the allocation ledger from the listed Nodes' spec.podCIDRs, never from
+memory (`synced`). Keys: a Node's name (record its CIDRs, or allocate and write them:
+`ipam.nodes`) and `clustercidr/<name>` (apply the pool, keep its finalizer: `ipam.upkeep`).
+Beside the syncs run the status loop, the Event outbox and the discovery loop.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any
 
 from local_ccm import names
@@ -26,29 +29,45 @@ from local_ccm.ipam.core.model import (
 )
 from local_ccm.ipam.core.plan import Allocator
 from local_ccm.ipam.core.status import pool_readiness
+from local_ccm.ipam.discovery import PoolSource
 from local_ccm.ipam.metrics import IpamMetrics
 from local_ccm.ipam.nodeapi import IpamApi, Obj, Watched
-from local_ccm.ipam.nodes import NodeWork
+from local_ccm.ipam.nodes import POOL_KEY, NodeWork
 from local_ccm.ipam.readiness import WatchState, observe_watch, readiness, watch_problems
-from local_ccm.ipam.upkeep import PoolKeeper, Shared
-from local_ccm.kube.errors import ApiError
-from local_ccm.kube.informer import Change, Informer, ListWatch
-from local_ccm.kube.request import WatchEvent
+from local_ccm.ipam.upkeep import Again, PoolKeeper, Shared
+from local_ccm.kube.informer import Change, Informer, ListWatch, StreamEnd
 from local_ccm.logs import V2, kv
 from local_ccm.records import dataclass
+from local_ccm.runtime import events as rev
+from local_ccm.runtime.controller import Done, Fence, Permission, RequeueAfter, Result, Retry, Watch
 from local_ccm.runtime.events import Reporter, node
 from local_ccm.runtime.outbox import EventOutbox
 
 log = logging.getLogger(__name__)
 
+NAME = "node-ipam"
+GROUP = "networking.x-k8s.io"
 FINALIZER_SETTLE = 10.0
-FATAL_TASKS = ("nodes", "clustercidrs", "status", "events", "discovery")
+SETTLE_POLL = 0.05
+STARTUP = "startup"  # the key that lets the Nodes of the recovery go once finalizers settled
+
+
+def permissions(*, event_namespace: str) -> tuple[Permission, ...]:
+    """The RBAC the controller needs (the chart's ClusterRole for it, Events the
+    `--event-namespace` Role); leader election adds its own."""
+    verbs = ("get", "list", "watch", "patch")
+    return (
+        Permission("", "nodes", verbs),
+        Permission(GROUP, "clustercidrs", verbs),
+        Permission(GROUP, "clustercidrs/status", ("patch",)),
+        Permission("", "events", ("create",), namespace=event_namespace),
+    )
 
 
 @dataclass(frozen=True)
 class Settings:
     event_namespace: str = "default"
-    concurrent_node_syncs: int = 20
+    concurrent_node_syncs: int = 20  # the worker count
     status_interval: float = 5.0
     default_pool: Pool | None = None
     reserved: tuple[IPNetwork, ...] = ()
@@ -58,12 +77,15 @@ class Settings:
     # so a CRD installed later is used without a restart.
     discovery_interval: float = 60.0
     retry_interval: float = 60.0  # safety retry of waiting Nodes
-    backoff: tuple[float, float] = (0.5, 10.0)  # first and longest retry delay of a write
+    backoff: tuple[float, float] = (0.5, 10.0)  # first and longest retry delay of a key
     instance: str = names.IPAM
 
 
 class Controller:
-    """The leader's state and work; `run()` until cancelled."""
+    """The leader's state and decisions for one term (`runtime.controller.Controller`): a new
+    leader starts from a fresh LIST."""
+
+    name = NAME
 
     def __init__(
         self,
@@ -72,13 +94,11 @@ class Controller:
         metrics: IpamMetrics,
         clock: Clock,
         *,
-        may_write: Callable[[], bool] = lambda: True,
         rng: random.Random | None = None,
         nodes: ListWatch | None = None,  # the Nodes' list and watch, else the API's own
     ) -> None:
         self.api, self.settings, self.metrics, self.clock = api, settings, metrics, clock
-        self.nodes = nodes
-        self.may_write = may_write
+        self.permissions = permissions(event_namespace=settings.event_namespace)
         self.allocator = Allocator(
             reserved=settings.reserved,
             legacy_and_terms=settings.legacy_and_terms,
@@ -88,28 +108,73 @@ class Controller:
             api, clock, Reporter(names.IPAM, settings.instance), namespace=settings.event_namespace,
             capacity=ev.EVENT_QUEUE, on_drop=metrics.events_dropped.inc, failure_level=V2,
         )  # fmt: skip
-        shared = Shared(api, self.allocator, metrics, clock, self.outbox, self._spawn, self._fence)
-        self.keeper = PoolKeeper(
-            shared, status_interval=settings.status_interval, retry_delay=settings.backoff[0],
-            on_finalizer_added=lambda obj: self.on_pool_event(WatchEvent("MODIFIED", obj)),
-        )  # fmt: skip
+        shared = Shared(api, self.allocator, metrics, clock, self.outbox)
+        self.keeper = PoolKeeper(shared, status_interval=settings.status_interval,
+                                 retry_delay=settings.backoff[0])  # fmt: skip
         self.pools = self.keeper.pools
-        self.work = NodeWork(
-            shared, keeper=self.keeper, concurrency=settings.concurrent_node_syncs,
-            retry_interval=settings.retry_interval, backoff=settings.backoff,
-            fatal=lambda: self._fatal,
-        )  # fmt: skip
-        self.watches: dict[Watched, WatchState] = {}
-        self.informers: dict[Watched, Informer[Any]] = {}
+        self.work = NodeWork(shared, keeper=self.keeper, retry_interval=settings.retry_interval)
         self.rng = rng or random.Random()
-        self.tasks: set[asyncio.Task[Any]] = set()
+        self.source = PoolSource(api, clock, settings.backoff)
+        self.watches_seen: dict[Watched, WatchState] = {}
+        self.informers: dict[Watched, Informer[Any]] = {
+            "clustercidrs": self._informer("clustercidrs", self.source, dict),
+            "nodes": self._informer("nodes", nodes or api.list_watch("nodes"), project_node),
+        }
+        self.written: dict[str, tuple[str, Obj]] = {}  # pool: (version replaced, as written)
+        self.held: list[str] = []  # Nodes of the recovery, until finalizers settled
+        self.settling: set[str] = set()  # pools whose first finalizer write is due
+        self.settle_until = 0.0
         self.recovered = False
-        self.crd_served = False
-        self._fatal: BaseException | None = None
         if settings.default_pool is not None:
             self.allocator.set_pool(settings.default_pool, ready=True)
 
-    # ------------------------------------------------------------ health
+    def _informer(self, what: Watched, source: ListWatch, project: Any) -> Informer[Any]:
+        ended = self.metrics.watch_ended(what)
+
+        def on_end(end: StreamEnd) -> None:
+            if what == "clustercidrs" and self.source.switched:
+                self.source.switched = False  # discovery ended the empty watch: no restart
+                return
+            ended(end)
+
+        self.watches_seen[what] = WatchState()
+        informer: Informer[Any] = Informer(source, project, clock=self.clock, rng=self.rng,
+                                           name=what, on_end=on_end)  # fmt: skip
+        return informer
+
+    @property
+    def crd_served(self) -> bool:
+        return bool(self.source.served)
+
+    # ------------------------------------------------------------ the contract
+
+    def watches(self) -> Sequence[Watch]:
+        return [Watch(self.informers["clustercidrs"], self._pool_changed),
+                Watch(self.informers["nodes"], self._node_changed)]  # fmt: skip
+
+    def synced(self) -> Iterable[str]:
+        return self._recover()
+
+    def beside(self, fence: Fence) -> Sequence[Coroutine[Any, Any, None]]:
+        self.work.fence = fence  # a Node's write after a slow GET waits for it
+        return [
+            self.keeper.status_loop(fence, self._tick),
+            self.outbox.run(),
+            self.source.discover(self.settings.discovery_interval),
+        ]
+
+    async def sync(self, key: str) -> Result:
+        if key == STARTUP:
+            return self._startup()
+        if key.startswith(POOL_KEY):
+            return await self._sync_pool(key.removeprefix(POOL_KEY))
+        return await self.work.sync(key, self.informers["nodes"].cache.get(key))
+
+    def subject(self, key: str) -> rev.Subject | None:
+        return None  # its own Events tell of failed writes (CIDRAssignmentFailed)
+
+    def emit(self, spec: rev.EventSpec, subject: rev.Subject) -> None:
+        self.outbox.once(spec, subject, spec.message)
 
     def ready(self) -> tuple[bool, str]:
         pool_source = self.crd_served or self.settings.default_pool is not None
@@ -117,146 +182,108 @@ class Controller:
         problems = watch_problems(self._observed(now).items(), now)
         return readiness(recovered=self.recovered, pool_source=pool_source, problems=problems)
 
+    # ------------------------------------------------------------ watches
+
     def observe_watches(self) -> None:
-        self.watches = self._observed(self.clock.monotonic())
+        self.watches_seen = self._observed(self.clock.monotonic())
 
     def _observed(self, now: float) -> dict[Watched, WatchState]:
         return {what: observe_watch(state, self.informers[what].status(), now)
-                for what, state in list(self.watches.items())}  # fmt: skip
+                for what, state in list(self.watches_seen.items())}  # fmt: skip
 
-    def _informer(self, what: Watched) -> Informer[Any]:
-        """Started as a task named after `what` (a fatal one); its changes go to the handlers."""
+    # Before the recovery, changes only fill the caches: `synced` names the keys to start with.
 
-        project: Callable[[Obj], Any] = project_node if what == "nodes" else dict
-        informer: Informer[Any] = Informer(
-            (what == "nodes" and self.nodes) or self.api.list_watch(what), project,
-            clock=self.clock, rng=self.rng, name=what,
-            on_end=self.metrics.watch_ended(what),
-        )  # fmt: skip
-        informer.add_handler(self._on_node_change if what == "nodes" else self._on_pool_change)
-        self.informers[what] = informer
-        self.watches.setdefault(what, WatchState())
-        self._spawn(informer.run(), what)
-        return informer
+    def _node_changed(self, change: Change[NodeView]) -> Iterable[str]:
+        if not self.recovered:
+            return []
+        if change.type in ("ADDED", "DELETED") or (
+            change.type == "MODIFIED" and change.old != change.new
+        ):
+            return [change.key]
+        return []
 
-    def _on_node_change(self, change: Change[NodeView]) -> None:
-        if change.type == "SYNCED" and not self.recovered:
-            self._recover(list(self.informers["nodes"].cache.values()))
-        elif self.recovered and change.type in ("ADDED", "MODIFIED", "DELETED"):
-            view = change.new if change.new is not None else change.old
-            if view is not None:
-                self.work.on_node_event(change.type, view)
-
-    def _on_pool_change(self, change: Change[Obj]) -> None:
-        obj = change.new if change.new is not None else change.old
-        if obj is not None and change.type in ("ADDED", "MODIFIED", "DELETED"):
-            self.on_pool_event(WatchEvent(change.type, obj))
-
-    # ------------------------------------------------------------ run
-
-    async def run(self) -> None:
-        """Discovery, pools, Nodes, recovery; then watch and allocate until cancelled."""
-        self.crd_served = await self._retry(self.api.cluster_cidrs_served, "discovery")
-        if self.crd_served:
-            await self._until_synced(self._informer("clustercidrs"))
-        elif self.settings.default_pool is None:
-            log.warning("no ClusterCIDR API and no --cluster-cidr: nothing can be allocated")
-        await self._until_synced(self._informer("nodes"))  # recovers on the first SYNCED
-        if not self.crd_served:
-            self._spawn(self._discover(), "discovery")
-        self._spawn(self.keeper.status_loop(self._tick), "status")
-        self._spawn(self.outbox.run(), "events")
-        try:
-            await self._finalizers_settled()
-            await self.work.allocation_loop()
-        finally:
-            for task in list(self.tasks):
-                task.cancel()
-            await asyncio.gather(*self.tasks, return_exceptions=True)
+    def _pool_changed(self, change: Change[Obj]) -> Iterable[str]:
+        if self.recovered and change.type in ("ADDED", "MODIFIED", "DELETED"):
+            return [POOL_KEY + change.key]
+        return []
 
     def _tick(self) -> None:
         self.observe_watches()
         self.update_gauges()
 
-    async def _finalizers_settled(self) -> None:
-        """Missing finalizers are written before the first allocation, so
-        pools that exist at start-up serve the Nodes waiting then (bounded wait)."""
-        deadline = self.clock.monotonic() + FINALIZER_SETTLE
-        while self.keeper.finalizing and self.clock.monotonic() < deadline:
-            await self.clock.sleep(0.05)
-
-    async def _retry(self, call: Callable[[], Any], what: str) -> Any:
-        """Retry with capped backoff, never exit."""
-        delay = self.settings.backoff[0]
-        while True:
-            try:
-                return await call()
-            except ApiError as exc:
-                log.warning("%s failed: %s; retry in %.1fs", what, exc, delay)
-                await self.clock.sleep(delay)
-                delay = min(delay * 2, self.settings.backoff[1])
-
-    async def _until_synced(self, informer: Informer[Any]) -> None:
-        """Wait for its first snapshot; an informer that failed before raises its error."""
-        synced = asyncio.ensure_future(informer.wait_synced())
-        task = next(t for t in self.tasks if t.get_name() == informer.name)
-        try:
-            await asyncio.wait({synced, task}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            synced.cancel()
-        if not informer.has_synced():
-            task.result()
-
-    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
-        task: asyncio.Task[Any] = asyncio.ensure_future(coro)
-        task.set_name(name)
-        self.tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self.tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            exc = task.exception()
-            log.error("task %s failed: %r", task.get_name(), exc, exc_info=exc)
-            if task.get_name() in FATAL_TASKS:
-                self._fatal = exc
-                self.work.wake.set()
-
-    async def _fence(self) -> None:
-        """No write starts late in a renewal window."""
-        while not self.may_write():
-            await self.clock.sleep(0.1)
-
     # ------------------------------------------------------------ recovery
 
-    def _recover(self, views: list[NodeView]) -> None:
-        with_cidrs = self.work.recover(views)
-        self.recovered = self.keeper.active = True
+    def _recover(self) -> list[str]:
+        """Pools, then the ledger from the listed Nodes; the keys to start with: the pools
+        first, the Nodes without CIDRs once missing finalizers were written (bounded wait), so
+        pools that exist at start-up serve the Nodes waiting then."""
+        if not self.crd_served and self.settings.default_pool is None:
+            log.warning("no ClusterCIDR API and no --cluster-cidr: nothing can be allocated")
+        for obj in self.informers["clustercidrs"].cache.values():
+            cc = project_cluster_cidr(obj)
+            self.keeper.seen(cc, dict(obj.get("status") or {}))
+            self._apply_pool(cc)
+        views = list(self.informers["nodes"].cache.values())
+        with_cidrs, todo = self.work.recover(views)
+        self.recovered = True
         log.info(
             "recovered %d Nodes (%d with CIDRs) and %d ClusterCIDRs",
             len(views), with_cidrs, len(self.pools),
         )  # fmt: skip
-        for name in list(self.pools):
-            self.keeper.plan_finalizer(name)
-            self.keeper.dirty.add(name)
+        self.keeper.dirty.update(self.pools)
+        self.settling = {name for name in self.pools if self.keeper.needs_finalizer_write(name)}
+        self.settle_until = self.clock.monotonic() + FINALIZER_SETTLE
+        self.held = todo
         self.update_gauges()
+        return [*(POOL_KEY + name for name in self.pools), STARTUP]
 
-    # ------------------------------------------------------------ ClusterCIDR events
+    def _startup(self) -> Result:
+        if self.settling and self.clock.monotonic() < self.settle_until:
+            return RequeueAfter(SETTLE_POLL)
+        held, self.held = tuple(self.held), []
+        return Done(others=held)
 
-    def on_pool_event(self, event: WatchEvent) -> None:
-        meta = event.object.get("metadata") or {}
-        name = str(meta.get("name", ""))
-        if event.type == "DELETED":
-            self._pool_gone(name)
-            return
-        cc = project_cluster_cidr(event.object)
-        self.keeper.seen(cc, dict(event.object.get("status") or {}))
-        self._apply_pool(cc)
+    # ------------------------------------------------------------ one ClusterCIDR
 
-    def _apply_pool(self, cc: ClusterCIDR | InvalidClusterCIDR) -> None:
+    async def _sync_pool(self, name: str) -> Result:
+        obj = self._fresh(name)
+        if obj is None:
+            if name in self.pools:
+                self._pool_gone(name)
+            return Done()
+        cc = project_cluster_cidr(obj)
+        self.keeper.seen(cc, dict(obj.get("status") or {}))
+        others = self._apply_pool(cc)
+        try:
+            kept = await self.keeper.keep_finalizer(name)
+        finally:
+            self.settling.discard(name)
+        if isinstance(kept, Again):
+            return Retry("finalizer") if kept.seconds is None else RequeueAfter(kept.seconds)
+        if kept is not None:  # added: ready now, the waiting Nodes are served
+            self.written[name] = (str(obj["metadata"].get("resourceVersion", "")), kept)
+            written = project_cluster_cidr(kept)
+            self.keeper.seen(written, dict(kept.get("status") or {}))
+            others = (*others, *self._apply_pool(written))
+        return Done(others=tuple(dict.fromkeys(others)))
+
+    def _fresh(self, name: str) -> Obj | None:
+        """The cached pool, or what this controller's finalizer write returned while the cache
+        still shows the version that write replaced (its watch event is on the way)."""
+        obj: Obj | None = self.informers["clustercidrs"].cache.get(name)
+        replaced, written = self.written.get(name, ("", None))
+        if obj is None or written is None:
+            return obj
+        if str(obj["metadata"].get("resourceVersion", "")) == replaced:
+            return written
+        del self.written[name]  # the cache caught up
+        return obj
+
+    def _apply_pool(self, cc: ClusterCIDR | InvalidClusterCIDR) -> tuple[str, ...]:
+        """The pool as the allocator uses it; the Nodes worth a look now."""
         subject = ev.pool(cc.name, cc.uid)
         generation = str(cc.generation)
+        others: tuple[str, ...] = ()
         if isinstance(cc, InvalidClusterCIDR):
             self._pool_removed_nodes(cc.name, self.allocator.remove_pool(cc.name))
             self.outbox.once(ev.invalid_pool(cc.reason), subject, generation)
@@ -270,13 +297,14 @@ class Controller:
             if pool.selector is not None and pool.selector.semantics_differ():
                 self.outbox.once(ev.semantics_differ(), subject, generation)
             if reason == "Ready":
-                self.work.requeue_waiting()
+                others = self.work.waiting_keys()
         self.keeper.dirty.add(cc.name)
-        self.keeper.plan_finalizer(cc.name)
+        return others
 
     def _pool_gone(self, name: str) -> None:
         """Dropped at once; CIDRs it still owned stay reserved as unowned."""
         self.keeper.forget(name)
+        self.written.pop(name, None)
         self._pool_removed_nodes(name, self.allocator.remove_pool(name))
         self.metrics.remove_pool(name)
         log.info("ClusterCIDR %s is gone", name, extra=kv(clustercidr=name))
@@ -295,7 +323,7 @@ class Controller:
             states[key.get(pool_readiness(cc)[0], "ready")] += 1
         for state, count in states.items():
             self.metrics.pools.labels(state).set(count)
-        pending = len(self.work.writing)
+        pending = len(self.work.pending)
         reasons = {"no_matching_clustercidr": 0, "exhausted": 0, "write_pending": pending}
         for why in self.work.waiting.values():
             reasons["exhausted" if why == "Exhausted" else "no_matching_clustercidr"] += 1
@@ -308,15 +336,3 @@ class Controller:
             usage = self.allocator.usage(default.name)
             if usage is not None:
                 self.metrics.set_pool(default.name, usage)
-
-    # ------------------------------------------------------------ discovery
-
-    async def _discover(self) -> None:
-        while not self.crd_served:
-            await self.clock.sleep(self.settings.discovery_interval)
-            try:
-                self.crd_served = await self.api.cluster_cidrs_served()
-            except ApiError as exc:
-                log.warning("discovery failed: %s", exc)
-        log.info("the ClusterCIDR API is served now; watching ClusterCIDRs")
-        await self._until_synced(self._informer("clustercidrs"))

@@ -2,16 +2,16 @@
 Event. The finalizer stays while a terminating pool still owns a Node CIDR.
 
 Finalizer writes are JSON Patches guarded by `test /metadata/resourceVersion` (add) or a `test`
-of the entry (remove); a conflict is left to the watch, which brings the newer object. Status
-is a merge patch on /status, at most one per pool per `--status-update-interval`, skipped when
-unchanged. Both run in their own tasks and never delay an allocation.
+of the entry (remove), made by the sync of the pool's key; a conflict is left to the watch,
+which brings the newer object, and the key is looked at again shortly. Status is a merge patch
+on /status, at most one per pool per `--status-update-interval`, skipped when unchanged, written
+by a loop beside the syncs; neither delays an allocation.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from collections.abc import Callable
 
 from local_ccm.clock import Clock
 from local_ccm.ipam.core import events as ev
@@ -33,11 +33,11 @@ from local_ccm.ipam.nodeapi import IpamApi, Obj
 from local_ccm.kube.errors import ApiError, Conflict, Invalid, NotFound
 from local_ccm.logs import V2, kv
 from local_ccm.records import dataclass
+from local_ccm.runtime.controller import Fence
 from local_ccm.runtime.events import rfc3339
 from local_ccm.runtime.outbox import EventOutbox
 
 log = logging.getLogger(__name__)
-Spawn = Callable[[Coroutine[Any, Any, Any], str], object]
 
 
 @dataclass(frozen=True)
@@ -49,34 +49,28 @@ class Shared:
     metrics: IpamMetrics
     clock: Clock
     outbox: EventOutbox
-    spawn: Spawn
-    fence: Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Again:
+    """The finalizer write did not land: plan it again after `seconds` (None: after the key's
+    backoff)."""
+
+    seconds: float | None
 
 
 class PoolKeeper:
     """The ClusterCIDRs as last seen, and the writes that keep their metadata and status."""
 
-    def __init__(
-        self,
-        shared: Shared,
-        *,
-        status_interval: float,
-        retry_delay: float,
-        on_finalizer_added: Callable[[Obj], None],
-    ) -> None:
+    def __init__(self, shared: Shared, *, status_interval: float, retry_delay: float) -> None:
         self.api, self.allocator, self.metrics = shared.api, shared.allocator, shared.metrics
-        self.clock, self.outbox, self.spawn, self.fence = (
-            shared.clock, shared.outbox, shared.spawn, shared.fence
-        )  # fmt: skip
+        self.clock, self.outbox = shared.clock, shared.outbox
         self.status_interval, self.retry_delay = status_interval, retry_delay
-        self.on_finalizer_added = on_finalizer_added
         self.pools: dict[str, CC] = {}
         self.pool_status: dict[str, Obj] = {}  # status as last read or written
         self.dirty: set[str] = set()  # pools whose status may have changed
         self.status_at: dict[str, float] = {}
         self.exhausted: dict[str, tuple[int, ...]] = {}
-        self.finalizing: set[str] = set()
-        self.active = False  # finalizers are planned only after recovery
 
     def seen(self, cc: CC, status: Obj) -> None:
         self.pools[cc.name] = cc
@@ -91,10 +85,16 @@ class PoolKeeper:
 
     # ------------------------------------------------------------ finalizers
 
-    def plan_finalizer(self, name: str) -> None:
+    def needs_finalizer_write(self, name: str) -> bool:
         cc = self.pools.get(name)
-        if cc is None or not self.active or name in self.finalizing:
-            return
+        return cc is not None and plan_finalizer(cc, self.allocator.owned_count(name)) is not None
+
+    async def keep_finalizer(self, name: str) -> Obj | Again | None:
+        """Add or remove the finalizer when the pool needs it: the pool as written when it was
+        added, `Again` when the write did not land, else None."""
+        cc = self.pools.get(name)
+        if cc is None:
+            return None
         owned = self.allocator.owned_count(name)
         if cc.deleting and owned and isinstance(cc, ClusterCIDR):
             usage = self.allocator.usage(name)
@@ -102,39 +102,26 @@ class PoolKeeper:
             self.outbox.once(ev.waiting_for_nodes(int(count)), ev.pool(name, cc.uid), count)
         action = plan_finalizer(cc, owned)
         if action is None:
-            return
+            return None
         ops = add_finalizer_patch(cc) if action == "add" else remove_finalizer_patch(cc)
-        self.finalizing.add(name)
-        self.spawn(self._write_finalizer(name, action, ops), f"finalizer-{name}")
-
-    async def _write_finalizer(self, name: str, action: str, ops: list[Obj]) -> None:
-        retry = False
         try:
-            await self.fence()
             obj = await self.api.patch_cluster_cidr(name, ops)
         except NotFound:
-            return
+            return None
         except (Conflict, Invalid) as exc:  # someone else changed it: the watch brings it
             log.log(V2, "finalizer %s on %s: %s", action, name, exc, extra=kv(clustercidr=name))
-            retry = True
+            return Again(self.retry_delay)
         except ApiError as exc:
             log.warning("finalizer %s on %s failed: %s", action, name, exc,
                         extra=kv(clustercidr=name))  # fmt: skip
-            retry = True
-        else:
-            log.info("finalizer %s on ClusterCIDR %s", "added" if action == "add" else "removed",
-                     name, extra=kv(clustercidr=name))  # fmt: skip
-            if action == "add" and name in self.pools:
-                self.on_finalizer_added(obj)
-        finally:
-            self.finalizing.discard(name)
-        if retry:
-            await self.clock.sleep(self.retry_delay)
-            self.plan_finalizer(name)
+            return Again(None)
+        log.info("finalizer %s on ClusterCIDR %s", "added" if action == "add" else "removed",
+                 name, extra=kv(clustercidr=name))  # fmt: skip
+        return obj if action == "add" and name in self.pools else None
 
     # ------------------------------------------------------------ status
 
-    async def status_loop(self, on_tick: Callable[[], None]) -> None:
+    async def status_loop(self, fence: Fence, on_tick: Callable[[], None]) -> None:
         while True:
             await self.clock.sleep(min(1.0, self.status_interval))
             on_tick()
@@ -142,9 +129,9 @@ class PoolKeeper:
             for name in sorted(self.dirty):
                 if now - self.status_at.get(name, float("-inf")) >= self.status_interval:
                     self.dirty.discard(name)
-                    await self.write_status(name)
+                    await self.write_status(name, fence)
 
-    async def write_status(self, name: str) -> None:
+    async def write_status(self, name: str, fence: Fence) -> None:
         cc = self.pools.get(name)
         if cc is None:
             return
@@ -159,7 +146,7 @@ class PoolKeeper:
         stamped = with_transition_times(desired, current, rfc3339(self.clock.now()))
         self.status_at[name] = self.clock.monotonic()
         try:
-            await self.fence()
+            await fence()
             obj = await self.api.patch_cluster_cidr_status(name, stamped)
         except ApiError as exc:
             log.log(V2, "status of %s: %s", name, exc, extra=kv(clustercidr=name))

@@ -7,6 +7,7 @@ set-once, the uid `test`); the real semantics are proven in tests/integration/ip
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from ipaddress import ip_network
 
 import pytest
@@ -14,7 +15,8 @@ import pytest
 from local_ccm.ipam.core.model import FINALIZER, default_pool
 from local_ccm.ipam.nodeapi import Obj
 from local_ccm.ipam.run import Controller
-from local_ccm.kube.errors import Invalid, NotFound, Transient
+from local_ccm.kube.errors import Conflict, Invalid, NotFound, Transient
+from local_ccm.runtime.metrics import WATCH_REASONS
 from tests.fakes.ipam import (
     FakeApi,
     cidrs,
@@ -272,3 +274,74 @@ def test_reuse_delay_quarantines_released_blocks(reuse_delay: float) -> None:
 
     run_scenario(api, scenario, reuse_delay=reuse_delay)
     assert cidrs(api, "c") == ["10.0.0.0/25"]
+
+
+# ---------------------------------------------------------------- on the kit
+
+
+def test_a_refused_finalizer_write_is_looked_at_again_not_slept_on() -> None:
+    api = FakeApi([node_obj("n", {"a": "1"})],
+                  [pool_obj("p", ipv4="10.0.0.0/24", labels={"a": "1"})])  # fmt: skip
+    original = api.patch_cluster_cidr
+    refusals = [Conflict(409, "Conflict", "changed"), Transient(500, "InternalError", "boom")]
+
+    async def refused_twice(name: str, ops: list[Obj]) -> Obj:
+        if refusals:
+            api.pool_patches.append((name, ops))
+            raise refusals.pop(0)
+        return await original(name, ops)
+
+    api.patch_cluster_cidr = refused_twice  # type: ignore[method-assign]
+    run_scenario(api, nothing)
+    assert [name for name, _ in api.pool_patches] == ["p", "p", "p"]
+    assert FINALIZER in api.pools["p"]["metadata"]["finalizers"]
+    assert cidrs(api, "n") == ["10.0.0.0/24"]
+
+
+def test_concurrent_node_syncs_bounds_the_writes_in_flight() -> None:
+    api = FakeApi([node_obj(f"n{i}") for i in range(6)])
+    original = api.patch_node
+    flight = {"now": 0, "most": 0}
+
+    async def slow(name: str, operations: Sequence[Obj]) -> Obj:
+        flight["now"] += 1
+        flight["most"] = max(flight["most"], flight["now"])
+        await settle(5)
+        flight["now"] -= 1
+        return await original(name, operations)
+
+    api.patch_node = slow  # type: ignore[method-assign]
+    pool = default_pool((ip_network("10.99.0.0/16"),), 24, 64)
+    run_scenario(api, nothing, default_pool=pool, concurrent_node_syncs=2)
+    assert sorted(c for n in api.nodes for c in cidrs(api, n)) == [
+        f"10.99.{i}.0/24" for i in range(6)
+    ]
+    assert flight["most"] == 2
+
+
+def test_the_crd_installed_later_is_used_without_a_restart() -> None:
+    api = FakeApi([node_obj("n", {"c": "1"})], served=False)
+    pool = default_pool((ip_network("10.99.0.0/16"),), 24, 64)
+
+    async def scenario(controller: Controller, api: FakeApi) -> None:
+        assert cidrs(api, "n") == ["10.99.0.0/24"]
+        api.served = True
+        api.pools["crd"] = pool_obj("crd", ipv4="10.98.0.0/24", labels={"c": "1"})
+        while "clustercidrs" not in api.queues or not api.pool_patches:
+            await settle(60)  # past the discovery interval
+        later = node_obj("later", {"c": "1"})
+        api.nodes["later"] = later
+        api.send("nodes", "ADDED", later)
+        await settle()
+        assert controller.ready() == (True, "ok")
+
+    controller = run_scenario(api, scenario, default_pool=pool, discovery_interval=5.0)
+    assert cidrs(api, "later") == ["10.98.0.0/24"]
+    restarts = [
+        controller.metrics.registry.get_sample_value(
+            "local_ccm_watch_restarts_total",
+            {"controller": "node-ipam", "resource": "clustercidrs", "reason": reason},
+        )
+        for reason in WATCH_REASONS
+    ]
+    assert restarts == [0] * len(WATCH_REASONS)  # discovery ending the empty watch is none
