@@ -199,6 +199,14 @@ def election_config(lease: Election, identity: str) -> ElectionConfig:
     return ElectionConfig(lease.lease_duration, lease.renew_deadline, lease.retry_period, identity)
 
 
+def write_timeout_of(lease: Election | None) -> float | None:
+    """How long each write of a central controller may take: with leader election the
+    election's write timeout (the fence: a deposed leader's write gives up before a successor
+    can hold the Lease); without, None (the client's own timeout). Every composition passes
+    this to its API adapter."""
+    return election_config(lease, "-").write_timeout if lease is not None else None
+
+
 def identity_of(given: str, pod_name: str) -> str:
     """Verbatim, else the lower-cased POD_NAME or hostname plus a random suffix."""
     from local_ccm.lease.election import choose_identity  # noqa: PLC0415

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from local_ccm.cli import central, managed
-from local_ccm.cli.common import Unit
+from local_ccm.cli.common import Unit, write_timeout_of
 from local_ccm.cli.kit import kit_unit
 from local_ccm.clock import SystemClock
 from local_ccm.csr.csrapi import KubeCsrApi
@@ -45,7 +45,9 @@ def build_unit(
 ) -> Unit:
     metrics, settings = CsrMetrics(), settings_of(options, identity)
     client = managed.client_of(cluster, NAME, metrics)
-    api, node_source = KubeCsrApi(AsyncClient(client)), managed.nodes_of(nodes, client)
+    write_timeout = write_timeout_of(managed.lease_of(options))
+    api = KubeCsrApi(AsyncClient(client), write_timeout=write_timeout)
+    node_source = managed.nodes_of(nodes, client)
 
     def make() -> Controller:
         return Controller(api, node_source, settings, metrics=metrics, clock=SystemClock())

@@ -12,7 +12,7 @@ from typing import Any
 
 from local_ccm import __version__, names
 from local_ccm.cli import central
-from local_ccm.cli.common import Serving, Unit
+from local_ccm.cli.common import Serving, Unit, write_timeout_of
 from local_ccm.cli.kit import kit_unit
 from local_ccm.clock import SystemClock
 from local_ccm.flags import Parsed
@@ -97,7 +97,8 @@ def build_unit(
         if (verb, resource) == ("patch", "nodes"):
             metrics.node_writes.labels(code).inc()
 
-    api = KubeIpamApi(AsyncClient(client), count=count,
+    write_timeout = write_timeout_of(lease_of(options))
+    api = KubeIpamApi(AsyncClient(client), count=count, write_timeout=write_timeout,
                       limiter=TokenBucket(options.qps, options.burst))  # fmt: skip
 
     settings = settings_from(options, identity)

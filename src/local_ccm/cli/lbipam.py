@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from local_ccm.cli import central, managed
-from local_ccm.cli.common import Unit
+from local_ccm.cli.common import Unit, write_timeout_of
 from local_ccm.cli.kit import kit_unit
 from local_ccm.clock import SystemClock
 from local_ccm.kube.aio import AsyncClient
@@ -50,9 +50,10 @@ def build_unit(
 ) -> Unit:
     metrics = LbMetrics()
     client = managed.client_of(cluster, NAME, metrics)
-    writes = metrics.writes
+    writes, write_timeout = metrics.writes, write_timeout_of(managed.lease_of(options))
     api = KubeLbApi(AsyncClient(client), options.own.kubevip,
-                    observe=lambda verb, res, code: writes.labels(res, code).inc())  # fmt: skip
+                    observe=lambda verb, res, code: writes.labels(res, code).inc(),
+                    write_timeout=write_timeout)  # fmt: skip
     settings, node_source = settings_of(options, identity), managed.nodes_of(nodes, client)
 
     def make() -> Controller:

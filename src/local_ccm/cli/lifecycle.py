@@ -13,7 +13,7 @@ from dataclasses import field, replace
 
 from local_ccm import __version__, names
 from local_ccm.cli import central
-from local_ccm.cli.common import Serving, Unit, election_config
+from local_ccm.cli.common import Serving, Unit, write_timeout_of
 from local_ccm.cli.kit import kit_unit
 from local_ccm.clock import SystemClock
 from local_ccm.kube.aio import AsyncClient
@@ -48,7 +48,7 @@ from local_ccm.runtime.serve import Checks
 from local_ccm.runtime.shared import Match
 
 log = logging.getLogger("local_ccm.cli")
-API_TIMEOUT = 15.0  # reads; writes use the election's write timeout
+API_TIMEOUT = 15.0  # reads (and writes without leader election); see `write_timeout_of`
 # The evaluation and the work it plans (probes, the self-check, deletion attempts) run side by
 # side on these: more than the Nodes probed at once in any cluster the breaker lets through.
 WORKERS = 64
@@ -116,8 +116,7 @@ def build_unit(
     metrics.unprobed.set(1 if options.unprobed else 0)
     client = Client(cluster, field_manager=names.LIFECYCLE, user_agent=f"{PROG}/{__version__}",
                     timeout=API_TIMEOUT, on_response=metrics.observe_response)  # fmt: skip
-    lease = lease_of(options)
-    write_timeout = election_config(lease, "-").write_timeout if lease else API_TIMEOUT
+    write_timeout = write_timeout_of(lease_of(options))
     api: NodeApi = KubeNodeApi(AsyncClient(client), write_timeout=write_timeout)
     api = extras.wrap_api(api) if extras.wrap_api else api
     config = loop_config(options)

@@ -18,6 +18,7 @@ from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.resources import NODES
+from local_ccm.lease.options import Election
 from local_ccm.lifecycle.options import FLAGS as LIFECYCLE_FLAGS
 from local_ccm.lifecycle.options import LifecycleOptions, options_from
 from local_ccm.records import dataclass
@@ -61,9 +62,13 @@ def entry(
     return central.Controller(
         name, central.MANAGER,
         lambda: unite(central.MANAGER, [LIFECYCLE_FLAGS.flags, own_flags], version=__version__),
-        load, fields, lambda o: base.lease_of(o.shared), lambda o: base.serving_of(o.shared),
-        build, default_on=False,
+        load, fields, lease_of, lambda o: base.serving_of(o.shared), build, default_on=False,
     )  # fmt: skip
+
+
+def lease_of(options: Managed[Any]) -> Election | None:
+    """The manager's Lease (the lifecycle controller's options), None without election."""
+    return base.lease_of(options.shared)
 
 
 def client_of(cluster: ClusterConfig, name: str, metrics: ControllerMetrics) -> Client:

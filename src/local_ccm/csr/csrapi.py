@@ -41,10 +41,17 @@ def with_condition(csr: Obj, decision: Decision, now: str) -> Obj:
 
 class KubeCsrApi:
     """`CsrApi` on the project's REST client; `observe` is told (verb, resource, code) of
-    every request but the watch."""
+    every request but the watch; every write gives up after `write_timeout` (None: the
+    client's timeout; a leader passes the election's, see `cli.common.write_timeout_of`)."""
 
-    def __init__(self, client: AsyncClient, observe: Observe = unobserved) -> None:
-        self.client, self.observe = client, observe
+    def __init__(
+        self,
+        client: AsyncClient,
+        observe: Observe = unobserved,
+        *,
+        write_timeout: float | None = None,
+    ) -> None:
+        self.client, self.observe, self.write_timeout = client, observe, write_timeout
 
     async def _call(self, verb: str, resource: str, request: Awaitable[Obj]) -> Obj:
         return await observed(self.observe, verb, resource, request)
@@ -56,9 +63,10 @@ class KubeCsrApi:
         return await self._call("GET", CSRS.plural, self.client.get(CSRS, name))
 
     async def update_approval(self, csr: Obj) -> Obj:
-        update = self.client.update(CSRS, csr, subresource="approval")
+        update = self.client.update(CSRS, csr, subresource="approval",
+                                    timeout=self.write_timeout)  # fmt: skip
         return await self._call("PUT", "certificatesigningrequests/approval", update)
 
     async def create_event(self, namespace: str, body: Obj) -> Obj:
-        event = self.client.create(EVENTS, body, namespace=namespace)
+        event = self.client.create(EVENTS, body, namespace=namespace, timeout=self.write_timeout)
         return await self._call("POST", EVENTS.plural, event)

@@ -51,7 +51,8 @@ class IpamApi(Protocol):
 
 
 class KubeIpamApi(KubeNodeApi):
-    """`IpamApi` on the project's REST client; `count` gets API verbs, 201 for a create."""
+    """`IpamApi` on the project's REST client; `count` gets API verbs, 201 for a create;
+    every write gives up after `write_timeout` (None: the client's timeout)."""
 
     def __init__(
         self,
@@ -59,6 +60,7 @@ class KubeIpamApi(KubeNodeApi):
         *,
         count: RequestCounter | None = None,
         limiter: TokenBucket | None = None,
+        write_timeout: float | None = None,
     ) -> None:
         counter = count or (lambda verb, resource, code: None)
 
@@ -66,7 +68,7 @@ class KubeIpamApi(KubeNodeApi):
             ok = "201" if verb == "POST" and code == "200" else code
             counter(_VERBS.get(verb, verb.lower()), resource, ok)
 
-        super().__init__(client, observe=observe, limiter=limiter)
+        super().__init__(client, observe=observe, limiter=limiter, write_timeout=write_timeout)
 
     async def cluster_cidrs_served(self) -> bool:
         path = f"/apis/{CLUSTER_CIDRS.group}/{CLUSTER_CIDRS.version}"
@@ -82,7 +84,8 @@ class KubeIpamApi(KubeNodeApi):
 
     def _patch(self, name: str, body: Any, **kw: Any) -> Awaitable[Obj]:
         res = CLUSTER_CIDRS
-        return self.call("PATCH", res.plural, lambda: self.client.patch(res, name, body, **kw))
+        return self.call("PATCH", res.plural, lambda: self.client.patch(
+            res, name, body, timeout=self._write_timeout, **kw))  # fmt: skip
 
     async def patch_cluster_cidr(self, name: str, ops: list[Obj]) -> Obj:
         return await self._patch(name, ops, patch_type="json")

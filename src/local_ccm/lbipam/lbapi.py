@@ -29,15 +29,20 @@ class LbApi(Protocol):
 
 class KubeLbApi:
     """`LbApi` on the project's REST client; `observe` is told (verb, resource, code) of every
-    request but the watches. `kubevip` is the ConfigMap's (namespace, name), None: not read."""
+    request but the watches. `kubevip` is the ConfigMap's (namespace, name), None: not read.
+    Every write gives up after `write_timeout` (None: the client's timeout; a leader passes
+    the election's, see `cli.common.write_timeout_of`)."""
 
     def __init__(
         self,
         client: AsyncClient,
         kubevip: tuple[str, str] | None,
         observe: Observe = unobserved,
+        *,
+        write_timeout: float | None = None,
     ) -> None:
         self.client, self.kubevip, self.observe = client, kubevip, observe
+        self.write_timeout = write_timeout
 
     async def _call(self, verb: str, resource: str, request: Awaitable[Obj]) -> Obj:
         return await observed(self.observe, verb, resource, request)
@@ -52,21 +57,20 @@ class KubeLbApi:
         return KubeListWatch(self.client, resource)
 
     async def patch_service(self, namespace: str, name: str, patch: list[Obj]) -> Obj:
-        request = self.client.patch(SERVICES, name, patch, namespace=namespace)
+        request = self.client.patch(SERVICES, name, patch, namespace=namespace,
+                                    timeout=self.write_timeout)  # fmt: skip
         return await self._call("PATCH", "services", request)
 
     async def patch_service_status(self, namespace: str, name: str, patch: list[Obj]) -> Obj:
-        request = self.client.patch(
-            SERVICES, name, patch, namespace=namespace, subresource="status"
-        )
+        request = self.client.patch(SERVICES, name, patch, namespace=namespace,
+                                    subresource="status", timeout=self.write_timeout)  # fmt: skip
         return await self._call("PATCH", "services/status", request)
 
     async def write_pool_status(self, name: str, status: Obj) -> Obj:
-        request = self.client.patch(
-            POOLS, name, {"status": status}, patch_type="merge", subresource="status"
-        )
+        request = self.client.patch(POOLS, name, {"status": status}, patch_type="merge",
+                                    subresource="status", timeout=self.write_timeout)  # fmt: skip
         return await self._call("PATCH", "loadbalancerippools/status", request)
 
     async def create_event(self, namespace: str, body: Obj) -> Obj:
-        event = self.client.create(EVENTS, body, namespace=namespace)
+        event = self.client.create(EVENTS, body, namespace=namespace, timeout=self.write_timeout)
         return await self._call("POST", EVENTS.plural, event)
