@@ -4,8 +4,10 @@ decides, one CSR at a time; `runtime.worker.Worker` runs it.
 Watches map a CSR change, or a change of the requester's Node, to CSR names, and keep the
 index of which Nodes show which addresses and names (`core.claims`) current; a sync reads the
 caches, decides (`core.decide`) and writes the `approval` subresource only for a CSR that has
-no Approved or Denied condition yet. A conflict re-reads and decides again; a CSR deleted
-meanwhile is done; other errors go to the worker's policy (retried with capped backoff).
+no Approved or Denied condition yet. A conflict goes to the worker, which syncs the CSR again at
+once (its conflict policy), and that sync decides on a fresh read, not on the cached copy the
+write was refused for; a CSR deleted meanwhile is done; other errors go to the worker's policy
+(retried with capped backoff).
 """
 
 from __future__ import annotations
@@ -26,11 +28,10 @@ from local_ccm.csr.parse import parse_request
 from local_ccm.kube.errors import ApiError, Conflict, NotFound
 from local_ccm.kube.informer import Change, Informer, ListWatch
 from local_ccm.runtime import events as ev
-from local_ccm.runtime.controller import DONE, Fence, Permission, Result, Retry, Watch
+from local_ccm.runtime.controller import DONE, Fence, Permission, Result, Watch
 from local_ccm.runtime.outbox import EventOutbox
 
 log = logging.getLogger(__name__)
-MAX_CONFLICTS = 5
 SIGNER_NAME = "kubernetes.io/kubelet-serving"
 
 
@@ -90,6 +91,8 @@ class Controller:
         self.nodes: Informer[Node] = Informer(nodes, project_node, clock=clock, rng=rng,
                                               name="nodes", on_end=ended("nodes"))  # fmt: skip
         self._claims: Claims | None = None  # built from the Node cache when first needed
+        self.refused: set[str] = set()  # CSRs whose last write conflicted: read them afresh
+        self.fence: Fence = _open  # the worker's, once `beside` handed it over
 
     def watches(self) -> Sequence[Watch]:
         """Nodes first: a CSR is decided against a full Node cache."""
@@ -99,6 +102,7 @@ class Controller:
         return ()  # every listed CSR came as ADDED
 
     def beside(self, fence: Fence) -> Sequence[Coroutine[Any, Any, None]]:
+        self.fence = fence  # a write after a fresh read waits for it
         return [self.outbox.run()]
 
     def subject(self, key: str) -> ev.Subject | None:
@@ -134,39 +138,46 @@ class Controller:
     # ------------------------------------------------------------ one CSR
 
     async def sync(self, name: str) -> Result:
-        """Decide one CSR and write the decision; a CSR gone (404) is done, other API errors
-        are the worker's to retry."""
-        obj = self.csrs.cache.get(name)
+        """Decide one CSR and write the decision; a CSR gone (404) is done; a conflict and
+        other API errors are the worker's to retry (a conflict at once)."""
         try:
-            for _ in range(MAX_CONFLICTS):
-                if obj is None or await self._decide_and_write(obj):
-                    return DONE
-                obj = await self.api.get_csr(name)  # a conflict: re-read, decide again
+            obj = await self._current(name)
+            if obj is not None:
+                await self._decide_and_write(obj)
         except NotFound:
+            self.refused.discard(name)
             return DONE  # deleted meanwhile: nothing to decide
+        except Conflict:
+            self.refused.add(name)  # the next sync reads it afresh
+            raise
         except ApiError as exc:
             self.metrics.write_failures.labels(str(exc.status)).inc()
             raise
-        log.warning("csr=%s: %d write conflicts in a row, retrying", name, MAX_CONFLICTS)
-        return Retry(f"{MAX_CONFLICTS} write conflicts in a row")
+        self.refused.discard(name)
+        return DONE
 
-    async def _decide_and_write(self, obj: Obj) -> bool:
-        """True when done with this version of the CSR; False after a write conflict."""
+    async def _current(self, name: str) -> Obj | None:
+        """The cached CSR, or after a refused write a fresh read (the cache may still show
+        the version the write was refused for), read before the fence is asked again."""
+        if name not in self.refused:
+            return self.csrs.cache.get(name)
+        obj = await self.api.get_csr(name)
+        await self.fence()
+        return obj
+
+    async def _decide_and_write(self, obj: Obj) -> None:
+        """Decide this version of the CSR and write the decision (raises the write's error)."""
         csr = project_csr(obj)
         node = self.nodes.cache.get(csr.node_name) if csr.node_name else None
         decision = decide(csr, parse_request(csr.request), node, self.settings.policy,
                           self.claims())  # fmt: skip
         if decision.kind == "skip":
-            return True
+            return
         if decision.kind == "wait" or (decision.kind == "deny" and not self.settings.deny):
             self._note_pending(csr, decision)
-            return True
-        try:
-            await self.api.update_approval(with_condition(obj, decision, self._now()))
-        except Conflict:
-            return False
+            return
+        await self.api.update_approval(with_condition(obj, decision, self._now()))
         self._record(csr, decision)
-        return True
 
     def claims(self) -> Claims:
         """Which Nodes show which addresses and names: built from the Node cache once (a
@@ -192,3 +203,7 @@ class Controller:
         verb = "approved" if decision.kind == "approve" else "denied"
         log.info("csr=%s node=%s: %s: %s", csr.name, csr.node_name, verb, decision.message)
         self.outbox.emit(event_of(decision, deny=True), csr_subject(csr))
+
+
+async def _open() -> None:
+    """The fence before the worker hands over its own (`beside`)."""

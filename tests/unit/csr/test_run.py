@@ -1,5 +1,6 @@
-"""The approver's write policy with an in-memory `CsrApi`: one condition per CSR, a conflict
-re-reads and decides again, a deleted CSR is done, `--csr-deny=false` writes nothing."""
+"""The approver's write policy with an in-memory `CsrApi`: one condition per CSR, a conflict is
+the worker's to retry (the next sync decides on a fresh read), a deleted CSR is done,
+`--csr-deny=false` writes nothing."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import itertools
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
 from local_ccm.csr.core.model import Policy, project_node
 from local_ccm.csr.csrapi import Obj
 from local_ccm.csr.metrics import CsrMetrics
@@ -19,7 +22,7 @@ from local_ccm.kube.errors import Conflict, NotFound, Transient
 from local_ccm.kube.informer import Change, ListWatch, Page
 from local_ccm.kube.request import WatchEvent
 from local_ccm.runtime.controller import DONE
-from local_ccm.runtime.worker import Worker
+from local_ccm.runtime.worker import MAX_CONFLICTS, Worker
 from tests.fakes.clock import FakeClock
 from tests.support.csrs import csr_object, request_pem
 
@@ -116,19 +119,56 @@ def test_a_matching_csr_gets_one_approved_condition_and_is_counted() -> None:
     assert decisions(made, "approve", "matches_node") == 1
 
 
-def test_a_conflict_rereads_and_a_decision_made_meanwhile_is_left_alone() -> None:
+def write_failures(made: Controller, code: str) -> float | None:
+    labels = {"code": code}
+    return made.metrics.registry.get_sample_value("local_ccm_csr_write_failures_total", labels)
+
+
+def test_a_conflict_is_raised_for_the_worker_to_retry_and_is_no_write_failure() -> None:
+    api = FakeCsrApi(conflicts=1)
+    made = controller(api, [a_csr()])
+    with pytest.raises(Conflict):
+        asyncio.run(made.sync("c1"))
+    assert api.writes == []
+    assert decisions(made, "approve", "matches_node") is None
+    assert write_failures(made, "409") is None
+
+
+def test_after_a_conflict_a_decision_made_meanwhile_is_left_alone() -> None:
     elsewhere = a_csr() | {"status": {"conditions": [{"type": "Denied", "status": "True"}]}}
     api = FakeCsrApi(conflicts=1, replaced_by=elsewhere)
-    made = controller(api, [a_csr()])
-    asyncio.run(made.sync("c1"))
+    made = controller(api, [a_csr()])  # the cache keeps the undecided copy
+    with pytest.raises(Conflict):
+        asyncio.run(made.sync("c1"))
+    assert asyncio.run(made.sync("c1")) == DONE  # decided on a fresh read, not the cache
     assert api.writes == []
     assert len(conditions(api.stored["c1"])) == 1
 
 
-def test_a_conflict_on_an_undecided_csr_decides_again() -> None:
+def test_after_a_conflict_an_undecided_csr_is_decided_again() -> None:
     api = FakeCsrApi(conflicts=1)
     made = controller(api, [a_csr()])
+    with pytest.raises(Conflict):
+        asyncio.run(made.sync("c1"))
+    assert asyncio.run(made.sync("c1")) == DONE
+    assert len(api.writes) == 1
+    assert decisions(made, "approve", "matches_node") == 1
+
+
+def test_a_write_after_a_fresh_read_waits_for_the_fence() -> None:
+    api = FakeCsrApi(conflicts=1)
+    made = controller(api, [a_csr()])
+    asked: list[int] = []
+
+    async def fence() -> None:
+        asked.append(len(api.writes))
+
+    made.fence = fence
+    with pytest.raises(Conflict):
+        asyncio.run(made.sync("c1"))
+    assert asked == []  # a sync from the cache: the worker asked before it
     asyncio.run(made.sync("c1"))
+    assert asked == [0]  # after the read, before the write
     assert len(api.writes) == 1
 
 
@@ -257,3 +297,55 @@ def test_a_failed_write_retries_after_a_doubling_capped_delay() -> None:
         "local_ccm_csr_write_failures_total", {"code": "503"}
     )
     assert failures == 4
+
+
+class Watched(FakeCsrApi):
+    """`FakeCsrApi` whose list and watch a running worker can hold open."""
+
+    def __init__(self, conflicts: int = 0) -> None:
+        super().__init__(conflicts=conflicts)
+        self.attempts = 0
+
+    def list_watch(self) -> ListWatch:
+        return Quiet()
+
+    async def update_approval(self, csr: Obj) -> Obj:
+        self.attempts += 1
+        return await super().update_approval(csr)
+
+
+def run_worker(api: Watched, clock: FakeClock, seconds: float) -> Controller:
+    """The approver under the kit's worker for `seconds` of `clock`, one CSR queued."""
+    made = Controller(api, Quiet(), Settings(backoff=(1.0, 3.0)), metrics=CsrMetrics(),
+                      clock=clock)  # fmt: skip
+    made.csrs.prime([a_csr()], "1")
+    made.nodes.prime([NODE], "1")
+    api.stored["c1"] = a_csr()
+
+    async def scenario() -> None:
+        worker = Worker(made, clock=clock, backoff=made.settings.backoff,
+                        metrics=made.metrics.queue)  # fmt: skip
+        worker.queue.add("c1")
+        task = asyncio.create_task(worker.run())
+        await clock.advance(seconds)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())
+    return made
+
+
+def test_the_worker_retries_a_conflict_at_once_and_the_csr_is_approved_once() -> None:
+    api = Watched(conflicts=2)
+    made = run_worker(api, FakeClock(), 0.5)  # less than the first backoff step
+    assert api.attempts == 3
+    assert [c["type"] for c in conditions(api.stored["c1"])] == ["Approved"]
+    assert decisions(made, "approve", "matches_node") == 1
+    assert [e["reason"] for e in api.events] == ["KubeletServingApproved"]
+    assert write_failures(made, "409") is None
+
+
+def test_conflicts_in_a_row_are_retried_by_the_worker_alone() -> None:
+    api = Watched(conflicts=1000)
+    run_worker(api, FakeClock(), 0.5)
+    assert api.attempts == 1 + MAX_CONFLICTS  # not MAX_CONFLICTS inside each of those syncs
