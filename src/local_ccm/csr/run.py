@@ -139,7 +139,8 @@ class Controller:
 
     async def sync(self, name: str) -> Result:
         """Decide one CSR and write the decision; a CSR gone (404) is done; a conflict and
-        other API errors are the worker's to retry (a conflict at once)."""
+        other API errors are the worker's to retry (a conflict at once). Only a failed write
+        counts in `write_failures`, not a failed read."""
         try:
             obj = await self._current(name)
             if obj is not None:
@@ -149,9 +150,6 @@ class Controller:
             return DONE  # deleted meanwhile: nothing to decide
         except Conflict:
             self.refused.add(name)  # the next sync reads it afresh
-            raise
-        except ApiError as exc:
-            self.metrics.write_failures.labels(str(exc.status)).inc()
             raise
         self.refused.discard(name)
         return DONE
@@ -176,7 +174,13 @@ class Controller:
         if decision.kind == "wait" or (decision.kind == "deny" and not self.settings.deny):
             self._note_pending(csr, decision)
             return
-        await self.api.update_approval(with_condition(obj, decision, self._now()))
+        try:
+            await self.api.update_approval(with_condition(obj, decision, self._now()))
+        except (NotFound, Conflict):
+            raise  # gone, or changed meanwhile: not a failure
+        except ApiError as exc:
+            self.metrics.write_failures.labels(str(exc.status)).inc()  # the write alone
+            raise
         self._record(csr, decision)
 
     def claims(self) -> Claims:

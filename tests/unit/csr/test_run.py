@@ -155,6 +155,38 @@ def test_after_a_conflict_an_undecided_csr_is_decided_again() -> None:
     assert decisions(made, "approve", "matches_node") == 1
 
 
+class Flaky(FakeCsrApi):
+    """One conflict, then reads answer 503 while `reads_fail`, writes while `writes_fail`."""
+
+    def __init__(self) -> None:
+        super().__init__(conflicts=1)
+        self.reads_fail, self.writes_fail = True, False
+
+    async def get_csr(self, name: str) -> Obj:
+        if self.reads_fail:
+            raise Transient(503, "ServiceUnavailable", "down")
+        return await super().get_csr(name)
+
+    async def update_approval(self, csr: Obj) -> Obj:
+        if self.writes_fail:
+            raise Transient(503, "ServiceUnavailable", "down")
+        return await super().update_approval(csr)
+
+
+def test_only_a_failed_write_counts_as_a_write_failure_not_a_failed_read() -> None:
+    api = Flaky()
+    made = controller(api, [a_csr()])
+    with pytest.raises(Conflict):
+        asyncio.run(made.sync("c1"))
+    with pytest.raises(Transient):
+        asyncio.run(made.sync("c1"))  # the fresh read fails: the worker's to retry
+    assert write_failures(made, "503") is None
+    api.reads_fail, api.writes_fail = False, True
+    with pytest.raises(Transient):
+        asyncio.run(made.sync("c1"))  # read, then the write fails
+    assert write_failures(made, "503") == 1
+
+
 def test_a_write_after_a_fresh_read_waits_for_the_fence() -> None:
     api = FakeCsrApi(conflicts=1)
     made = controller(api, [a_csr()])
