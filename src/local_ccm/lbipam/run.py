@@ -8,8 +8,8 @@ time and writes with JSON Patches guarded by resourceVersion. An address is rese
 ledger before its status write (with the Service's current addresses, until the write lands),
 so no failure or retry can hand one address to two Services; it is released only after the
 Service is gone, or after its status is cleared and the finalizer removed. Pool status is
-written apart (a loop beside the syncs, behind the same write fence), at most once per
-`Settings.status_every`.
+written apart (a loop beside the syncs, each pool's write behind the same write fence), at most
+once per `Settings.status_every`.
 """
 
 from __future__ import annotations
@@ -378,11 +378,12 @@ class Controller:
         while True:
             await self.pools_dirty.wait()
             self.pools_dirty.clear()
-            await fence()
-            await self._write_pool_statuses()
+            await self._write_pool_statuses(fence)
             await self.clock.sleep(self.settings.status_every)
 
-    async def _write_pool_statuses(self) -> None:
+    async def _write_pool_statuses(self, fence: Fence) -> None:
+        """Every pool's usage metrics, and its status where it changed: each write awaits the
+        fence first (the Lease may age while the writes before it go out)."""
         assert self.ledger is not None
         usable = self.pools()
         nodes = list(self.nodes.cache.values())
@@ -403,10 +404,11 @@ class Controller:
                 desired = desired_status(parsed, {}, [])
             wanted = status_update(entry.status, desired, self._now())
             if wanted is not None:
-                await self._write_pool(name, entry, wanted)
+                await self._write_pool(name, entry, wanted, fence)
 
-    async def _write_pool(self, name: str, entry: PoolEntry, status: Obj) -> None:
+    async def _write_pool(self, name: str, entry: PoolEntry, status: Obj, fence: Fence) -> None:
         try:
+            await fence()
             await self.api.write_pool_status(name, status)
         except ApiError as exc:
             self.metrics.write_failures.labels(POOLS.plural, str(exc.status or "error")).inc()

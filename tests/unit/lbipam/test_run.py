@@ -17,7 +17,7 @@ from local_ccm.lbipam.core.plan import FINALIZER
 from local_ccm.lbipam.lbapi import Obj
 from local_ccm.lbipam.metrics import LbMetrics
 from local_ccm.lbipam.run import Controller
-from tests.fakes.clock import FakeClock
+from tests.fakes.clock import FakeClock, settle
 
 POOL = {"apiVersion": "lb.local-ccm.io/v1alpha1", "kind": "LoadBalancerIPPool",
         "metadata": {"name": "p", "uid": "pu"},
@@ -139,3 +139,43 @@ def test_a_service_whose_cache_lags_its_own_write_is_decided_on_what_the_write_r
     asyncio.run(scenario())
     assert api.patches == 1  # the status write; the second sync wrote nothing
     assert ips(api.stored["ns/a"]) == ["198.18.0.1"]
+
+
+class PoolWrites(FakeLbApi):
+    """Records, for each pool status write, how often the fence had been asked by then."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fenced = 0
+        self.writes: list[tuple[str, int]] = []
+
+    async def fence(self) -> None:
+        self.fenced += 1
+
+    async def write_pool_status(self, name: str, status: Obj) -> Obj:
+        self.writes.append((name, self.fenced))
+        return {}
+
+
+def test_the_pool_status_loop_awaits_the_fence_before_each_pool_s_write() -> None:
+    """The Lease can age while one write after another goes out: each asks the fence."""
+    api = PoolWrites()
+    made = Controller(api, Unused(), metrics=LbMetrics(), clock=FakeClock())
+    pools = [copy.deepcopy(POOL) for _ in range(3)]
+    for n, pool in enumerate(pools):
+        pool["metadata"] = {"name": f"p{n}", "uid": f"pu{n}"}
+        pool["spec"] = {"addresses": [f"198.18.{n}.0/24"]}
+    made.services.prime([], "1")
+    made.pool_objects.prime(pools, "1")
+    made.namespaces.prime([], "1")
+    made.nodes.prime([], "1")
+
+    async def scenario() -> None:
+        made._rebuild()  # marks the pool status dirty
+        loop = asyncio.create_task(made._pool_status_loop(api.fence))
+        await settle()  # then it sleeps `status_every` on the fake clock
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+
+    asyncio.run(scenario())
+    assert api.writes == [("p0", 1), ("p1", 2), ("p2", 3)]
