@@ -133,7 +133,7 @@ test-realnode: test-bins image ## real-node tier: a kubelet + containerd node pe
 # Debian's archive. The slowest tests are listed at the end, where a cold run's time goes.
 test: $(VENV)/bin/local-ccm ## the README's test command: every tier but bench, in a network namespace with only lo
 	$(MAKE) --no-print-directory -j2 test-bins image
-	timeout 60m unshare --net sh -c 'ip link set lo up && exec $(PY) -m pytest -m "not bench" --durations=40'
+	timeout 60m unshare --net sh -c 'ip link set lo up && exec $(PY) -m tests.support.alltiers --durations=40'
 
 # The plots are re-drawn even when a bench failed: the results that were taken still count.
 .PHONY: bench

@@ -5,7 +5,7 @@ one after a node's whole life and asserts they are equal.
 Parsers are pure (tests/unit/support/test_hostsnap.py); :func:`take` reads the machine. Objects
 of other test runs that may share the machine (netns-tier namespaces and host links, cpu
 cgroups, runc containers: their names say whose they are) are left out, so that a run beside
-them compares only what is not theirs; in `make test` there are none.
+them compares only what is not theirs; in `make test` the other tiers run beside it.
 """
 
 from __future__ import annotations
