@@ -38,14 +38,17 @@ def conflict_message(kube: Client, pool: str, *parts: str) -> str:
 
 
 def test_lb08_conflicts_are_named_and_do_not_stop_the_pool(
-    space: lb.Space, start_lb: StartLb, kube: Client, track: Tracker
+    space: lb.Space, start_lb: StartLb, kube: Client, track: Tracker, test_labels: dict[str, str]
 ) -> None:
     net, other = lb.block(), lb.block()
     first = space.pool([f"{net}.0/28"])
     second = space.pool([f"{net}.8/29"])
     service_range = space.pool(["10.96.255.240/28"], priority=10)  # tried after the first two
     node = f"lb08-{secrets.token_hex(3)}"
-    kube.create(r.NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
+    # The run's labels: the tracker deletes only what carries them (an unlabelled Node was left
+    # behind, and node IPAM's tests after it on the same plane counted its podCIDR).
+    kube.create(r.NODES, {"apiVersion": "v1", "kind": "Node",
+                          "metadata": {"name": node, "labels": test_labels},
                           "spec": {"podCIDRs": [f"{other}.128/25"]}})  # fmt: skip
     track(r.NODES, node)
     kube.patch(r.NODES, node, {"status": {"addresses": [{"type": "InternalIP",
