@@ -28,10 +28,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from local_ccm.kube.client import Client, Obj
+from local_ccm.lbipam.api import POOLS, SERVICES
 from local_ccm.lbipam.core.allocator import Allocation, build_ledger, decide, hold
 from local_ccm.lbipam.core.pools import Pool, parse_pool
 from local_ccm.lbipam.core.service import parse_service
-from local_ccm.lbipam.lbapi import POOLS, SERVICES
 from tests.support import crds, lb
 from tests.support import resources as r
 from tests.support.binaries import Binaries

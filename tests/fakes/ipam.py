@@ -14,9 +14,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from local_ccm.ipam.api import Obj, Watched
 from local_ccm.ipam.core.model import FINALIZER
 from local_ccm.ipam.metrics import IpamMetrics
-from local_ccm.ipam.nodeapi import Obj, Watched
 from local_ccm.ipam.run import Controller, Settings
 from local_ccm.kube.errors import ApiError, Conflict, Invalid, NotFound, Transient
 from local_ccm.kube.informer import Page, WatchStatus

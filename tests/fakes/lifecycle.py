@@ -15,6 +15,7 @@ from ipaddress import ip_address
 from typing import Any
 
 from local_ccm.clock import Clock
+from local_ccm.lifecycle.core.deletions import plan_deletions
 from local_ccm.lifecycle.core.health import Episode, Scope, assess, recheck
 from local_ccm.lifecycle.core.model import (
     IPAddress,
@@ -25,7 +26,6 @@ from local_ccm.lifecycle.core.model import (
     combine,
     project_node,
 )
-from local_ccm.lifecycle.core.plan import plan_deletions
 from local_ccm.lifecycle.core.state import (
     EventAction,
     PipelineSettings,

@@ -34,7 +34,7 @@ from cryptography import x509
 from local_ccm import flags
 from local_ccm.cli import csr
 from local_ccm.cli.manager import manager_flags
-from local_ccm.csr.csrapi import CSRS
+from local_ccm.csr.api import CSRS
 from local_ccm.kube.client import Client
 from tests.support import chart, pki
 from tests.support import resources as r

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from local_ccm import names
-from local_ccm.csr.csrapi import CSRS
+from local_ccm.csr.api import CSRS
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import ApiError, NotFound
 from tests.integration.ipam.objects import pod_cidrs

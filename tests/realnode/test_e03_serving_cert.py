@@ -24,7 +24,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from local_ccm.csr.csrapi import CSRS, FIELD_SELECTOR, REASON
+from local_ccm.csr.api import CSRS, FIELD_SELECTOR, REASON
 from local_ccm.csr.options import NAME as APPROVER
 from local_ccm.netlink.netns import run_in_netns
 from tests.support.binaries import Binaries

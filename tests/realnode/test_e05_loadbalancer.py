@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from local_ccm.lbipam.lbapi import POOLS, SERVICES
+from local_ccm.lbipam.api import POOLS, SERVICES
 from tests.support.binaries import Binaries
 from tests.support.realnode_chart import (
     install_chart,

@@ -42,8 +42,8 @@ from ipaddress import IPv4Interface, IPv4Network, ip_address
 from pathlib import Path
 from typing import Any, TypeVar
 
-from local_ccm.csr.csrapi import CSRS, FIELD_SELECTOR
-from local_ccm.lbipam.lbapi import SERVICES
+from local_ccm.csr.api import CSRS, FIELD_SELECTOR
+from local_ccm.lbipam.api import SERVICES
 from local_ccm.netlink.netns import run_in_netns
 from tests.support import demo as agent_only
 from tests.support import demo_show as show

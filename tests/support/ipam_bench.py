@@ -23,8 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from local_ccm.ipam.core.allocator import Allocation, Allocator
 from local_ccm.ipam.core.model import FINALIZER, project_cluster_cidr, project_node
-from local_ccm.ipam.core.plan import Allocation, Allocator
 from local_ccm.kube.client import Client, Obj
 from tests.integration.ipam import harness
 from tests.integration.ipam.objects import cluster_cidr

@@ -13,8 +13,8 @@ from typing import Any
 
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import NotFound
-from local_ccm.lbipam.core.plan import CONDITION, FINALIZER
-from local_ccm.lbipam.lbapi import POOLS, SERVICES
+from local_ccm.lbipam.api import POOLS, SERVICES
+from local_ccm.lbipam.core.writes import CONDITION, FINALIZER
 from tests.support import resources as r
 from tests.support.processes import Child, spawn
 from tests.support.waiting import eventually

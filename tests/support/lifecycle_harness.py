@@ -32,8 +32,8 @@ from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.errors import NotFound
 from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.transport import usable_config
+from local_ccm.lifecycle.api import NodeApi, NodeEvent, NodeList, Obj
 from local_ccm.lifecycle.metrics import LifecycleMetrics
-from local_ccm.lifecycle.nodeapi import NodeApi, NodeEvent, NodeList, Obj
 from local_ccm.lifecycle.options import PROG, LifecycleOptions
 from local_ccm.lifecycle.probe import Prober
 from local_ccm.runtime.serve import Servers

@@ -25,7 +25,7 @@ from typing import Any
 
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import ApiError
-from local_ccm.lifecycle.nodeapi import NodeApi, NodeEvent, NodeList, Obj
+from local_ccm.lifecycle.api import NodeApi, NodeEvent, NodeList, Obj
 from tests.support import names
 from tests.support import resources as r
 from tests.support.audit import AuditEvent, audit_log, service_account_user

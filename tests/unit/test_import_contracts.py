@@ -4,8 +4,9 @@ Two halves. The layer lists are read from pyproject.toml and compared with the s
 every top-level package and module of ``local_ccm`` sits in a layer of the top-level contract,
 every subpackage is a layer of the inner contract, and the components are exactly the packages
 with a ``core``. And the real ``lint-imports`` runs on a copy of the tree with a sixth component,
-``local_ccm.widget``: a clean one passes without a contract edit, one whose ``core`` opens a
-socket or imports its own loop fails, naming the widget.
+``local_ccm.widget`` (the template's ``core``, ``api`` and ``run``): a clean one passes without a
+contract edit, one whose ``core`` opens a socket or imports its own loop or API adapter fails,
+naming the widget.
 """
 
 from __future__ import annotations
@@ -193,8 +194,13 @@ def lint_imports(tree: Path, widget: Mapping[str, str]) -> subprocess.CompletedP
         shutil.rmtree(package, ignore_errors=True)
 
 
-def widget(core: str = "", run: str = "from local_ccm.widget import core\n") -> dict[str, str]:
-    return {"__init__.py": "", "core/__init__.py": core, "run.py": run}
+def widget(
+    core: str = "",
+    run: str = "from local_ccm.widget import api, core\n",
+    api: str = "from local_ccm.widget import core\n",
+) -> dict[str, str]:
+    """The template's files: ``core/``, the API adapter ``api.py`` and the loop ``run.py``."""
+    return {"__init__.py": "", "core/__init__.py": core, "api.py": api, "run.py": run}
 
 
 @pytest.mark.timeout(60)
@@ -230,6 +236,11 @@ BROKEN = {
         "from local_ccm.widget import run\n",
         "Inside a component, core decides and everything else builds on it BROKEN",
         "local_ccm.widget.core is not allowed to import local_ccm.widget.run",
+    ),
+    "own-api": Broken(
+        "from local_ccm.widget import api\n",
+        "Inside a component, core decides and everything else builds on it BROKEN",
+        "local_ccm.widget.core is not allowed to import local_ccm.widget.api",
     ),
 }
 

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from local_ccm import names
-from local_ccm.agent import nodeapi as na
+from local_ccm.agent import api as na
 from local_ccm.agent.core import events as ev
 from local_ccm.agent.core.candidates import Detected
 from local_ccm.agent.core.config import AgentConfig, LoopSettings
@@ -35,8 +35,8 @@ from local_ccm.agent.core.decide import (
     decide,
     unmet_run_once,
 )
-from local_ccm.agent.core.plan import plan_addresses
 from local_ccm.agent.core.timing import API_BACKOFF, MONITOR_BACKOFF
+from local_ccm.agent.core.writes import plan_addresses
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.nodecache import NodeCache
 from local_ccm.agent.nodemetadata import NodeMetadata

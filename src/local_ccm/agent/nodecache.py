@@ -14,9 +14,9 @@ import random
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-from local_ccm.agent.core.plan import is_older, node_rv, node_uid
+from local_ccm.agent.api import INFORMER_ERRORS, NodeApi, list_own_node, own_node
+from local_ccm.agent.core.writes import is_older, node_rv, node_uid
 from local_ccm.agent.metrics import AgentMetrics
-from local_ccm.agent.nodeapi import INFORMER_ERRORS, NodeApi, list_own_node, own_node
 from local_ccm.agent.triggers import Health, Triggers
 from local_ccm.clock import Clock
 from local_ccm.kube import informer as inf

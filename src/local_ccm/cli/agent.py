@@ -13,12 +13,12 @@ from collections.abc import Callable, Mapping, Sequence
 
 from local_ccm import names
 from local_ccm.agent import options
+from local_ccm.agent.api import KubeNodeApi, NodeApi
 from local_ccm.agent.core.metadata import Rules
 from local_ccm.agent.kernel import Kernel
 from local_ccm.agent.loop import REQUIRED_ACCESS, Agent, LoopSettings
 from local_ccm.agent.machine import read_facts
 from local_ccm.agent.metrics import AgentMetrics
-from local_ccm.agent.nodeapi import KubeNodeApi, NodeApi
 from local_ccm.agent.nodemetadata import NodeMetadata
 from local_ccm.agent.options import AgentOptions, ConfigResolver
 from local_ccm.agent.providerid import AzureImds, ProviderIdSource

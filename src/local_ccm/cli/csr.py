@@ -10,7 +10,7 @@ from local_ccm.cli import central, managed
 from local_ccm.cli.common import Unit, write_timeout_of
 from local_ccm.cli.kit import kit_unit
 from local_ccm.clock import SystemClock
-from local_ccm.csr.csrapi import KubeCsrApi
+from local_ccm.csr.api import KubeCsrApi
 from local_ccm.csr.metrics import CsrMetrics
 from local_ccm.csr.options import FLAGS, NAME, Settings, settings_fields, settings_from
 from local_ccm.csr.run import Controller

@@ -17,9 +17,9 @@ from local_ccm.cli.kit import kit_unit
 from local_ccm.clock import SystemClock
 from local_ccm.flags import Parsed
 from local_ccm.ipam import options as ipam_options
+from local_ccm.ipam.api import KubeIpamApi, TokenBucket
 from local_ccm.ipam.core.model import default_pool
 from local_ccm.ipam.metrics import IpamMetrics
-from local_ccm.ipam.nodeapi import KubeIpamApi, TokenBucket
 from local_ccm.ipam.options import FLAGS, PROG, IpamOptions
 from local_ccm.ipam.run import Controller, Settings
 from local_ccm.ipam.run import permissions as declared

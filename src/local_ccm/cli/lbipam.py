@@ -14,7 +14,7 @@ from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.nodes import Access
-from local_ccm.lbipam.lbapi import KubeLbApi
+from local_ccm.lbipam.api import KubeLbApi
 from local_ccm.lbipam.metrics import LbMetrics
 from local_ccm.lbipam.options import FLAGS, NAME, Settings, settings_from
 from local_ccm.lbipam.run import Controller

@@ -22,10 +22,10 @@ from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.nodes import Access
 from local_ccm.lease.options import Election
+from local_ccm.lifecycle.api import KubeNodeApi, NodeApi
 from local_ccm.lifecycle.core.state import LoopConfig
 from local_ccm.lifecycle.health import add_checks, leader_callback
 from local_ccm.lifecycle.metrics import LifecycleMetrics
-from local_ccm.lifecycle.nodeapi import KubeNodeApi, NodeApi
 from local_ccm.lifecycle.options import (
     FLAGS,
     PROG,

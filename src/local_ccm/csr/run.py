@@ -18,10 +18,10 @@ from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any
 
 from local_ccm.clock import Clock
+from local_ccm.csr.api import CSRS, CsrApi, Obj, with_condition
 from local_ccm.csr.core.claims import Claims
 from local_ccm.csr.core.decide import Decision, decide
 from local_ccm.csr.core.model import NODE_USER_PREFIX, Csr, Node, project_csr, project_node
-from local_ccm.csr.csrapi import CSRS, CsrApi, Obj, with_condition
 from local_ccm.csr.metrics import CsrMetrics
 from local_ccm.csr.options import NAME, Settings
 from local_ccm.csr.parse import parse_request

@@ -13,7 +13,7 @@ import logging
 from collections.abc import AsyncIterator
 
 from local_ccm.clock import Clock
-from local_ccm.ipam.nodeapi import IpamApi
+from local_ccm.ipam.api import IpamApi
 from local_ccm.kube.errors import ApiError
 from local_ccm.kube.informer import ListWatch, Page
 from local_ccm.kube.request import WatchEvent

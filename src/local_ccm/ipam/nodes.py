@@ -1,6 +1,6 @@
 """Nodes in node-ipam-controller: the sync of one Node's key, its allocation and write.
 
-The `Allocator` (pure, `ipam.core.plan`) makes every decision, serialised on the event loop;
+The `Allocator` (pure, `ipam.core.allocator`) makes every decision, serialised on the event loop;
 a Node's write (`ipam.nodewrite`) starts only after its reservation exists and runs in the
 sync of the Node's key, so `--concurrent-node-syncs` (the worker count) bounds the writes in
 flight and a Node is never written twice at once. A write that did not settle keeps its
@@ -13,9 +13,9 @@ import logging
 from collections import Counter
 
 from local_ccm.ipam.core import events as ev
+from local_ccm.ipam.core.allocator import Allocation, Recorded, Skipped, Waiting, allocation_order
 from local_ccm.ipam.core.cidrset import IPNetwork
 from local_ccm.ipam.core.model import NodeView, project_node
-from local_ccm.ipam.core.plan import Allocation, Recorded, Skipped, Waiting, allocation_order
 from local_ccm.ipam.core.status import foreign_managers
 from local_ccm.ipam.nodewrite import Aborted, Committed, NodeWriter, Outcome, UnknownOutcomeError
 from local_ccm.ipam.upkeep import PoolKeeper, Shared

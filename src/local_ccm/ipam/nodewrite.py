@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+from local_ccm.ipam.api import IpamApi, Obj
+from local_ccm.ipam.core.allocator import Allocation
 from local_ccm.ipam.core.model import NodeView, project_node
-from local_ccm.ipam.core.plan import Allocation
 from local_ccm.ipam.core.status import node_patch
-from local_ccm.ipam.nodeapi import IpamApi, Obj
 from local_ccm.kube.errors import ApiError, NotFound
 from local_ccm.logs import kv
 from local_ccm.records import dataclass

@@ -17,7 +17,9 @@ from typing import Any
 
 from local_ccm import names
 from local_ccm.clock import Clock
+from local_ccm.ipam.api import IpamApi, Obj, Watched
 from local_ccm.ipam.core import events as ev
+from local_ccm.ipam.core.allocator import Allocator
 from local_ccm.ipam.core.cidrset import IPNetwork
 from local_ccm.ipam.core.model import (
     ClusterCIDR,
@@ -27,11 +29,9 @@ from local_ccm.ipam.core.model import (
     project_cluster_cidr,
     project_node,
 )
-from local_ccm.ipam.core.plan import Allocator
 from local_ccm.ipam.core.status import pool_readiness
 from local_ccm.ipam.discovery import PoolSource
 from local_ccm.ipam.metrics import IpamMetrics
-from local_ccm.ipam.nodeapi import IpamApi, Obj, Watched
 from local_ccm.ipam.nodes import POOL_KEY, NodeWork
 from local_ccm.ipam.readiness import WatchState, observe_watch, readiness, watch_problems
 from local_ccm.ipam.upkeep import Again, PoolKeeper, Shared

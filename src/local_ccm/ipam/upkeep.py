@@ -14,10 +14,11 @@ import logging
 from collections.abc import Callable
 
 from local_ccm.clock import Clock
+from local_ccm.ipam.api import IpamApi, Obj
 from local_ccm.ipam.core import events as ev
+from local_ccm.ipam.core.allocator import Allocator
 from local_ccm.ipam.core.ledger import PoolUsage
 from local_ccm.ipam.core.model import ClusterCIDR
-from local_ccm.ipam.core.plan import Allocator
 from local_ccm.ipam.core.status import (
     CC,
     add_finalizer_patch,
@@ -29,7 +30,6 @@ from local_ccm.ipam.core.status import (
     with_transition_times,
 )
 from local_ccm.ipam.metrics import IpamMetrics
-from local_ccm.ipam.nodeapi import IpamApi, Obj
 from local_ccm.kube.errors import ApiError, Conflict, Invalid, NotFound
 from local_ccm.logs import V2, kv
 from local_ccm.records import dataclass

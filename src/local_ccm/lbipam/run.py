@@ -23,7 +23,8 @@ from typing import Any
 from local_ccm.clock import Clock
 from local_ccm.kube.errors import ApiError, Conflict, Forbidden, NotFound, Transient, Unauthorized
 from local_ccm.kube.informer import Change, ErrorKinds, Informer, ListWatch
-from local_ccm.lbipam.core import plan
+from local_ccm.lbipam.api import CONFIGMAPS, NAMESPACES, POOLS, SERVICES, LbApi, Obj
+from local_ccm.lbipam.core import writes
 from local_ccm.lbipam.core.allocator import (
     OUTSIDE_POOLS,
     Allocation,
@@ -36,10 +37,7 @@ from local_ccm.lbipam.core.allocator import (
 )
 from local_ccm.lbipam.core.kubevip import KubeVipPools
 from local_ccm.lbipam.core.ledger import Holder, Ledger
-from local_ccm.lbipam.core.pools import Pool
-from local_ccm.lbipam.core.service import KUBEVIP_ANNOTATION, parse_service
-from local_ccm.lbipam.core.status import NodeNetworks, conflicts, desired_status, status_update
-from local_ccm.lbipam.core.view import (
+from local_ccm.lbipam.core.model import (
     PoolEntry,
     created,
     project_kubevip,
@@ -49,7 +47,9 @@ from local_ccm.lbipam.core.view import (
     project_service,
     service_subject,
 )
-from local_ccm.lbipam.lbapi import CONFIGMAPS, NAMESPACES, POOLS, SERVICES, LbApi, Obj
+from local_ccm.lbipam.core.pools import Pool
+from local_ccm.lbipam.core.service import KUBEVIP_ANNOTATION, parse_service
+from local_ccm.lbipam.core.status import NodeNetworks, conflicts, desired_status, status_update
 from local_ccm.lbipam.metrics import LbMetrics
 from local_ccm.lbipam.options import NAME, Settings
 from local_ccm.runtime import events as ev
@@ -170,7 +170,7 @@ class Controller:
 
     def _ours(self, obj: Mapping[str, Any]) -> bool:
         s = self.settings
-        return plan.class_matches(obj, s.lb_class, classless=s.classless)
+        return writes.class_matches(obj, s.lb_class, classless=s.classless)
 
     def all_keys(self, namespace: str | None = None) -> list[str]:
         """Every Service of our class (in `namespace`)."""
@@ -209,7 +209,7 @@ class Controller:
         """The ledger from every Service of our class that holds or may hold addresses."""
         held = sorted(
             (obj for obj in self.services.cache.values()
-             if self._ours(obj) and (plan.has_finalizer(obj) or plan.current_ips(obj))),
+             if self._ours(obj) and (writes.has_finalizer(obj) or writes.current_ips(obj))),
             key=created,
         )  # fmt: skip
         self.ledger, notes = build_ledger([parse_service(o) for o in held], self.pools())
@@ -226,10 +226,10 @@ class Controller:
         retry (a conflict at once: the Service changed meanwhile)."""
         obj = self._fresh(key)
         s = self.settings
-        what = plan.step(obj, s.lb_class, classless=s.classless)
+        what = writes.step(obj, s.lb_class, classless=s.classless)
         self.woken = []
         try:
-            if what == "forget" and (obj is None or not plan.deleting(obj)):
+            if what == "forget" and (obj is None or not writes.deleting(obj)):
                 self._release(key)
             elif what == "cleanup" and obj is not None:
                 await self._cleanup(key, obj)
@@ -249,7 +249,7 @@ class Controller:
         still shows a version that write replaced (its watch event is on the way): deciding on
         the older copy would only end in a refused write."""
         obj, mine = self.services.cache.get(key), self.written.get(key)
-        if obj is not None and mine is not None and plan.version(obj) in mine[0]:
+        if obj is not None and mine is not None and writes.version(obj) in mine[0]:
             return mine[1]
         self.written.pop(key, None)
         return obj
@@ -261,7 +261,7 @@ class Controller:
         if not answer:
             return base
         answer = project_service(answer)  # kept like the cache's copies
-        replaced = self.written.get(key, (frozenset[str](), base))[0] | {plan.version(base)}
+        replaced = self.written.get(key, (frozenset[str](), base))[0] | {writes.version(base)}
         self.written[key] = (replaced, answer)
         return answer
 
@@ -284,15 +284,15 @@ class Controller:
         """A deleted or no-longer-LoadBalancer Service: status cleared (if it still exists as
         another type), then the finalizer removed; its addresses are released when it is gone
         (deleted) or at once (type changed: nothing shows them any more)."""
-        deleting = plan.deleting(obj)
+        deleting = writes.deleting(obj)
         if not deleting:
-            patch = plan.status_patch(obj, [], plan.condition(None, plan.generation(obj),
+            patch = writes.status_patch(obj, [], writes.condition(None, writes.generation(obj),
                                                               self._now()))  # fmt: skip
             if patch is not None:
                 obj = await self._patch(key, obj, patch, status=True)
-        patch = plan.finalizer_patch(obj, present=False)
+        patch = writes.finalizer_patch(obj, present=False)
         if not deleting and self.settings.kubevip_annotation:
-            patch += (plan.annotation_patch(obj, KUBEVIP_ANNOTATION, None) or [])[1:]
+            patch += (writes.annotation_patch(obj, KUBEVIP_ANNOTATION, None) or [])[1:]
         await self._patch(key, obj, patch)
         if not deleting:
             self._release(key)
@@ -301,22 +301,22 @@ class Controller:
     async def _allocate(self, key: str, obj: Obj) -> None:
         assert self.ledger is not None
         namespace = key.split("/", 1)[0]
-        if not plan.has_finalizer(obj):
-            obj = await self._patch(key, obj, plan.finalizer_patch(obj, present=True))
+        if not writes.has_finalizer(obj):
+            obj = await self._patch(key, obj, writes.finalizer_patch(obj, present=True))
         request = parse_service(obj)
         labels = self.namespaces.cache.get(namespace) or {}
         decision = decide(request, self.pools(), self.ledger, labels)
         if isinstance(decision, Allocation):
             self.waiting.discard(key)
             self._reserve(request.key, decision, request.current, request.ports)
-            entries: list[Obj] | None = plan.ingress(decision.addresses)
+            entries: list[Obj] | None = writes.ingress(decision.addresses)
         else:
             self.waiting.add(key)
             entries = None  # a problem changes nothing held
         if not request.current:
             self.first_seen.setdefault(key, self.clock.monotonic())
-        cond = plan.condition(decision, plan.generation(obj), self._now())
-        patch = plan.status_patch(obj, entries, cond)
+        cond = writes.condition(decision, writes.generation(obj), self._now())
+        patch = writes.status_patch(obj, entries, cond)
         if patch is not None:
             written = await self._patch(key, obj, patch, status=True)
             self._written(key, obj, decision, entries, str(cond["message"]))
@@ -330,7 +330,7 @@ class Controller:
     async def _annotate(self, key: str, obj: Obj, allocation: Allocation) -> None:
         """kube-vip's annotation names the addresses, after the status (the source of truth)."""
         text = ",".join(str(a) for a in allocation.addresses)
-        patch = plan.annotation_patch(obj, KUBEVIP_ANNOTATION, text)
+        patch = writes.annotation_patch(obj, KUBEVIP_ANNOTATION, text)
         if patch is not None:
             await self._patch(key, obj, patch)
 
@@ -356,7 +356,7 @@ class Controller:
             if decision.outside:  # kept, but the operator should know: see docs/loadbalancer.md
                 log.warning("svc=%s: %s", key, message)
                 self.outbox.emit(ev.EventSpec("Warning", OUTSIDE_POOLS, message), subject)
-            if entries is not None and plan.current_ips(obj) != [e["ip"] for e in entries]:
+            if entries is not None and writes.current_ips(obj) != [e["ip"] for e in entries]:
                 started = self.first_seen.pop(key, None)
                 if started is not None:
                     self.metrics.allocation_latency.observe(self.clock.monotonic() - started)

@@ -15,12 +15,12 @@ from typing import Protocol
 
 from local_ccm.clock import Clock
 from local_ccm.kube import errors as ke
+from local_ccm.lifecycle.api import NodeApi, Obj
 from local_ccm.lifecycle.core import events as ev
 from local_ccm.lifecycle.core.health import Episode, recheck
 from local_ccm.lifecycle.core.model import IPAddress, NodeView, ProbeKind, ProbeOutcome, combine
 from local_ccm.lifecycle.core.outofservice import plan_out_of_service
 from local_ccm.lifecycle.core.state import AttemptResult, DeleteAction, LoopConfig, dry_run_message
-from local_ccm.lifecycle.nodeapi import NodeApi, Obj
 from local_ccm.logs import kv
 from local_ccm.runtime.controller import Fence
 from local_ccm.runtime.events import rfc3339

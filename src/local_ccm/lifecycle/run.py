@@ -26,9 +26,11 @@ from local_ccm.clock import Clock
 from local_ccm.kube import errors as ke
 from local_ccm.kube.informer import Change, Informer, ListWatch, StreamEnd
 from local_ccm.kube.nodes import NodeListWatch
+from local_ccm.lifecycle.api import NodeApi, Obj
 from local_ccm.lifecycle.attempt import Attempt
 from local_ccm.lifecycle.core import events as ev
 from local_ccm.lifecycle.core import state as pl
+from local_ccm.lifecycle.core.deletions import plan_deletions
 from local_ccm.lifecycle.core.health import Assessment, Episode, assess, eligible_at
 from local_ccm.lifecycle.core.model import (
     IPAddress,
@@ -39,9 +41,7 @@ from local_ccm.lifecycle.core.model import (
     project_node,
     summarize,
 )
-from local_ccm.lifecycle.core.plan import plan_deletions
 from local_ccm.lifecycle.metrics import LifecycleMetrics
-from local_ccm.lifecycle.nodeapi import NodeApi, Obj
 from local_ccm.lifecycle.probe import Prober
 from local_ccm.logs import kv
 from local_ccm.runtime import events as rev

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from local_ccm import names
-from local_ccm.agent.core.plan import is_tainted, plan_taint_patch
+from local_ccm.agent.core.writes import is_tainted, plan_taint_patch
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import Conflict
 from tests.support import resources as r

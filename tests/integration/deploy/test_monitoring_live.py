@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from local_ccm.csr.csrapi import CSRS
+from local_ccm.csr.api import CSRS
 from local_ccm.kube.client import Client, Obj
 from tests.integration.deploy.release import Release, apply_identity, render
 from tests.integration.ipam.objects import cluster_cidr

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from local_ccm.kube.client import Client
-from local_ccm.lbipam.lbapi import SERVICES
+from local_ccm.lbipam.api import SERVICES
 from tests.integration.lbipam.conftest import StartLb
 from tests.support import lb
 from tests.support.processes import free_port

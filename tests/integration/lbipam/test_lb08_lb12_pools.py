@@ -17,7 +17,7 @@ import pytest
 
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import Invalid
-from local_ccm.lbipam.lbapi import CONFIGMAPS, POOLS, SERVICES
+from local_ccm.lbipam.api import CONFIGMAPS, POOLS, SERVICES
 from tests.integration.lbipam.conftest import StartLb
 from tests.support import lb
 from tests.support import resources as r

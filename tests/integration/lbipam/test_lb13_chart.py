@@ -20,7 +20,7 @@ from local_ccm import flags
 from local_ccm.cli import lbipam
 from local_ccm.cli.manager import manager_flags
 from local_ccm.kube.client import Client
-from local_ccm.lbipam.lbapi import CONFIGMAPS, POOLS
+from local_ccm.lbipam.api import CONFIGMAPS, POOLS
 from tests.support import chart, lb
 from tests.support import resources as r
 from tests.support.binaries import Binaries, ensure

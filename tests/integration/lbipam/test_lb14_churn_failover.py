@@ -24,7 +24,7 @@ import pytest
 
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import NotFound
-from local_ccm.lbipam.lbapi import POOLS, SERVICES
+from local_ccm.lbipam.api import POOLS, SERVICES
 from tests.support import crds, lb
 from tests.support import resources as r
 from tests.support.binaries import Binaries, ensure

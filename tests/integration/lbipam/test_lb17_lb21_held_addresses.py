@@ -16,7 +16,7 @@ has its address, the Service under test has been decided again.
 from __future__ import annotations
 
 from local_ccm.kube.client import Client, Obj
-from local_ccm.lbipam.lbapi import POOLS, SERVICES
+from local_ccm.lbipam.api import POOLS, SERVICES
 from tests.integration.lbipam.conftest import StartLb
 from tests.support import lb
 from tests.support.waiting import eventually

@@ -14,7 +14,7 @@ import pytest
 
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import Invalid
-from local_ccm.lbipam.lbapi import POOLS
+from local_ccm.lbipam.api import POOLS
 from tests.integration.lbipam.conftest import StartLb
 from tests.support import lb
 from tests.support.waiting import eventually

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from local_ccm.kube.client import Client
-from local_ccm.lbipam.lbapi import CONFIGMAPS
+from local_ccm.lbipam.api import CONFIGMAPS
 from tests.integration.lbipam.conftest import StartLb
 from tests.support import lb
 

@@ -14,7 +14,7 @@ import pytest
 from local_ccm.kube import errors as ke
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
-from local_ccm.lifecycle.nodeapi import KubeNodeApi
+from local_ccm.lifecycle.api import KubeNodeApi
 from tests.integration.lifecycle.conftest import Setup
 from tests.integration.lifecycle.test_l01_l10_scope_and_probes import (
     DELETED,

@@ -20,7 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from local_ccm.kube.client import Client
-from local_ccm.lifecycle.nodeapi import VOLUME_ATTACHMENTS
+from local_ccm.lifecycle.api import VOLUME_ATTACHMENTS
 from local_ccm.netlink.netns import run_in_netns
 from tests.integration.lifecycle.conftest import Setup
 from tests.integration.lifecycle.test_l01_l10_scope_and_probes import (

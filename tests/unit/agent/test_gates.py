@@ -21,7 +21,7 @@ from local_ccm.agent.core.gates import (
     no_internal_ip_advice,
     provided_mismatches,
 )
-from local_ccm.agent.core.plan import plan_addresses
+from local_ccm.agent.core.writes import plan_addresses
 from tests.unit.agent.builders import EXT4, INT4, addrs, detections, found, no_route, node
 
 DEFAULT = AgentConfig()

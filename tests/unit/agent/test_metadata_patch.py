@@ -15,7 +15,7 @@ from local_ccm.agent.core.labels import (
     with_labels,
 )
 from local_ccm.agent.core.metadata import Rules, parse_rules
-from local_ccm.agent.core.plan import patch_kinds, plan_taint_patch
+from local_ccm.agent.core.writes import patch_kinds, plan_taint_patch
 from local_ccm.names import OWNED_LABELS_ANNOTATION
 
 ZONE = "topology.kubernetes.io/zone"

@@ -39,7 +39,7 @@ from local_ccm.agent.core.config import (
     IPAddress,
     TypeSettings,
 )
-from local_ccm.agent.core.plan import plan_status_patch
+from local_ccm.agent.core.writes import plan_status_patch
 
 # Small pools, so that detections, provided IPs and existing entries collide often.
 POOL = {

@@ -16,15 +16,15 @@ import pytest
 from local_ccm import flags
 from local_ccm.cli import central, csr, ipam, lbipam, lifecycle, manager
 from local_ccm.cli.common import election_config, write_timeout_of
-from local_ccm.csr.csrapi import KubeCsrApi
+from local_ccm.csr.api import KubeCsrApi
 from local_ccm.ipam import options as ipam_options
-from local_ccm.ipam.nodeapi import KubeIpamApi
+from local_ccm.ipam.api import KubeIpamApi
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.backoff import RetryPolicy
 from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig
-from local_ccm.lbipam.lbapi import KubeLbApi
-from local_ccm.lifecycle.nodeapi import KubeNodeApi
+from local_ccm.lbipam.api import KubeLbApi
+from local_ccm.lifecycle.api import KubeNodeApi
 from local_ccm.lifecycle.options import FLAGS as LIFECYCLE_FLAGS
 from local_ccm.lifecycle.probe import Capabilities, SocketProber
 from tests.fakes.transport import FakeTransport, json_response

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from local_ccm.csr.api import Obj
 from local_ccm.csr.core.model import Policy, project_node
-from local_ccm.csr.csrapi import Obj
 from local_ccm.csr.metrics import CsrMetrics
 from local_ccm.csr.options import Settings
 from local_ccm.csr.run import Controller

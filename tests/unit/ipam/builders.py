@@ -6,9 +6,9 @@ import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from local_ccm.ipam.core.allocator import Allocation, Allocator
 from local_ccm.ipam.core.cidrset import IPNetwork
 from local_ccm.ipam.core.model import FINALIZER, ClusterCIDR, NodeView, project_cluster_cidr
-from local_ccm.ipam.core.plan import Allocation, Allocator
 
 
 def one_term(**labels: str) -> dict[str, Any]:

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from local_ccm.ipam.core.allocator import Allocation, Allocator, Waiting
 from local_ccm.ipam.core.cidrset import IPNetwork
 from local_ccm.ipam.core.model import Pool
-from local_ccm.ipam.core.plan import Allocation, Allocator, Waiting
 from tests.unit.ipam.builders import allocator, cc, nets, node, one_term
 
 RESERVED = nets("10.0.0.48/29")

@@ -12,8 +12,8 @@ from ipaddress import ip_network
 
 import pytest
 
+from local_ccm.ipam.api import Obj
 from local_ccm.ipam.core.model import FINALIZER, default_pool
-from local_ccm.ipam.nodeapi import Obj
 from local_ccm.ipam.run import Controller
 from local_ccm.kube.errors import Conflict, Invalid, NotFound, Transient
 from local_ccm.runtime.metrics import WATCH_REASONS

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from local_ccm.labels import LabelSelector, Requirement
-from local_ccm.lbipam.core import plan
+from local_ccm.lbipam.core import writes
 from local_ccm.lbipam.core.allocator import (
     OUTSIDE_POOLS,
     Allocation,
@@ -146,11 +146,11 @@ def test_dual_stack_keeps_the_held_family_and_fills_the_other_from_a_selecting_p
 
 
 def test_the_condition_of_a_kept_address_says_why() -> None:
-    orphan = plan.condition(kept(holding("198.18.6.1"), []), 0, NOW)
+    orphan = writes.condition(kept(holding("198.18.6.1"), []), 0, NOW)
     assert (orphan["status"], orphan["reason"]) == ("True", OUTSIDE_POOLS)
     assert orphan["message"].startswith("allocated 198.18.6.1; 198.18.6.1 is in no pool's ranges")
     disabled = kept(holding("198.18.6.1"), [pool("a", "198.18.6.0/29", disabled=True)])
-    cond = plan.condition(disabled, 0, NOW)
+    cond = writes.condition(disabled, 0, NOW)
     assert (cond["status"], cond["reason"]) == ("True", "Allocated")
     assert cond["message"] == "allocated 198.18.6.1; " + disabled.notes[0]
     assert disabled.notes == ("198.18.6.1 is kept from pool a, which is disabled",)

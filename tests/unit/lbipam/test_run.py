@@ -13,8 +13,8 @@ import pytest
 from local_ccm.kube.errors import Conflict, NotFound
 from local_ccm.kube.informer import Page
 from local_ccm.kube.request import WatchEvent
-from local_ccm.lbipam.core.plan import FINALIZER
-from local_ccm.lbipam.lbapi import Obj
+from local_ccm.lbipam.api import Obj
+from local_ccm.lbipam.core.writes import FINALIZER
 from local_ccm.lbipam.metrics import LbMetrics
 from local_ccm.lbipam.run import Controller
 from tests.fakes.clock import FakeClock, settle

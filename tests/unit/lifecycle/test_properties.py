@@ -8,9 +8,9 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from local_ccm.lifecycle.core.deletions import breaker_threshold
 from local_ccm.lifecycle.core.health import Scope, is_unhealthy
 from local_ccm.lifecycle.core.model import NodeView
-from local_ccm.lifecycle.core.plan import breaker_threshold
 from local_ccm.lifecycle.core.state import PipelineSettings
 from local_ccm.validate import CountOrPercent
 from tests.fakes.lifecycle import AUTOSCALER, NOW, Sim, node

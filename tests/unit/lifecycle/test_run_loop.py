@@ -12,10 +12,10 @@ from typing import Any
 from local_ccm.cli.lifecycle import WORKERS
 from local_ccm.kube import errors as ke
 from local_ccm.kube.informer import StreamEnd
+from local_ccm.lifecycle.api import Obj
 from local_ccm.lifecycle.core.health import Scope
 from local_ccm.lifecycle.core.state import LoopConfig, PipelineSettings
 from local_ccm.lifecycle.metrics import LifecycleMetrics
-from local_ccm.lifecycle.nodeapi import Obj
 from local_ccm.lifecycle.run import NODES, Controller
 from local_ccm.runtime.controller import RequeueAfter
 from local_ccm.runtime.process import Status

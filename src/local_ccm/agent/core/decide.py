@@ -27,7 +27,7 @@ from typing import Any, Literal
 from local_ccm import names
 from local_ccm.agent.core import events as ev
 from local_ccm.agent.core import fight as ft
-from local_ccm.agent.core import plan as pl
+from local_ccm.agent.core import writes as pl
 from local_ccm.agent.core.addresses import AddressPlan, NodeAddress
 from local_ccm.agent.core.candidates import Detected, Disabled, Found
 from local_ccm.agent.core.config import INTERNAL, AgentConfig, family_name

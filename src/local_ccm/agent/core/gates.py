@@ -21,7 +21,7 @@ from local_ccm.agent.core.config import (
     family_name,
 )
 from local_ccm.agent.core.events import INITIALIZATION_BLOCKED, provider_id_mismatch
-from local_ccm.agent.core.plan import Condition, Obj, addresses_match, is_tainted, node_inputs
+from local_ccm.agent.core.writes import Condition, Obj, addresses_match, is_tainted, node_inputs
 from local_ccm.names import UNINITIALIZED_TAINT
 from local_ccm.records import dataclass
 from local_ccm.runtime.events import EventSpec

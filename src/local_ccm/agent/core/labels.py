@@ -19,7 +19,7 @@ from local_ccm.agent.core.addresses import NodeAddress
 from local_ccm.agent.core.config import IPAddress
 from local_ccm.agent.core.events import METADATA_LABEL_CONFLICT
 from local_ccm.agent.core.metadata import BETA_TWINS, NodeView, Rules, desired_labels
-from local_ccm.agent.core.plan import Obj, Patch, test_rv
+from local_ccm.agent.core.writes import Obj, Patch, test_rv
 from local_ccm.kube.request import pointer
 from local_ccm.names import OWNED_LABELS_ANNOTATION
 from local_ccm.records import dataclass

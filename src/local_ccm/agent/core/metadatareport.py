@@ -12,7 +12,7 @@ from typing import Any
 from local_ccm.agent.core.config import IPAddress
 from local_ccm.agent.core.labels import LabelPlan, plan_node_labels, with_beta_twins
 from local_ccm.agent.core.metadata import Decided, NodeView, Rules, desired_labels, matching_rules
-from local_ccm.agent.core.plan import Obj
+from local_ccm.agent.core.writes import Obj
 from local_ccm.records import dataclass
 
 

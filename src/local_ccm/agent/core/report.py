@@ -32,7 +32,7 @@ from local_ccm.agent.core.gates import (
     desired_condition,
     desired_provider_id,
 )
-from local_ccm.agent.core.plan import (
+from local_ccm.agent.core.writes import (
     Condition,
     Obj,
     Patch,

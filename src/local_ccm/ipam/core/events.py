@@ -10,8 +10,8 @@ from collections.abc import Iterable, Sequence
 from typing import Final
 
 from local_ccm import names
+from local_ccm.ipam.core.allocator import Waiting
 from local_ccm.ipam.core.cidrset import IPNetwork
-from local_ccm.ipam.core.plan import Waiting
 from local_ccm.runtime.events import EventSpec, Subject
 
 # Node

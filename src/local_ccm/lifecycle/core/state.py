@@ -1,4 +1,4 @@
-"""What the deletion pipeline holds, not what it decides (that is `lifecycle.core.plan`): its
+"""What the deletion pipeline holds, not what it decides (that is `lifecycle.core.deletions`): its
 settings, the state that survives between evaluations (probe records, the self-check, started
 deletions), the `Plan` an evaluation returns, and how the loop's results update the state.
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from local_ccm.ipam.core.model import ClusterCIDR, default_pool
-from local_ccm.ipam.core.plan import (
+from local_ccm.ipam.core.allocator import (
     Allocation,
     Allocator,
     Skipped,
@@ -14,6 +13,7 @@ from local_ccm.ipam.core.plan import (
     allocation_order,
     order_pools,
 )
+from local_ccm.ipam.core.model import ClusterCIDR, default_pool
 from tests.unit.ipam.builders import allocator, cc, give, nets, node, one_term, terms
 
 DUAL = {"ipv4": "true", "ipv6": "true"}

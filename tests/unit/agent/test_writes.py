@@ -13,7 +13,7 @@ from local_ccm.agent.core.addresses import (
 )
 from local_ccm.agent.core.config import AgentConfig, TypeSettings
 from local_ccm.agent.core.gates import ProviderIDAction, provider_id_action, render_provider_id
-from local_ccm.agent.core.plan import (
+from local_ccm.agent.core.writes import (
     Condition,
     Patch,
     plan_addresses,

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from local_ccm.lbipam.core.kubevip import KubeVipPools, parse_kubevip
-from local_ccm.lbipam.core.plan import CONDITION
 from local_ccm.lbipam.core.pools import InvalidPool, Pool, parse_pool
 from local_ccm.lbipam.core.status import NodeNetworks
+from local_ccm.lbipam.core.writes import CONDITION
 from local_ccm.records import dataclass
 from local_ccm.runtime import events as ev
 

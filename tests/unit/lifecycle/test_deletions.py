@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from local_ccm.lifecycle.core.health import Scope, parse_protected
-from local_ccm.lifecycle.core.model import ICMP, Family, NodeView, Verdict, tcp
-from local_ccm.lifecycle.core.plan import (
+from local_ccm.lifecycle.core.deletions import (
     breaker,
     breaker_threshold,
     is_fresh,
     may_start_probe,
     rate_tokens,
 )
+from local_ccm.lifecycle.core.health import Scope, parse_protected
+from local_ccm.lifecycle.core.model import ICMP, Family, NodeView, Verdict, tcp
 from local_ccm.lifecycle.core.state import (
     DRY_RUN_PREFIX,
     DeleteAction,

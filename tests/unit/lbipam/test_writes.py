@@ -6,10 +6,10 @@ import ipaddress
 from typing import Any
 
 from local_ccm.flags import FlagSet, parse
-from local_ccm.lbipam.core import plan
+from local_ccm.lbipam.core import writes
 from local_ccm.lbipam.core.allocator import Allocation, Placement, Problem
 from local_ccm.lbipam.core.ledger import Holder
-from local_ccm.lbipam.core.view import created, project_service
+from local_ccm.lbipam.core.model import created, project_service
 from local_ccm.lbipam.options import FLAGS, NAME, Settings, settings_from
 
 TABLE = FlagSet(NAME, list(FLAGS), version="0")
@@ -29,50 +29,53 @@ def allocation(*ips: str) -> Allocation:
 
 def test_step_follows_class_type_and_deletion() -> None:
     def step(obj: dict[str, Any] | None, classless: bool = True) -> str:
-        return plan.step(obj, "x.io/lb", classless=classless)
+        return writes.step(obj, "x.io/lb", classless=classless)
 
     assert step(svc()) == "allocate"
     assert step(svc(), classless=False) == "forget"
     assert step(svc(loadBalancerClass="x.io/lb"), classless=False) == "allocate"
     assert step(svc(loadBalancerClass="other.io/lb")) == "forget"
     assert step(None) == "forget"
-    gone = svc(meta={"deletionTimestamp": NOW, "finalizers": [plan.FINALIZER]})
+    gone = svc(meta={"deletionTimestamp": NOW, "finalizers": [writes.FINALIZER]})
     assert step(gone) == "cleanup"
-    assert step(svc(type="ClusterIP", meta={"finalizers": [plan.FINALIZER]})) == "cleanup"
+    assert step(svc(type="ClusterIP", meta={"finalizers": [writes.FINALIZER]})) == "cleanup"
     assert step(svc(type="ClusterIP")) == "forget"
 
 
 def test_finalizer_patch_keeps_other_finalizers_and_is_guarded() -> None:
     obj = svc(meta={"finalizers": ["a/b"]})
-    add = plan.finalizer_patch(obj, present=True)
+    add = writes.finalizer_patch(obj, present=True)
     assert add[0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "7"}
-    assert add[1]["value"] == ["a/b", plan.FINALIZER]
-    both = svc(meta={"finalizers": ["a/b", plan.FINALIZER]})
-    removed = plan.finalizer_patch(both, present=False)
+    assert add[1]["value"] == ["a/b", writes.FINALIZER]
+    both = svc(meta={"finalizers": ["a/b", writes.FINALIZER]})
+    removed = writes.finalizer_patch(both, present=False)
     assert removed[1]["value"] == ["a/b"]
 
 
 def test_status_patch_writes_ingress_and_condition_once() -> None:
     obj = svc(status={"loadBalancer": {}, "conditions": [{"type": "Other", "status": "True"}]})
-    cond = plan.condition(allocation("10.0.0.1", "fd00::1"), 0, NOW)
-    patch = plan.status_patch(obj, plan.ingress(allocation("10.0.0.1", "fd00::1").addresses), cond)
+    cond = writes.condition(allocation("10.0.0.1", "fd00::1"), 0, NOW)
+    patch = writes.status_patch(
+        obj, writes.ingress(allocation("10.0.0.1", "fd00::1").addresses), cond
+    )
     assert patch is not None
     status = patch[1]["value"]
     assert status["loadBalancer"]["ingress"] == [
         {"ip": "10.0.0.1", "ipMode": "VIP"}, {"ip": "fd00::1", "ipMode": "VIP"}
     ]  # fmt: skip
-    assert [c["type"] for c in status["conditions"]] == ["Other", plan.CONDITION]
+    assert [c["type"] for c in status["conditions"]] == ["Other", writes.CONDITION]
     assert "observedGeneration" not in status["conditions"][1]
     written = {**obj, "status": status}
-    same = plan.condition(allocation("10.0.0.1", "fd00::1"), 0, LATER)
-    assert plan.status_patch(written, plan.ingress(allocation("10.0.0.1", "fd00::1").addresses),
+    same = writes.condition(allocation("10.0.0.1", "fd00::1"), 0, LATER)
+    assert writes.status_patch(written, writes.ingress(allocation("10.0.0.1", "fd00::1").addresses),
                              same) is None  # fmt: skip
 
 
 def test_a_problem_keeps_the_ingress_and_the_transition_time_when_unchanged() -> None:
+    problem = writes.condition(Problem("NoPool", "a"), 0, NOW)
     held = svc(status={"loadBalancer": {"ingress": [{"ip": "10.0.0.1", "ipMode": "VIP"}]},
-                       "conditions": [plan.condition(Problem("NoPool", "a"), 0, NOW)]})  # fmt: skip
-    patch = plan.status_patch(held, None, plan.condition(Problem("NoPool", "b"), 0, LATER))
+                       "conditions": [problem]})  # fmt: skip
+    patch = writes.status_patch(held, None, writes.condition(Problem("NoPool", "b"), 0, LATER))
     assert patch is not None
     status = patch[1]["value"]
     assert status["loadBalancer"]["ingress"] == [{"ip": "10.0.0.1", "ipMode": "VIP"}]
@@ -82,15 +85,16 @@ def test_a_problem_keeps_the_ingress_and_the_transition_time_when_unchanged() ->
 
 def test_released_clears_the_ingress() -> None:
     held = svc(status={"loadBalancer": {"ingress": [{"ip": "10.0.0.1"}]}})
-    patch = plan.status_patch(held, [], plan.condition(None, 0, NOW))
+    patch = writes.status_patch(held, [], writes.condition(None, 0, NOW))
     assert patch is not None
     assert patch[1]["value"]["loadBalancer"] == {}
     assert patch[1]["value"]["conditions"][0]["reason"] == "Released"
 
 
 def test_created_orders_recorded_allocations_before_hand_edits_within_a_second() -> None:
+    recorded = writes.condition(allocation("10.0.0.1"), 0, NOW)
     mine = svc(meta={"creationTimestamp": NOW, "uid": "z"},
-               status={"conditions": [plan.condition(allocation("10.0.0.1"), 0, NOW)]})  # fmt: skip
+               status={"conditions": [recorded]})  # fmt: skip
     edited = svc(meta={"creationTimestamp": NOW, "uid": "a"})
     older = svc(meta={"creationTimestamp": "2025-01-01T00:00:00Z", "uid": "q"})
     assert sorted([edited, mine, older], key=created) == [older, mine, edited]
@@ -110,33 +114,35 @@ def test_options_list_every_problem() -> None:
 
 def test_annotation_patch_sets_removes_and_leaves_alone() -> None:
     obj = svc(meta={"annotations": {"a": "1"}})
-    patch = plan.annotation_patch(obj, "kube-vip.io/loadbalancerIPs", "10.0.0.1")
+    patch = writes.annotation_patch(obj, "kube-vip.io/loadbalancerIPs", "10.0.0.1")
     assert patch is not None
     assert patch[1]["value"] == {"a": "1", "kube-vip.io/loadbalancerIPs": "10.0.0.1"}
     written = svc(meta={"annotations": patch[1]["value"]})
-    assert plan.annotation_patch(written, "kube-vip.io/loadbalancerIPs", "10.0.0.1") is None
-    removed = plan.annotation_patch(written, "kube-vip.io/loadbalancerIPs", None)
+    assert writes.annotation_patch(written, "kube-vip.io/loadbalancerIPs", "10.0.0.1") is None
+    removed = writes.annotation_patch(written, "kube-vip.io/loadbalancerIPs", None)
     assert removed is not None
     assert removed[1]["value"] == {"a": "1"}
-    assert plan.annotation_patch(svc(), "x", None) is None
+    assert writes.annotation_patch(svc(), "x", None) is None
 
 
 def test_an_announcer_adding_ports_or_reordering_is_not_overwritten() -> None:
-    cond = plan.condition(allocation("10.0.0.1", "fd00::1"), 0, NOW)
+    cond = writes.condition(allocation("10.0.0.1", "fd00::1"), 0, NOW)
     announced = [{"ip": "fd00::1", "ipMode": "VIP", "ports": [{"port": 80, "protocol": "TCP"}]},
                  {"ip": "10.0.0.1", "ipMode": "VIP"}]  # fmt: skip
     obj = svc(status={"loadBalancer": {"ingress": announced}, "conditions": [cond]})
-    entries = plan.ingress(allocation("10.0.0.1", "fd00::1").addresses)
-    assert plan.status_patch(obj, entries, cond) is None
-    moved = plan.ingress(allocation("10.0.0.2", "fd00::1").addresses)
-    patch = plan.status_patch(obj, moved, plan.condition(allocation("10.0.0.2", "fd00::1"), 0, NOW))
+    entries = writes.ingress(allocation("10.0.0.1", "fd00::1").addresses)
+    assert writes.status_patch(obj, entries, cond) is None
+    moved = writes.ingress(allocation("10.0.0.2", "fd00::1").addresses)
+    patch = writes.status_patch(
+        obj, moved, writes.condition(allocation("10.0.0.2", "fd00::1"), 0, NOW)
+    )
     assert patch is not None
     assert patch[1]["value"]["loadBalancer"]["ingress"] == [
         {"ip": "10.0.0.2", "ipMode": "VIP"},
         {"ip": "fd00::1", "ipMode": "VIP", "ports": [{"port": 80, "protocol": "TCP"}]},
     ]
     proxied = svc(status={"loadBalancer": {"ingress": [{"ip": "10.0.0.1", "ipMode": "Proxy"}]}})
-    assert plan.status_patch(proxied, plan.ingress(allocation("10.0.0.1").addresses), cond)
+    assert writes.status_patch(proxied, writes.ingress(allocation("10.0.0.1").addresses), cond)
 
 
 def test_the_kept_service_drops_only_managed_fields() -> None:
