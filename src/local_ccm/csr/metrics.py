@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from local_ccm.runtime.metrics import ControllerMetrics, QueueMetrics, counter
-from local_ccm.runtime.promtext import Registry
+from local_ccm.runtime.metrics import ControllerMetrics, counter
 
 
 class CsrMetrics(ControllerMetrics):
@@ -11,11 +10,8 @@ class CsrMetrics(ControllerMetrics):
 
     prefix = "local_ccm_csr_"
     controller = "kubelet-serving-approver"
+    queue_name = "csr"
     decisions = counter(
         "decisions_total", "CSR decisions taken (wait: left pending)", "decision", "reason"
     )
     write_failures = counter("write_failures_total", "Failed approval writes", "code")
-
-    def __init__(self, registry: Registry | None = None) -> None:
-        super().__init__(registry)
-        self.queue = QueueMetrics(self.registry, "csr", self.controller)

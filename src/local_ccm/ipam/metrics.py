@@ -7,8 +7,8 @@ series of a deleted pool are removed [fix].
 from __future__ import annotations
 
 from local_ccm.ipam.core.ledger import PoolUsage
-from local_ccm.runtime.metrics import ControllerMetrics, QueueMetrics, counter, gauge, histogram
-from local_ccm.runtime.promtext import Counter, Gauge, Registry
+from local_ccm.runtime.metrics import ControllerMetrics, counter, gauge, histogram
+from local_ccm.runtime.promtext import Counter, Gauge
 
 POOL = ("cluster_cidr", "cluster_cidr_name")
 TRIES_BUCKETS = (1, 5, 25, 125, 625)
@@ -45,10 +45,6 @@ class IpamMetrics(ControllerMetrics):
     conflicts = gauge("cidr_conflicts", "Overlapping Node CIDR pairs")
     unowned = gauge("unowned_cidrs", "Node CIDRs owned by no pool")
     events_dropped = counter("events_dropped_total", "Events dropped under pressure")
-
-    def __init__(self, registry: Registry | None = None) -> None:
-        super().__init__(registry)
-        self.queue = QueueMetrics(self.registry, self.controller, self.controller)
 
     def set_pool(self, name: str, usage: PoolUsage) -> None:
         for fam in usage.families:

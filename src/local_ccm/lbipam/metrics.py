@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from local_ccm.runtime.metrics import (
     ControllerMetrics,
-    QueueMetrics,
     counter,
     gauge,
     histogram,
 )
-from local_ccm.runtime.promtext import Registry
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -37,7 +35,3 @@ class LbMetrics(ControllerMetrics):
     writes = counter("writes_total", "Write requests by resource and answer code",
                      "resource", "code")  # fmt: skip
     write_failures = counter("write_failures_total", "Failed writes", "resource", "code")
-
-    def __init__(self, registry: Registry | None = None) -> None:
-        super().__init__(registry)
-        self.queue = QueueMetrics(self.registry, "service-lb-ipam", self.controller)

@@ -9,7 +9,6 @@ from typing import Final
 from local_ccm.runtime.metrics import (
     WATCH_REASONS,
     ControllerMetrics,
-    QueueMetrics,
     counter,
     gauge,
     histogram,
@@ -61,7 +60,6 @@ class LifecycleMetrics(ControllerMetrics):
 
     def __init__(self, registry: Registry | None = None) -> None:
         super().__init__(registry)
-        self.queue = QueueMetrics(self.registry, self.controller, self.controller)
         for reason in WATCH_REASONS:
             self.watch_restarts.labels(self.controller, "nodes", reason)
 

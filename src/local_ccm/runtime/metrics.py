@@ -141,9 +141,11 @@ class Metrics:
 
 class ControllerMetrics(Metrics):
     """What a controller of the manager exports beside its own metrics; `controller` names
-    it in the series every controller has (the `controller` label)."""
+    it in the series every controller has (the `controller` label); `queue` is its work
+    queue's, named `queue_name` (the `name` label; empty: the controller's name)."""
 
     controller: ClassVar[str] = ""
+    queue_name: ClassVar[str] = ""
     watch_restarts = generic(
         counter(
             "local_ccm_watch_restarts_total", "Watch re-establishments",
@@ -161,6 +163,12 @@ class ControllerMetrics(Metrics):
                 self.watch_restarts.labels(self.controller, resource, end.reason).inc()
 
         return ended
+
+    def __init__(self, registry: Registry | None = None) -> None:
+        super().__init__(registry)
+        self.queue = QueueMetrics(
+            self.registry, self.queue_name or self.controller, self.controller
+        )
 
 
 class LeaderMetrics:
