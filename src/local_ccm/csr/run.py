@@ -28,8 +28,8 @@ from local_ccm.csr.parse import parse_request
 from local_ccm.kube.errors import ApiError, Conflict, NotFound
 from local_ccm.kube.informer import Change, Informer, ListWatch
 from local_ccm.runtime import events as ev
-from local_ccm.runtime.controller import DONE, Fence, Permission, Result, Watch
-from local_ccm.runtime.outbox import EventOutbox
+from local_ccm.runtime.controller import DONE, Fence, Permission, Result, Watch, open_fence
+from local_ccm.runtime.parts import Informers, event_outbox, stamp
 
 log = logging.getLogger(__name__)
 SIGNER_NAME = "kubernetes.io/kubelet-serving"
@@ -82,17 +82,14 @@ class Controller:
         self.api, self.settings, self.metrics, self.clock = api, settings, metrics, clock
         self.permissions = permissions(settings)
         self.noted: set[tuple[str, str]] = set()  # (uid, reason) of waits already counted
-        self.outbox = EventOutbox(api, clock, ev.Reporter(NAME, settings.instance),
-                                  namespace=settings.event_namespace, capacity=1000)  # fmt: skip
-        rng = rng or random.Random()
-        ended = metrics.watch_ended
-        self.csrs: Informer[Obj] = Informer(api.list_watch(), dict, clock=clock, rng=rng,
-                                            name="csrs", on_end=ended("csrs"))  # fmt: skip
-        self.nodes: Informer[Node] = Informer(nodes, project_node, clock=clock, rng=rng,
-                                              name="nodes", on_end=ended("nodes"))  # fmt: skip
+        self.outbox = event_outbox(api, clock, NAME, instance=settings.instance,
+                                   namespace=settings.event_namespace)  # fmt: skip
+        informers = Informers(clock, rng, metrics.watch_ended)
+        self.csrs: Informer[Obj] = informers.make(api.list_watch(), dict, "csrs")
+        self.nodes: Informer[Node] = informers.make(nodes, project_node, "nodes")
         self._claims: Claims | None = None  # built from the Node cache when first needed
         self.refused: set[str] = set()  # CSRs whose last write conflicted: read them afresh
-        self.fence: Fence = _open  # the worker's, once `beside` handed it over
+        self.fence: Fence = open_fence  # the worker's, once `beside` handed it over
 
     def watches(self) -> Sequence[Watch]:
         """Nodes first: a CSR is decided against a full Node cache."""
@@ -175,7 +172,7 @@ class Controller:
             self._note_pending(csr, decision)
             return
         try:
-            await self.api.update_approval(with_condition(obj, decision, self._now()))
+            await self.api.update_approval(with_condition(obj, decision, stamp(self.clock)))
         except (NotFound, Conflict):
             raise  # gone, or changed meanwhile: not a failure
         except ApiError as exc:
@@ -189,9 +186,6 @@ class Controller:
         if self._claims is None:
             self._claims = Claims(self.nodes.cache.values())
         return self._claims
-
-    def _now(self) -> str:
-        return ev.rfc3339(self.clock.now())
 
     def _note_pending(self, csr: Csr, decision: Decision) -> None:
         """Once per CSR and reason: a log line, the metric and an Event."""
@@ -207,7 +201,3 @@ class Controller:
         verb = "approved" if decision.kind == "approve" else "denied"
         log.info("csr=%s node=%s: %s: %s", csr.name, csr.node_name, verb, decision.message)
         self.outbox.emit(event_of(decision, deny=True), csr_subject(csr))
-
-
-async def _open() -> None:
-    """The fence before the worker hands over its own (`beside`)."""

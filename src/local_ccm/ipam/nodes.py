@@ -21,7 +21,7 @@ from local_ccm.ipam.nodewrite import Aborted, Committed, NodeWriter, Outcome, Un
 from local_ccm.ipam.upkeep import PoolKeeper, Shared
 from local_ccm.kube.errors import ApiError
 from local_ccm.logs import kv
-from local_ccm.runtime.controller import Done, Fence, RequeueAfter, Result, Retry
+from local_ccm.runtime.controller import Done, Fence, RequeueAfter, Result, Retry, open_fence
 from local_ccm.runtime.events import EventBudget, Subject, admit, node
 
 log = logging.getLogger(__name__)
@@ -30,17 +30,13 @@ FAILED_ATTEMPTS_EVENT = 3  # CIDRAssignmentFailed after this many failed writes 
 POOL_KEY = "clustercidr/"  # + the ClusterCIDR's name: its finalizer and release
 
 
-async def _open() -> None:
-    """The fence before the worker hands over its own (`beside`)."""
-
-
 class NodeWork:
     """What the leader knows and does about Nodes; `sync` decides one Node."""
 
     def __init__(self, shared: Shared, *, keeper: PoolKeeper, retry_interval: float) -> None:
         self.allocator, self.metrics, self.clock = shared.allocator, shared.metrics, shared.clock
         self.writer = NodeWriter(shared.api, self._write_failed, self._fence)
-        self.fence: Fence = _open  # the worker's, once `beside` handed it over
+        self.fence: Fence = open_fence  # the worker's, once `beside` handed it over
         self.outbox, self.keeper = shared.outbox, keeper
         self.retry_interval = retry_interval
         self.nodes: dict[str, NodeView] = {}  # by uid

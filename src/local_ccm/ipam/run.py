@@ -42,6 +42,7 @@ from local_ccm.runtime import events as rev
 from local_ccm.runtime.controller import Done, Fence, Permission, RequeueAfter, Result, Retry, Watch
 from local_ccm.runtime.events import Reporter, node
 from local_ccm.runtime.outbox import EventOutbox
+from local_ccm.runtime.parts import LastWrites
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ class Controller:
             "clustercidrs": self._informer("clustercidrs", self.source, dict),
             "nodes": self._informer("nodes", nodes or api.list_watch("nodes"), project_node),
         }
-        self.written: dict[str, tuple[str, Obj]] = {}  # pool: (version replaced, as written)
+        self.written = LastWrites()  # a pool's finalizer write, see _fresh
         self.held: list[str] = []  # Nodes of the recovery, until finalizers settled
         self.settling: set[str] = set()  # pools whose first finalizer write is due
         self.settle_until = 0.0
@@ -261,7 +262,7 @@ class Controller:
         if isinstance(kept, Again):
             return Retry("finalizer") if kept.seconds is None else RequeueAfter(kept.seconds)
         if kept is not None:  # added: ready now, the waiting Nodes are served
-            self.written[name] = (str(obj["metadata"].get("resourceVersion", "")), kept)
+            self.written.wrote(name, obj, kept)
             written = project_cluster_cidr(kept)
             self.keeper.seen(written, dict(kept.get("status") or {}))
             others = (*others, *self._apply_pool(written))
@@ -269,15 +270,9 @@ class Controller:
 
     def _fresh(self, name: str) -> Obj | None:
         """The cached pool, or what this controller's finalizer write returned while the cache
-        still shows the version that write replaced (its watch event is on the way)."""
+        still shows the version that write replaced (`LastWrites`)."""
         obj: Obj | None = self.informers["clustercidrs"].cache.get(name)
-        replaced, written = self.written.get(name, ("", None))
-        if obj is None or written is None:
-            return obj
-        if str(obj["metadata"].get("resourceVersion", "")) == replaced:
-            return written
-        del self.written[name]  # the cache caught up
-        return obj
+        return self.written.fresh(name, obj)
 
     def _apply_pool(self, cc: ClusterCIDR | InvalidClusterCIDR) -> tuple[str, ...]:
         """The pool as the allocator uses it; the Nodes worth a look now."""
@@ -304,7 +299,7 @@ class Controller:
     def _pool_gone(self, name: str) -> None:
         """Dropped at once; CIDRs it still owned stay reserved as unowned."""
         self.keeper.forget(name)
-        self.written.pop(name, None)
+        self.written.forget(name)
         self._pool_removed_nodes(name, self.allocator.remove_pool(name))
         self.metrics.remove_pool(name)
         log.info("ClusterCIDR %s is gone", name, extra=kv(clustercidr=name))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from typing import Any
 
 from local_ccm.clock import Clock
@@ -54,11 +54,10 @@ from local_ccm.lbipam.metrics import LbMetrics
 from local_ccm.lbipam.options import NAME, Settings
 from local_ccm.runtime import events as ev
 from local_ccm.runtime.controller import DONE, Done, Fence, Permission, Result, Watch
-from local_ccm.runtime.outbox import EventOutbox
+from local_ccm.runtime.parts import Informers, LastWrites, event_outbox, stamp
 
 log = logging.getLogger(__name__)
 # A pool list answers 404 while the CRD is not installed: wait for it like for a restart.
-DEFAULT_ERRORS = ErrorKinds()
 POOL_ERRORS = ErrorKinds(retried=(Transient, Forbidden, Unauthorized, NotFound))
 
 
@@ -107,18 +106,11 @@ class Controller:
         self.woken: list[str] = []  # Services a sync's release may serve, oldest first
         self.first_seen: dict[str, float] = {}
         self.waiting: set[str] = set()  # Services whose last decision was a problem
-        self.written: dict[str, tuple[frozenset[str], Obj]] = {}  # see _fresh
+        self.written = LastWrites()  # see _fresh
         self.pools_dirty = asyncio.Event()
-        self.outbox = EventOutbox(api, clock, ev.Reporter(NAME, settings.instance),
-                                  namespace=settings.event_namespace, capacity=1000)  # fmt: skip
-        rng, ended = rng or random.Random(), metrics.watch_ended
-
-        def informer(source: ListWatch, project: Callable[[Obj], Any], name: str,
-                     errors: ErrorKinds = DEFAULT_ERRORS) -> Informer[Any]:  # fmt: skip
-            made: Informer[Any] = Informer(source, project, clock=clock, rng=rng, name=name,
-                                           errors=errors, on_end=ended(name))  # fmt: skip
-            return made
-
+        self.outbox = event_outbox(api, clock, NAME, instance=settings.instance,
+                                   namespace=settings.event_namespace)  # fmt: skip
+        informer = Informers(clock, rng, metrics.watch_ended).make
         self.nodes = informer(nodes, project_node, "nodes")
         self.namespaces = informer(api.list_watch("namespaces"), project_labels, "namespaces")
         self.pool_objects = informer(api.list_watch("pools"), project_pool, "pools", POOL_ERRORS)
@@ -147,7 +139,8 @@ class Controller:
         self.outbox.once(spec, subject, spec.message)
 
     def _informers(self) -> list[Informer[Any]]:
-        found = [self.nodes, self.namespaces, self.pool_objects, self.kubevip, self.services]
+        found: list[Informer[Any] | None] = [self.nodes, self.namespaces, self.pool_objects,
+                                             self.kubevip, self.services]  # fmt: skip
         return [i for i in found if i is not None]
 
     def ready(self) -> tuple[bool, str]:
@@ -246,13 +239,8 @@ class Controller:
 
     def _fresh(self, key: str) -> Obj | None:
         """The cached Service, or what this controller's last write returned while the cache
-        still shows a version that write replaced (its watch event is on the way): deciding on
-        the older copy would only end in a refused write."""
-        obj, mine = self.services.cache.get(key), self.written.get(key)
-        if obj is not None and mine is not None and writes.version(obj) in mine[0]:
-            return mine[1]
-        self.written.pop(key, None)
-        return obj
+        still shows a version that write replaced (`LastWrites`)."""
+        return self.written.fresh(key, self.services.cache.get(key))
 
     async def _patch(self, key: str, base: Obj, patch: list[Obj], *, status: bool = False) -> Obj:
         namespace, name = key.split("/", 1)
@@ -261,8 +249,7 @@ class Controller:
         if not answer:
             return base
         answer = project_service(answer)  # kept like the cache's copies
-        replaced = self.written.get(key, (frozenset[str](), base))[0] | {writes.version(base)}
-        self.written[key] = (replaced, answer)
+        self.written.wrote(key, base, answer)
         return answer
 
     def _age(self, key: str) -> tuple[str, int, str, str]:
@@ -287,7 +274,7 @@ class Controller:
         deleting = writes.deleting(obj)
         if not deleting:
             patch = writes.status_patch(obj, [], writes.condition(None, writes.generation(obj),
-                                                              self._now()))  # fmt: skip
+                                                              stamp(self.clock)))  # fmt: skip
             if patch is not None:
                 obj = await self._patch(key, obj, patch, status=True)
         patch = writes.finalizer_patch(obj, present=False)
@@ -315,7 +302,7 @@ class Controller:
             entries = None  # a problem changes nothing held
         if not request.current:
             self.first_seen.setdefault(key, self.clock.monotonic())
-        cond = writes.condition(decision, writes.generation(obj), self._now())
+        cond = writes.condition(decision, writes.generation(obj), stamp(self.clock))
         patch = writes.status_patch(obj, entries, cond)
         if patch is not None:
             written = await self._patch(key, obj, patch, status=True)
@@ -369,9 +356,6 @@ class Controller:
         log.info("svc=%s: no address: %s: %s", key, decision.reason, decision.message)
         self.outbox.emit(ev.EventSpec("Warning", decision.reason, decision.message), subject)
 
-    def _now(self) -> str:
-        return ev.rfc3339(self.clock.now())
-
     # ------------------------------------------------------------ pool status
 
     async def _pool_status_loop(self, fence: Fence) -> None:
@@ -402,7 +386,7 @@ class Controller:
                 desired = desired_status(parsed, usage(parsed, self.ledger), found)
             else:
                 desired = desired_status(parsed, {}, [])
-            wanted = status_update(entry.status, desired, self._now())
+            wanted = status_update(entry.status, desired, stamp(self.clock))
             if wanted is not None:
                 await self._write_pool(name, entry, wanted, fence)
 

@@ -45,7 +45,15 @@ from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.probe import Prober
 from local_ccm.logs import kv
 from local_ccm.runtime import events as rev
-from local_ccm.runtime.controller import Done, Fence, Permission, RequeueAfter, Result, Watch
+from local_ccm.runtime.controller import (
+    Done,
+    Fence,
+    Permission,
+    RequeueAfter,
+    Result,
+    Watch,
+    open_fence,
+)
 from local_ccm.runtime.events import EventBudget, Reporter, admit, forget, node
 from local_ccm.runtime.outbox import EventOutbox
 
@@ -82,10 +90,6 @@ def permissions(*, event_namespace: str, out_of_service: bool) -> tuple[Permissi
 
 def _node_kv(name: str, uid: str, **more: object) -> dict[str, Any]:
     return kv(node=name, uid=uid, **more)
-
-
-async def _open() -> None:
-    """The fence before the worker hands over its own (`beside`)."""
 
 
 def _bind(run: Callable[..., Coroutine[Any, Any, tuple[str, ...]]], *args: Any) -> Work:
@@ -130,7 +134,7 @@ class Controller:
         self.last_evaluation: float | None = None
         self._annotation_keys = {p.key for p in config.scope.protected}
         self.work: dict[str, Work] = {}  # key: the latest work planned for it
-        self.fence: Fence = _open
+        self.fence: Fence = open_fence
         self.outbox = EventOutbox(
             api, clock, Reporter(names.LIFECYCLE, identity), namespace=config.event_namespace
         )

@@ -91,6 +91,10 @@ def accesses(permissions: Iterable[Permission]) -> list[Access]:
 Fence = Callable[[], Coroutine[Any, Any, None]]  # returns once this process may write
 
 
+async def open_fence() -> None:
+    """The fence a controller holds before the worker hands over its own (`beside`)."""
+
+
 class Controller(Protocol):
     """What `runtime.worker.Worker` runs."""
 

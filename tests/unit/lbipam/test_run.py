@@ -107,7 +107,7 @@ def test_a_decision_on_a_stale_service_never_frees_what_its_last_write_showed() 
     async def scenario() -> None:
         made._rebuild()
         await made.sync("ns/a")  # written: stored at resourceVersion 2
-        made.written.clear()  # as if the copy it returned were not known (see the next test)
+        made.written.forget("ns/a")  # as if the copy it returned were not known (see the next test)
         with pytest.raises(Conflict):  # again from the stale cache: the write fails
             await made.sync("ns/a")
         await made.sync("ns/b")
