@@ -297,6 +297,7 @@ def needed() -> set[tuple[str, ...]]:
     """What the approver checks at start-up but Events (the events Role grants them) and the
     Node watch (the lifecycle controller's ClusterRole)."""
     options = csr.controller().load(flags.parse(manager_flags(), [], {}), ({}, (), ()))
+    assert not isinstance(options, list), options
     return {(a.verb, a.group, a.resource + (f"/{a.subresource}" if a.subresource else ""), a.name)
             for a in csr.permissions(options) if a.resource not in ("events", "nodes")}  # fmt: skip
 

@@ -25,17 +25,17 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from local_ccm.cli import central
-from local_ccm.cli.common import Unit
-from local_ccm.cli.lifecycle import Extras, build_unit, controller
+from local_ccm.cli import lifecycle as composition
+from local_ccm.cli.central import Place
+from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
-from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.errors import NotFound
-from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.transport import usable_config
-from local_ccm.lifecycle.api import NodeApi, NodeEvent, NodeList, Obj
+from local_ccm.lifecycle.api import KubeNodeApi, NodeApi, NodeEvent, NodeList, Obj
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.options import PROG, LifecycleOptions
 from local_ccm.lifecycle.probe import Prober
+from local_ccm.runtime.host import Shared, Unit, write_timeout_of
 from local_ccm.runtime.serve import Servers
 from tests.support import resources as r
 from tests.support.cleanup import NodeFactory, Tracker
@@ -141,26 +141,34 @@ async def run_lifecycle(
     wrap_api: Callable[[NodeApi], NodeApi] | None = None,
 ) -> int:
     """The binary after flag parsing, in a thread with its own loop: the manager's path with
-    this controller alone, built with what the test injects."""
-    extras = Extras(prober, watch_selector, wrap_api)
+    this controller alone, its unit built here from the composition's public parts with what
+    the test injects (`prober`, `wrap_api` around the real adapter, `watch_selector`)."""
+    metrics = LifecycleMetrics()
     made: list[str] = []
 
-    def build(
-        opts: LifecycleOptions, cluster: ClusterConfig, identity: str, nodes: ListWatch | None
-    ) -> Unit | str:
-        made.append(identity)
-        return build_unit(opts, cluster, identity, nodes, extras)
+    def build(opts: LifecycleOptions, shared: Shared, place: Place) -> Unit:
+        made.append(place.identity)
+        client = composition.client_of(place.cluster, metrics)
+        write_timeout = write_timeout_of(shared.lease)
+        api: NodeApi = KubeNodeApi(AsyncClient(client), write_timeout=write_timeout)
+        api = wrap_api(api) if wrap_api else api
+        probe, problem = (prober, "") if prober else composition.build_prober(opts, metrics)
+        config = composition.loop_config(opts)
+        if watch_selector is not None:
+            config = replace(config, selector=watch_selector)
+        parts = composition.Parts(client, api, probe, metrics, config, problem)
+        return composition.assemble(opts, place, parts)
 
     def running(servers: Servers) -> None:
         if on_start is not None:
             health, scrape = servers.health, servers.metrics
             ports = health.port if health else None, scrape.port if scrape else None
-            on_start(Started(made[0], extras.metrics, *ports))
+            on_start(Started(made[0], metrics, *ports))
 
-    entry = replace(controller(), build=build)
+    loaded = central.Loaded(replace(composition.controller(), build=build), options)
     cluster = usable_config(options.kubeconfig, "", env)
-    return await central.run_loaded(PROG, env, [(entry, options)], cluster, stop,
-                                    on_running=running)  # fmt: skip
+    return await central.run_loaded(PROG, env, [loaded], shared=loaded.shared(), cluster=cluster,
+                                    stop=stop, on_running=running)  # fmt: skip
 
 
 class InProcessController:

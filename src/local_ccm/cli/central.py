@@ -1,6 +1,9 @@
-"""The central controllers' path, for `local-ccm-controller-manager` and the two binaries that
-run one controller each: flags to options per controller, then the process runtime with one
-unit per controller (and one shared Node watch when there are several).
+"""The central controllers' one path from flags to running units, for
+`local-ccm-controller-manager` and the two binaries that run one controller each (`run_one`: the
+same path with a one-row table and the binary's own flags): flags to options per controller
+(`ControllerSpec[Opts]`, typed by its options), the process's `Shared` settings once, then the
+process host (`runtime.host`) with one unit per controller (and one shared Node watch when there
+are several).
 """
 
 from __future__ import annotations
@@ -10,20 +13,13 @@ import os
 import random
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Generic, Protocol, TypeVar
 
 from local_ccm import __version__, flags
 from local_ccm.cli.common import (
-    Host,
-    Serving,
-    Unit,
     guarded,
-    identity_of,
-    log,
-    metrics_tls_of,
     parse_args,
     refuse,
-    run_units,
     start_logging,
     with_signals,
 )
@@ -36,8 +32,16 @@ from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.nodes import Access
 from local_ccm.kube.resources import NODES
 from local_ccm.kube.transport import usable_config
-from local_ccm.lease.options import Election
 from local_ccm.records import dataclass
+from local_ccm.runtime.host import (
+    Host,
+    Shared,
+    Unit,
+    identity_of,
+    log,
+    metrics_tls_of,
+    run_units,
+)
 from local_ccm.runtime.metrics import Metrics
 from local_ccm.runtime.metricsserver import CertError
 from local_ccm.runtime.process import EXIT_PRECONDITION, EXIT_USAGE
@@ -46,33 +50,126 @@ from local_ccm.runtime.shared import Match, SharedWatch
 
 MANAGER = "local-ccm-controller-manager"
 Env = tuple[Mapping[str, str], Sequence[str], Sequence[Problem]]  # fixed env, warnings, problems
+Opts = TypeVar("Opts")
 
 
 @dataclass(frozen=True)
-class Controller:
-    """One central controller: its flags, how its options load, and how it becomes a unit."""
+class Place:
+    """Where a controller's unit runs: the cluster, the holder identity (also the Events'
+    reporting instance), and the process's shared Node watch (None: the unit watches its own)."""
+
+    cluster: ClusterConfig
+    identity: str
+    nodes: ListWatch | None = None
+
+
+def every_node(options: object) -> None:
+    """A controller that sees every Node of a shared watch."""
+
+
+def env_as_is(env: Mapping[str, str]) -> Env:
+    """A controller that reads its environment variables as they are."""
+    return env, (), ()
+
+
+@dataclass(frozen=True)
+class ControllerSpec(Generic[Opts]):
+    """One central controller, typed by its options `Opts`: its flags, how its options load, the
+    process settings they give when it is the process's first controller, its start-up line,
+    how it becomes a unit, and the RBAC it needs. mypy checks every function of a row against
+    the one `Opts`."""
 
     name: str
     prog: str  # its own binary
     flags: Callable[[], FlagSet]
-    load: Callable[[Parsed, Env], Any]  # options or list[Problem]
-    fields: Callable[[Any], Mapping[str, object]]  # for the start-up line
-    lease: Callable[[Any], Election | None]  # None: --leader-elect=false
-    serving: Callable[[Any], Serving]
-    build: Callable[[Any, ClusterConfig, str, ListWatch | None], Unit | str]
+    load: Callable[[Parsed, Env], Opts | list[Problem]]
+    shared: Callable[[Opts], Shared]
+    fields: Callable[[Opts], Mapping[str, object]]  # for the start-up line
+    build: Callable[[Opts, Shared, Place], Unit | str]  # str: a start-up precondition failed
+    permissions: Callable[[Opts], list[Access]]
     # Which objects of the shared Node watch it sees (None: all), as its own watch would
     # select them on the API server.
-    selects: Callable[[Any], Match | None] = lambda options: None
+    selects: Callable[[Opts], Match | None] = every_node
     servers: frozenset[str] = frozenset()  # its `fields` about its own listen addresses
-    fix_env: Callable[[Mapping[str, str]], Env] = lambda env: (env, (), ())
+    fix_env: Callable[[Mapping[str, str]], Env] = env_as_is
     default_on: bool = True
+
+    def bind(self, parsed: Parsed, env: Env) -> Loaded[Opts] | list[Problem]:
+        """Its options loaded and bound to it, or their problems."""
+        options = self.load(parsed, env)
+        if isinstance(options, list):
+            return options
+        return Loaded(self, options)
+
+
+@dataclass(frozen=True)
+class Loaded(Generic[Opts]):
+    """A controller with its options: what the path asks of it, whatever its `Opts`."""
+
+    spec: ControllerSpec[Opts]
+    options: Opts
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def servers(self) -> frozenset[str]:
+        return self.spec.servers
+
+    def shared(self) -> Shared:
+        return self.spec.shared(self.options)
+
+    def fields(self) -> Mapping[str, object]:
+        return self.spec.fields(self.options)
+
+    def selects(self) -> Match | None:
+        return self.spec.selects(self.options)
+
+    def build(self, shared: Shared, place: Place) -> Unit | str:
+        return self.spec.build(self.options, shared, place)
+
+
+class Bound(Protocol):
+    """A loaded controller of any options type (`Loaded[Opts]` for every `Opts`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def servers(self) -> frozenset[str]: ...
+    def shared(self) -> Shared: ...
+    def fields(self) -> Mapping[str, object]: ...
+    def selects(self) -> Match | None: ...
+    def build(self, shared: Shared, place: Place) -> Unit | str: ...
+
+
+class Row(Protocol):
+    """A row of a binary's controller table (`ControllerSpec[Opts]` for every `Opts`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def prog(self) -> str: ...
+    @property
+    def default_on(self) -> bool: ...
+    @property
+    def flags(self) -> Callable[[], FlagSet]: ...
+    @property
+    def fix_env(self) -> Callable[[Mapping[str, str]], Env]: ...
+    def bind(self, parsed: Parsed, env: Env) -> Bound | list[Problem]: ...
+
+
+def run_one(spec: Row, argv: Sequence[str] | None, env: Mapping[str, str] | None) -> int:
+    """A single-controller binary: the manager's path with a one-row table, its own flags."""
+    return run_main(spec.prog, argv, env, [spec], table=spec.flags(),
+                    choose=lambda parsed: (spec.name,))  # fmt: skip
 
 
 def run_main(
     prog: str,
     argv: Sequence[str] | None,
     env: Mapping[str, str] | None,
-    known: Sequence[Controller],
+    known: Sequence[Row],
     *,
     table: FlagSet,
     choose: Callable[[Parsed], tuple[str, ...] | list[str]],
@@ -90,27 +187,28 @@ def run_main(
     cluster = credentials(parsed, env)
     if isinstance(cluster, Problem):
         return refuse(prog, [cluster])
-    first = loaded[0][1]
+    shared = loaded[0].shared()  # the process's settings: its first controller's options
     fields = start_fields(loaded)
-    chosen = {} if len(known) == 1 else {"controllers": ",".join(c.name for c, _ in loaded)}
-    start_logging(prog, first, {**chosen, **fields})
+    chosen = {} if len(known) == 1 else {"controllers": ",".join(c.name for c in loaded)}
+    start_logging(prog, shared, {**chosen, **fields})
     return guarded(lambda: asyncio.run(
-        with_signals(lambda stop: run_loaded(prog, env, loaded, cluster, stop))
+        with_signals(lambda stop: run_loaded(prog, env, loaded, shared=shared, cluster=cluster,
+                                               stop=stop))
     ))  # fmt: skip
 
 
-def start_fields(loaded: Sequence[tuple[Controller, Any]]) -> dict[str, object]:
+def start_fields(loaded: Sequence[Bound]) -> dict[str, object]:
     """The start-up line's settings: every controller's, each key once (the first one's),
     and only the listen addresses of the servers the process runs, its first controller's."""
-    (first, options), *others = loaded
-    fields = dict(first.fields(options))
-    for controller, more in others:
-        unseen = {k: v for k, v in controller.fields(more).items() if k not in fields}
+    first, *others = loaded
+    fields = dict(first.fields())
+    for controller in others:
+        unseen = {k: v for k, v in controller.fields().items() if k not in fields}
         fields.update({k: v for k, v in unseen.items() if k not in controller.servers})
     return fields
 
 
-def fix_env(env: Mapping[str, str], known: Sequence[Controller]) -> Env:
+def fix_env(env: Mapping[str, str], known: Sequence[Row]) -> Env:
     """The environment as every controller's `fix_env` rewrites it, with their warnings and
     problems."""
     warnings: list[str] = []
@@ -123,19 +221,19 @@ def fix_env(env: Mapping[str, str], known: Sequence[Controller]) -> Env:
 
 
 def load(
-    parsed: Parsed, env: Env, known: Sequence[Controller], chosen: tuple[str, ...] | list[str]
-) -> tuple[tuple[Controller, Any], ...] | list[Problem]:
-    """((controller, options), …) of the `chosen` controllers, or every problem, each once:
+    parsed: Parsed, env: Env, known: Sequence[Row], chosen: tuple[str, ...] | list[str]
+) -> tuple[Bound, ...] | list[Problem]:
+    """The `chosen` controllers with their options, or every problem, each once:
     the selection's (`chosen` as problem texts), the chosen controllers', and those of the
     others about a flag or variable that is set, which must be valid whether or not its
     controller runs."""
     names = chosen if isinstance(chosen, tuple) else ()
     found = [] if isinstance(chosen, tuple) else [flags.invalid("controllers", t) for t in chosen]
-    loaded = []
+    loaded: list[Bound] = []
     for controller in known:
-        options = controller.load(parsed, env)
+        options = controller.bind(parsed, env)
         if not isinstance(options, list):
-            loaded += [(controller, options)] if controller.name in names else []
+            loaded += [options] if controller.name in names else []
         elif controller.name in names:
             found += options
         else:
@@ -166,31 +264,31 @@ def credentials(parsed: Parsed, env: Mapping[str, str]) -> ClusterConfig | Probl
 async def run_loaded(
     prog: str,
     env: Mapping[str, str],
-    loaded: Sequence[tuple[Controller, Any]],
+    loaded: Sequence[Bound],
+    *,
+    shared: Shared,
     cluster: ClusterConfig,
     stop: asyncio.Event,
-    *,
     on_running: Callable[[Servers], None] | None = None,
 ) -> int:
-    """The loaded controllers in the process runtime, on `cluster`; the first one's options
-    give the Lease and the servers."""
-    controller, options = loaded[0]
-    serving, lease = controller.serving(options), controller.lease(options)
+    """The loaded controllers in the process host, on `cluster`, with the process's `shared`
+    settings (the Lease and the servers)."""
     try:
-        tls = metrics_tls_of(serving)
+        tls = metrics_tls_of(shared.serving)
     except CertError as exc:
         log.error("%s", exc)
         return EXIT_USAGE
+    lease = shared.lease
     identity = identity_of(lease.identity if lease else "", env.get("POD_NAME", ""))
-    shared = _node_watch(cluster) if len(loaded) > 1 else None
-    units = [c.build(options, cluster, identity, shared[1].view(c.selects(options)) if shared
-                     else None) for c, options in loaded]  # fmt: skip
-    units += [shared[0]] if shared else []
+    watch = _node_watch(cluster) if len(loaded) > 1 else None
+    units = [c.build(shared, Place(cluster, identity, watch[1].view(c.selects()) if watch
+                                   else None)) for c in loaded]  # fmt: skip
+    units += [watch[0]] if watch else []
     for unit in units:
         if isinstance(unit, str):
             log.error("%s", unit)
             return EXIT_PRECONDITION
-    host = Host(prog, serving, lease, stop, identity, tls=tls, on_running=on_running)
+    host = Host(prog, shared.serving, lease, stop, identity, tls=tls, on_running=on_running)
     return await run_units(host, [u for u in units if not isinstance(u, str)])
 
 

@@ -1,6 +1,5 @@
 """What every binary's composition does the same way: flags to options, logging, the last line
-of defence, and the central controllers' process: one API client per controller, one health and
-metrics server, one access review, one Lease, the controllers run side by side while leading.
+of defence, the signals. The central controllers' process host is `local_ccm.runtime.host`.
 """
 
 from __future__ import annotations
@@ -8,46 +7,29 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 import signal
-import socket
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from local_ccm import __version__, flags
-from local_ccm.clock import Clock, SystemClock
 from local_ccm.flags import FlagSet, Parsed, Problem
-from local_ccm.kube.aio import AsyncClient
-from local_ccm.kube.client import Client
-from local_ccm.kube.nodes import Access
 from local_ccm.logs import configure_logging, kv
-from local_ccm.records import dataclass
 from local_ccm.runtime import process as proc
-from local_ccm.runtime.access import KubeReviews, lease_permissions
-from local_ccm.runtime.metrics import ControllerMetrics, LeaderMetrics, United
-from local_ccm.runtime.metricsserver import (
-    REVIEWS,
-    TlsContext,
-    certificate_name,
-    metrics_auth,
-    server_tls,
-)
 from local_ccm.runtime.procmetrics import python_version
-from local_ccm.runtime.promtext import Registry
-from local_ccm.runtime.serve import Checks, Servers, start_servers
-
-if TYPE_CHECKING:  # leader election is imported by the processes that elect (not the agent)
-    from local_ccm.lease.election import ElectionConfig
-    from local_ccm.lease.elector import LeaderContext, LeaderElector
-    from local_ccm.lease.options import Election
 
 log = logging.getLogger("local_ccm.cli")
 T = TypeVar("T")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = proc.EXIT_OK, proc.EXIT_FAILED, proc.EXIT_USAGE
-STOP_GRACE = 10.0  # a stopping leader's last writes, then the Lease is released
-METRICS_REVIEWS = tuple(Access("create", res, group) for group, res in REVIEWS)
+
+
+class Logging(Protocol):
+    """The logging settings a binary's options carry (the agent's, `runtime.host.Shared`)."""
+
+    @property
+    def log_format(self) -> Literal["text", "json"]: ...
+    @property
+    def verbosity(self) -> int: ...
 
 
 # ---------------------------------------------------------------- flags and logging
@@ -72,7 +54,7 @@ def refuse(prog: str, problems: Sequence[Problem]) -> int:
 
 def start_logging(
     prog: str,
-    options: Any,
+    options: Logging,
     fields: Mapping[str, object],
     *,
     bound: Mapping[str, str] | None = None,
@@ -114,194 +96,3 @@ async def with_signals(main: Callable[[asyncio.Event], Coroutine[Any, Any, T]]) 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
     return await main(stop)
-
-
-# ---------------------------------------------------------------- the central controllers
-
-
-@dataclass(frozen=True)
-class Serving:
-    """The health and metrics listen addresses as given, and how /metrics is protected."""
-
-    health_address: str
-    metrics_address: str
-    secure: bool = False
-    cert_dir: str = ""
-    health_flag: str = "health-probe-bind-address"
-    metrics_flag: str = "metrics-bind-address"
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One controller, built: what it needs, what it adds to the health checks and metrics,
-    and the work it does for a leadership term."""
-
-    name: str
-    client: Client
-    permissions: Sequence[Access]
-    registry: Registry
-    work: Callable[[LeaderContext | None], Coroutine[Any, Any, None]]
-    checks: Callable[[Checks, Checks], None] = lambda healthz, readyz: None
-    on_leading: Callable[[bool], None] = lambda leading: None
-
-
-class Runner(Protocol):
-    async def run(self) -> None: ...
-    def ready(self) -> tuple[bool, str]: ...
-
-
-def leader_unit(
-    name: str,
-    client: Client,
-    permissions: list[Access],
-    metrics: ControllerMetrics,
-    make: Callable[[Callable[[], bool]], Runner],
-    *,
-    check: str = "",
-) -> Unit:
-    """A unit that runs `make(may_write)` while leading; /readyz (as `check`, else `name`)
-    asks it, a standby is ready."""
-    running: list[Runner] = []
-
-    async def work(context: LeaderContext | None) -> None:
-        controller = make(context.may_write if context else lambda: True)
-        running.append(controller)
-        try:
-            await controller.run()
-        finally:
-            running.remove(controller)
-
-    def checks(healthz: Checks, readyz: Checks) -> None:
-        readyz.add(check or name, lambda: running[0].ready() if running else (True, "standby"))
-
-    return Unit(name, client, permissions, metrics.registry, work, checks)
-
-
-@dataclass(frozen=True)
-class Host:
-    """The process around the units."""
-
-    prog: str
-    serving: Serving
-    lease: Election | None  # None: --leader-elect=false
-    stop: asyncio.Event
-    identity: str  # the holder identity (also the Events' reporting instance)
-    clock: Clock = field(default_factory=SystemClock)
-    status: proc.Status = field(default_factory=proc.Status)
-    tls: TlsContext | None = None
-    on_running: Callable[[Servers], None] | None = None
-
-
-def election_config(lease: Election, identity: str) -> ElectionConfig:
-    """The Lease timing as the elector takes it, for the holder `identity`."""
-    from local_ccm.lease.election import ElectionConfig  # noqa: PLC0415
-
-    return ElectionConfig(lease.lease_duration, lease.renew_deadline, lease.retry_period, identity)
-
-
-def write_timeout_of(lease: Election | None) -> float | None:
-    """How long each write of a central controller may take: with leader election the
-    election's write timeout (the fence: a deposed leader's write gives up before a successor
-    can hold the Lease); without, None (the client's own timeout). Every composition passes
-    this to its API adapter."""
-    return election_config(lease, "-").write_timeout if lease is not None else None
-
-
-def identity_of(given: str, pod_name: str) -> str:
-    """Verbatim, else the lower-cased POD_NAME or hostname plus a random suffix."""
-    from local_ccm.lease.election import choose_identity  # noqa: PLC0415
-
-    return choose_identity(given, pod_name, socket.gethostname(), random.SystemRandom())
-
-
-def metrics_tls_of(serving: Serving) -> TlsContext | None:
-    """The /metrics server's TLS context when it serves HTTPS; raises CertError."""
-    if not serving.secure or serving.metrics_address in {"", "0"}:
-        return None
-    return server_tls(serving.cert_dir, certificate_name())
-
-
-def united_registry(units: Sequence[Unit], leader: LeaderMetrics | None = None) -> United:
-    """One /metrics over every unit's registry and the leader election's gauge."""
-    more = [leader.registry] if leader is not None else []
-    return United([*(unit.registry for unit in units), *more])
-
-
-def _serve(
-    host: Host, units: Sequence[Unit], leader: LeaderMetrics | None
-) -> Callable[[Checks, Checks], Servers]:
-    s, registry = host.serving, united_registry(units, leader)
-
-    def serve(healthz: Checks, readyz: Checks) -> Servers:
-        for unit in units:
-            unit.checks(healthz, readyz)
-        guard = None if host.tls is None else metrics_auth(units[0].client).check
-        return start_servers(
-            metrics_address=s.metrics_address, health_address=s.health_address,
-            registry=registry, healthz=healthz, readyz=readyz, metrics_flag=s.metrics_flag,
-            health_flag=s.health_flag, metrics_tls=host.tls, metrics_guard=guard,
-        )  # fmt: skip
-
-    return serve
-
-
-def _elector(
-    host: Host, units: Sequence[Unit], leader: LeaderMetrics | None
-) -> LeaderElector | None:
-    if host.lease is None:
-        return None
-    from local_ccm.lease.elector import KubeLeaseApi, LeaderElector  # noqa: PLC0415
-
-    config = election_config(host.lease, host.identity)
-    api = KubeLeaseApi(AsyncClient(units[0].client), host.lease.namespace, host.lease.lease_name,
-                       timeout=config.write_timeout)  # fmt: skip
-
-    def changed(leading: bool) -> None:
-        host.status.leading = leading
-        if leader is not None:
-            leader.leading(leading)
-        for unit in units:
-            unit.on_leading(leading)
-
-    return LeaderElector(api, config, host.clock, random.Random(), on_leader_change=changed)
-
-
-def _permissions(host: Host, units: Sequence[Unit]) -> list[Access]:
-    wanted = [p for unit in units for p in unit.permissions]
-    if host.lease is not None:
-        wanted += lease_permissions(host.lease.namespace, host.lease.lease_name)
-    return sorted(set(wanted))
-
-
-async def run_units(host: Host, units: Sequence[Unit]) -> int:
-    """The runtime's process around the units; every unit's client is closed at the end."""
-
-    async def work(context: LeaderContext | None) -> None:
-        if len(units) == 1:
-            await units[0].work(context)
-            return
-        async with asyncio.TaskGroup() as group:
-            for unit in units:
-                group.create_task(unit.work(context), name=unit.name)
-
-    def running(servers: Servers) -> None:
-        log.info("running", extra=kv(identity=host.identity))
-        if host.on_running is not None:
-            host.on_running(servers)
-
-    leader = LeaderMetrics(host.lease.lease_name) if host.lease is not None else None
-    elector = _elector(host, units, leader)
-    if elector is None:
-        for unit in units:
-            unit.on_leading(True)
-    p = proc.Process(
-        prog=host.prog, clock=host.clock, stop=host.stop, serve=_serve(host, units, leader),
-        reviews=KubeReviews(AsyncClient(units[0].client)), permissions=_permissions(host, units),
-        work=work, elector=elector, status=host.status, grace=STOP_GRACE,
-        optional=METRICS_REVIEWS if host.tls is not None else (), on_running=running,
-    )  # fmt: skip
-    try:
-        return await proc.run_process(p)
-    finally:
-        for unit in units:
-            unit.client.close()

@@ -7,8 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from local_ccm.cli import central, managed
-from local_ccm.cli.common import Unit, write_timeout_of
-from local_ccm.cli.kit import kit_unit
+from local_ccm.cli.central import Place
 from local_ccm.clock import SystemClock
 from local_ccm.csr.api import KubeCsrApi
 from local_ccm.csr.metrics import CsrMetrics
@@ -16,18 +15,17 @@ from local_ccm.csr.options import FLAGS, NAME, Settings, settings_fields, settin
 from local_ccm.csr.run import Controller
 from local_ccm.csr.run import permissions as declared
 from local_ccm.kube.aio import AsyncClient
-from local_ccm.kube.config import ClusterConfig
-from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.nodes import Access
 from local_ccm.runtime.controller import accesses
+from local_ccm.runtime.host import Shared, Unit, kit_unit, write_timeout_of
 
 CsrOptions = managed.Managed[Settings]  # own: the approver's flags
 
 
-def controller() -> central.Controller:
-    """The approver's entry in the controller manager's table."""
-    return managed.entry(NAME, FLAGS, settings_from, lambda o: settings_fields(o.own),
-                         build_unit)  # fmt: skip
+def controller() -> central.ControllerSpec[CsrOptions]:
+    """The approver's row in the controller manager's table."""
+    return managed.spec(NAME, FLAGS, settings_from, fields=lambda o: settings_fields(o.own),
+                        build=build_unit, permissions=permissions)  # fmt: skip
 
 
 def permissions(options: CsrOptions) -> list[Access]:
@@ -40,14 +38,11 @@ def settings_of(options: CsrOptions, identity: str) -> Settings:
                    instance=identity)  # fmt: skip
 
 
-def build_unit(
-    options: CsrOptions, cluster: ClusterConfig, identity: str, nodes: ListWatch | None = None
-) -> Unit:
-    metrics, settings = CsrMetrics(), settings_of(options, identity)
-    client = managed.client_of(cluster, NAME, metrics)
-    write_timeout = write_timeout_of(managed.lease_of(options))
-    api = KubeCsrApi(AsyncClient(client), write_timeout=write_timeout)
-    node_source = managed.nodes_of(nodes, client)
+def build_unit(options: CsrOptions, shared: Shared, place: Place) -> Unit:
+    metrics, settings = CsrMetrics(), settings_of(options, place.identity)
+    client = managed.client_of(place.cluster, NAME, metrics)
+    api = KubeCsrApi(AsyncClient(client), write_timeout=write_timeout_of(shared.lease))
+    node_source = managed.nodes_of(place.nodes, client)
 
     def make() -> Controller:
         return Controller(api, node_source, settings, metrics=metrics, clock=SystemClock())

@@ -8,14 +8,12 @@ rejected, RBAC).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from local_ccm import __version__, names
 from local_ccm.cli import central
-from local_ccm.cli.common import Serving, Unit, write_timeout_of
-from local_ccm.cli.kit import kit_unit
+from local_ccm.cli.central import Place
 from local_ccm.clock import SystemClock
-from local_ccm.flags import Parsed
+from local_ccm.flags import Parsed, Problem
 from local_ccm.ipam import options as ipam_options
 from local_ccm.ipam.api import KubeIpamApi, TokenBucket
 from local_ccm.ipam.core.model import default_pool
@@ -25,28 +23,26 @@ from local_ccm.ipam.run import Controller, Settings
 from local_ccm.ipam.run import permissions as declared
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
-from local_ccm.kube.config import ClusterConfig
-from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.nodes import Access
 from local_ccm.lease.options import Election
 from local_ccm.runtime.controller import accesses
+from local_ccm.runtime.host import Serving, Shared, Unit, kit_unit, write_timeout_of
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     """Run node-ipam-controller: `argv` without the program name; the exit status."""
-    return central.run_main(PROG, argv, env, [controller()], table=FLAGS,
-                            choose=lambda parsed: ("node-ipam",))  # fmt: skip
+    return central.run_one(controller(), argv, env)
 
 
-def controller() -> central.Controller:
-    """The IPAM controller's entry in the controller manager's table."""
+def controller() -> central.ControllerSpec[IpamOptions]:
+    """The IPAM controller's row in the controller manager's table."""
 
-    def load(parsed: Parsed, env: central.Env) -> Any:
+    def load(parsed: Parsed, env: central.Env) -> IpamOptions | list[Problem]:
         return ipam_options.options_from(parsed, env[0], warnings=env[1], problems=env[2])
 
-    return central.Controller(
-        "node-ipam", PROG, lambda: FLAGS, load, ipam_options.startup_fields,
-        lease_of, serving_of, build_unit, fix_env=ipam_options.resolve_resource_lock_env,
+    return central.ControllerSpec(
+        "node-ipam", PROG, lambda: FLAGS, load, shared_of, ipam_options.startup_fields,
+        build_unit, permissions, fix_env=ipam_options.resolve_resource_lock_env,
         servers=frozenset({"web", "metrics", "metrics_secure"}),
     )  # fmt: skip
 
@@ -63,6 +59,12 @@ def serving_of(options: IpamOptions) -> Serving:
     secure, flag = options.metrics_secure and separate, options.web_flag
     return Serving(web, metrics, secure, options.metrics_cert_dir, health_flag=flag,
                    metrics_flag="metrics-bind-address" if separate else flag)  # fmt: skip
+
+
+def shared_of(options: IpamOptions) -> Shared:
+    """The process's settings as node-ipam-controller's flags give them."""
+    return Shared(serving_of(options), lease_of(options), options.log_format, options.verbosity,
+                  options.event_namespace, warnings=options.warnings)  # fmt: skip
 
 
 def permissions(options: IpamOptions) -> list[Access]:
@@ -86,25 +88,24 @@ def settings_from(options: IpamOptions, identity: str) -> Settings:
     )
 
 
-def build_unit(
-    options: IpamOptions, cluster: ClusterConfig, identity: str, nodes: ListWatch | None = None
-) -> Unit:
+def build_unit(options: IpamOptions, shared: Shared, place: Place) -> Unit:
     metrics = IpamMetrics()
-    client = Client(cluster, field_manager=names.IPAM, user_agent=f"{names.IPAM}/{__version__}",
+    client = Client(place.cluster, field_manager=names.IPAM,
+                    user_agent=f"{names.IPAM}/{__version__}",
                     on_response=metrics.observe_response)  # fmt: skip
 
     def count(verb: str, resource: str, code: str) -> None:
         if (verb, resource) == ("patch", "nodes"):
             metrics.node_writes.labels(code).inc()
 
-    write_timeout = write_timeout_of(lease_of(options))
+    write_timeout = write_timeout_of(shared.lease)
     api = KubeIpamApi(AsyncClient(client), count=count, write_timeout=write_timeout,
                       limiter=TokenBucket(options.qps, options.burst))  # fmt: skip
 
-    settings = settings_from(options, identity)
+    settings = settings_from(options, place.identity)
 
     def make() -> Controller:
-        return Controller(api, settings, metrics, SystemClock(), nodes=nodes)
+        return Controller(api, settings, metrics, SystemClock(), nodes=place.nodes)
 
     return kit_unit(client, metrics, metrics.queue, make, backoff=settings.backoff,
                     workers=options.concurrent_node_syncs, check="controller")  # fmt: skip

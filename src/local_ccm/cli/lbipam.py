@@ -1,18 +1,15 @@
 """service-lb-ipam's entry in local-ccm-controller-manager (off by default): its flags next to
-the manager's shared ones, which it reads through the lifecycle controller's options
-(credentials, Lease, servers), its unit and its permissions."""
+the manager's shared ones (credentials, Lease, servers: the process's `Shared`), its unit and
+its permissions."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from local_ccm.cli import central, managed
-from local_ccm.cli.common import Unit, write_timeout_of
-from local_ccm.cli.kit import kit_unit
+from local_ccm.cli.central import Place
 from local_ccm.clock import SystemClock
 from local_ccm.kube.aio import AsyncClient
-from local_ccm.kube.config import ClusterConfig
-from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.nodes import Access
 from local_ccm.lbipam.api import KubeLbApi
 from local_ccm.lbipam.metrics import LbMetrics
@@ -20,13 +17,16 @@ from local_ccm.lbipam.options import FLAGS, NAME, Settings, settings_from
 from local_ccm.lbipam.run import Controller
 from local_ccm.lbipam.run import permissions as declared
 from local_ccm.runtime.controller import accesses
+from local_ccm.runtime.host import Shared, Unit, kit_unit, write_timeout_of
 
 LbOptions = managed.Managed[Settings]
 
 
-def controller() -> central.Controller:
-    """The allocator's entry in the controller manager's table."""
-    return managed.entry(NAME, FLAGS, settings_from, fields, build_unit)
+def controller() -> central.ControllerSpec[LbOptions]:
+    """The allocator's row in the controller manager's table."""
+    return managed.spec(
+        NAME, FLAGS, settings_from, fields=fields, build=build_unit, permissions=permissions
+    )
 
 
 def fields(options: LbOptions) -> dict[str, object]:
@@ -45,16 +45,15 @@ def settings_of(options: LbOptions, identity: str) -> Settings:
                    event_namespace=options.shared.event_namespace)  # fmt: skip
 
 
-def build_unit(
-    options: LbOptions, cluster: ClusterConfig, identity: str, nodes: ListWatch | None = None
-) -> Unit:
+def build_unit(options: LbOptions, shared: Shared, place: Place) -> Unit:
     metrics = LbMetrics()
-    client = managed.client_of(cluster, NAME, metrics)
-    writes, write_timeout = metrics.writes, write_timeout_of(managed.lease_of(options))
+    client = managed.client_of(place.cluster, NAME, metrics)
+    writes, write_timeout = metrics.writes, write_timeout_of(shared.lease)
     api = KubeLbApi(AsyncClient(client), options.own.kubevip,
                     observe=lambda verb, res, code: writes.labels(res, code).inc(),
                     write_timeout=write_timeout)  # fmt: skip
-    settings, node_source = settings_of(options, identity), managed.nodes_of(nodes, client)
+    settings = settings_of(options, place.identity)
+    node_source = managed.nodes_of(place.nodes, client)
 
     def make() -> Controller:
         return Controller(api, node_source, settings, metrics=metrics, clock=SystemClock())

@@ -8,18 +8,16 @@ RBAC). No usable probe is no exit: the controller runs not ready and deletes not
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from local_ccm import __version__, names
 from local_ccm.cli import central
-from local_ccm.cli.common import Serving, Unit, write_timeout_of
-from local_ccm.cli.kit import kit_unit
+from local_ccm.cli.central import Place
 from local_ccm.clock import SystemClock
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig
-from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.nodes import Access
 from local_ccm.lease.options import Election
 from local_ccm.lifecycle.api import KubeNodeApi, NodeApi
@@ -44,6 +42,7 @@ from local_ccm.lifecycle.run import NAME, Controller
 from local_ccm.lifecycle.run import permissions as declared
 from local_ccm.records import dataclass
 from local_ccm.runtime.controller import accesses
+from local_ccm.runtime.host import Serving, Shared, Unit, kit_unit, write_timeout_of
 from local_ccm.runtime.serve import Checks
 from local_ccm.runtime.shared import Match
 
@@ -56,16 +55,14 @@ WORKERS = 64
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     """Run node-lifecycle-controller: `argv` without the program name; the exit status."""
-    return central.run_main(PROG, argv, env, [controller()], table=FLAGS,
-                            choose=lambda parsed: ("node-lifecycle",))  # fmt: skip
+    return central.run_one(controller(), argv, env)
 
 
-def controller() -> central.Controller:
-    """The lifecycle controller's entry in the controller manager's table."""
-    return central.Controller(
-        NAME, PROG, lambda: FLAGS,
-        lambda parsed, env: options_from(parsed), startup_fields,
-        lease_of, serving_of, build_unit, selects=selected_nodes,
+def controller() -> central.ControllerSpec[LifecycleOptions]:
+    """The lifecycle controller's row in the controller manager's table."""
+    return central.ControllerSpec(
+        NAME, PROG, lambda: FLAGS, lambda parsed, env: options_from(parsed), shared_of,
+        startup_fields, build_unit, permissions, selects=selected_nodes,
         servers=frozenset({"metrics", "metrics_secure", "health"}),
     )  # fmt: skip
 
@@ -79,19 +76,6 @@ def selected_nodes(options: LifecycleOptions) -> Match | None:
     return lambda node: selector.matches((node.get("metadata") or {}).get("labels") or {})
 
 
-# ---------------------------------------------------------------- the unit
-
-
-@dataclass(frozen=True)
-class Extras:
-    """What in-process tests may inject or narrow (see tests/support/lifecycle_harness.py)."""
-
-    prober: Prober | None = None
-    watch_selector: str | None = None
-    wrap_api: Callable[[NodeApi], NodeApi] | None = None
-    metrics: LifecycleMetrics = field(default_factory=LifecycleMetrics)
-
-
 def lease_of(options: LifecycleOptions) -> Election | None:
     return options.election if options.election.enabled else None
 
@@ -101,45 +85,69 @@ def serving_of(options: LifecycleOptions) -> Serving:
                    options.metrics_cert_dir)  # fmt: skip
 
 
-def build_unit(
-    options: LifecycleOptions,
-    cluster: ClusterConfig,
-    identity: str,
-    nodes: ListWatch | None = None,
-    extras: Extras | None = None,
-) -> Unit:
+def shared_of(options: LifecycleOptions) -> Shared:
+    """The process's settings as the lifecycle controller's flags give them (the manager's
+    shared flags are this table's)."""
+    return Shared(serving_of(options), lease_of(options), options.log_format, options.verbosity,
+                  options.event_namespace, options.ignored_klog, options.warnings)  # fmt: skip
+
+
+# ---------------------------------------------------------------- the unit
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What the lifecycle unit is made of: `build_unit`'s are the real ones; a test that
+    injects a prober or narrows the watch builds its own and calls `assemble`."""
+
+    client: Client
+    api: NodeApi
+    prober: Prober
+    metrics: LifecycleMetrics
+    config: LoopConfig
+    probe_problem: str = ""  # no usable probe: /readyz `probe` fails with it
+
+
+def build_unit(options: LifecycleOptions, shared: Shared, place: Place) -> Unit:
+    """The lifecycle controller with its real client, API adapter and prober."""
+    metrics = LifecycleMetrics()
+    prober, problem = build_prober(options, metrics)
+    client = client_of(place.cluster, metrics)
+    api = KubeNodeApi(AsyncClient(client), write_timeout=write_timeout_of(shared.lease))
+    return assemble(options, place, Parts(client, api, prober, metrics, loop_config(options),
+                                          problem))  # fmt: skip
+
+
+def client_of(cluster: ClusterConfig, metrics: LifecycleMetrics) -> Client:
+    """The controller's API client: its field manager, user agent, timeout, REST series."""
+    return Client(cluster, field_manager=names.LIFECYCLE, user_agent=f"{PROG}/{__version__}",
+                  timeout=API_TIMEOUT, on_response=metrics.observe_response)  # fmt: skip
+
+
+def assemble(options: LifecycleOptions, place: Place, parts: Parts) -> Unit:
     """The lifecycle controller as a unit of the kit: /readyz `node-cache` is its
     controller's `ready()`, `probe` and /healthz `evaluation` are added here."""
-    extras = extras or Extras()
-    clock, metrics = SystemClock(), extras.metrics
-    prober, problem = (extras.prober, "") if extras.prober else build_prober(options, metrics)
+    clock, metrics = SystemClock(), parts.metrics
     metrics.unprobed.set(1 if options.unprobed else 0)
-    client = Client(cluster, field_manager=names.LIFECYCLE, user_agent=f"{PROG}/{__version__}",
-                    timeout=API_TIMEOUT, on_response=metrics.observe_response)  # fmt: skip
-    write_timeout = write_timeout_of(lease_of(options))
-    api: NodeApi = KubeNodeApi(AsyncClient(client), write_timeout=write_timeout)
-    api = extras.wrap_api(api) if extras.wrap_api else api
-    config = loop_config(options)
-    if extras.watch_selector is not None:
-        config = replace(config, selector=extras.watch_selector)
     latest: list[Controller] = []
 
     def make() -> Controller:
-        made = Controller(config, api, prober, clock, metrics=metrics, identity=identity,
-                          nodes=nodes)  # fmt: skip
+        made = Controller(parts.config, parts.api, parts.prober, clock, metrics=metrics,
+                          identity=place.identity, nodes=place.nodes)  # fmt: skip
         latest[:] = [made]
         return made
 
     interval = options.interval
-    unit = kit_unit(client, metrics, metrics.queue, make, backoff=(min(1.0, interval), interval),
-                    clock=clock, workers=WORKERS, check="node-cache")  # fmt: skip
+    unit = kit_unit(parts.client, metrics, metrics.queue, make,
+                    backoff=(min(1.0, interval), interval), clock=clock, workers=WORKERS,
+                    check="node-cache")  # fmt: skip
 
     def evaluating() -> tuple[bool, str]:
         return latest[0].evaluating()  # this term's controller
 
     def checks(healthz: Checks, readyz: Checks) -> None:
         unit.checks(healthz, readyz)
-        add_checks(healthz, readyz, evaluating=evaluating, probe_problem=problem)
+        add_checks(healthz, readyz, evaluating=evaluating, probe_problem=parts.probe_problem)
 
     return replace(unit, checks=checks, on_leading=leader_callback(metrics))
 

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from local_ccm import __version__
 from local_ccm.cli import csr, ipam, lbipam, lifecycle
-from local_ccm.cli.central import MANAGER, Controller, run_main
+from local_ccm.cli.central import MANAGER, Row, run_main
 from local_ccm.flags import Flag, FlagSet, Parsed, unite
 from local_ccm.flags.groups import by_owner
 
@@ -30,7 +30,7 @@ IPAM_WEB_FLAGS = ("webserver-bind-address", "health-probe-address")
 GENERAL = "Process flags (every controller: credentials, logging, servers, leader election)"
 #: Read once for the whole process although one controller's table declares them.
 PROCESS = (HEALTH, "apiserver")
-CONTROLLERS: Mapping[str, Callable[[], Controller]] = {
+CONTROLLERS: Mapping[str, Callable[[], Row]] = {
     "node-lifecycle": lifecycle.controller,
     "node-ipam": ipam.controller,
     "kubelet-serving-approver": csr.controller,
@@ -86,7 +86,7 @@ def _manager_flag(flag: Flag) -> Flag:
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     """Run local-ccm-controller-manager."""
-    known = [make() for make in CONTROLLERS.values()]
+    known: list[Row] = [make() for make in CONTROLLERS.values()]
     defaults = {c.name: c.default_on for c in known}
 
     def choose(parsed: Parsed) -> tuple[str, ...] | list[str]:

@@ -42,7 +42,7 @@ def with_condition(csr: Obj, decision: Decision, now: str) -> Obj:
 class KubeCsrApi:
     """`CsrApi` on the project's REST client; `observe` is told (verb, resource, code) of
     every request but the watch; every write gives up after `write_timeout` (None: the
-    client's timeout; a leader passes the election's, see `cli.common.write_timeout_of`)."""
+    client's timeout; a leader passes the election's, see `runtime.host.write_timeout_of`)."""
 
     def __init__(
         self,

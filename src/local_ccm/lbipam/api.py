@@ -31,7 +31,7 @@ class KubeLbApi:
     """`LbApi` on the project's REST client; `observe` is told (verb, resource, code) of every
     request but the watches. `kubevip` is the ConfigMap's (namespace, name), None: not read.
     Every write gives up after `write_timeout` (None: the client's timeout; a leader passes
-    the election's, see `cli.common.write_timeout_of`)."""
+    the election's, see `runtime.host.write_timeout_of`)."""
 
     def __init__(
         self,

@@ -70,6 +70,7 @@ def needed(namespace: str) -> set[tuple[str, ...]]:
     """What it checks at start-up but the Node watch (the lifecycle controller's ClusterRole)."""
     argv = [f"--lb-kubevip-configmap={namespace}/kubevip"]
     options = lbipam.controller().load(flags.parse(manager_flags(), argv, {}), ({}, (), ()))
+    assert not isinstance(options, list), options
     return {(a.verb, a.group, a.resource + (f"/{a.subresource}" if a.subresource else ""),
              a.namespace, a.name) for a in lbipam.permissions(options)
             if a.resource != "nodes"}  # fmt: skip

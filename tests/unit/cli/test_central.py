@@ -109,7 +109,7 @@ def test_flags_left_unset_bother_no_controller_that_does_not_run(env: dict[str, 
     parsed = flags.parse(manager.manager_flags(), ["--controllers=node-lifecycle"], fixed[0])
     loaded = central.load(parsed, fixed, known, ("node-lifecycle",))
     assert isinstance(loaded, tuple)
-    assert [c.name for c, _ in loaded] == ["node-lifecycle"]
+    assert [c.name for c in loaded] == ["node-lifecycle"]
 
 
 # ---------------------------------------------------------------- rates

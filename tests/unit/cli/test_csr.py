@@ -8,9 +8,11 @@ import ipaddress
 import pytest
 
 from local_ccm import flags
-from local_ccm.cli import csr, lbipam, managed, manager
+from local_ccm.cli import csr, lbipam, lifecycle, managed, manager
 from local_ccm.csr.core.model import Policy
 from local_ccm.kube.nodes import Access
+from local_ccm.lifecycle.options import LifecycleOptions
+from local_ccm.lifecycle.options import options_from as lifecycle_options
 
 
 def load(*argv: str) -> csr.CsrOptions:
@@ -71,9 +73,15 @@ def test_bad_prefixes_and_a_bad_bound_exit_2_listing_every_problem(
 
 
 def test_the_shared_settings_are_the_lifecycle_controllers() -> None:
-    options = load("--kubeconfig=/k", "--leader-elect=false")
-    assert options.kubeconfig == "/k"
-    assert csr.controller().lease(options) is None
+    argv = ["--leader-elect=false", "--metrics-bind-address=:9100", "--event-namespace=ev"]
+    parsed = flags.parse(manager.manager_flags(), argv, {})
+    assert isinstance(parsed, flags.Parsed)
+    own = lifecycle_options(parsed)
+    assert isinstance(own, LifecycleOptions)
+    shared = csr.controller().shared(load(*argv))
+    assert shared == lifecycle.shared_of(own)
+    assert shared.lease is None
+    assert (shared.serving.metrics_address, shared.event_namespace) == (":9100", "ev")
 
 
 def test_permissions_are_the_csr_rules_the_node_watch_and_events_only() -> None:
@@ -95,4 +103,4 @@ def test_a_bad_shared_flag_and_a_bad_own_flag_are_both_listed() -> None:
     parsed = flags.parse(manager.manager_flags(), argv, {})
     problems = lbipam.controller().load(parsed, ({}, (), ()))
     assert isinstance(problems, list)
-    assert sorted(p.flag for p in problems) == ["lb-class", "not-ready-timeout"]
+    assert sorted(str(p.flag) for p in problems) == ["lb-class", "not-ready-timeout"]

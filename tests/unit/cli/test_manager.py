@@ -4,7 +4,6 @@ table uniting the controllers' (a flag both define once), its own Lease default.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -116,7 +115,7 @@ def test_a_bad_controllers_flag_exits_2(capsys: pytest.CaptureFixture[str]) -> N
 def test_the_start_up_line_names_only_the_servers_the_process_runs(tmp_path: Path) -> None:
     """The manager serves health and metrics as its first controller's options say; IPAM's
     web server (:8081) is not started, so its address is not on the line."""
-    known = [make() for make in manager.CONTROLLERS.values()]
+    known: list[central.Row] = [make() for make in manager.CONTROLLERS.values()]
     env = {"HOME": str(tmp_path)}
     fixed = central.fix_env(env, known)
     parsed = flags.parse(manager.manager_flags(), ["--metrics-bind-address=:9100"], fixed[0])
@@ -130,34 +129,34 @@ def test_the_start_up_line_names_only_the_servers_the_process_runs(tmp_path: Pat
     assert fields["cluster_cidr"] == "-"  # IPAM's settings stay
 
 
-def _ipam_alone(tmp_path: Path, *argv: str) -> tuple[central.Controller, Any]:
-    known = [make() for make in manager.CONTROLLERS.values()]
+def _ipam_alone(tmp_path: Path, *argv: str) -> central.Bound:
+    known: list[central.Row] = [make() for make in manager.CONTROLLERS.values()]
     fixed = central.fix_env({"HOME": str(tmp_path)}, known)
     parsed = flags.parse(manager.manager_flags(), ["--controllers=node-ipam", *argv], fixed[0])
     loaded = central.load(parsed, fixed, known, ("node-ipam",))
     assert isinstance(loaded, tuple), loaded
-    ((controller, options),) = loaded
-    return controller, options
+    (ipam,) = loaded
+    return ipam
 
 
 def test_ipam_alone_serves_health_on_the_process_s_one_flag(tmp_path: Path) -> None:
     """One health-flag family whichever controllers run: IPAM alone in the manager answers
     /healthz on --health-probe-bind-address (:8091), not node-ipam-controller's :8081."""
-    controller, options = _ipam_alone(tmp_path)
-    serving = controller.serving(options)
+    ipam = _ipam_alone(tmp_path)
+    serving = ipam.shared().serving
     assert (serving.health_address, serving.health_flag) == (":8091", "health-probe-bind-address")
     assert (serving.metrics_address, serving.metrics_flag) == (":8090", "metrics-bind-address")
-    assert central.start_fields(((controller, options),))["web"] == ":8091"
+    assert central.start_fields((ipam,))["web"] == ":8091"
 
 
 @pytest.mark.parametrize("alias", manager.IPAM_WEB_FLAGS)
 def test_node_ipam_controller_s_web_flags_are_deprecated_aliases_in_the_manager(
     tmp_path: Path, alias: str
 ) -> None:
-    controller, options = _ipam_alone(tmp_path, f"--{alias}=127.0.0.1:9181")
-    assert controller.serving(options).health_address == "127.0.0.1:9181"
+    ipam = _ipam_alone(tmp_path, f"--{alias}=127.0.0.1:9181")
+    assert ipam.shared().serving.health_address == "127.0.0.1:9181"
     deprecated = f"--{alias} is deprecated in this binary: use --health-probe-bind-address"
-    assert deprecated in options.warnings
+    assert deprecated in ipam.shared().warnings
     # Given twice with different values, as any alias: refused, naming both spellings.
     argv = [f"--{alias}=:9181", "--health-probe-bind-address=:9182"]
     parsed = flags.parse(manager.manager_flags(), argv, {})

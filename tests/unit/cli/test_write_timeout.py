@@ -15,7 +15,7 @@ import pytest
 
 from local_ccm import flags
 from local_ccm.cli import central, csr, ipam, lbipam, lifecycle, manager
-from local_ccm.cli.common import election_config, write_timeout_of
+from local_ccm.cli.central import Place
 from local_ccm.csr.api import KubeCsrApi
 from local_ccm.ipam import options as ipam_options
 from local_ccm.ipam.api import KubeIpamApi
@@ -26,7 +26,7 @@ from local_ccm.kube.config import ClusterConfig
 from local_ccm.lbipam.api import KubeLbApi
 from local_ccm.lifecycle.api import KubeNodeApi
 from local_ccm.lifecycle.options import FLAGS as LIFECYCLE_FLAGS
-from local_ccm.lifecycle.probe import Capabilities, SocketProber
+from local_ccm.runtime.host import election_config, write_timeout_of
 from tests.fakes.transport import FakeTransport, json_response
 
 CLUSTER = ClusterConfig("https://127.0.0.1:1")  # never dialled
@@ -50,36 +50,34 @@ def recorded(monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: str) -> 
     return seen
 
 
-def load(entry: central.Controller, table: flags.FlagSet, argv: Sequence[str]) -> Any:
+def load(entry: central.Row, table: flags.FlagSet, argv: Sequence[str]) -> central.Bound:
     fixed = central.fix_env({}, [entry])
     parsed = flags.parse(table, list(argv), fixed[0])
     assert isinstance(parsed, flags.Parsed), parsed
-    options = entry.load(parsed, fixed)
-    assert not isinstance(options, list), options
-    return options
+    loaded = entry.bind(parsed, fixed)
+    assert not isinstance(loaded, list), loaded
+    return loaded
 
 
-def build(name: str, argv: Sequence[str]) -> Any:
-    """Build `name`'s unit from `argv`; its options."""
-    if name == "node-lifecycle":
-        options = load(lifecycle.controller(), LIFECYCLE_FLAGS, argv)
-        prober = SocketProber(options.probe, Capabilities(()))
-        lifecycle.build_unit(options, CLUSTER, "me", extras=lifecycle.Extras(prober=prober))
-    elif name == "node-ipam":
-        options = load(ipam.controller(), ipam_options.FLAGS, argv)
-        ipam.build_unit(options, CLUSTER, "me")
-    elif name == "csr":
-        options = load(csr.controller(), manager.manager_flags(), argv)
-        csr.build_unit(options, CLUSTER, "me")
-    else:
-        options = load(lbipam.controller(), manager.manager_flags(), argv)
-        lbipam.build_unit(options, CLUSTER, "me")
-    return options
+TABLES = {"node-lifecycle": LIFECYCLE_FLAGS, "node-ipam": ipam_options.FLAGS}
 
 
-def load_entry(name: str) -> central.Controller:
-    return {"node-lifecycle": lifecycle.controller(), "node-ipam": ipam.controller(),
-            "csr": csr.controller(), "lbipam": lbipam.controller()}[name]  # fmt: skip
+def build(name: str, argv: Sequence[str]) -> central.Bound:
+    """Build `name`'s unit from `argv` as the path does, with the process settings its own
+    options give; the loaded controller. The lifecycle controller probes nothing here (no
+    test socket is opened)."""
+    more = ["--probe=none"] if name == "node-lifecycle" else []
+    loaded = load(load_entry(name), TABLES.get(name) or manager.manager_flags(), [*argv, *more])
+    loaded.build(loaded.shared(), Place(CLUSTER, "me"))
+    return loaded
+
+
+def load_entry(name: str) -> central.Row:
+    rows: dict[str, central.Row] = {
+        "node-lifecycle": lifecycle.controller(), "node-ipam": ipam.controller(),
+        "csr": csr.controller(), "lbipam": lbipam.controller(),
+    }  # fmt: skip
+    return rows[name]
 
 
 CASES = [("node-lifecycle", lifecycle, "KubeNodeApi"), ("node-ipam", ipam, "KubeIpamApi"),
@@ -91,8 +89,7 @@ def test_with_leader_election_the_adapter_gets_the_election_s_write_timeout(
     monkeypatch: pytest.MonkeyPatch, name: str, module: ModuleType, adapter: str
 ) -> None:
     seen = recorded(monkeypatch, module, adapter)
-    options = build(name, ["--leader-elect=true", *LEASE])
-    lease = load_entry(name).lease(options)
+    lease = build(name, ["--leader-elect=true", *LEASE]).shared().lease
     assert lease is not None
     assert [kw.get("write_timeout") for kw in seen] == [election_config(lease, "-").write_timeout]
     assert seen[0]["write_timeout"] == 3.0
@@ -108,8 +105,7 @@ def test_without_leader_election_writes_keep_the_client_s_timeout(
 
 
 def test_the_helper_is_the_election_s_write_timeout_or_none() -> None:
-    options = load(lifecycle.controller(), LIFECYCLE_FLAGS, LEASE)
-    lease = lifecycle.lease_of(options)
+    lease = load(lifecycle.controller(), LIFECYCLE_FLAGS, LEASE).shared().lease
     assert lease is not None
     assert write_timeout_of(lease) == election_config(lease, "x").write_timeout == 3.0
     assert write_timeout_of(None) is None
