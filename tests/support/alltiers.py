@@ -17,10 +17,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
-from pathlib import Path
+from datetime import UTC, datetime
 
+from tests.support import names
 from tests.support.controlplane import artifacts_root
 
 PYTEST = (sys.executable, "-m", "pytest")
@@ -53,9 +53,9 @@ def main(argv: Sequence[str]) -> int:
     realnode, others = commands(argv)
     log_dir = artifacts_root(os.environ)
     log_dir.mkdir(parents=True, exist_ok=True)
-    log = log_dir / f"realnode-tier-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    log = log_dir / f"realnode-tier-{names.new_run_id(datetime.now(UTC), os.getpid())}.log"
     print(f"the real-node tier runs beside the others; its output: {log}", flush=True)
-    with Path(log).open("w") as out:
+    with log.open("w") as out:
         beside = subprocess.Popen(realnode, stdout=out, stderr=subprocess.STDOUT)
         first = subprocess.Popen(others)
         children = (first, beside)
