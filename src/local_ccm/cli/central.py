@@ -42,7 +42,7 @@ from local_ccm.runtime.host import (
     metrics_tls_of,
     run_units,
 )
-from local_ccm.runtime.metrics import Metrics
+from local_ccm.runtime.metrics import ControllerMetrics, Metrics
 from local_ccm.runtime.metricsserver import CertError
 from local_ccm.runtime.process import EXIT_PRECONDITION, EXIT_USAGE
 from local_ccm.runtime.serve import Servers
@@ -301,3 +301,9 @@ def _node_watch(cluster: ClusterConfig) -> tuple[Unit, SharedWatch]:
     shared = SharedWatch(source, SystemClock(), random.Random(), "nodes")
     needed = [Access("list", "nodes"), Access("watch", "nodes")]
     return Unit("node-watch", client, needed, metrics.registry, shared.run), shared
+
+
+def client_of(cluster: ClusterConfig, name: str, metrics: ControllerMetrics) -> Client:
+    """The controller's own API client: its field manager and user agent, its REST series."""
+    return Client(cluster, field_manager=name, user_agent=f"{name}/{__version__}",
+                  on_response=metrics.observe_response)  # fmt: skip

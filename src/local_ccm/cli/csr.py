@@ -40,7 +40,7 @@ def settings_of(options: CsrOptions, identity: str) -> Settings:
 
 def build_unit(options: CsrOptions, shared: Shared, place: Place) -> Unit:
     metrics, settings = CsrMetrics(), settings_of(options, place.identity)
-    client = managed.client_of(place.cluster, NAME, metrics)
+    client = central.client_of(place.cluster, NAME, metrics)
     api = KubeCsrApi(AsyncClient(client), write_timeout=write_timeout_of(shared.lease))
     node_source = managed.nodes_of(place.nodes, client)
 

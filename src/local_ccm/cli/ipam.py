@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from local_ccm import __version__, names
+from local_ccm import names
 from local_ccm.cli import central
 from local_ccm.cli.central import Place
 from local_ccm.clock import SystemClock
@@ -22,7 +22,6 @@ from local_ccm.ipam.options import FLAGS, PROG, IpamOptions
 from local_ccm.ipam.run import Controller, Settings
 from local_ccm.ipam.run import permissions as declared
 from local_ccm.kube.aio import AsyncClient
-from local_ccm.kube.client import Client
 from local_ccm.kube.nodes import Access
 from local_ccm.lease.options import Election
 from local_ccm.runtime.controller import accesses
@@ -90,9 +89,7 @@ def settings_from(options: IpamOptions, identity: str) -> Settings:
 
 def build_unit(options: IpamOptions, shared: Shared, place: Place) -> Unit:
     metrics = IpamMetrics()
-    client = Client(place.cluster, field_manager=names.IPAM,
-                    user_agent=f"{names.IPAM}/{__version__}",
-                    on_response=metrics.observe_response)  # fmt: skip
+    client = central.client_of(place.cluster, names.IPAM, metrics)
 
     def count(verb: str, resource: str, code: str) -> None:
         if (verb, resource) == ("patch", "nodes"):

@@ -47,7 +47,7 @@ def settings_of(options: LbOptions, identity: str) -> Settings:
 
 def build_unit(options: LbOptions, shared: Shared, place: Place) -> Unit:
     metrics = LbMetrics()
-    client = managed.client_of(place.cluster, NAME, metrics)
+    client = central.client_of(place.cluster, NAME, metrics)
     writes, write_timeout = metrics.writes, write_timeout_of(shared.lease)
     api = KubeLbApi(AsyncClient(client), options.own.kubevip,
                     observe=lambda verb, res, code: writes.labels(res, code).inc(),

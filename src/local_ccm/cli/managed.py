@@ -15,7 +15,6 @@ from local_ccm.cli.central import Place
 from local_ccm.flags import Flag, Parsed, Problem, unite
 from local_ccm.kube.aio import AsyncClient, KubeListWatch
 from local_ccm.kube.client import Client
-from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.nodes import Access
 from local_ccm.kube.resources import NODES
@@ -23,7 +22,6 @@ from local_ccm.lifecycle.options import FLAGS as LIFECYCLE_FLAGS
 from local_ccm.lifecycle.options import options_from
 from local_ccm.records import dataclass
 from local_ccm.runtime.host import Shared, Unit
-from local_ccm.runtime.metrics import ControllerMetrics
 
 T = TypeVar("T")
 
@@ -67,12 +65,6 @@ def spec(
 
 def shared_of(options: Managed[T]) -> Shared:
     return options.shared
-
-
-def client_of(cluster: ClusterConfig, name: str, metrics: ControllerMetrics) -> Client:
-    """The controller's own API client: its field manager and user agent, its REST series."""
-    return Client(cluster, field_manager=name, user_agent=f"{name}/{__version__}",
-                  on_response=metrics.observe_response)  # fmt: skip
 
 
 def nodes_of(shared: ListWatch | None, client: Client) -> ListWatch:
