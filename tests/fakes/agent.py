@@ -1,15 +1,17 @@
-"""The agent's detection seam, played by the test, and how the loop tests drive the loop."""
+"""The agent's detection and kernel-notification seams, played by the test, and how the loop
+tests drive the loop."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from local_ccm.agent.core.candidates import Detection, DetectorKey
-from local_ccm.agent.loop import Agent
+from local_ccm.agent.run import Agent
+from local_ccm.netlink import Change
 from tests.fakes.clock import FakeClock
 
 
@@ -26,6 +28,21 @@ class FakeDetector:
     async def __call__(self) -> Mapping[DetectorKey, Detection]:
         self.runs += 1
         return dict(self.results)
+
+
+class FakeKernel:
+    """The kernel's address notifications, as `Agent(changes=kernel.changes)` reads them:
+    `fire()` sends one batch (an address change)."""
+
+    def __init__(self) -> None:
+        self.batches: asyncio.Queue[Sequence[Change]] = asyncio.Queue()
+
+    def fire(self) -> None:
+        self.batches.put_nowait([Change("address")])
+
+    async def changes(self) -> AsyncIterator[Sequence[Change]]:
+        while True:
+            yield await self.batches.get()
 
 
 # ------------------------------------------------------------------ driving the loop

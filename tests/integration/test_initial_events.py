@@ -12,7 +12,7 @@ import pytest
 
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.nodecache import REFUSED_INITIAL_EVENTS, NodeCache
-from local_ccm.agent.triggers import Health, Triggers
+from local_ccm.agent.triggers import Health
 from local_ccm.clock import SystemClock
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
@@ -48,9 +48,9 @@ def read_node(plane: ControlPlane, name: str) -> tuple[str | None, Seen, bool]:
         clock = SystemClock()
         cache = NodeCache(
             api, name, clock=clock, rng=random.Random(), metrics=AgentMetrics(),
-            health=Health(clock, 60.0), triggers=Triggers(clock, 0.25, 1.0),
+            health=Health(clock, 60.0), timeout=15.0,
         )  # fmt: skip
-        await cache.read(timeout=15.0)
+        await cache.read()
         open_watch = cache._initial is not None
         if cache._initial is not None:
             await cache._initial.aclose()

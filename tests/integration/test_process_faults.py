@@ -242,8 +242,8 @@ SLACK = 2.0
 # The real console entry point with a shorter run-once deadline, so the test does not take the
 # product's full minute; everything else (flags, client, timeouts, retries) is the product's.
 SHORT_DEADLINE_AGENT = (
-    "import sys; from local_ccm.agent import loop; "
-    f"loop.RUN_ONCE_DEADLINE = {RUN_ONCE_DEADLINE}; "
+    "import sys; from local_ccm.agent import run; "
+    f"run.RUN_ONCE_DEADLINE = {RUN_ONCE_DEADLINE}; "
     "from local_ccm.cli.agent import agent_main; sys.exit(agent_main())"
 )
 

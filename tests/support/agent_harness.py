@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from local_ccm.agent.loop import Agent
 from local_ccm.agent.options import AgentOptions
+from local_ccm.agent.run import Agent
 from local_ccm.cli.agent import serve_agent
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import ApiError

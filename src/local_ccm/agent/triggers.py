@@ -1,69 +1,99 @@
-"""What wakes the agent's worker and what its health checks read.
+"""What wakes the agent's sync, and what its health checks read.
 
-:class:`Triggers` coalesces triggers into bursts and runs the timers that fire them;
-:class:`Health` holds plain timestamps the HTTP thread reads and the loop writes.
+The agent runs on the controller kit (`runtime.worker.Worker`) with one key, its Node. Its
+sources are the Node watch (`nodecache.NodeCache`), the kernel's address notifications
+(:class:`KernelSource`) and two timers (`runtime.timer.Timer`: the periodic pass and the full
+resync); each change names its kind ("watch", "netlink", "tick", "resync") to :class:`Burst`,
+which the sync asks whether the burst is over (a burst of netlink events costs one pass) and
+which kind started it (the ``trigger`` label of ``passes_total``). :class:`Health` holds plain
+timestamps the HTTP thread reads and the loop writes.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
+import logging
+import random
+from collections.abc import AsyncIterator, Callable, Sequence
 
-from local_ccm.agent.core.timing import debounce_wait
+from local_ccm.agent.core.timing import MONITOR_BACKOFF, debounce_wait
 from local_ccm.clock import Clock
+from local_ccm.netlink import Change
 
+log = logging.getLogger(__name__)
 WATCH_GRACE = 60.0  # readiness tolerates a reconnecting watch this long
 TIMERS = frozenset({"tick", "resync"})  # a burst of only these starts at once: no debounce
+ChangeSource = Callable[[], AsyncIterator[Sequence[Change]]]
 
 
-class Triggers:
-    """Bursts as ``timing.debounce_wait`` times them; kinds in order of first appearance. A
-    timer alone does not wait for more (a periodic pass on a quiet node wakes once)."""
+class Burst:
+    """The kinds of trigger since the last pass, in order of first appearance, timed as
+    ``timing.debounce_wait`` times a burst. A timer alone does not wait for more (a periodic
+    pass on a quiet node wakes once)."""
 
     def __init__(self, clock: Clock, quiet: float, longest: float) -> None:
         self._clock, self._quiet, self._longest = clock, quiet, longest
-        self._pending: list[str] = []
-        self._last = 0.0
-        self._event = asyncio.Event()
-        self._later: asyncio.Task[None] | None = None
+        self.kinds: list[str] = []
+        self._first = self._last = 0.0
 
-    def fire(self, kind: str) -> None:
-        if kind not in self._pending:
-            self._pending.append(kind)
-        self._last = self._clock.monotonic()
-        self._event.set()
+    def add(self, kind: str) -> None:
+        now = self._clock.monotonic()
+        if not self.kinds:
+            self._first = now
+        if kind not in self.kinds:
+            self.kinds.append(kind)
+        self._last = now
 
-    def fire_later(self, delay: float, kind: str = "retry") -> None:
-        """One pending delayed trigger (a settle wait, a backoff): a new one replaces it."""
-        self.cancel_later()
-        self._later = asyncio.get_running_loop().create_task(self._fire_after(delay, kind))
+    def wait(self) -> float:
+        """Seconds until the burst is over (``<= 0``: now)."""
+        if TIMERS.issuperset(self.kinds):
+            return 0.0
+        now = self._clock.monotonic()
+        return debounce_wait(self._first, self._last, now, quiet=self._quiet, longest=self._longest)
 
-    def cancel_later(self) -> None:
-        if self._later is not None:
-            self._later.cancel()
-
-    async def _fire_after(self, delay: float, kind: str) -> None:
-        await self._clock.sleep(delay)
-        self.fire(kind)
-
-    async def fire_every(self, kind: str, interval: Callable[[], float]) -> None:
-        """A timer: ``kind`` after every ``interval()`` seconds, until cancelled."""
-        while True:
-            await self._clock.sleep(interval())
-            self.fire(kind)
-
-    async def next_burst(self) -> list[str]:
-        await self._event.wait()
-        first = self._clock.monotonic()
-        while not TIMERS.issuperset(self._pending) and (wait := self._wait(first)) > 0:
-            await self._clock.sleep(wait)
-        kinds, self._pending = self._pending, []
-        self._event.clear()
+    def take(self) -> list[str]:
+        """The burst's kinds; the next trigger starts a new one."""
+        kinds, self.kinds = self.kinds, []
         return kinds
 
-    def _wait(self, first: float) -> float:
-        now = self._clock.monotonic()
-        return debounce_wait(first, self._last, now, quiet=self._quiet, longest=self._longest)
+
+class KernelSource:
+    """The kernel's notifications as a source of changes: ``"netlink"`` for every batch; a
+    failed subscription is reopened after a backoff. ``on_batch`` counts the batch."""
+
+    name = "netlink"
+
+    def __init__(
+        self,
+        changes: ChangeSource,
+        clock: Clock,
+        rng: random.Random,
+        on_batch: Callable[[Sequence[Change]], None],
+        logger: logging.LoggerAdapter[logging.Logger],
+    ) -> None:
+        self._changes, self._clock, self._rng, self._on_batch = changes, clock, rng, on_batch
+        self._log = logger
+        self._handlers: list[Callable[[str], None]] = []
+
+    def add_handler(self, handler: Callable[[str], None]) -> None:
+        self._handlers.append(handler)
+
+    async def wait_synced(self) -> None:
+        return  # the subscription opens as soon as run() starts, before the first pass
+
+    async def run(self) -> None:
+        failures = 0
+        while True:
+            try:
+                async for batch in self._changes():
+                    failures = 0
+                    self._on_batch(batch)
+                    for handler in self._handlers:
+                        handler(self.name)
+            except OSError as exc:
+                delay = MONITOR_BACKOFF.next_delay(failures, None, self._rng)
+                failures += 1
+                self._log.warning("netlink monitor failed (%s); reopening in %.1fs", exc, delay)
+                await self._clock.sleep(delay)
 
 
 class Health:

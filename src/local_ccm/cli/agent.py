@@ -16,12 +16,13 @@ from local_ccm.agent import options
 from local_ccm.agent.api import KubeNodeApi, NodeApi
 from local_ccm.agent.core.metadata import Rules
 from local_ccm.agent.kernel import Kernel
-from local_ccm.agent.loop import REQUIRED_ACCESS, Agent, LoopSettings
 from local_ccm.agent.machine import read_facts
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.nodemetadata import NodeMetadata
 from local_ccm.agent.options import AgentOptions, ConfigResolver
 from local_ccm.agent.providerid import AzureImds, ProviderIdSource
+from local_ccm.agent.run import Agent, LoopSettings
+from local_ccm.agent.run import permissions as agent_permissions
 from local_ccm.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -38,6 +39,7 @@ from local_ccm.kube.nodes import Access
 from local_ccm.kube.transport import usable_config
 from local_ccm.logs import kv
 from local_ccm.runtime.access import KubeReviews
+from local_ccm.runtime.controller import accesses
 from local_ccm.runtime.process import Process, run_process
 from local_ccm.runtime.serve import Checks, Servers, start_servers
 
@@ -138,11 +140,7 @@ async def serve_agent(
 
 
 def permissions(options: AgentOptions) -> list[Access]:
-    return [
-        Access(verb, resource, namespace=options.event_namespace if namespaced else "",
-                   subresource=sub)
-        for verb, resource, sub, namespaced in REQUIRED_ACCESS
-    ]  # fmt: skip
+    return accesses(agent_permissions(options.event_namespace))
 
 
 async def serve_until(agent: Agent, stop: asyncio.Event) -> int:
@@ -159,7 +157,7 @@ async def serve_until(agent: Agent, stop: asyncio.Event) -> int:
         await asyncio.sleep(0.05)
     main.cancel()
     await asyncio.gather(main, return_exceptions=True)
-    log.info("stopped", extra=kv(node=agent.name))
+    log.info("stopped", extra=kv(node=agent.node_name))
     return EXIT_OK
 
 

@@ -1,10 +1,12 @@
-"""The controller contract: what every central controller is, whatever it decides.
+"""The controller contract: what every controller is, whatever it decides (the central
+controllers, and the agent with its one key, its Node).
 
-A controller names itself, says what it watches (each watch: an informer and how one of its
-changes maps to the keys worth another look), decides one key at a time (`sync`), says whether
-it is ready and which permissions it needs. It neither starts tasks nor retries nor asks
-whether this process may write: `runtime.worker.Worker` runs it (one queue, the workers, the
-leader's write fence, the error policy). docs/design.md, "The controller kit".
+A controller names itself, says what it watches (each watch: a source of changes, an informer
+for the central controllers, and how one of its changes maps to the keys worth another look),
+decides one key at a time (`sync`), says whether it is ready and which permissions it needs.
+It neither starts tasks nor retries nor asks whether this process may write:
+`runtime.worker.Worker` runs it (one queue, the workers, the leader's write fence, the error
+policy). docs/design.md, "The controller kit".
 
 A controller whose decision is global (a periodic monitor, as kube-controller-manager has)
 uses one fixed key: its watches map every change to that key, `synced` returns it and `sync`
@@ -18,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, Protocol
 
-from local_ccm.kube.informer import Change, Informer
 from local_ccm.kube.nodes import Access
 from local_ccm.records import dataclass
 from local_ccm.runtime import events as ev
@@ -56,12 +57,32 @@ DONE = Done()
 # ---------------------------------------------------------------- what it watches and needs
 
 
+class Source(Protocol):
+    """What a controller watches: a `kube.informer.Informer` (its changes are `Change`s), or
+    another source of changes (the agent's kernel subscription, a timer)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def add_handler(self, handler: Callable[[Any], None]) -> None:
+        """`handler(change)` on the event loop for every change; it only maps and wakes."""
+        ...
+
+    async def run(self) -> None:
+        """Produce changes until cancelled; raises when it cannot go on."""
+        ...
+
+    async def wait_synced(self) -> None:
+        """Returns once the first state is read (an informer's LIST)."""
+        ...
+
+
 @dataclass(frozen=True)
 class Watch:
-    """One informer and the keys a change of it makes worth another look."""
+    """One source and the keys a change of it makes worth another look."""
 
-    informer: Informer[Any]
-    keys: Callable[[Change[Any]], Iterable[str]]
+    source: Source
+    keys: Callable[[Any], Iterable[str]]
 
 
 @dataclass(frozen=True)
@@ -107,7 +128,7 @@ class Controller(Protocol):
     def permissions(self) -> Sequence[Permission]: ...
 
     def watches(self) -> Sequence[Watch]:
-        """Every informer it reads; sync is called only once all of them have listed."""
+        """Every source it reads; sync is called only once all of them have their first state."""
         ...
 
     def synced(self) -> Iterable[str]:

@@ -2,11 +2,11 @@
 
 For one leadership term (`run()` until cancelled) it owns:
 
-- the watches: each informer runs as a task, and each change goes through its watch's `keys`
-  into one `WorkQueue` (client-go's `workqueue_*` and controller-runtime's
-  `controller_runtime_reconcile_*` series);
-- the start: no key is synced before every informer has listed; then `synced()` gives the
-  first keys and `beside()` the controller's other loops;
+- the watches: each source (an informer, or the agent's kernel subscription and timers)
+  runs as a task, and each change goes through its watch's `keys` into one `WorkQueue`
+  (client-go's `workqueue_*` and controller-runtime's `controller_runtime_reconcile_*` series);
+- the start: no key is synced before every source has its first state (an informer: listed);
+  then `synced()` gives the first keys and `beside()` the controller's other loops;
 - `workers` tasks, each taking one key at a time (a key is never synced twice at once);
 - the leader's write fence: `sync` is called only while `may_write()` holds (the Lease was
   renewed recently enough for a write to land before a successor could take over); a key that
@@ -32,7 +32,6 @@ from typing import Any
 
 from local_ccm.clock import Clock
 from local_ccm.kube.errors import ApiError, Conflict, Transient
-from local_ccm.kube.informer import Change
 from local_ccm.logs import kv
 from local_ccm.runtime import events as ev
 from local_ccm.runtime.controller import Controller, RequeueAfter, Result, Retry, Watch
@@ -65,10 +64,10 @@ class Worker:
         self.traced: set[tuple[str, str]] = set()  # (key, exception type) logged with traceback
         self.watches = list(controller.watches())
         for watch in self.watches:
-            watch.informer.add_handler(self._enqueuer(watch))
+            watch.source.add_handler(self._enqueuer(watch))
 
-    def _enqueuer(self, watch: Watch) -> Callable[[Change[Any]], None]:
-        def on_change(change: Change[Any]) -> None:
+    def _enqueuer(self, watch: Watch) -> Callable[[Any], None]:
+        def on_change(change: Any) -> None:
             for key in watch.keys(change):
                 self.queue.add(key)
 
@@ -80,12 +79,12 @@ class Worker:
     # ------------------------------------------------------------ the term
 
     async def run(self) -> None:
-        """Watch, wait for every cache, then sync keys until cancelled; raises when an
-        informer or a loop of the controller ends (it must not)."""
+        """Watch, wait for every cache, then sync keys until cancelled; raises when a
+        source or a loop of the controller ends (it must not), with its error if it had one."""
         tasks: list[asyncio.Task[None]] = []
         try:
             for watch in self.watches:
-                tasks.append(asyncio.create_task(watch.informer.run(), name=watch.informer.name))
+                tasks.append(asyncio.create_task(watch.source.run(), name=watch.source.name))
             await self._synced(tasks)
             for key in self.controller.synced():
                 self.queue.add(key)
@@ -100,18 +99,18 @@ class Worker:
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.queue.close()
 
-    async def _synced(self, informers: list[asyncio.Task[None]]) -> None:
+    async def _synced(self, sources: list[asyncio.Task[None]]) -> None:
         async def every_one() -> None:
             for watch in self.watches:
-                await watch.informer.wait_synced()
+                await watch.source.wait_synced()
 
         synced = asyncio.ensure_future(every_one())
-        waiting: set[asyncio.Future[Any]] = {synced, *informers}
+        waiting: set[asyncio.Future[Any]] = {synced, *sources}
         try:
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         finally:
             synced.cancel()
-        _raise_ended({t for t in informers if t.done()})
+        _raise_ended({t for t in sources if t.done()})
 
     async def fence(self) -> None:
         """Returns once this process may write."""

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from local_ccm import names
-from local_ccm.agent.loop import Agent
 from local_ccm.agent.metrics import AgentMetrics
+from local_ccm.agent.run import Agent
 from tests.fakes.agent import FakeDetector, run_async, start_loop, stop
 from tests.fakes.clock import FakeClock
 from tests.fakes.nodes import FakeNodeApi, SentPatch

@@ -15,8 +15,8 @@ from local_ccm.agent.core.addresses import AddressPlan
 from local_ccm.agent.core.candidates import Detection, DetectorKey
 from local_ccm.agent.core.config import AgentConfig, TypeSettings
 from local_ccm.agent.core.gates import desired_condition
-from local_ccm.agent.loop import Agent
 from local_ccm.agent.metrics import AgentMetrics
+from local_ccm.agent.run import Agent
 from tests.fakes.agent import FakeDetector, run_async, start_loop, stop
 from tests.fakes.clock import FakeClock
 from tests.fakes.nodes import FakeNodeApi

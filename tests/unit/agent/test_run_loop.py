@@ -9,16 +9,16 @@ from typing import Any, TypeVar
 from local_ccm import names
 from local_ccm.agent.core.candidates import Detection, DetectorKey
 from local_ccm.agent.core.config import AgentConfig, TypeSettings
-from local_ccm.agent.loop import EXIT_PRECONDITION, Agent, LoopSettings
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.options import AgentOptions
+from local_ccm.agent.run import EXIT_PRECONDITION, Agent, LoopSettings
 from local_ccm.cli.agent import permissions
 from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.errors import Conflict, Invalid, Transient
 from local_ccm.kube.nodes import Access
 from local_ccm.runtime.process import Process, run_process
 from local_ccm.runtime.serve import Servers
-from tests.fakes.agent import FakeDetector, run_async, start_loop, stop
+from tests.fakes.agent import FakeDetector, FakeKernel, run_async, start_loop, stop
 from tests.fakes.clock import FakeClock
 from tests.fakes.nodes import FakeNodeApi, SentPatch
 from tests.support.options import load_agent as load_options
@@ -35,9 +35,15 @@ BOTH: dict[DetectorKey, Detection] = {INT4: found("192.0.2.10"), EXT4: found("19
 
 
 def make(
-    api: FakeNodeApi, detector: FakeDetector, clock: FakeClock, settings: LoopSettings = SETTINGS
+    api: FakeNodeApi,
+    detector: FakeDetector,
+    clock: FakeClock,
+    settings: LoopSettings = SETTINGS,
+    kernel: FakeKernel | None = None,
 ) -> Agent:
-    return Agent(settings, CONFIG, api, detector, clock=clock, metrics=AgentMetrics())
+    changes = None if kernel is None else kernel.changes
+    return Agent(settings, CONFIG, api, detector, clock=clock, metrics=AgentMetrics(),
+                 changes=changes)  # fmt: skip
 
 
 def tainted_node() -> dict[str, Any]:
@@ -59,9 +65,9 @@ def tainted() -> tuple[FakeNodeApi, FakeDetector, FakeClock]:
 
 
 async def started(
-    api: FakeNodeApi, detector: FakeDetector, clock: FakeClock
+    api: FakeNodeApi, detector: FakeDetector, clock: FakeClock, kernel: FakeKernel | None = None
 ) -> tuple[Agent, asyncio.Task[int]]:
-    agent = make(api, detector, clock)
+    agent = make(api, detector, clock, kernel=kernel)
     task = await start_loop(agent, clock)
     await clock.advance(0)
     return agent, task
@@ -113,12 +119,13 @@ async def test_ticks_make_no_api_request_when_nothing_changed() -> None:
 async def test_a_burst_of_triggers_is_debounced_into_one_pass() -> None:
     api, detector, clock = tainted()
     settings = LoopSettings(node_name="n1", reconcile_interval=100.0, resync_interval=600.0)
-    agent = make(api, detector, clock, settings)
+    kernel = FakeKernel()
+    agent = make(api, detector, clock, settings, kernel)
     task = await start_loop(agent, clock)
     await clock.advance(2)
     runs = detector.runs
     for _ in range(5):
-        agent.triggers.fire("netlink")
+        kernel.fire()
         await clock.advance(0.1)
     await clock.advance(0.1)
     assert detector.runs == runs  # quiet for only 200 ms: no pass yet
@@ -131,12 +138,13 @@ async def test_a_burst_of_triggers_is_debounced_into_one_pass() -> None:
 async def test_a_continuous_burst_still_passes_at_most_one_second_after_its_first_trigger() -> None:
     api, detector, clock = tainted()
     settings = LoopSettings(node_name="n1", reconcile_interval=100.0, resync_interval=600.0)
-    agent = make(api, detector, clock, settings)
+    kernel = FakeKernel()
+    agent = make(api, detector, clock, settings, kernel)
     task = await start_loop(agent, clock)
     await clock.advance(2)
     runs = detector.runs
     for _ in range(15):  # a trigger every 100 ms for 1.5 s
-        agent.triggers.fire("netlink")
+        kernel.fire()
         await clock.advance(0.1)
     assert detector.runs == runs + 1
     await stop(task)
@@ -209,11 +217,12 @@ async def test_an_invalid_write_is_not_retried_until_the_inputs_change() -> None
 @run_async
 async def test_a_replacement_is_written_only_after_the_settle_time() -> None:
     api, detector, clock = tainted()
-    agent, task = await started(api, detector, clock)
+    kernel = FakeKernel()
+    _agent, task = await started(api, detector, clock, kernel)
     await clock.advance(3)
     writes = api.calls.count("patch status")
     detector.set({INT4: found("192.0.2.10"), EXT4: found("198.51.100.20")})
-    agent.triggers.fire("netlink")
+    kernel.fire()
     await clock.advance(0.5)
     assert api.calls.count("patch status") == writes  # first sighting: settling
     await clock.advance(1.5)
@@ -225,15 +234,16 @@ async def test_a_replacement_is_written_only_after_the_settle_time() -> None:
 @run_async
 async def test_an_address_dropped_and_readded_within_the_settle_time_is_never_written() -> None:
     api, detector, clock = tainted()
-    agent, task = await started(api, detector, clock)
+    kernel = FakeKernel()
+    agent, task = await started(api, detector, clock, kernel)
     await clock.advance(3)
     before = agent.metrics.writes.labels("addresses", "success").get()
     for _ in range(5):
         detector.set({INT4: found("192.0.2.10"), EXT4: found("198.51.100.99")})
-        agent.triggers.fire("netlink")
+        kernel.fire()
         await clock.advance(0.3)
         detector.set(BOTH)
-        agent.triggers.fire("netlink")
+        kernel.fire()
         await clock.advance(0.3)
     await clock.advance(5)
     assert agent.metrics.writes.labels("addresses", "success").get() == before

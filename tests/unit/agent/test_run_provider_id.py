@@ -8,10 +8,10 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from local_ccm.agent.loop import Agent
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.options import AgentOptions
 from local_ccm.agent.providerid import AzureImds, ProviderIdError
+from local_ccm.agent.run import Agent
 from local_ccm.cli.agent import build_agent
 from local_ccm.kube.config import ClusterConfig
 from tests.fakes.agent import FakeDetector, run_async, start_loop, stop

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import random
 
-from local_ccm.agent.loop import Agent, LoopSettings
 from local_ccm.agent.metrics import AgentMetrics
+from local_ccm.agent.run import Agent, LoopSettings
 from local_ccm.kube.errors import Transient
 from local_ccm.kube.informer import SERVER_TIMEOUT_FLOOR
 from tests.fakes.agent import FakeDetector, run_async, start_loop, stop

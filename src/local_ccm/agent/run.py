@@ -1,11 +1,14 @@
 """The agent's loop: watch (its one Node, netlink, timers) -> key (its one Node) -> sync ->
-decide -> one write -> feed back. Start-up reads, the netlink monitor, timers, and one worker
-that runs a pass on each burst of coalesced triggers; and run-once.
+decide -> one write -> feed back, on the controller kit: `Agent` is a
+`runtime.controller.Controller` with one key, run by `runtime.worker.Worker` as the central
+controllers are; and run-once.
 
-A pass detects, then asks ``core.decide`` what to do with the cached Node; it applies the one
-write a decision holds, records the API's answer in the memory and feeds the Node the API
-returned (or, after a conflict, a fresh LIST) back into ``decide``, until a decision holds no
-write. Events, log lines and metric values are the decision's; this module only applies them.
+A sync waits for a burst of triggers to end (`triggers.Burst`), then runs a pass: it detects,
+asks ``core.decide`` what to do with the cached Node, applies the one write a decision holds,
+records the API's answer in the memory and feeds the Node the API returned (or, after a
+conflict, a fresh LIST) back into ``decide``, until a decision holds no write; a decision's
+retry time is the sync's `RequeueAfter`. Events, log lines and metric values are the
+decision's; this module only applies them.
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ import asyncio
 import logging
 import random
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
 from local_ccm import names
 from local_ccm.agent import api as na
@@ -35,29 +38,30 @@ from local_ccm.agent.core.decide import (
     decide,
     unmet_run_once,
 )
-from local_ccm.agent.core.timing import API_BACKOFF, MONITOR_BACKOFF
+from local_ccm.agent.core.timing import API_BACKOFF
 from local_ccm.agent.core.writes import plan_addresses
 from local_ccm.agent.metrics import AgentMetrics
-from local_ccm.agent.nodecache import NodeCache
+from local_ccm.agent.nodecache import NodeCache, PreconditionError
 from local_ccm.agent.nodemetadata import NodeMetadata
 from local_ccm.agent.providerid import ProviderIdSource, fetch_provider_id
-from local_ccm.agent.triggers import Health, Triggers
+from local_ccm.agent.triggers import Burst, ChangeSource, Health, KernelSource
 from local_ccm.clock import Clock, SystemClock
 from local_ccm.kube import errors as ke
 from local_ccm.logs import V2, V3, kv
 from local_ccm.netlink import Change
-from local_ccm.runtime.events import EventSpec, Reporter
+from local_ccm.runtime import controller as rc
+from local_ccm.runtime.events import EventSpec, Reporter, Subject
 from local_ccm.runtime.outbox import EventOutbox
+from local_ccm.runtime.timer import Timer
+from local_ccm.runtime.worker import Worker
 
 __all__ = [
-    "EXIT_FAILED", "EXIT_OK", "EXIT_PRECONDITION", "REQUIRED_ACCESS", "RUN_ONCE_DEADLINE",
+    "EXIT_FAILED", "EXIT_OK", "EXIT_PRECONDITION", "RUN_ONCE_DEADLINE",
     "RUN_ONCE_TRANSIENT_RETRIES", "Agent", "ChangeSource", "DetectFn", "Detected",
-    "LoopSettings", "PreconditionError",
+    "LoopSettings", "PreconditionError", "permissions",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-ChangeSource = Callable[[], AsyncIterator[Sequence[Change]]]
 DetectFn = Callable[[], Awaitable[Detected]]
 Obj = dict[str, Any]
 
@@ -65,26 +69,26 @@ RUN_ONCE_TRANSIENT_RETRIES = 3
 RUN_ONCE_DEADLINE = 60.0
 MAX_WRITES_PER_PASS = 16  # a guard: a pass needs at most 3 writes and 4 conflict re-reads
 EXIT_OK, EXIT_FAILED, EXIT_PRECONDITION = 0, 1, 4
-REQUIRED_ACCESS = (  # missing any of these is exit 4: (verb, resource, subresource, namespaced)
-    ("get", "nodes", "", False),
-    ("list", "nodes", "", False),
-    ("watch", "nodes", "", False),
-    ("patch", "nodes", "", False),
-    ("patch", "nodes", "status", False),
-    ("create", "events", "", True),
-)
+
+
+def permissions(event_namespace: str) -> list[rc.Permission]:
+    """What the agent needs; missing any of it is exit 4."""
+    return [
+        rc.Permission("", "nodes", ("get", "list", "watch", "patch")),
+        rc.Permission("", "nodes/status", ("patch",)),
+        rc.Permission("", "events", ("create",), namespace=event_namespace),
+    ]
+
+
 NETLINK_KINDS = {"address": "addr", "resync": "overflow"}  # Change.kind -> metric label
 LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR, "detail": V2}
 WRITE_RESULTS = {"conflict": "conflict", "invalid": "invalid", "forbidden": "forbidden"}
 REFUSALS: dict[str, RefusalKind] = {k: k for k in ("conflict", "invalid", "forbidden", "not_found")}
 
 
-class PreconditionError(Exception):
-    """Exit 4 in loop mode: the API server rejects the credentials or refuses a start-up read."""
-
-
 class Agent:
-    """The agent for one Node: its passes, triggers, health and memory."""
+    """The agent for one Node: the controller the kit runs (one key, its Node), its passes,
+    health and memory."""
 
     def __init__(
         self,
@@ -105,101 +109,107 @@ class Agent:
         self.clock: Clock = clock or SystemClock()
         self.metrics = metrics or AgentMetrics()
         self.rng = rng or random.Random()
-        self.name = name = settings.node_name
+        self.node_name = name = settings.node_name
         self._log = logging.LoggerAdapter(log, kv(node=name))
         self.health = Health(self.clock, max(3 * settings.reconcile_interval, 60.0))
-        self.triggers = Triggers(self.clock, settings.debounce_quiet, settings.debounce_max)
+        self.burst = Burst(self.clock, settings.debounce_quiet, settings.debounce_max)
         self.events = EventOutbox(
             api, self.clock, Reporter(names.AGENT, name, host=name),
             namespace=settings.event_namespace, budget=ev.budget(),
         )  # fmt: skip
         self.cache = NodeCache(
             api, name, clock=self.clock, rng=self.rng, metrics=self.metrics, health=self.health,
-            triggers=self.triggers,
+            timeout=settings.api_timeout,
         )  # fmt: skip
         self.memory = Memory()
         self.fetched_provider_id: str | None = None
         self.last_error: ke.ApiError | None = None  # of the last pass that failed
+        self.retry_in: float | None = None  # the last decision's wish to look again
         self.in_pass = False
 
     # -------------------------------------------------------------- loop mode
     async def run_loop(self) -> int:
-        """Start up (netlink, LIST, first pass, watch) and run until cancelled. Returns only
-        for a failed precondition (exit 4). The access review is the process runtime's."""
-        jobs: list[asyncio.Task[None]] = []
-        loop, cache = asyncio.get_running_loop(), self.cache
+        """Run on the kit until cancelled: the sources (netlink first, so no address change
+        during start-up is missed; the Node's start-up read; the timers), then the first pass
+        and one pass per burst. Returns only for a failed precondition (exit 4). The access
+        review is the process runtime's."""
+        first, cap = API_BACKOFF.initial, API_BACKOFF.cap
+        worker = Worker(self, clock=self.clock, backoff=(first, cap))
         try:
-            # The monitor first, so no address change during start-up is missed.
-            jobs.append(loop.create_task(self._watch_kernel()))
-            await self._until_answered(f"reading Node {self.name}",
-                                       lambda: cache.read(self.settings.api_timeout))  # fmt: skip
-            await self._fetch_provider_id()
-            await self.run_pass(["startup"])
-            self.health.first_pass = True
-            cache.start_watch()
-            jobs += [loop.create_task(job) for job in self._jobs()]
-            while True:  # passes never overlap: one worker consumes coalesced triggers
-                await self.run_pass(await self.triggers.next_burst())
+            await worker.run()
         except PreconditionError as exc:
             print(f"{names.AGENT}: {exc}", file=sys.stderr)
             self._log.error("start-up precondition failed: %s", exc)
             return EXIT_PRECONDITION
-        finally:
-            for task in [*jobs, cache.watch_task]:
-                if task is not None:
-                    task.cancel()
-            self.triggers.cancel_later()
+        return EXIT_FAILED  # not reached: the worker runs until cancelled or raises
 
-    def _jobs(self) -> list[Coroutine[Any, Any, None]]:
+    # -------------------------------------------------------------- the controller contract
+    @property
+    def name(self) -> str:
+        return names.AGENT
+
+    @property
+    def permissions(self) -> Sequence[rc.Permission]:
+        return permissions(self.settings.event_namespace)
+
+    def watches(self) -> Sequence[rc.Watch]:
         def resync_interval() -> float:
             return self.settings.resync_interval * (0.9 + 0.2 * self.rng.random())  # ±10 %
 
-        return [
-            self.events.run(),
-            self.triggers.fire_every("tick", lambda: self.settings.reconcile_interval),
-            self.triggers.fire_every("resync", resync_interval),
+        sources: list[rc.Source] = [
+            self.cache,
+            Timer("tick", lambda: self.settings.reconcile_interval, self.clock),
+            Timer("resync", resync_interval, self.clock),
         ]
+        if self.changes is not None:
+            kernel = KernelSource(self.changes, self.clock, self.rng, self._count, self._log)
+            sources.insert(0, kernel)
+        return [rc.Watch(source, self._triggered) for source in sources]
 
-    async def _watch_kernel(self) -> None:
-        """Every batch of kernel notifications is a trigger; a failed socket is reopened."""
-        if self.changes is None:
-            return
-        failures = 0
-        while True:
-            try:
-                async for batch in self.changes():
-                    failures = 0
-                    for change in batch:
-                        kind = NETLINK_KINDS.get(change.kind, change.kind)
-                        self.metrics.netlink_events.labels(kind).inc()
-                    self.triggers.fire("netlink")
-            except OSError as exc:
-                delay = MONITOR_BACKOFF.next_delay(failures, None, self.rng)
-                failures += 1
-                self._log.warning("netlink monitor failed (%s); reopening in %.1fs", exc, delay)
-                await self.clock.sleep(delay)
+    def _triggered(self, kind: str) -> list[str]:
+        self.burst.add(kind)
+        return [self.node_name]
 
-    async def _until_answered(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
-        """`call()` until the API server answers: transient errors back off (honouring
-        Retry-After); rejected credentials or a refusal end the process (exit 4)."""
-        failures = 0
-        while True:
-            try:
-                return await call()
-            except (ke.Unauthorized, ke.Forbidden) as exc:
-                raise PreconditionError(f"{what} was refused: {exc.message}") from exc
-            except ke.ApiError as exc:
-                delay = API_BACKOFF.next_delay(failures, exc.retry_after, self.rng)
-                failures += 1
-                self._log.warning("%s failed (%s); retry in %.1fs", what, exc, delay)
-                await self.clock.sleep(delay)
+    def _count(self, batch: Sequence[Change]) -> None:
+        for change in batch:
+            self.metrics.netlink_events.labels(NETLINK_KINDS.get(change.kind, change.kind)).inc()
+
+    def synced(self) -> list[str]:
+        return [self.node_name]
+
+    def beside(self, fence: rc.Fence) -> list[Coroutine[Any, Any, None]]:
+        return [self.events.run()]  # Events only report: not fenced (and nothing leads)
+
+    async def sync(self, key: str) -> rc.Result:
+        """The first sync: the provider ID, then the start-up pass. Later ones: a pass once
+        the burst of triggers is over; the decision's retry time is the next look."""
+        if not self.health.first_pass:
+            await self._fetch_provider_id()
+            self.burst.take()
+            await self.run_pass(["startup"])
+            self.health.first_pass = True
+        elif (wait := self.burst.wait()) > 0:
+            return rc.RequeueAfter(wait)
+        else:
+            await self.run_pass(self.burst.take() or ["retry"])
+        return rc.DONE if self.retry_in is None else rc.RequeueAfter(self.retry_in)
+
+    def subject(self, key: str) -> Subject | None:
+        node = self.cache.node
+        return None if node is None else ev.about(node)
+
+    def emit(self, spec: EventSpec, subject: Subject) -> None:
+        self.events.emit(spec, subject)
+
+    def ready(self) -> tuple[bool, str]:
+        return self.health.first_pass_ok()
 
     async def _fetch_provider_id(self) -> None:
         """Once per process, before the first pass (which then sets it with the taint
         removal); a missing or failing metadata service blocks nothing."""
         if self.provider_ids is None or self.settings.provider_id:
             return
-        attempts = await fetch_provider_id(self.provider_ids, self.clock, self.rng, self.name)
+        attempts = await fetch_provider_id(self.provider_ids, self.clock, self.rng, self.node_name)
         self.fetched_provider_id = attempts.value
 
     # -------------------------------------------------------------- one pass
@@ -220,6 +230,7 @@ class Agent:
 
     async def _pass(self) -> str:
         refused: ke.ApiError | None = None
+        self.retry_in = None
         detected = await self.detect()
         self.metrics.observe_detections(detected)
         node = self.cache.node
@@ -256,7 +267,9 @@ class Agent:
         patch = write.patch
         self._log.debug("PATCH %s %s", patch.subresource or "node", patch.body())
         try:
-            new = await self.api.patch_node(self.name, patch.body(), subresource=patch.subresource)
+            new = await self.api.patch_node(
+                self.node_name, patch.body(), subresource=patch.subresource
+            )
         except ke.ApiError as exc:
             for kind in write.kinds:
                 self.metrics.writes.labels(kind, WRITE_RESULTS.get(exc.kind, "error")).inc()
@@ -290,7 +303,7 @@ class Agent:
                 self._log.warning("%s: %s", spec.reason, spec.message)
         self._observe(decision.gauges)
         if decision.retry_in is not None:
-            self.triggers.fire_later(decision.retry_in)
+            self.retry_in = decision.retry_in
         self.health.forbidden = decision.memory.forbidden
 
     def _observe(self, gauges: Gauges) -> None:
@@ -324,8 +337,6 @@ class Agent:
                 file=sys.stderr,
             )
             return EXIT_FAILED
-        finally:
-            self.triggers.cancel_later()
 
     async def _once(self) -> int:
         await self._fetch_provider_id()
@@ -336,7 +347,7 @@ class Agent:
                 self.last_error = exc
             else:
                 if self.cache.node is None:
-                    print(f"{names.AGENT}: Node {self.name} not found", file=sys.stderr)
+                    print(f"{names.AGENT}: Node {self.node_name} not found", file=sys.stderr)
                     return EXIT_FAILED
                 self.memory = replace(self.memory, retry_at=0.0)  # run-once keeps its own count
                 await self.run_pass(["startup"])
