@@ -19,6 +19,7 @@ pytest_plugins = [
     "tests.support.netns",
     "tests.support.crds",
     "tests.support.agent_fixtures",
+    "tests.support.sushy",
 ]
 TESTS_DIR = Path(__file__).resolve().parent
 # Tiers whose tests skip on a machine that cannot run them, and what such a machine needs.
