@@ -22,6 +22,8 @@ PROVIDED_NODE_IP_ANNOTATION: Final = "alpha.kubernetes.io/provided-node-ip"
 
 # Taints.
 UNINITIALIZED_TAINT: Final = "node.cloudprovider.kubernetes.io/uninitialized"
+# The cloud node lifecycle controller's (k8s.io/cloud-provider, ShutdownTaint): the machine is off.
+SHUTDOWN_TAINT: Final = "node.cloudprovider.kubernetes.io/shutdown"
 NOT_READY_TAINT: Final = "node.kubernetes.io/not-ready"
 OUT_OF_SERVICE_TAINT: Final = "node.kubernetes.io/out-of-service"
 AUTOSCALER_TAINT: Final = "ToBeDeletedByClusterAutoscaler"

@@ -1,0 +1,104 @@
+"""What one poll of a BMC learned: the power state it read, or why it read none. Pure, no I/O.
+
+The power state in a NodeBMC's status is the last poll's answer, never an older one: a poll
+that got no answer (an unreachable BMC, a refused password, an invalid spec) records
+`Unknown`, so `Off` in the status always means the BMC said Off on the last poll. `Absent` is
+an answer too: the BMC answered 404 for the System's own path.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Final, Literal, get_args
+
+from local_ccm.bmc.core.errors import BmcError, ErrorKind
+from local_ccm.bmc.core.system import System
+from local_ccm.records import dataclass
+
+PowerStatus = Literal["On", "Off", "PoweringOn", "PoweringOff", "Paused", "Unknown", "Absent"]
+POWER_STATUSES: Final[tuple[PowerStatus, ...]] = get_args(PowerStatus)
+Reason = Literal[
+    "Contacted",
+    "Unreachable",
+    "Timeout",
+    "TLSError",
+    "AuthFailed",
+    "InvalidResponse",
+    "SystemNotFound",
+    "ServerError",
+    "Rejected",
+    "InvalidSpec",
+    "CredentialsMissing",
+]
+REASONS: Final[tuple[Reason, ...]] = get_args(Reason)
+FAILURES: Final[tuple[Reason, ...]] = REASONS[1:]  # the Reachable condition's False reasons
+REASON_OF_KIND: Final[dict[ErrorKind, Reason]] = {
+    "unreachable": "Unreachable",
+    "timeout": "Timeout",
+    "tls": "TLSError",
+    "auth": "AuthFailed",
+    "invalid-response": "InvalidResponse",
+    "not-found": "SystemNotFound",
+    "server-error": "ServerError",
+    "rejected": "Rejected",
+}
+# What to do about each failure, appended to the message the status and the Event show.
+HINTS: Final[dict[Reason, str]] = {
+    "Unreachable": "check spec.address and that the controller's network reaches the BMC",
+    "Timeout": "the BMC accepted the connection but did not answer in time (overloaded or hung)",
+    "TLSError": "set spec.caBundle to the CA that signed the BMC's certificate, or "
+    "spec.disableCertificateVerification: true to trust any certificate",
+    "AuthFailed": "check username and password in the credentials Secret; it is read again "
+    "at the next poll",
+    "InvalidResponse": "spec.address may not name a Redfish System",
+    "SystemNotFound": "the BMC has no System at this path: check the System id in "
+    "spec.address, or the machine was removed",
+    "ServerError": "the BMC reported an error of its own; polls back off",
+    "Rejected": "the BMC refused the request",
+    "InvalidSpec": "fix the NodeBMC's spec; nothing is contacted until then",
+    "CredentialsMissing": "create the Secret with keys username and password in the "
+    "controller's credentials namespace",
+}
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One poll's outcome, `at` the wall time it was made."""
+
+    power: PowerStatus
+    reason: Reason
+    message: str
+    at: datetime
+
+    @property
+    def reachable(self) -> bool:
+        """The Reachable condition: the System was read."""
+        return self.reason == "Contacted"
+
+    @property
+    def answered(self) -> bool:
+        """The BMC gave an answer that says something about the machine: the System read,
+        or the System gone (404). Only these move `lastContact` and change the Node."""
+        return self.reason in ("Contacted", "SystemNotFound")
+
+
+def observed(system: System, at: datetime) -> Observation:
+    power: PowerStatus = "Unknown" if system.power_state == "unknown" else system.power_state
+    said = system.reported_power_state
+    shown = power if said is None else f"{power} (the BMC said {said!r})"
+    return Observation(power, "Contacted", f"GET {system.path}: PowerState {shown}", at)
+
+
+def failed(error: BmcError, at: datetime) -> Observation:
+    reason = REASON_OF_KIND[error.kind]
+    power: PowerStatus = "Absent" if reason == "SystemNotFound" else "Unknown"
+    return Observation(power, reason, f"{error.message}: {HINTS[reason]}", at)
+
+
+def invalid_spec(problems: str, at: datetime) -> Observation:
+    return Observation("Unknown", "InvalidSpec", f"{problems}: {HINTS['InvalidSpec']}", at)
+
+
+def credentials_missing(problem: str, at: datetime) -> Observation:
+    return Observation("Unknown", "CredentialsMissing",
+                       f"{problem}: {HINTS['CredentialsMissing']}", at)  # fmt: skip

@@ -1,0 +1,105 @@
+"""What a poll learned (`core.observation`), the NodeBMC Events it gives (`core.events`), and
+the projections the caches keep (`core.model`)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from local_ccm.bmc.core import events
+from local_ccm.bmc.core.errors import ERROR_KINDS, BmcError
+from local_ccm.bmc.core.model import project_bmc, project_node, stored_reason
+from local_ccm.bmc.core.observation import (
+    FAILURES,
+    HINTS,
+    Observation,
+    credentials_missing,
+    failed,
+    observed,
+)
+from local_ccm.bmc.core.spec import BmcSpec, InvalidSpec
+from local_ccm.bmc.core.system import parse_system
+
+AT = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+PATH = "/redfish/v1/Systems/1"
+
+
+def system(power: Any) -> Observation:
+    parsed = parse_system(f'{{"PowerState": {power}}}', PATH)
+    assert not isinstance(parsed, BmcError)
+    return observed(parsed, AT)
+
+
+def test_a_read_system_is_its_power_state_and_a_null_one_is_unknown() -> None:
+    assert (system('"Off"').power, system('"Off"').reason) == ("Off", "Contacted")
+    assert system("null").power == "Unknown"
+    odd = system('"Standby"')
+    assert odd.power == "Unknown"
+    assert "'Standby'" in odd.message
+    assert odd.reachable
+    assert odd.answered
+
+
+@pytest.mark.parametrize("kind", ERROR_KINDS)
+def test_every_error_kind_has_its_reason_and_a_hint_and_is_unknown_but_a_404(kind: Any) -> None:
+    found = failed(BmcError(kind, "what happened"), AT)
+    assert found.reason in FAILURES
+    assert found.message == f"what happened: {HINTS[found.reason]}"
+    assert not found.reachable
+    assert found.power == ("Absent" if kind == "not-found" else "Unknown")
+    assert found.answered == (kind == "not-found")
+
+
+def test_a_failure_gives_one_warning_per_reason_change_and_recovery_one_normal_event() -> None:
+    down = failed(BmcError("unreachable", "refused"), AT)
+    up = system('"On"')
+    [warning] = events.poll_events(up, "Contacted", down)
+    assert (warning.type, warning.reason) == ("Warning", "Unreachable")
+    assert events.poll_events(down, "Unreachable", down) == []  # the same reason: no Event
+    [other] = events.poll_events(down, "Unreachable", failed(BmcError("timeout", "slow"), AT))
+    assert other.reason == "Timeout"
+    [back] = events.poll_events(down, "Unreachable", up)
+    assert (back.type, back.reason) == ("Normal", "Contacted")
+    assert events.poll_events(up, "Contacted", up) == []
+
+
+def test_after_a_restart_the_status_says_what_was_already_reported() -> None:
+    missing = credentials_missing("Secret kube-system/x not found", AT)
+    assert events.poll_events(None, "CredentialsMissing", missing) == []
+    assert [e.reason for e in events.poll_events(None, "Contacted", missing)] == [
+        "CredentialsMissing"
+    ]
+    assert events.poll_events(None, None, system('"On"')) == []  # a first read is no news
+
+
+def test_projections_keep_what_the_controller_decides_on() -> None:
+    bmc = project_bmc({
+        "metadata": {"name": "n1", "uid": "u", "generation": 3, "resourceVersion": "9"},
+        "spec": {"address": "redfish://10.0.0.5/redfish/v1/Systems/1", "credentialsName": "s"},
+        "status": {"conditions": [{"type": "Reachable", "reason": "Timeout"}]},
+    })  # fmt: skip
+    assert (bmc.name, bmc.generation, bmc.resource_version) == ("n1", 3, "9")
+    assert isinstance(bmc.spec, BmcSpec)
+    assert stored_reason(bmc.status) == "Timeout"
+    assert isinstance(project_bmc({"metadata": {"name": "x"}}).spec, InvalidSpec)
+    node = project_node({
+        "metadata": {"name": "n1", "uid": "u", "resourceVersion": "4"},
+        "spec": {"taints": [{"key": "a", "effect": "NoSchedule"}]},
+        "status": {"conditions": [{"type": "Ready", "status": "False"}]},
+    })  # fmt: skip
+    assert (node.ready, node.taints) == ("False", (("a", "NoSchedule"),))
+    assert project_node({"metadata": {"name": "n2"}}).ready == "Unknown"  # as upstream
+
+
+def test_a_heartbeat_is_not_news_but_readiness_and_the_taint_are() -> None:
+    obj = {"metadata": {"name": "n1", "resourceVersion": "1"},
+           "status": {"conditions": [{"type": "Ready", "status": "True"}]}}  # fmt: skip
+    one = project_node(obj)
+    two = project_node({**obj, "metadata": {"name": "n1", "resourceVersion": "2"}})
+    assert one.decides_alike(two)
+    assert not one.decides_alike(None)
+    conditions = [{"type": "Ready", "status": "False"}]
+    not_ready = project_node({**obj, "status": {"conditions": conditions}})
+    assert not one.decides_alike(not_ready)
