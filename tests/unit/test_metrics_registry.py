@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from local_ccm.agent.metrics import AgentMetrics
+from local_ccm.bmc.metrics import BmcMetrics
 from local_ccm.csr.metrics import CsrMetrics
 from local_ccm.ipam.metrics import IpamMetrics
 from local_ccm.lbipam.metrics import LbMetrics
@@ -54,5 +55,6 @@ def test_metric_names_types_labels_and_help_are_unchanged() -> None:
         *describe(LifecycleMetrics()),
         *describe(CsrMetrics()),
         *describe(LbMetrics()),
+        *describe(BmcMetrics()),
     ]
     assert found == NAMES.read_text().splitlines()

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from local_ccm.agent.metrics import AgentMetrics
+from local_ccm.bmc.metrics import BmcMetrics
 from local_ccm.csr.metrics import CsrMetrics
 from local_ccm.ipam.metrics import IpamMetrics
 from local_ccm.lbipam.metrics import LbMetrics
@@ -48,7 +49,7 @@ PROCESS = {
 parse_openmetrics: Callable[[str], Iterator[Metric]] = (
     openmetrics_parser.text_string_to_metric_families
 )
-COMPONENTS = (AgentMetrics, IpamMetrics, LifecycleMetrics, CsrMetrics, LbMetrics)
+COMPONENTS = (AgentMetrics, IpamMetrics, LifecycleMetrics, CsrMetrics, LbMetrics, BmcMetrics)
 
 
 def parsed(registry: Collector) -> dict[str, tuple[str, str, list[Sample]]]:

@@ -2,7 +2,7 @@
 
 The component's one module that speaks HTTP and TLS (the import contracts name it as the
 exception next to `local_ccm.kube`). Blocking `http.client` on a socket this module dials
-itself, run in a worker thread (`asyncio.to_thread`):
+itself, run in a worker thread (the executor given, else the event loop's default one):
 
 - **One persistent connection** (HTTP/1.1 keep-alive). An answer with ``Connection: close``
   (sushy-tools' server sends one with every answer) ends it and the next request dials anew;
@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import http.client
 import logging
 import socket
 import ssl
 import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
 from typing import Final, Literal, TypeVar
 
 from local_ccm import __version__
@@ -243,10 +245,13 @@ class RedfishClient:
         read_timeout: float = DEFAULT_READ_TIMEOUT,
         clock: Clock | None = None,
         on_exchange: Callable[[Exchange], None] | None = None,
+        executor: Executor | None = None,
     ) -> None:
         """``ca_pem``: the CAs to trust (PEM text; None: the system's); ``verify=False`` turns
         certificate checks off, only when asked. ``on_exchange`` is called on the event loop
-        for every HTTP request made, with its latency."""
+        for every HTTP request made, with its latency. ``executor`` runs the blocking requests
+        (None: the event loop's default one); a controller with many BMCs gives them a pool of
+        their own, so slow BMCs never hold the threads its API client needs."""
         self.address = address
         context = tls_context(ca_pem, verify=verify) if address.scheme == "https" else None
         self._wire = _Wire(address, context, connect_timeout, read_timeout)
@@ -259,6 +264,7 @@ class RedfishClient:
         self._system: System | None = None
         self._clock: Clock = clock or SystemClock()
         self._on_exchange = on_exchange
+        self._executor = executor
         self._lock = asyncio.Lock()
         self._busy = threading.Lock()
 
@@ -300,7 +306,9 @@ class RedfishClient:
             exchanges: list[Exchange] = []
             call = threading.Event()
             try:
-                return await asyncio.to_thread(self._guarded, work, exchanges, call)
+                blocking = functools.partial(self._guarded, work, exchanges, call)
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(self._executor, blocking)
             except asyncio.CancelledError:
                 call.set()
                 self._wire.interrupt()

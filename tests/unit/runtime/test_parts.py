@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from local_ccm.bmc.metrics import BmcMetrics
 from local_ccm.csr.metrics import CsrMetrics
 from local_ccm.ipam.metrics import IpamMetrics
 from local_ccm.lbipam.metrics import LbMetrics
@@ -46,11 +47,12 @@ def test_a_deleted_or_forgotten_object_has_no_last_write() -> None:
 def test_each_controllers_queue_is_named_as_before() -> None:
     names = {
         metrics.controller: (metrics.queue.name, metrics.queue.controller)
-        for metrics in (CsrMetrics(), IpamMetrics(), LbMetrics(), LifecycleMetrics())
+        for metrics in (CsrMetrics(), IpamMetrics(), LbMetrics(), LifecycleMetrics(), BmcMetrics())
     }
     assert names == {
         "kubelet-serving-approver": ("csr", "kubelet-serving-approver"),
         "node-ipam": ("node-ipam", "node-ipam"),
         "service-lb-ipam": ("service-lb-ipam", "service-lb-ipam"),
         "node-lifecycle": ("node-lifecycle", "node-lifecycle"),
+        "node-bmc": ("node-bmc", "node-bmc"),
     }

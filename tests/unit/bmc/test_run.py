@@ -1,0 +1,352 @@
+"""The node-bmc controller's syncs against a fake API and a fake BMC reader: when it polls,
+what it writes, which Events it sends, and what goes to the worker."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import random
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from local_ccm.bmc.core.errors import BmcError
+from local_ccm.bmc.core.service import Credentials
+from local_ccm.bmc.core.spec import BmcSpec
+from local_ccm.bmc.core.system import System, parse_system
+from local_ccm.bmc.metrics import BmcMetrics
+from local_ccm.bmc.options import Settings
+from local_ccm.bmc.run import Controller
+from local_ccm.kube.errors import Conflict, NotFound
+from local_ccm.kube.informer import Change, Page
+from local_ccm.kube.request import WatchEvent
+from local_ccm.names import SHUTDOWN_TAINT
+from local_ccm.runtime.controller import DONE, RequeueAfter, Retry
+from tests.fakes.clock import FakeClock
+
+Obj = dict[str, Any]
+ADDRESS = "redfish://10.0.0.5/redfish/v1/Systems/1"
+SETTINGS = Settings(poll_interval=30.0, credentials_namespace="bmc-creds")
+
+
+class Unused:
+    """A ListWatch the tests never run (the caches are primed)."""
+
+    async def list_page(self, continue_token: str | None) -> Page:
+        raise AssertionError("not listed")
+
+    def watch(
+        self, resource_version: str, timeout_seconds: int | None
+    ) -> AsyncIterator[WatchEvent]:
+        raise AssertionError("not watched")
+
+
+class FakeApi:
+    """Nodes whose JSON Patches are applied for the taint (a failed resourceVersion test is a
+    Conflict, as the client reports it), NodeBMC status writes, Secrets, Events."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, Obj] = {}
+        self.statuses: dict[str, Obj] = {}
+        self.secrets: dict[str, Obj] = {}
+        self.secret_reads = 0
+        self.node_patches: list[list[Obj]] = []
+
+    def list_watch(self) -> Unused:
+        return Unused()
+
+    async def write_status(self, name: str, status: Obj) -> Obj:
+        self.statuses[name] = copy.deepcopy(status)
+        return {"metadata": {"name": name, "resourceVersion": f"s{len(self.statuses)}"},
+                "status": status}  # fmt: skip
+
+    async def patch_node(self, name: str, patch: list[Obj]) -> Obj:
+        self.node_patches.append(patch)
+        node = self.nodes.get(name)
+        if node is None:
+            raise NotFound(404, "NotFound", name)
+        if patch[0]["value"] != node["metadata"]["resourceVersion"]:
+            raise Conflict(409, "Conflict", name)
+        taints = node["spec"].setdefault("taints", [])
+        for op in patch[1:]:
+            if op["path"] == "/spec/taints":
+                taints[:] = op["value"]
+            elif op["op"] == "add":
+                taints.append(op["value"])
+            elif op["op"] == "remove":
+                del taints[int(op["path"].rsplit("/", 1)[1])]
+        node["metadata"]["resourceVersion"] = str(int(node["metadata"]["resourceVersion"]) + 1)
+        return copy.deepcopy(node)
+
+    async def get_secret(self, namespace: str, name: str) -> Obj:
+        self.secret_reads += 1
+        assert namespace == "bmc-creds"
+        if name not in self.secrets:
+            raise NotFound(404, "NotFound", name)
+        return self.secrets[name]
+
+    async def create_event(self, namespace: str, body: Obj) -> Obj:
+        return body
+
+
+class FakeReaders:
+    """The BMCs: a power state or an error per NodeBMC name."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, str | BmcError] = {}
+        self.reads: list[tuple[str, Credentials]] = []
+        self.dropped: list[str] = []
+
+    async def read(self, key: str, spec: BmcSpec, credentials: Credentials) -> System:
+        self.reads.append((key, credentials))
+        answer = self.answers.get(key, "On")
+        if isinstance(answer, BmcError):
+            raise answer
+        system = parse_system(f'{{"PowerState": "{answer}"}}', spec.address.system_path)
+        assert isinstance(system, System)
+        return system
+
+    async def drop(self, key: str) -> None:
+        self.dropped.append(key)
+
+    async def close(self) -> None:
+        pass
+
+
+def secret(username: str = "admin", password: str = "pw") -> Obj:
+    return {"data": {"username": base64.b64encode(username.encode()).decode(),
+                     "password": base64.b64encode(password.encode()).decode()}}  # fmt: skip
+
+
+def nodebmc(name: str = "n1", generation: int = 1, **spec: Any) -> Obj:
+    return {"apiVersion": "bmc.local-ccm.io/v1alpha1", "kind": "NodeBMC",
+            "metadata": {"name": name, "uid": f"b-{name}", "generation": generation,
+                         "resourceVersion": "1"},
+            "spec": {"address": ADDRESS, "credentialsName": "creds", **spec}}  # fmt: skip
+
+
+def node(name: str = "n1", ready: str = "False", *, tainted: bool = False) -> Obj:
+    taints = [{"key": SHUTDOWN_TAINT, "effect": "NoSchedule"}] if tainted else []
+    return {"metadata": {"name": name, "uid": f"u-{name}", "resourceVersion": "10"},
+            "spec": {"taints": taints},
+            "status": {"conditions": [{"type": "Ready", "status": ready}]}}  # fmt: skip
+
+
+class Harness:
+    def __init__(self, bmcs: list[Obj], nodes: list[Obj]) -> None:
+        self.api, self.readers, self.clock = FakeApi(), FakeReaders(), FakeClock()
+        self.api.secrets["creds"] = secret()
+        self.metrics = BmcMetrics()
+        self.made = Controller(self.api, Unused(), SETTINGS, metrics=self.metrics,
+                               clock=self.clock, rng=random.Random(1),
+                               pollers=self.readers)  # fmt: skip
+        for obj in nodes:
+            self.api.nodes[obj["metadata"]["name"]] = copy.deepcopy(obj)
+        self.made.nodes.prime(nodes, "1")
+        self.made.bmcs.prime(bmcs, "1")
+
+    def sync(self, key: str = "n1") -> Any:
+        return asyncio.run(self.made.sync(key))
+
+    def events(self) -> list[tuple[str, str, str]]:
+        found = []
+        while not self.made.outbox.queue.empty():
+            body = self.made.outbox.queue.get_nowait()
+            found.append((body["involvedObject"]["kind"], body["type"], body["reason"]))
+        return found
+
+    def taints(self, name: str = "n1") -> list[str]:
+        return [t["key"] for t in self.api.nodes[name]["spec"].get("taints") or ()]
+
+    def sample(self, name: str, labels: dict[str, str]) -> float | None:
+        return self.metrics.registry.get_sample_value(name, labels)
+
+    def refresh_node(self, name: str = "n1") -> None:
+        """The Node's watch event: the cache shows the stored Node."""
+        self.made.nodes.prime([copy.deepcopy(n) for n in self.api.nodes.values()], "2")
+
+
+def test_off_and_not_ready_taints_the_node_and_records_the_status() -> None:
+    h = Harness([nodebmc()], [node(ready="False")])
+    h.readers.answers["n1"] = "Off"
+    result = h.sync()
+    assert isinstance(result, RequeueAfter)
+    assert 27.0 <= result.seconds <= 33.0  # the poll interval, 10 % jitter
+    assert h.taints() == [SHUTDOWN_TAINT]
+    assert h.api.statuses["n1"]["powerState"] == "Off"
+    assert ("Node", "Normal", "ShutdownTaintAdded") in h.events()
+    assert h.sample("local_ccm_bmc_power_states", {"state": "Off"}) == 1
+    assert h.sample("local_ccm_bmc_taint_writes_total",
+                    {"action": "add", "result": "success"}) == 1  # fmt: skip
+
+
+def test_a_node_change_decides_again_on_the_last_poll_without_asking_the_bmc() -> None:
+    h = Harness([nodebmc()], [node(ready="True")])
+    h.readers.answers["n1"] = "Off"
+    h.sync()
+    assert h.taints() == []  # Ready wins
+    assert ("Node", "Warning", "BMCReportsOffNodeReady") in h.events()
+    h.api.nodes["n1"]["status"]["conditions"][0]["status"] = "False"
+    h.refresh_node()
+    h.sync()
+    assert len(h.readers.reads) == 1  # not due: the last poll decides
+    assert h.taints() == [SHUTDOWN_TAINT]
+    h.clock.step(34.0)
+    h.readers.answers["n1"] = "On"
+    h.refresh_node()
+    h.sync()
+    assert len(h.readers.reads) == 2
+    assert h.taints() == []
+
+
+def test_the_off_while_ready_warning_is_sent_once_per_episode() -> None:
+    h = Harness([nodebmc()], [node(ready="True")])
+    h.readers.answers["n1"] = "Off"
+    for _ in range(3):
+        h.sync()
+        h.clock.step(34.0)
+    assert [e for e in h.events() if e[2] == "BMCReportsOffNodeReady"] == [
+        ("Node", "Warning", "BMCReportsOffNodeReady")
+    ]
+
+
+def test_a_failed_poll_is_recorded_then_retried_and_changes_nothing_on_the_node() -> None:
+    h = Harness([nodebmc()], [node(ready="False", tainted=True)])
+    h.readers.answers["n1"] = BmcError("unreachable", "connect refused")
+    result = h.sync()
+    assert isinstance(result, Retry)
+    assert "Unreachable" in result.reason
+    assert h.taints() == [SHUTDOWN_TAINT]  # unknown is never off, nor on
+    assert h.api.node_patches == []
+    status = h.api.statuses["n1"]
+    assert (status["powerState"], status["conditions"][0]["reason"]) == ("Unknown", "Unreachable")
+    assert h.events() == [("NodeBMC", "Warning", "Unreachable")]
+    assert h.sample("local_ccm_bmc_errors_total", {"reason": "Unreachable"}) == 1
+    h.clock.step(5.0)
+    h.made.bmcs.prime([{**nodebmc(), "status": status}], "2")
+    assert isinstance(h.sync(), Retry)
+    assert h.events() == []  # the same reason: no second Event
+    assert h.sample("local_ccm_bmc_errors_total", {"reason": "Unreachable"}) == 2
+    h.clock.step(5.0)
+    h.readers.answers["n1"] = "On"
+    assert isinstance(h.sync(), RequeueAfter)
+    assert h.taints() == []
+    assert ("NodeBMC", "Normal", "Contacted") in h.events()
+
+
+def test_a_failing_bmc_is_not_asked_again_before_the_first_backoff() -> None:
+    h = Harness([nodebmc()], [node(ready="False")])
+    h.readers.answers["n1"] = BmcError("timeout", "no answer")
+    h.sync()
+    h.clock.step(1.0)
+    assert isinstance(h.sync(), Retry)  # a Node change meanwhile: still failing
+    assert len(h.readers.reads) == 1
+
+
+def test_a_refused_password_makes_the_next_poll_read_the_secret_again() -> None:
+    h = Harness([nodebmc()], [node()])
+    h.readers.answers["n1"] = BmcError("auth", "HTTP 401")
+    h.sync()
+    assert h.api.secret_reads == 1
+    h.api.secrets["creds"] = secret(password="rotated")
+    h.readers.answers["n1"] = "On"
+    h.clock.step(5.0)
+    assert isinstance(h.sync(), RequeueAfter)
+    assert h.api.secret_reads == 2
+    assert h.readers.reads[-1][1] == Credentials("admin", "rotated")
+
+
+def test_the_secret_is_read_again_only_after_ten_minutes_otherwise() -> None:
+    h = Harness([nodebmc()], [node()])
+    for _ in range(18):  # 17 x 34 s: under ten minutes
+        h.sync()
+        h.clock.step(34.0)
+    assert len(h.readers.reads) == 18
+    assert h.api.secret_reads == 1
+    h.sync()  # 612 s after the first read
+    assert h.api.secret_reads == 2
+
+
+def test_a_missing_secret_is_credentials_missing_and_nothing_is_contacted() -> None:
+    h = Harness([nodebmc(credentialsName="nope")], [node()])
+    result = h.sync()
+    assert isinstance(result, Retry)
+    assert h.readers.reads == []
+    cond = h.api.statuses["n1"]["conditions"][0]
+    assert cond["reason"] == "CredentialsMissing"
+    assert "bmc-creds/nope" in cond["message"]
+
+
+def test_an_invalid_spec_contacts_nothing_and_waits_for_a_new_spec() -> None:
+    h = Harness([nodebmc(address="ipmi://10.0.0.5")], [node()])
+    assert h.sync() == DONE
+    assert h.readers.reads == []
+    assert h.api.statuses["n1"]["conditions"][0]["reason"] == "InvalidSpec"
+    fixed = nodebmc(generation=2)
+    h.made.bmcs.prime([fixed], "2")
+    assert isinstance(h.sync(), RequeueAfter)
+    assert len(h.readers.reads) == 1
+    assert h.api.statuses["n1"]["observedGeneration"] == 2
+
+
+def test_a_conflicting_taint_write_goes_to_the_worker() -> None:
+    h = Harness([nodebmc()], [node(ready="False")])
+    h.api.nodes["n1"]["metadata"]["resourceVersion"] = "11"  # changed since the cache
+    h.readers.answers["n1"] = "Off"
+    with pytest.raises(Conflict):
+        h.sync()
+    assert h.sample("local_ccm_bmc_taint_writes_total",
+                    {"action": "add", "result": "conflict"}) == 1  # fmt: skip
+    h.refresh_node()
+    assert isinstance(h.sync(), RequeueAfter)  # on the newer Node, without a new poll
+    assert len(h.readers.reads) == 1
+    assert h.taints() == [SHUTDOWN_TAINT]
+
+
+def test_a_deleted_nodebmc_closes_its_client_and_a_ready_node_still_loses_the_taint() -> None:
+    h = Harness([nodebmc()], [node(ready="True", tainted=True)])
+    h.made.bmcs.prime([], "2")
+    assert h.sync() == DONE
+    assert h.readers.dropped == ["n1"]
+    assert h.taints() == []
+
+
+def test_power_changes_are_events_but_an_outage_between_equal_reads_is_not() -> None:
+    h = Harness([nodebmc()], [node()])
+    h.sync()
+    h.clock.step(34.0)
+    h.readers.answers["n1"] = BmcError("unreachable", "down")
+    h.sync()
+    h.clock.step(6.0)
+    h.readers.answers["n1"] = "On"
+    h.sync()
+    h.clock.step(34.0)
+    h.readers.answers["n1"] = "Off"
+    h.sync()
+    reasons = [reason for kind, _, reason in h.events() if kind == "NodeBMC"]
+    assert reasons == ["Unreachable", "Contacted", "PowerStateChanged"]
+
+
+def test_keys_a_status_write_and_a_heartbeat_are_not_news() -> None:
+    made = Harness([nodebmc()], [node()]).made
+    old = made.bmcs.cache["n1"]
+    written = replace(old, resource_version="2")
+    assert list(made._on_bmc(Change("MODIFIED", "n1", old, written))) == []
+    respec = replace(written, generation=2)
+    assert list(made._on_bmc(Change("MODIFIED", "n1", written, respec))) == ["n1"]
+    view = made.nodes.cache["n1"]
+    beat = replace(view, resource_version="11")
+    assert list(made._on_node(Change("MODIFIED", "n1", view, beat))) == []
+    ready = replace(view, ready="True")
+    assert list(made._on_node(Change("MODIFIED", "n1", view, ready))) == ["n1"]
+    stranger = replace(ready, name="n9", taints=((SHUTDOWN_TAINT, "NoSchedule"),))
+    assert list(made._on_node(Change("ADDED", "n9", None, stranger))) == ["n9"]
+    assert list(made._on_node(Change("ADDED", "n8", None, view))) == []
+
+
+def test_the_first_keys_are_every_nodebmc_and_every_ready_node_still_tainted() -> None:
+    h = Harness([nodebmc()], [node(), node("n2", ready="True", tainted=True)])
+    assert sorted(h.made.synced()) == ["n1", "n2"]
