@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
+from local_ccm.bmc import run as bmc
+from local_ccm.bmc.options import Settings as BmcSettings
 from local_ccm.csr import run as csr
 from local_ccm.csr.options import Settings as CsrSettings
 from local_ccm.ipam import run as ipam
@@ -61,6 +63,7 @@ CASES = {
         lifecycle.permissions(event_namespace="default", out_of_service=True),
     ),
     "node-ipam": ("ipam-clusterrole.yaml", ipam.permissions(event_namespace="default")),
+    "node-bmc": ("bmc-clusterrole.yaml", bmc.permissions(BmcSettings())),
 }
 # The reviews behind --metrics-secure, which the start-up check does not ask (docs/design.md).
 METRICS_REVIEWS = {("authentication.k8s.io", "tokenreviews", "create", ""),
@@ -97,3 +100,12 @@ def test_the_kube_vip_configmap_is_read_through_a_role_in_its_namespace() -> Non
     assert (configmap.namespace, configmap.names) == ("kube-system", ("kubevip",))
     role = {(g, r, v) for g, r, v, _ in rules("lb-clusterrole.yaml", "Role")}
     assert {(g, r, v) for g, r, v, _ in atoms([configmap])} == role
+
+
+def test_node_bmc_gets_secrets_by_name_in_its_credentials_namespace_only() -> None:
+    settings = BmcSettings(credentials_namespace="bmc-creds")
+    [secrets] = [p for p in bmc.permissions(settings) if p.resource == "secrets"]
+    assert (secrets.namespace, secrets.verbs, secrets.names) == ("bmc-creds", ("get",), ())
+    assert rules("bmc-clusterrole.yaml", "Role") == atoms([secrets])  # no list, no watch
+    cluster_wide = rules("bmc-clusterrole.yaml", "ClusterRole")
+    assert not {atom for atom in cluster_wide if atom[1] == "secrets"}

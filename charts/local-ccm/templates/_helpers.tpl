@@ -483,6 +483,21 @@ true
 {{- if and .Values.controllerManager.enabled $csr.enabled -}}
 {{- include "local-ccm.cidr.problems" (dict "key" "controllerManager.kubeletServingApprover.ipPrefixes" "cidrs" ($csr.ipPrefixes | default list)) -}}
 {{- end -}}
+{{- $bmc := .Values.controllerManager.bmc -}}
+{{- if and .Values.controllerManager.enabled $bmc.enabled (lt (include "local-ccm.seconds" $bmc.pollInterval | float64) 1.0) }}
+- controllerManager.bmc.pollInterval: {{ $bmc.pollInterval }} is under 1s (--bmc-poll-interval must be at least 1s)
+{{- end -}}
+{{- end -}}
+
+{{/* The seconds of a Go duration the schema accepted ("1m30s", "500ms"). */}}
+{{- define "local-ccm.seconds" -}}
+{{- $units := dict "ns" 0.000000001 "us" 0.000001 "µs" 0.000001 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 -}}
+{{- $seconds := 0.0 -}}
+{{- range regexFindAll "[0-9.]+(ns|us|µs|ms|s|m|h)" (toString .) -1 -}}
+{{- $unit := regexFind "(ns|us|µs|ms|s|m|h)$" . -}}
+{{- $seconds = addf $seconds (mulf (trimSuffix $unit . | float64) (get $units $unit)) -}}
+{{- end -}}
+{{- $seconds -}}
 {{- end -}}
 
 {{- define "local-ccm.validate" -}}
@@ -514,6 +529,9 @@ true
 {{- $lb := .Values.controllerManager.loadBalancer -}}
 {{- if and $lb.enabled (not .Values.controllerManager.enabled) -}}
 {{- fail "controllerManager.loadBalancer.enabled runs in local-ccm-controller-manager: it needs controllerManager.enabled=true" -}}
+{{- end -}}
+{{- if and .Values.controllerManager.bmc.enabled (not .Values.controllerManager.enabled) -}}
+{{- fail "controllerManager.bmc.enabled runs in local-ccm-controller-manager: it needs controllerManager.enabled=true" -}}
 {{- end -}}
 {{- if and $lb.kubeVipConfigMap (not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?$" $lb.kubeVipConfigMap)) -}}
 {{- fail (printf "controllerManager.loadBalancer.kubeVipConfigMap: %q is not namespace/name (empty turns it off)" $lb.kubeVipConfigMap) -}}
@@ -632,4 +650,9 @@ true
 {{- with .serviceClusterIPRanges }}
 - {{ printf "--service-cluster-ip-range=%s" (join "," .) | quote }}
 {{- end }}
+{{- end -}}
+
+{{/* node-bmc's credentials namespace: its value, else the release namespace. */}}
+{{- define "local-ccm.bmc.credentialsNamespace" -}}
+{{- .Values.controllerManager.bmc.credentialsNamespace | default .Release.Namespace -}}
 {{- end -}}

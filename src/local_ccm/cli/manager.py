@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from local_ccm import __version__
-from local_ccm.cli import csr, ipam, lbipam, lifecycle
+from local_ccm.cli import bmc, csr, ipam, lbipam, lifecycle
 from local_ccm.cli.central import MANAGER, Row, run_main
 from local_ccm.flags import Flag, FlagSet, Parsed, unite
 from local_ccm.flags.groups import by_owner
@@ -35,6 +35,7 @@ CONTROLLERS: Mapping[str, Callable[[], Row]] = {
     "node-ipam": ipam.controller,
     "kubelet-serving-approver": csr.controller,
     "service-lb-ipam": lbipam.controller,
+    "node-bmc": bmc.controller,
 }
 
 

@@ -41,7 +41,7 @@ def test_an_unknown_or_empty_selection_is_refused() -> None:
 
 def test_a_new_controller_is_one_table_entry() -> None:
     assert list(manager.CONTROLLERS) == [
-        "node-lifecycle", "node-ipam", "kubelet-serving-approver", "service-lb-ipam"
+        "node-lifecycle", "node-ipam", "kubelet-serving-approver", "service-lb-ipam", "node-bmc"
     ]  # fmt: skip
 
 
@@ -171,7 +171,7 @@ def test_help_lists_the_process_flags_then_each_controller_s_own(
     titles = [line for line in out.splitlines() if line.endswith(":") and line[0].isalpha()]
     assert titles == [manager.GENERAL + ":", "node-lifecycle flags:", "node-ipam flags:",
                       "kubelet-serving-approver flags:", "service-lb-ipam flags:",
-                      "Other flags:"]  # fmt: skip
+                      "node-bmc flags:", "Other flags:"]  # fmt: skip
     sections = {title.removesuffix(":"): section for title, section in _sections(out)}
     general = sections[manager.GENERAL]
     for name in (
@@ -191,6 +191,8 @@ def test_help_lists_the_process_flags_then_each_controller_s_own(
     assert set(sections["kubelet-serving-approver flags"]) == {
         "csr-deny", "csr-ip-prefixes", "csr-max-expiration"}  # fmt: skip
     assert {"lb-class", "lb-kubevip-configmap"} <= set(sections["service-lb-ipam flags"])
+    assert set(sections["node-bmc flags"]) == {
+        "bmc-poll-interval", "bmc-concurrent-polls", "bmc-credentials-namespace"}  # fmt: skip
     every = [name for _, section in _sections(out) for name in section]
     assert len(every) == len(set(every)), "a flag listed twice"
     # The one health family: IPAM's web-server flags are no entries, only marked aliases.

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from local_ccm import flags
-from local_ccm.cli import central, csr, ipam, lbipam, lifecycle, manager
+from local_ccm.bmc.api import KubeBmcApi
+from local_ccm.cli import bmc, central, csr, ipam, lbipam, lifecycle, manager
 from local_ccm.cli.central import Place
 from local_ccm.csr.api import KubeCsrApi
 from local_ccm.ipam import options as ipam_options
@@ -75,13 +76,14 @@ def build(name: str, argv: Sequence[str]) -> central.Bound:
 def load_entry(name: str) -> central.Row:
     rows: dict[str, central.Row] = {
         "node-lifecycle": lifecycle.controller(), "node-ipam": ipam.controller(),
-        "csr": csr.controller(), "lbipam": lbipam.controller(),
+        "csr": csr.controller(), "lbipam": lbipam.controller(), "bmc": bmc.controller(),
     }  # fmt: skip
     return rows[name]
 
 
 CASES = [("node-lifecycle", lifecycle, "KubeNodeApi"), ("node-ipam", ipam, "KubeIpamApi"),
-         ("csr", csr, "KubeCsrApi"), ("lbipam", lbipam, "KubeLbApi")]  # fmt: skip
+         ("csr", csr, "KubeCsrApi"), ("lbipam", lbipam, "KubeLbApi"),
+         ("bmc", bmc, "KubeBmcApi")]  # fmt: skip
 
 
 @pytest.mark.parametrize(("name", "module", "adapter"), CASES)
@@ -161,6 +163,20 @@ def test_every_node_ipam_write_carries_the_write_timeout() -> None:
 
     asyncio.run(writes())
     assert fake.timeouts == [15.0, 3.0, 3.0, 3.0, 3.0]
+
+
+def test_every_node_bmc_write_carries_the_write_timeout() -> None:
+    client, fake = scripted(4)
+    api = KubeBmcApi(client, write_timeout=3.0)
+
+    async def writes() -> None:
+        await api.get_secret("ns", "s")
+        await api.write_status("n", {})
+        await api.patch_node("n", [])
+        await api.create_event("ns", {"metadata": {"name": "e"}})
+
+    asyncio.run(writes())
+    assert fake.timeouts == [15.0, 3.0, 3.0, 3.0]  # the Secret read keeps the client's
 
 
 def test_the_lifecycle_adapter_writes_carry_it_too() -> None:
