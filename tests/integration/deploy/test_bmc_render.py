@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from local_ccm.bmc.core.observation import POWER_STATUSES
 from tests.support.chart import CHART, CI_DIR, Helm, Obj, flag, parse, select
 
 VALUES = [CI_DIR / "controller-manager-values.yaml"]
@@ -59,6 +60,9 @@ def test_on_the_manager_runs_it_with_its_flags_and_the_crd(
     assert crd["spec"] == source["spec"]
     columns = [c["name"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]]
     assert columns == ["Power", "Reachable", "Reason", "Last Contact", "Age"]
+    status = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    # The states the controller writes, as strings (YAML 1.1 reads a bare On/Off as a bool).
+    assert status["properties"]["powerState"]["enum"] == list(POWER_STATUSES)
     off = render(chart_helm, kube_version, **{f"{BMC}.enabled": "true",
                                               f"{BMC}.installCRDs": "false"})  # fmt: skip
     assert select(off, "CustomResourceDefinition", "nodebmcs.bmc.local-ccm.io") == []
