@@ -393,3 +393,32 @@ async def test_a_server_without_initial_events_is_listed_then_watched_from_the_l
     assert not api.node["spec"].get("taints")
     assert any(c.startswith("watch 1") for c in api.calls)  # from the list's version
     await stop(task)
+
+
+class BrokenOnce(FakeDetector):
+    """A detector with a bug that shows once: its first call raises."""
+
+    async def __call__(self) -> Mapping[DetectorKey, Detection]:
+        if self.runs == 0:
+            self.runs += 1
+            raise RuntimeError("a bug in detection")
+        return await super().__call__()
+
+
+@run_async
+async def test_an_unexpected_error_in_a_pass_is_retried_with_backoff_not_the_end_of_the_agent() -> (
+    None
+):
+    api = tainted_api(FakeNodeApi("n1"))
+    detector, clock = BrokenOnce(BOTH), FakeClock()
+    agent = make(api, detector, clock)
+    task = asyncio.get_running_loop().create_task(agent.run_loop())
+    await clock.advance(0.5)
+    assert detector.runs == 1  # the first pass failed ...
+    assert not api.patches
+    assert not task.done()  # ... and the agent still runs
+    await clock.run_until(lambda: agent.health.first_pass, timeout=5)  # the worker's backoff
+    assert addresses(api) == [("InternalIP", "192.0.2.10"), ("ExternalIP", "198.51.100.10")]
+    assert api.node is not None
+    assert not api.node["spec"].get("taints")
+    await stop(task)
