@@ -88,7 +88,8 @@ def test_the_dashboard_shows_what_an_operator_looks_for() -> None:
     wanted = {"Nodes initialised", "Nodes uninitialised", "Address detection errors",
               "Requests by code", "Queue depth", "Queue latency p99", "Lifecycle circuit breaker",
               "Deletions", "CIDRs used per pool", "CIDRs free per pool", "Pool usage",
-              "CSR decisions by result", "Leaders per Lease"}  # fmt: skip
+              "CSR decisions by result", "Leaders per Lease", "BMC power states",
+              "BMC poll errors by reason", "Redfish latency"}  # fmt: skip
     assert wanted <= titles, sorted(wanted - titles)
     assert board["uid"] == "local-ccm"
     ids = [p["id"] for p in mon.panels(board)]
