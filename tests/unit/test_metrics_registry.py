@@ -1,5 +1,6 @@
-"""The shared metrics registry: declarations, closed-set series, and the four components'
-metric names, types, labels and help texts, which dashboards rely on (`metric_names.txt`)."""
+"""The shared metrics registry: declarations, closed-set series, and the metric names, types,
+labels and help texts of every component (the agent, node-ipam, node-lifecycle, the CSR
+approver, service-lb-ipam and node-bmc), which dashboards rely on (`metric_names.txt`)."""
 
 from __future__ import annotations
 
