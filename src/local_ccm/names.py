@@ -33,3 +33,11 @@ ADDRESSES_SYNCED_CONDITION: Final = "LocalCCMAddressesSynced"
 
 # Labels.
 CONTROL_PLANE_LABEL: Final = "node-role.kubernetes.io/control-plane"
+
+# NodeBMC (docs/bmc.md): node-bmc's custom resource, which the lifecycle controller reads and on
+# which it requests a power-off (fencing) that node-bmc executes.
+BMC_GROUP: Final = "bmc.local-ccm.io"
+BMC_VERSION: Final = "v1alpha1"
+NODEBMC_KIND: Final = "NodeBMC"
+NODEBMC_PLURAL: Final = "nodebmcs"
+POWER_OFF_ANNOTATION: Final = BMC_GROUP + "/power-off"

@@ -19,6 +19,7 @@ SECRETS: Final = Resource("", "v1", "secrets", "Secret", True)
 class BmcApi(Protocol):
     def list_watch(self) -> ListWatch: ...
     async def write_status(self, name: str, status: Obj) -> Obj: ...
+    async def write_power_off(self, name: str, record: Obj, resource_version: str) -> Obj: ...
     async def patch_node(self, name: str, patch: list[Obj]) -> Obj: ...
     async def get_secret(self, namespace: str, name: str) -> Obj: ...
     async def create_event(self, namespace: str, body: Obj) -> Obj: ...
@@ -47,6 +48,15 @@ class KubeBmcApi:
     async def write_status(self, name: str, status: Obj) -> Obj:
         """A merge patch of the whole status: the controller is its only writer."""
         request = self.client.patch(NODEBMCS, name, {"status": status}, patch_type="merge",
+                                    subresource="status", timeout=self.write_timeout)  # fmt: skip
+        return await self._call("PATCH", f"{PLURAL}/status", request)
+
+    async def write_power_off(self, name: str, record: Obj, resource_version: str) -> Obj:
+        """`status.powerOff`, only onto the NodeBMC version it was decided on (a merge patch
+        with a resourceVersion is refused with 409 by any other): a power-off request is
+        recorded once, before it is acted on (`core.poweroff`)."""
+        body = {"metadata": {"resourceVersion": resource_version}, "status": {"powerOff": record}}
+        request = self.client.patch(NODEBMCS, name, body, patch_type="merge",
                                     subresource="status", timeout=self.write_timeout)  # fmt: skip
         return await self._call("PATCH", f"{PLURAL}/status", request)
 

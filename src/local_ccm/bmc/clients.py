@@ -91,6 +91,16 @@ class Pollers:
         async with lock:
             return await client.get_system()
 
+    async def reset(
+        self, key: str, spec: BmcSpec, credentials: Credentials, reset_type: str
+    ) -> None:
+        """POST the System's reset action (`ForceOff`) through NodeBMC `key`'s client, in turn
+        with the other requests to its BMC; raises `BmcError`."""
+        client = await self._client(key, spec, credentials)
+        lock = self._endpoints.setdefault(spec.endpoint, asyncio.Lock())
+        async with lock:
+            await client.reset(reset_type)
+
     async def _client(self, key: str, spec: BmcSpec, credentials: Credentials) -> RedfishClient:
         kept = self._clients.get(key)
         if kept is not None and kept[0].connection == spec.connection:

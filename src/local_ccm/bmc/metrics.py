@@ -9,6 +9,7 @@ from local_ccm.runtime.metrics import ControllerMetrics, counter, gauge, histogr
 REDFISH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0)
 TAINT_ACTIONS = ("add", "remove")
 WRITE_RESULTS = ("success", "conflict", "error")
+POWER_OFF_OUTCOMES = ("sent", "confirmed", "failed", "refused")
 
 
 class BmcMetrics(ControllerMetrics):
@@ -29,6 +30,11 @@ class BmcMetrics(ControllerMetrics):
         "redfish_request_duration_seconds",
         "Redfish requests to BMCs by method, from sending to the answer or the failure",
         "method", buckets=REDFISH_BUCKETS,
+    )  # fmt: skip
+    power_offs = counter(
+        "power_offs_total", "Power-off requests by outcome: ForceOff sent, Off confirmed "
+        "(also without a ForceOff: already Off), failed (not Off in time), refused",
+        "outcome", series=[POWER_OFF_OUTCOMES],
     )  # fmt: skip
     taint_writes = counter(
         "taint_writes_total", "Writes of the shutdown taint by action and result",

@@ -15,6 +15,7 @@ NAME: Final = "node-bmc"
 POLL_FLAG: Final = "bmc-poll-interval"
 CONCURRENCY_FLAG: Final = "bmc-concurrent-polls"
 NAMESPACE_FLAG: Final = "bmc-credentials-namespace"
+POWER_OFF_FLAG: Final = "bmc-power-off-timeout"
 MIN_POLL: Final = 1.0
 MAX_CONCURRENCY: Final = 200  # threads: each poll in flight holds one
 
@@ -39,6 +40,10 @@ FLAGS: Final = (
     Flag(NAMESPACE_FLAG, "string", "kube-system", "node-bmc: the namespace of the Secrets "
          "NodeBMCs name in spec.credentialsName; the controller may only get Secrets there.",
          metavar="namespace", env=("BMC_CREDENTIALS_NAMESPACE",), value=dns1123_label),
+    Flag(POWER_OFF_FLAG, "duration", 120.0, "node-bmc: how long after a ForceOff (a power-off "
+         "request on a NodeBMC) a poll must read the System Off before the request is "
+         "reported failed; it is never sent again.", env=("BMC_POWER_OFF_TIMEOUT",),
+         value=duration(MIN_POLL)),
 )  # fmt: skip
 
 
@@ -56,6 +61,10 @@ class Settings:
     jitter: float = 0.1  # each poll interval is this share early or late at random
     credentials_max_age: float = 600.0  # a Secret read is used at most this long
     contact_refresh: float = 300.0  # lastContact alone is written at most this often
+    # ... and this often while the Node is not Ready: the lifecycle controller acts on fresh
+    # readings only (its --bmc-max-age), and a NotReady Node is what it acts on.
+    contact_refresh_not_ready: float = 30.0
+    power_off_timeout: float = 120.0  # --bmc-power-off-timeout
     connect_timeout: float = 5.0  # TCP and TLS handshake with a BMC
     read_timeout: float = 10.0  # each read of a BMC's answer
 
@@ -65,7 +74,8 @@ def settings_from(parsed: Parsed) -> Settings | list[Problem]:
     are the shared options' to report)."""
     read = Loader(parsed)
     settings = Settings(poll_interval=read(POLL_FLAG), concurrent_polls=read(CONCURRENCY_FLAG),
-                        credentials_namespace=read(NAMESPACE_FLAG))  # fmt: skip
+                        credentials_namespace=read(NAMESPACE_FLAG),
+                        power_off_timeout=read(POWER_OFF_FLAG))  # fmt: skip
     mine = [p for p in read.problems if p not in parsed.problems]
     return mine or settings
 
@@ -76,4 +86,5 @@ def settings_fields(settings: Settings) -> dict[str, object]:
         POLL_FLAG: format_go_duration(settings.poll_interval),
         CONCURRENCY_FLAG: settings.concurrent_polls,
         NAMESPACE_FLAG: settings.credentials_namespace,
+        POWER_OFF_FLAG: format_go_duration(settings.power_off_timeout),
     }

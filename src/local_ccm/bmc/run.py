@@ -10,6 +10,10 @@ taint) syncs its NodeBMC without polling again: the last poll decides. A failed 
 its reason in the status and returns `Retry`, so the worker's backoff (5 s doubling to 5 min)
 spaces the next polls of that BMC. A taint write is a JSON Patch guarded by resourceVersion; a
 conflict goes to the worker, which syncs the key again on a newer Node.
+
+A power-off request (the lifecycle controller's annotation, `core.poweroff`) is recorded in the
+status first, with the resourceVersion it was decided on, and only then is the ForceOff sent:
+a new leader reads the record and never sends it again.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import random
 from collections import Counter
 from collections.abc import Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any, Final, Protocol
 
 from local_ccm.bmc.api import NODEBMCS, SECRETS, BmcApi
@@ -44,6 +49,7 @@ from local_ccm.bmc.core.observation import (
     invalid_spec,
     observed,
 )
+from local_ccm.bmc.core.poweroff import WRITES, PowerOffPlan, plan_power_off
 from local_ccm.bmc.core.service import Credentials
 from local_ccm.bmc.core.spec import BmcSpec, InvalidSpec
 from local_ccm.bmc.core.status import desired_status
@@ -67,6 +73,7 @@ from local_ccm.runtime.controller import (
     Watch,
     open_fence,
 )
+from local_ccm.runtime.events import EventSpec
 from local_ccm.runtime.parts import Informers, LastWrites, event_outbox
 
 log = logging.getLogger(__name__)
@@ -74,6 +81,7 @@ log = logging.getLogger(__name__)
 BMC_ERRORS: Final = ErrorKinds(retried=(Transient, Forbidden, Unauthorized, NotFound))
 SPARE_THREADS: Final = 4  # beyond one per worker: calls cancelled while a thread still ends
 ANSWERED: Final = ("Contacted", "SystemNotFound")
+FORCE_OFF: Final = "ForceOff"  # a reset type that names its end state: repeating it changes nothing
 
 
 def permissions(settings: Settings) -> tuple[Permission, ...]:
@@ -93,6 +101,9 @@ class Readers(Protocol):
     """What reads the BMCs (`clients.Pollers`): one System per NodeBMC name."""
 
     async def read(self, key: str, spec: BmcSpec, credentials: Credentials) -> System: ...
+    async def reset(
+        self, key: str, spec: BmcSpec, credentials: Credentials, reset_type: str
+    ) -> None: ...
     async def drop(self, key: str) -> None: ...
     async def close(self) -> None: ...
 
@@ -106,6 +117,7 @@ class Track:
     due: float  # monotonic: when the next poll is due
     last_read: str | None  # the last power state the BMC answered (for PowerStateChanged)
     warned: bool = False  # the Off-while-Ready warning was sent for this episode
+    refused: str | None = None  # the power-off request last refused (its Event sent)
 
 
 class Controller:
@@ -181,14 +193,18 @@ class Controller:
     # ------------------------------------------------------------ watches: the keys
 
     def _on_bmc(self, change: Change[NodeBmc]) -> Iterable[str]:
-        """A NodeBMC added, deleted or with a new spec; not its status (our own writes)."""
+        """A NodeBMC added, deleted, with a new spec or power-off request; not its status (our
+        own writes)."""
         old, new = change.old, change.new
         if change.type in ("ADDED", "DELETED"):
             return [change.key]
         if change.type != "MODIFIED":
             return []
-        same = old is not None and new is not None and (old.uid, old.generation) == (
-            new.uid, new.generation)  # fmt: skip
+        same = (
+            old is not None
+            and new is not None
+            and (old.uid, old.generation, old.power_off) == (new.uid, new.generation, new.power_off)
+        )
         return [] if same else [change.key]
 
     def _on_node(self, change: Change[NodeView]) -> Iterable[str]:
@@ -214,6 +230,7 @@ class Controller:
             track = await self._poll(key, bmc, track)
         await self._write_status(key, bmc, track)
         await self._apply(key, bmc, track)
+        await self._power_off(key, bmc, track)
         reason = track.observation.reason
         if reason == "InvalidSpec":
             return DONE  # nothing to ask until the spec changes (its watch event syncs it)
@@ -278,7 +295,8 @@ class Controller:
             delay = self.settings.backoff[0]
         log.debug("node=%s: %s", key, observation.message)
         new = Track((bmc.uid, bmc.generation), observation, self.clock.monotonic() + delay,
-                    last_read, warned=track.warned if track is not None else False)  # fmt: skip
+                    last_read, warned=track.warned if track is not None else False,
+                    refused=track.refused if track is not None else None)  # fmt: skip
         self.tracks[key] = new
         self._count()
         return new
@@ -293,13 +311,22 @@ class Controller:
 
     # ------------------------------------------------------------ writes
 
+    def _current(self, key: str, bmc: NodeBmc) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The NodeBMC as cached, and as this controller last wrote it while the cache lags."""
+        base = {"metadata": {"resourceVersion": bmc.resource_version}, "status": bmc.status}
+        return base, self.written.fresh(key, base) or base
+
     async def _write_status(self, key: str, bmc: NodeBmc, track: Track) -> None:
         """The status the last poll gives, where it differs from what the NodeBMC shows (or
-        from this controller's last write while the cache lags it)."""
-        base = {"metadata": {"resourceVersion": bmc.resource_version}, "status": bmc.status}
-        current = (self.written.fresh(key, base) or base)["status"]
-        wanted = desired_status(current, track.observation, track.polled_for[1],
-                                refresh=self.settings.contact_refresh)  # fmt: skip
+        from this controller's last write while the cache lags it). `lastContact` alone is
+        refreshed more often while the Node is not Ready: the lifecycle controller acts only
+        on fresh readings, and only about Nodes that are not Ready."""
+        base, current = self._current(key, bmc)
+        node = self.nodes.cache.get(key)
+        refresh = self.settings.contact_refresh if node is None or node.is_ready else \
+            self.settings.contact_refresh_not_ready  # fmt: skip
+        wanted = desired_status(current["status"], track.observation, track.polled_for[1],
+                                refresh=refresh)  # fmt: skip
         if wanted is None:
             return
         await self.fence()
@@ -316,8 +343,7 @@ class Controller:
         node = self.nodes.cache.get(key)
         plan = plan_taint(track.observation, node)
         if node is not None and plan.ready_but_off != track.warned:
-            self.tracks[key] = Track(track.polled_for, track.observation, track.due,
-                                     track.last_read, warned=plan.ready_but_off)  # fmt: skip
+            self.tracks[key] = replace(track, warned=plan.ready_but_off)
             if plan.ready_but_off:
                 spec = events.ready_but_off(bmc.name, track.observation)
                 log.warning("node=%s: %s", key, spec.message)
@@ -343,3 +369,65 @@ class Controller:
         spec = events.taint_event(plan)
         log.info("node=%s: %s", key, spec.message)
         self.outbox.emit(spec, node_subject(node))
+
+    # ------------------------------------------------------------ power-off requests
+
+    async def _power_off(self, key: str, bmc: NodeBmc, track: Track) -> None:
+        """The request's next step (`core.poweroff`): the record written first, guarded by the
+        version it was decided on (a conflict goes to the worker, which decides again on the
+        newer NodeBMC), then the ForceOff, sent once."""
+        base, current = self._current(key, bmc)
+        plan = plan_power_off(bmc.power_off, current["status"].get("powerOff"),
+                              self.nodes.cache.get(key), track.observation,
+                              now=self.clock.now(),
+                              timeout=self.settings.power_off_timeout)  # fmt: skip
+        latest = self.tracks.get(key, track)
+        if plan.step == "refuse" and latest.refused != plan.request:
+            self.tracks[key] = replace(latest, refused=plan.request)
+            self._power_off_done(key, bmc, plan, "refused")
+        if plan.step not in WRITES or plan.record is None:
+            return
+        await self.fence()
+        version = str(current["metadata"]["resourceVersion"])
+        try:
+            answer = await self.api.write_power_off(key, plan.record, version)
+        except NotFound:
+            return  # deleted meanwhile: its DELETED event comes
+        self.written.wrote(key, base, {"metadata": answer.get("metadata") or {},
+                                       "status": answer.get("status") or {}})  # fmt: skip
+        if plan.step == "send":
+            await self._send_force_off(key, bmc, plan)
+        outcome = {"send": "sent", "fail": "failed"}.get(plan.step, "confirmed")
+        self._power_off_done(key, bmc, plan, outcome)
+
+    async def _send_force_off(self, key: str, bmc: NodeBmc, plan: PowerOffPlan) -> None:
+        """The ForceOff, once: a failure is reported, never retried (the request is recorded
+        as sent; a poll reading Off confirms it, the timeout fails it)."""
+        spec = bmc.spec
+        credentials = None if isinstance(spec, InvalidSpec) else await self.credentials.get(
+            spec.credentials_name)  # fmt: skip
+        if isinstance(spec, InvalidSpec) or not isinstance(credentials, Credentials):
+            problem = "the spec is invalid" if isinstance(spec, InvalidSpec) else credentials
+            self._report(key, bmc, EventSpec("Warning", "PowerOffError",
+                                             f"ForceOff not sent: {problem}"))  # fmt: skip
+            return
+        try:
+            await self.pollers.reset(key, spec, credentials, FORCE_OFF)
+        except BmcError as exc:
+            self._report(key, bmc, EventSpec("Warning", "PowerOffError", f"ForceOff for "
+                         f"request {plan.request!r}: {exc.message}; not sent again"))  # fmt: skip
+
+    def _power_off_done(self, key: str, bmc: NodeBmc, plan: PowerOffPlan, outcome: str) -> None:
+        self.metrics.power_offs.labels(outcome).inc()
+        spec = events.power_off_event(plan.step, plan.message)
+        if spec is not None:
+            self._report(key, bmc, spec)
+
+    def _report(self, key: str, bmc: NodeBmc, spec: EventSpec) -> None:
+        """A power-off Event on the NodeBMC and its Node, and its log line."""
+        level = logging.WARNING if spec.type == "Warning" else logging.INFO
+        log.log(level, "node=%s: %s: %s", key, spec.reason, spec.message)
+        self.outbox.emit(spec, bmc_subject(bmc))
+        node = self.nodes.cache.get(key)
+        if node is not None:
+            self.outbox.emit(spec, node_subject(node))

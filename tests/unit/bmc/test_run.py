@@ -7,7 +7,7 @@ import asyncio
 import base64
 import copy
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -54,14 +54,31 @@ class FakeApi:
         self.secrets: dict[str, Obj] = {}
         self.secret_reads = 0
         self.node_patches: list[list[Obj]] = []
+        self.power_offs: list[tuple[str, Obj, str]] = []  # (name, record, resourceVersion)
+        self.version = "1"  # the NodeBMC's resourceVersion as the API server holds it
+        self.writes = 0
 
     def list_watch(self) -> Unused:
         return Unused()
 
     async def write_status(self, name: str, status: Obj) -> Obj:
-        self.statuses[name] = copy.deepcopy(status)
-        return {"metadata": {"name": name, "resourceVersion": f"s{len(self.statuses)}"},
-                "status": status}  # fmt: skip
+        # A merge patch: what the status holds beside it (powerOff) stays.
+        self.statuses[name] = {**self.statuses.get(name, {}), **copy.deepcopy(status)}
+        self.writes += 1
+        self.version = f"s{self.writes}"
+        return {"metadata": {"name": name, "resourceVersion": self.version},
+                "status": copy.deepcopy(self.statuses[name])}  # fmt: skip
+
+    async def write_power_off(self, name: str, record: Obj, resource_version: str) -> Obj:
+        """A merge patch with a resourceVersion: refused unless it is the stored one."""
+        if resource_version != self.version:
+            raise Conflict(409, "Conflict", name)
+        self.power_offs.append((name, copy.deepcopy(record), resource_version))
+        self.writes += 1
+        self.version = f"s{self.writes}"
+        status = {**self.statuses.get(name, {}), "powerOff": record}
+        self.statuses[name] = status
+        return {"metadata": {"name": name, "resourceVersion": self.version}, "status": status}
 
     async def patch_node(self, name: str, patch: list[Obj]) -> Obj:
         self.node_patches.append(patch)
@@ -99,6 +116,9 @@ class FakeReaders:
         self.answers: dict[str, str | BmcError] = {}
         self.reads: list[tuple[str, Credentials]] = []
         self.dropped: list[str] = []
+        self.resets: list[tuple[str, str]] = []
+        self.reset_error: BmcError | None = None
+        self.on_reset: Callable[[], None] = lambda: None  # what a test checks at that moment
 
     async def read(self, key: str, spec: BmcSpec, credentials: Credentials) -> System:
         self.reads.append((key, credentials))
@@ -108,6 +128,14 @@ class FakeReaders:
         system = parse_system(f'{{"PowerState": "{answer}"}}', spec.address.system_path)
         assert isinstance(system, System)
         return system
+
+    async def reset(
+        self, key: str, spec: BmcSpec, credentials: Credentials, reset_type: str
+    ) -> None:
+        self.on_reset()
+        self.resets.append((key, reset_type))
+        if self.reset_error is not None:
+            raise self.reset_error
 
     async def drop(self, key: str) -> None:
         self.dropped.append(key)
@@ -145,6 +173,8 @@ class Harness:
                                pollers=self.readers)  # fmt: skip
         for obj in nodes:
             self.api.nodes[obj["metadata"]["name"]] = copy.deepcopy(obj)
+        for obj in bmcs:  # the API server holds what the cache shows
+            self.api.statuses[obj["metadata"]["name"]] = copy.deepcopy(obj.get("status") or {})
         self.made.nodes.prime(nodes, "1")
         self.made.bmcs.prime(bmcs, "1")
 

@@ -49,7 +49,7 @@ def test_flags_and_environment_are_read() -> None:
 def test_the_start_up_line_shows_them() -> None:
     assert bmc.controller().fields(load()) == {
         "bmc-poll-interval": "30s", "bmc-concurrent-polls": 10,
-        "bmc-credentials-namespace": "kube-system",
+        "bmc-credentials-namespace": "kube-system", "bmc-power-off-timeout": "2m0s",
     }  # fmt: skip
 
 

@@ -192,7 +192,8 @@ def test_help_lists_the_process_flags_then_each_controller_s_own(
         "csr-deny", "csr-ip-prefixes", "csr-max-expiration"}  # fmt: skip
     assert {"lb-class", "lb-kubevip-configmap"} <= set(sections["service-lb-ipam flags"])
     assert set(sections["node-bmc flags"]) == {
-        "bmc-poll-interval", "bmc-concurrent-polls", "bmc-credentials-namespace"}  # fmt: skip
+        "bmc-poll-interval", "bmc-concurrent-polls", "bmc-credentials-namespace",
+        "bmc-power-off-timeout"}  # fmt: skip
     every = [name for _, section in _sections(out) for name in section]
     assert len(every) == len(set(every)), "a flag listed twice"
     # The one health family: IPAM's web-server flags are no entries, only marked aliases.

@@ -3,7 +3,9 @@
 On the NodeBMC: a power state read that differs from the last one read (`PowerStateChanged`),
 a poll failing for a reason other than the last poll's (the Reachable condition's reason,
 Warning), and the first read after failures (`Contacted`). On the Node: the shutdown taint
-added or removed, the System Off while the Node is Ready, and the System gone.
+added or removed, the System Off while the Node is Ready, and the System gone. On both: each
+step of a power-off request (`PowerOffSent`, `PowerOffConfirmed`, `PowerOffFailed`,
+`PowerOffRefused`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from local_ccm.bmc.core.decide import TaintPlan
 from local_ccm.bmc.core.observation import Observation
 from local_ccm.names import SHUTDOWN_TAINT
-from local_ccm.runtime.events import EventSpec
+from local_ccm.runtime.events import EventSpec, EventType
 
 TAINT_ADDED = "ShutdownTaintAdded"
 TAINT_REMOVED = "ShutdownTaintRemoved"
@@ -53,3 +55,19 @@ def ready_but_off(bmc: str, observation: Observation) -> EventSpec:
 def system_absent(bmc: str, observation: Observation) -> EventSpec:
     return EventSpec("Warning", SYSTEM_ABSENT, f"NodeBMC {bmc}: {observation.message}; the Node "
                      "is left as it is")  # fmt: skip
+
+
+# Power-off requests (`core.poweroff`): on the NodeBMC and on its Node.
+POWER_OFF_EVENTS: dict[str, tuple[EventType, str]] = {
+    "send": ("Normal", "PowerOffSent"),
+    "already_off": ("Normal", "PowerOffConfirmed"),
+    "confirm": ("Normal", "PowerOffConfirmed"),
+    "fail": ("Warning", "PowerOffFailed"),
+    "refuse": ("Warning", "PowerOffRefused"),
+}
+
+
+def power_off_event(step: str, message: str) -> EventSpec | None:
+    """The Event of a power-off step (None: a step that reports nothing)."""
+    found = POWER_OFF_EVENTS.get(step)
+    return None if found is None else EventSpec(found[0], found[1], message)

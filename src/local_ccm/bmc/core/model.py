@@ -6,16 +6,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from local_ccm import names
 from local_ccm.bmc.core.spec import BmcSpec, InvalidSpec, parse_spec
 from local_ccm.names import SHUTDOWN_TAINT
 from local_ccm.records import dataclass
 from local_ccm.runtime import events as ev
 
 Obj = dict[str, Any]
-GROUP: Final = "bmc.local-ccm.io"
-VERSION: Final = "v1alpha1"
-KIND: Final = "NodeBMC"
-PLURAL: Final = "nodebmcs"
+GROUP: Final = names.BMC_GROUP
+VERSION: Final = names.BMC_VERSION
+KIND: Final = names.NODEBMC_KIND
+PLURAL: Final = names.NODEBMC_PLURAL
+POWER_OFF_ANNOTATION: Final = names.POWER_OFF_ANNOTATION  # the lifecycle controller's request
 API_VERSION: Final = f"{GROUP}/{VERSION}"
 REACHABLE: Final = "Reachable"  # the condition type
 SHUTDOWN_EFFECT: Final = "NoSchedule"
@@ -31,6 +33,7 @@ class NodeBmc:
     resource_version: str
     spec: BmcSpec | InvalidSpec
     status: Mapping[str, Any]
+    power_off: str | None = None  # the power-off request (`core.poweroff`), if any
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,12 @@ def project_bmc(obj: Obj) -> NodeBmc:
         resource_version=str(meta.get("resourceVersion", "")),
         spec=parse_spec(spec if isinstance(spec, Mapping) else {}),
         status=obj.get("status") or {},
+        power_off=_request((meta.get("annotations") or {}).get(POWER_OFF_ANNOTATION)),
     )
+
+
+def _request(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def project_node(obj: Obj) -> NodeView:
