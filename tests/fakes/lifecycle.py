@@ -7,6 +7,7 @@ nothing sleeps.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from ipaddress import ip_address
 from typing import Any
 
 from local_ccm.clock import Clock
+from local_ccm.lifecycle.core.bmc import BmcView, PowerOffRecord, request_value
 from local_ccm.lifecycle.core.deletions import plan_deletions
 from local_ccm.lifecycle.core.health import Episode, Scope, assess, recheck
 from local_ccm.lifecycle.core.model import (
@@ -33,6 +35,7 @@ from local_ccm.lifecycle.core.state import (
     Plan,
     forget,
     record_attempt,
+    record_fence,
     record_probe,
     record_self_check,
 )
@@ -98,6 +101,26 @@ def node(name: str, **kwargs: Any) -> NodeView:
     return project_node(raw_node(name, **kwargs))
 
 
+def bmc_view(
+    name: str,
+    power: str = "On",
+    *,
+    at: datetime = NOW,
+    request: str | None = None,
+    record: PowerOffRecord | None = None,
+    generation: int = 1,
+) -> BmcView:
+    """A NodeBMC as node-bmc leaves it after a poll at `at`: Absent is its 404, Unknown no
+    answer, anything else a read."""
+    reachable, reason = {
+        "Absent": ("False", "SystemNotFound"),
+        "Unknown": ("False", "Unreachable"),
+    }.get(power, ("True", "Contacted"))
+    return BmcView(name, f"b-{name}", "1", generation=1, observed_generation=generation,
+                   power=power, reachable=reachable, reason=reason, last_contact=at,
+                   request=request, record=record)  # fmt: skip
+
+
 class FakeProber:
     """A `Prober` answering from a table of outcomes per address (default `no_reply`)."""
 
@@ -141,6 +164,8 @@ class Sim:
     plans: list[Plan] = field(default_factory=list)
     aborts: list[tuple[str, str]] = field(default_factory=list)
     probe_batches: int = 0
+    bmcs: dict[str, BmcView] | None = None  # None: NodeBMCs are not read
+    fenced: list[str] = field(default_factory=list)
 
     def advance(self, seconds: float) -> None:
         self.mono += seconds
@@ -153,7 +178,8 @@ class Sim:
         state = forget(self.state, assessment.episodes.ended)
         plan = plan_deletions(
             assessment, nodes=self.nodes, scope=self.scope, state=state,
-            settings=self.settings, now=self.mono, rng=self.rng,
+            settings=self.settings, now=self.mono, rng=self.rng, bmcs=self.bmcs,
+            wall=self.wall,
         )  # fmt: skip
         self.state = plan.state
         self.events.extend(plan.events)
@@ -174,6 +200,12 @@ class Sim:
             self.state = record_self_check(self.state, peers, verdicts, self.mono)
 
     def perform(self, plan: Plan) -> None:
+        for fence in plan.fences:  # the request written at once (node-bmc's part is the test's)
+            assert self.bmcs is not None
+            request = request_value(fence.uid, self.wall)
+            self.bmcs[fence.name] = dataclasses.replace(self.bmcs[fence.name], request=request)
+            self.fenced.append(fence.name)
+            self.state = record_fence(self.state, fence.uid, "requested")
         for action in plan.deletions:
             fresh = next((n for n in self.nodes if n.name == action.name), None)
             abort = recheck(

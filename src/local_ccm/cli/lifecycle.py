@@ -15,12 +15,13 @@ from local_ccm import __version__, names
 from local_ccm.cli import central
 from local_ccm.cli.central import Place
 from local_ccm.clock import SystemClock
+from local_ccm.flags import Parsed, Problem
 from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.nodes import Access
 from local_ccm.lease.options import Election
-from local_ccm.lifecycle.api import KubeNodeApi, NodeApi
+from local_ccm.lifecycle.api import BmcApi, KubeNodeApi, NodeApi
 from local_ccm.lifecycle.core.state import LoopConfig
 from local_ccm.lifecycle.health import add_checks, leader_callback
 from local_ccm.lifecycle.metrics import LifecycleMetrics
@@ -30,6 +31,7 @@ from local_ccm.lifecycle.options import (
     LifecycleOptions,
     options_from,
     startup_fields,
+    with_bmc,
 )
 from local_ccm.lifecycle.probe import (
     Capabilities,
@@ -61,10 +63,18 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 def controller() -> central.ControllerSpec[LifecycleOptions]:
     """The lifecycle controller's row in the controller manager's table."""
     return central.ControllerSpec(
-        NAME, PROG, lambda: FLAGS, lambda parsed, env: options_from(parsed), shared_of,
+        NAME, PROG, lambda: FLAGS, lambda parsed, env: load(parsed), shared_of,
         startup_fields, build_unit, permissions, selects=selected_nodes,
         servers=frozenset({"metrics", "metrics_secure", "health"}),
     )  # fmt: skip
+
+
+def load(parsed: Parsed, *, bmc_default: bool = False) -> LifecycleOptions | list[Problem]:
+    """The options; `bmc_default` is `--bmc-power-state` when not given (the manager turns it
+    on when node-bmc runs too)."""
+    options = options_from(parsed)
+    return options if isinstance(options, list) else with_bmc(options, parsed,
+                                                              default=bmc_default)  # fmt: skip
 
 
 def selected_nodes(options: LifecycleOptions) -> Match | None:
@@ -106,6 +116,7 @@ class Parts:
     metrics: LifecycleMetrics
     config: LoopConfig
     probe_problem: str = ""  # no usable probe: /readyz `probe` fails with it
+    bmcs: BmcApi | None = None  # the NodeBMCs' API (read with --bmc-power-state)
 
 
 def build_unit(options: LifecycleOptions, shared: Shared, place: Place) -> Unit:
@@ -115,7 +126,7 @@ def build_unit(options: LifecycleOptions, shared: Shared, place: Place) -> Unit:
     client = client_of(place.cluster, metrics)
     api = KubeNodeApi(AsyncClient(client), write_timeout=write_timeout_of(shared.lease))
     return assemble(options, place, Parts(client, api, prober, metrics, loop_config(options),
-                                          problem))  # fmt: skip
+                                          problem, bmcs=api))  # fmt: skip
 
 
 def client_of(cluster: ClusterConfig, metrics: LifecycleMetrics) -> Client:
@@ -133,7 +144,8 @@ def assemble(options: LifecycleOptions, place: Place, parts: Parts) -> Unit:
 
     def make() -> Controller:
         made = Controller(parts.config, parts.api, parts.prober, clock, metrics=metrics,
-                          identity=place.identity, nodes=place.nodes)  # fmt: skip
+                          identity=place.identity, nodes=place.nodes,
+                          bmcs=parts.bmcs)  # fmt: skip
         latest[:] = [made]
         return made
 
@@ -153,8 +165,11 @@ def assemble(options: LifecycleOptions, place: Place, parts: Parts) -> Unit:
 
 
 def permissions(options: LifecycleOptions) -> list[Access]:
+    settings = options.settings
     return accesses(declared(event_namespace=options.event_namespace,
-                             out_of_service=options.settings.out_of_service_taint))  # fmt: skip
+                             out_of_service=settings.out_of_service_taint,
+                             bmc=settings.bmc_power_state,
+                             fencing=settings.bmc_fencing))  # fmt: skip
 
 
 def loop_config(options: LifecycleOptions) -> LoopConfig:

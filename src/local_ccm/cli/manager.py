@@ -18,10 +18,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from local_ccm import __version__
-from local_ccm.cli import bmc, csr, ipam, lbipam, lifecycle
+from local_ccm.bmc.options import NAME as BMC
+from local_ccm.bmc.options import POLL_FLAG
+from local_ccm.cli import bmc, central, csr, ipam, lbipam, lifecycle
 from local_ccm.cli.central import MANAGER, Row, run_main
-from local_ccm.flags import Flag, FlagSet, Parsed, unite
+from local_ccm.flags import Flag, FlagSet, Loader, Parsed, Problem, unite
 from local_ccm.flags.groups import by_owner
+from local_ccm.gosyntax import format_go_duration
+from local_ccm.lifecycle.core.bmc import CONTACT_REFRESH_NOT_READY
+from local_ccm.lifecycle.options import LifecycleOptions
 
 PROG = MANAGER
 HEALTH = "health-probe-bind-address"
@@ -30,8 +35,39 @@ IPAM_WEB_FLAGS = ("webserver-bind-address", "health-probe-address")
 GENERAL = "Process flags (every controller: credentials, logging, servers, leader election)"
 #: Read once for the whole process although one controller's table declares them.
 PROCESS = (HEALTH, "apiserver")
+
+
+def lifecycle_row() -> central.ControllerSpec[LifecycleOptions]:
+    """node-lifecycle as the manager runs it: reading NodeBMCs (`--bmc-power-state`) unless
+    told not to when node-bmc runs in the same process, and with a `--bmc-max-age` that
+    node-bmc's polls can keep fresh."""
+    row = lifecycle.controller()
+
+    def load(parsed: Parsed, env: central.Env) -> LifecycleOptions | list[Problem]:
+        chosen = select(parsed.get_str("controllers"), {n: CONTROLLERS[n]().default_on
+                                                         for n in CONTROLLERS})  # fmt: skip
+        together = isinstance(chosen, tuple) and BMC in chosen
+        options = lifecycle.load(parsed, bmc_default=together)
+        if isinstance(options, list) or not together or not options.settings.bmc_power_state:
+            return options
+        return _fresh_enough(options, parsed)
+
+    return replace(row, load=load)
+
+
+def _fresh_enough(options: LifecycleOptions, parsed: Parsed) -> LifecycleOptions | list[Problem]:
+    """node-bmc writes the NodeBMC of a Node that is not Ready at least every 30 s, on a poll:
+    a reading may be that plus one poll (and its 10 % jitter) old."""
+    read = Loader(parsed)
+    oldest = CONTACT_REFRESH_NOT_READY + 1.1 * float(read(POLL_FLAG))
+    if options.settings.bmc_max_age < oldest:
+        read.reject("bmc-max-age", f"must be at least {format_go_duration(oldest)} (30s + "
+                    f"--{POLL_FLAG} + 10 %): a fresh NodeBMC may be that old")  # fmt: skip
+    return read.result(options)
+
+
 CONTROLLERS: Mapping[str, Callable[[], Row]] = {
-    "node-lifecycle": lifecycle.controller,
+    "node-lifecycle": lifecycle_row,
     "node-ipam": ipam.controller,
     "kubelet-serving-approver": csr.controller,
     "service-lb-ipam": lbipam.controller,

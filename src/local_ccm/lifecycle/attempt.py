@@ -2,6 +2,10 @@
 out-of-service taint and wait, then the DELETE with uid + resourceVersion preconditions, or
 its dry-run. Kube errors no step handles end the attempt as `aborted` in the loop.
 
+A Node planned with a NodeBMC has it read afresh too (`fresh_reading`): a deletion for its
+System absent needs it still absent, and the out-of-service taint goes on only while it reads
+Off (or absent); during the wait, the BMC reading On again is a recovery like a probe's reply.
+
 Every write waits for the leader's write fence (`runtime.controller.Fence`) first; the fresh
 GET that a DELETE's preconditions and re-check come from is read after it, so a wait for the
 fence is followed by a fresh look, never by a decision taken before it.
@@ -15,8 +19,9 @@ from typing import Protocol
 
 from local_ccm.clock import Clock
 from local_ccm.kube import errors as ke
-from local_ccm.lifecycle.api import NodeApi, Obj
+from local_ccm.lifecycle.api import BmcApi, NodeApi, Obj
 from local_ccm.lifecycle.core import events as ev
+from local_ccm.lifecycle.core.bmc import BmcReading, BmcState, project_bmc, read_bmc
 from local_ccm.lifecycle.core.health import Episode, recheck
 from local_ccm.lifecycle.core.model import IPAddress, NodeView, ProbeKind, ProbeOutcome, combine
 from local_ccm.lifecycle.core.outofservice import plan_out_of_service
@@ -33,6 +38,7 @@ class AttemptHost(Protocol):
 
     config: LoopConfig
     api: NodeApi
+    bmcs: BmcApi | None  # None: NodeBMCs are not read
     clock: Clock
     fence: Fence  # returns once this process may write
 
@@ -56,10 +62,22 @@ class AttemptHost(Protocol):
     ) -> tuple[ProbeOutcome, ...]: ...
 
 
+async def fresh_reading(host: AttemptHost, name: str) -> BmcReading | None:
+    """The Node's NodeBMC read afresh (a quorum GET) and judged; None when it has none."""
+    if host.bmcs is None:
+        return None
+    try:
+        obj = await host.bmcs.get_nodebmc(name)
+    except ke.NotFound:
+        return None
+    return read_bmc(project_bmc(obj), host.clock.now(), host.config.settings.bmc_max_age)
+
+
 class Attempt:
     def __init__(self, host: AttemptHost, action: DeleteAction) -> None:
         self.host, self.action = host, action
         self.fields = kv(node=action.name, uid=action.uid)
+        self.bmc: BmcState | None = None  # what the NodeBMC read at the fresh look
 
     async def run(self) -> AttemptResult:
         """The result for `record_attempt` and the metric."""
@@ -88,7 +106,7 @@ class Attempt:
             timeout=host.config.timeout, breaker_open=host.breaker_open,
         )  # fmt: skip
         if abort is None and obj is not None:
-            return obj
+            return await self.recheck_bmc(obj)
         check = abort.check if abort else "the Node no longer exists"
         log.info("deletion aborted: %s", check, extra=self.fields)
         if abort is not None and abort.result == "aborted":
@@ -96,11 +114,30 @@ class Attempt:
             return "aborted"
         return "gone"
 
+    async def recheck_bmc(self, obj: Obj) -> Obj | AttemptResult:
+        """The NodeBMC the plan relied on, read again: still there, and still reporting the
+        System absent when that was the verdict."""
+        if not self.action.bmc:
+            return obj
+        reading = await fresh_reading(self.host, self.action.name)
+        self.bmc = None if reading is None else reading.state
+        if reading is None:
+            return self.abort("the Node's NodeBMC no longer exists")
+        if self.action.source == "bmc" and reading.state != "absent":
+            return self.abort(f"the BMC no longer reports the System absent: {reading.detail}")
+        return obj
+
+    def abort(self, check: str) -> AttemptResult:
+        log.info("deletion aborted: %s", check, extra=self.fields)
+        self.host.announce(self.action.uid, self.action.name, ev.DELETION_ABORTED, check)
+        return "aborted"
+
     async def delete(self, fresh: Obj) -> AttemptResult:
         host, action = self.host, self.action
+        verdict = action.summary if action.source == "bmc" else f"probes: {action.summary}"
         message = (
             f"deleting Node {action.name} (uid {action.uid}): NotReady since "
-            f"{rfc3339(action.t0)} ({action.age:.0f}s); probes: {action.summary}"
+            f"{rfc3339(action.t0)} ({action.age:.0f}s); {verdict}"
         )
         host.announce(action.uid, action.name, ev.DELETING_NODE, message)
         failed = await self.send_delete(fresh, dry_run=False)
@@ -153,6 +190,7 @@ class Attempt:
             step = plan_out_of_service(
                 obj, now=host.clock.now(), attachments=attachments, recovered=recovered,
                 timeout=host.config.out_of_service_timeout, dry_run=action.dry_run,
+                bmc=self.bmc if action.bmc else None,
             )  # fmt: skip
             if step.step == "delete":
                 if step.would_taint:
@@ -160,6 +198,9 @@ class Attempt:
                 return await self.fresh() if changed else obj
             if step.step == "end":
                 return "aborted"
+            if step.step == "bmc_not_off":
+                return self.abort(f"the BMC does not confirm Off ({self.bmc}): no "
+                                  "out-of-service taint on the probes alone")  # fmt: skip
             if step.step in ("taint", "remove"):
                 patched = await self.patch_taint(step.step, step.patch, attachments)
                 if isinstance(patched, str):
@@ -197,7 +238,7 @@ class Attempt:
         view = host.project(obj)
         if view.uid != action.uid:
             return "aborted"
-        if view.ready == "True":
+        if view.ready == "True" or await self.powered_on():
             return obj, True
         if await host.api.count_volume_attachments(action.name) == 0:
             return obj, False  # about to delete: no need to wait for a probe
@@ -207,3 +248,14 @@ class Attempt:
             return obj, False
         outcomes = await host.run_probe(addresses, settings.kinds)
         return obj, combine(outcomes) == "reachable"
+
+    async def powered_on(self) -> bool:
+        """The BMC reads the System On again (someone powered it on): it may come back, so its
+        Pods' volumes must not move."""
+        if not self.action.bmc:
+            return False
+        reading = await fresh_reading(self.host, self.action.name)
+        if reading is None or reading.state != "on":
+            return False
+        log.info("recovered: %s", reading.detail, extra=self.fields)
+        return True

@@ -22,6 +22,8 @@ VERDICTS: Final = ("reachable", "unreachable", "unknown")
 RESULTS: Final = ("deleted", "gone", "failed", "aborted", "precondition_failed", "dry_run")
 SKIPS: Final = ("breaker_open", "self_check_failed", "rate_limited", "reachable", "unknown")
 SELF_CHECK: Final = ("passed", "failed", "skipped")
+SOURCES: Final = ("probe", "bmc", "unprobed")
+FENCE_RESULTS: Final = ("requested", "gone", "aborted", "precondition_failed")
 
 
 class LifecycleMetrics(ControllerMetrics):
@@ -45,6 +47,14 @@ class LifecycleMetrics(ControllerMetrics):
     in_flight = gauge("probes_in_flight", "Running probes")
     verdicts = counter("verdicts_total", "Node verdicts", "verdict", series=[VERDICTS])
     deletions = counter("deletions_total", "Deletion attempts", "result", series=[RESULTS])
+    deleted_by_source = counter(
+        "nodes_deleted_total", "Nodes deleted, by where the verdict came from", "source",
+        series=[SOURCES],
+    )  # fmt: skip
+    fences = counter(
+        "fence_requests_total", "Power-off requests written on NodeBMCs (node-bmc sends them)",
+        "result", series=[FENCE_RESULTS],
+    )  # fmt: skip
     skipped = counter(
         "deletions_skipped_total", "Eligible Nodes not deleted", "reason", series=[SKIPS]
     )

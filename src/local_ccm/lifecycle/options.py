@@ -9,6 +9,7 @@ composition root (`local_ccm.cli.lifecycle`), so validation never touches a file
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Final
 
 from local_ccm import __version__, names
@@ -35,6 +36,8 @@ from local_ccm.validate import (
 )
 
 PROG: Final = names.LIFECYCLE
+BMC_FLAG: Final = "bmc-power-state"
+FENCING_FLAG: Final = "bmc-fencing"
 MINUTE: Final = 60.0
 _FAMILIES: Mapping[str, Family] = {"ipv4": "ipv4", "ipv6": "ipv6"}
 _POSITIVE = duration(strict=True)  # [fix] The original panicked on a zero --reconcile-interval.
@@ -143,6 +146,15 @@ FLAGS = FlagSet(
              "before deleting."),
         Flag("out-of-service-timeout", "duration", 5 * MINUTE, "Longest wait for "
              "VolumeAttachments after tainting.", value=_POSITIVE),
+        Flag(BMC_FLAG, "bool", False, "Act on what NodeBMCs report (docs/bmc.md): a System "
+             "absent deletes its NotReady Node; the out-of-service taint waits for Off. "
+             "local-ccm-controller-manager: on by default when node-bmc runs too."),
+        Flag("bmc-max-age", "duration", 2 * MINUTE, "A NodeBMC whose lastContact is older "
+             "tells nothing.", value=_POSITIVE),
+        Flag(FENCING_FLAG, "bool", False, "Power off (ForceOff, through node-bmc) a Node "
+             "NotReady and unreachable past --not-ready-timeout whose BMC still reads On, "
+             "before its out-of-service taint. Needs --bmc-power-state and "
+             "--out-of-service-taint."),
         *metrics_flags(":8090", "Address of /metrics; 0 disables."),
         Flag("health-probe-bind-address", "string", ":8091", "Address of /healthz and "
              "/readyz; 0 disables.", metavar="host:port", value=parse_bind_address),
@@ -212,6 +224,24 @@ def options_from(parsed: Parsed) -> LifecycleOptions | list[Problem]:
     return read.result(options)
 
 
+def with_bmc(
+    options: LifecycleOptions, parsed: Parsed, *, default: bool = False
+) -> LifecycleOptions | list[Problem]:
+    """`--bmc-power-state` as given, else `default` (the manager's: whether node-bmc runs
+    too), and `--bmc-fencing` checked against it: fencing powers a machine off only to taint
+    its Node out-of-service, and learns the power state only from NodeBMCs."""
+    read = Loader(parsed)
+    settings = options.settings
+    power = settings.bmc_power_state if read.given(BMC_FLAG) else default
+    if settings.bmc_fencing and not power:
+        read.reject(FENCING_FLAG, f"needs --{BMC_FLAG} (the power state is read from NodeBMCs)")
+    if settings.bmc_fencing and not settings.out_of_service_taint:
+        read.reject(FENCING_FLAG, "needs --out-of-service-taint (a Node is powered off to be "
+                    "tainted out-of-service)")  # fmt: skip
+    new = replace(settings, bmc_power_state=power)
+    return read.result(replace(options, settings=new))
+
+
 def _kinds(read: Loader) -> tuple[ProbeKind, ...]:
     """An unset --probe with --ping-count=0 is unprobed mode (the original's documented meaning,
     kept so a working manifest does not become a crash loop); `icmp` given together with
@@ -260,6 +290,8 @@ def startup_fields(options: LifecycleOptions) -> dict[str, str]:
         "self_check": str(settings.self_check).lower(),
         "dry_run": str(settings.dry_run).lower(),
         "out_of_service_taint": str(settings.out_of_service_taint).lower(),
+        "bmc_power_state": str(settings.bmc_power_state).lower(),
+        "bmc_fencing": str(settings.bmc_fencing).lower(),
         "leader_elect": str(election.enabled).lower(),
         "lease": f"{election.namespace}/{election.lease_name}",
         "node_name": scope.own_node or "-",

@@ -5,8 +5,10 @@ timeout), as kube-controller-manager's periodic monitors do. `runtime.worker.Wor
 
 A sync of `NODES` evaluates the Node cache with the pure core (`assess` -> `plan_deletions`),
 sends the plan's Events and hands its slow work to keys of their own, which the other workers
-run beside the evaluation: `probe/<uid>`, `self-check` and `delete/<uid>` (one deletion
-attempt); each ends by naming `NODES`, so its result is evaluated at once.
+run beside the evaluation: `probe/<uid>`, `self-check`, `delete/<uid>` (one deletion
+attempt) and `fence/<uid>` (one power-off request); each ends by naming `NODES`, so its
+result is evaluated at once. With `--bmc-power-state` a second informer caches the NodeBMCs
+(`core.bmc.BmcView`); a change of one that can change a decision is evaluated like a Node's.
 
 One event loop, no locks: state is only changed by code running on it, between awaits.
 """
@@ -24,12 +26,14 @@ from typing import Any
 from local_ccm import names
 from local_ccm.clock import Clock
 from local_ccm.kube import errors as ke
-from local_ccm.kube.informer import Change, Informer, ListWatch, StreamEnd
+from local_ccm.kube.errors import Forbidden, NotFound, Transient, Unauthorized
+from local_ccm.kube.informer import Change, ErrorKinds, Informer, ListWatch, StreamEnd
 from local_ccm.kube.nodes import NodeListWatch
-from local_ccm.lifecycle.api import NodeApi, Obj
+from local_ccm.lifecycle.api import NODEBMCS, BmcApi, NodeApi, Obj
 from local_ccm.lifecycle.attempt import Attempt
 from local_ccm.lifecycle.core import events as ev
 from local_ccm.lifecycle.core import state as pl
+from local_ccm.lifecycle.core.bmc import BmcView, project_bmc
 from local_ccm.lifecycle.core.deletions import plan_deletions
 from local_ccm.lifecycle.core.health import Assessment, Episode, assess, eligible_at
 from local_ccm.lifecycle.core.model import (
@@ -41,6 +45,7 @@ from local_ccm.lifecycle.core.model import (
     project_node,
     summarize,
 )
+from local_ccm.lifecycle.fence import FenceRequest
 from local_ccm.lifecycle.metrics import LifecycleMetrics
 from local_ccm.lifecycle.probe import Prober
 from local_ccm.logs import kv
@@ -62,9 +67,10 @@ log = logging.getLogger(__name__)
 NAME = "node-lifecycle"
 NODES = "nodes"  # the one key of the evaluation
 SELF_CHECK = "self-check"
-PROBE, DELETE = "probe/", "delete/"  # + the Node's uid
+PROBE, DELETE, FENCE = "probe/", "delete/", "fence/"  # + the Node's uid
 MIN_WAKE = 0.05
 NOT_SYNCED = "the Node cache is not synced"
+BMC_NOT_SYNCED = "the NodeBMC cache is not synced (is the NodeBMC CRD installed?)"
 DISCONNECTED = "the Node watch is disconnected"
 AGAIN = (NODES,)  # what a finished piece of work names: evaluate its result now
 # The work an evaluation plans: it runs, then names the keys worth a look.
@@ -73,9 +79,14 @@ Work = Callable[[], Coroutine[Any, Any, tuple[str, ...]]]
 # disagree with the cache) leaves the evaluation to that change's watch event or the period:
 # evaluated at once, a cache that lags would have the same attempt planned again, in a loop.
 TURNED_BACK = frozenset({"aborted", "precondition_failed"})
+# The NodeBMC list answers 404 while the CRD is not installed: retried like a restart, and
+# nothing is evaluated meanwhile (a Node's NodeBMC unknown must not read as "has none").
+BMC_ERRORS = ErrorKinds(retried=(Transient, Forbidden, Unauthorized, NotFound))
 
 
-def permissions(*, event_namespace: str, out_of_service: bool) -> tuple[Permission, ...]:
+def permissions(
+    *, event_namespace: str, out_of_service: bool, bmc: bool = False, fencing: bool = False
+) -> tuple[Permission, ...]:
     """The RBAC the controller needs (the chart's ClusterRole for it, Events the
     `--event-namespace` Role); leader election adds its own (`runtime.access`)."""
     needed = [
@@ -85,6 +96,10 @@ def permissions(*, event_namespace: str, out_of_service: bool) -> tuple[Permissi
     if out_of_service:
         needed.append(Permission("", "nodes", ("patch",)))
         needed.append(Permission("storage.k8s.io", "volumeattachments", ("list",)))
+    if bmc:
+        needed.append(Permission(NODEBMCS.group, NODEBMCS.plural, ("get", "list", "watch")))
+    if bmc and fencing:
+        needed.append(Permission(NODEBMCS.group, NODEBMCS.plural, ("patch",)))
     return tuple(needed)
 
 
@@ -113,17 +128,25 @@ class Controller:
         identity: str,
         rng: random.Random | None = None,
         nodes: ListWatch | None = None,
+        bmcs: BmcApi | None = None,
     ) -> None:
+        """`bmcs`: the NodeBMCs' API, used when `--bmc-power-state` is on."""
         self.config, self.api, self.prober, self.clock = config, api, prober, clock
         self.metrics, self.identity = metrics, identity
+        settings = config.settings
+        self.bmcs = bmcs if settings.bmc_power_state else None
         self.permissions = permissions(
-            event_namespace=config.event_namespace,
-            out_of_service=config.settings.out_of_service_taint,
-        )
+            event_namespace=config.event_namespace, out_of_service=settings.out_of_service_taint,
+            bmc=self.bmcs is not None, fencing=settings.bmc_fencing,
+        )  # fmt: skip
         self.rng = rng or random.Random()
         self.informer = Informer(
             nodes or NodeListWatch(api, config.selector), self.project, clock=clock, rng=self.rng,
             name="Nodes", on_end=self._stream_ended, on_watch=self._watching,
+        )  # fmt: skip
+        self.bmc_informer: Informer[BmcView] | None = None if self.bmcs is None else Informer(
+            self.bmcs.list_watch_nodebmcs(), project_bmc, clock=clock, rng=self.rng,
+            name="NodeBMCs", errors=BMC_ERRORS, on_end=self._bmc_stream_ended,
         )  # fmt: skip
         self.episodes: dict[str, Episode] = {}
         self.state = pl.PipelineState()
@@ -142,7 +165,8 @@ class Controller:
 
     # ------------------------------------------------------------------ the contract
     def watches(self) -> Sequence[Watch]:
-        return [Watch(self.informer, self._changed)]
+        bmcs = [] if self.bmc_informer is None else [Watch(self.bmc_informer, self._bmc_changed)]
+        return [Watch(self.informer, self._changed), *bmcs]
 
     def synced(self) -> Iterable[str]:
         return [NODES]
@@ -170,6 +194,8 @@ class Controller:
         """The Node cache listed, and its watch not down for two intervals."""
         if not self.informer.has_synced():
             return False, NOT_SYNCED
+        if self.bmc_informer is not None and not self.bmc_informer.has_synced():
+            return False, BMC_NOT_SYNCED
         gone, limit = self.disconnected_at, 2 * self.config.interval
         if self.connected or gone is None or self.clock.monotonic() - gone < limit:
             return True, "ok"
@@ -202,6 +228,27 @@ class Controller:
             self.disconnected_at = self.clock.monotonic()
         self.metrics.watch_restarts.labels(self.metrics.controller, "nodes", end.reason).inc()
 
+    @property
+    def bmc_cache(self) -> Mapping[str, BmcView] | None:
+        return None if self.bmc_informer is None else self.bmc_informer.cache
+
+    def _bmc_stream_ended(self, end: StreamEnd) -> None:
+        if end.reason != "stopped":
+            labels = (self.metrics.controller, NODEBMCS.plural, end.reason)
+            self.metrics.watch_restarts.labels(*labels).inc()
+
+    def _bmc_changed(self, change: Change[BmcView]) -> Iterable[str]:
+        """A NodeBMC added, deleted or changed in what a decision reads; node-bmc's refresh
+        of `lastContact` alone only moves a reading's age, which the next evaluation sees."""
+        old, new = change.old, change.new
+        if change.type in ("ADDED", "DELETED"):
+            return [NODES]
+        if change.type == "MODIFIED" and old is not None and new is not None:
+            same = replace(old, resource_version="", last_contact=None) == replace(
+                new, resource_version="", last_contact=None)  # fmt: skip
+            return [] if same else [NODES]
+        return []
+
     def _changed(self, change: Change[NodeView]) -> Iterable[str]:
         if change.type in ("ADDED", "DELETED"):
             return [NODES]
@@ -225,7 +272,8 @@ class Controller:
         state = pl.forget(self.state, assessment.episodes.ended)
         plan = plan_deletions(
             assessment, nodes=nodes, scope=self.config.scope, state=state,
-            settings=self.config.settings, now=mono, rng=self.rng,
+            settings=self.config.settings, now=mono, rng=self.rng, bmcs=self.bmc_cache,
+            wall=now,
         )  # fmt: skip
         self.state = plan.state
         self._publish(assessment, plan)
@@ -276,6 +324,10 @@ class Controller:
 
     def _act(self, plan: pl.Plan, now: float) -> tuple[str, ...]:
         for event in plan.events:
+            if event.reason in ev.BMC_REASONS:  # a step of an action: a log line too
+                level = logging.WARNING if event.type == "Warning" else logging.INFO
+                log.log(level, "%s: %s", event.reason, event.message,
+                        extra=_node_kv(event.name, event.uid))  # fmt: skip
             self._emit(event.uid, event.name, event.reason, event.message)
         for _, reason in plan.skips:
             self.metrics.skipped.labels(reason).inc()
@@ -285,7 +337,10 @@ class Controller:
             self._plan(SELF_CHECK, _bind(self._self_check, plan.self_check_probes))
         for action in plan.deletions:
             self._plan(DELETE + action.uid, _bind(self._attempt, action))
+        for fence in plan.fences:
+            self._plan(FENCE + fence.uid, _bind(self._fence, fence))
         keys = [PROBE + r.uid for r in plan.probes] + [DELETE + a.uid for a in plan.deletions]
+        keys += [FENCE + f.uid for f in plan.fences]
         return (*keys, *([SELF_CHECK] if plan.self_check_probes else []))
 
     def _plan(self, key: str, work: Work) -> None:
@@ -366,9 +421,25 @@ class Controller:
             result = "aborted"
         self.state = pl.record_attempt(self.state, action.uid, result)
         self.metrics.deletions.labels(result).inc()
+        if result == "deleted":
+            self.metrics.deleted_by_source.labels(action.source).inc()
         cached = self.cache.get(action.name)
         if result in ("deleted", "gone") and cached is not None and cached.uid == action.uid:
             self.informer.forget(action.name)  # the watch's DELETED event may come later
+        return () if result in TURNED_BACK else AGAIN
+
+    async def _fence(self, action: pl.FenceAction) -> tuple[str, ...]:
+        try:
+            result = await FenceRequest(self, action).run()
+        except asyncio.CancelledError:
+            self.state = pl.record_fence(self.state, action.uid, "aborted")
+            raise
+        except ke.ApiError as exc:
+            log.warning("power-off request stopped: %s", exc,
+                        extra=_node_kv(action.name, action.uid))  # fmt: skip
+            result = "aborted"
+        self.state = pl.record_fence(self.state, action.uid, result)
+        self.metrics.fences.labels(result).inc()
         return () if result in TURNED_BACK else AGAIN
 
     # The rest of `attempt.AttemptHost`.

@@ -194,6 +194,8 @@ def test_help_lists_the_process_flags_then_each_controller_s_own(
     assert set(sections["node-bmc flags"]) == {
         "bmc-poll-interval", "bmc-concurrent-polls", "bmc-credentials-namespace",
         "bmc-power-off-timeout"}  # fmt: skip
+    assert {"bmc-power-state", "bmc-max-age", "bmc-fencing"} <= set(
+        sections["node-lifecycle flags"])  # fmt: skip
     every = [name for _, section in _sections(out) for name in section]
     assert len(every) == len(set(every)), "a flag listed twice"
     # The one health family: IPAM's web-server flags are no entries, only marked aliases.

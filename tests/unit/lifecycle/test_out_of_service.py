@@ -104,3 +104,22 @@ def test_recovery_never_removes_an_administrators_taint() -> None:
 def test_dry_run_never_taints_and_says_it_would() -> None:
     assert decide(raw_node("w1"), dry_run=True) == ("delete", True)
     assert decide(tainted(), dry_run=True) == ("delete", False)
+
+
+@pytest.mark.parametrize(
+    ("bmc", "step"),
+    [(None, "taint"), ("off", "taint"), ("absent", "taint"), ("on", "bmc_not_off"),
+     ("unknown", "bmc_not_off")],
+)  # fmt: skip
+def test_bm11_a_node_with_a_nodebmc_is_tainted_only_while_it_reads_off(
+    bmc: str | None, step: str
+) -> None:
+    assert decide(raw_node("w1"), bmc=bmc)[0] == step
+    assert decide(raw_node("w1"), bmc=bmc, dry_run=True)[0] == (
+        "delete" if step == "taint" else step)  # fmt: skip
+
+
+def test_once_tainted_the_wait_goes_on_whatever_the_bmc_reads_and_on_is_a_recovery() -> None:
+    assert decide(tainted(), bmc="unknown") == ("wait", False)
+    assert decide(tainted(), bmc="unknown", attachments=0) == ("delete", False)
+    assert decide(tainted(), bmc="on", recovered=True)[0] == "remove"

@@ -1,18 +1,29 @@
 """What the deletion pipeline decides: the circuit breaker, probe freshness, the rate limit,
 the self-check peers, and the walk over the eligible Nodes.
 
-Pure, no I/O, no clock: `now` is monotonic seconds, always passed in. `plan_deletions` returns
-what to do as data (`lifecycle.core.state`); the loop performs it and reports back.
+Pure, no I/O, no clock: `now` is monotonic seconds and `wall` the wall time (for the NodeBMCs'
+`lastContact`), always passed in. `plan_deletions` returns what to do as data
+(`lifecycle.core.state`); the loop performs it and reports back.
+
+With NodeBMCs (`--bmc-power-state`, docs/bmc.md), for a Node that has one:
+
+- its System absent (fresh) is the verdict "gone", in place of the probes and the self-check
+  (a 404 from the BMC is an answer, which a partitioned controller cannot get); every other
+  step stays. A Ready Node is never deleted for it: a Warning Event instead.
+- with `--out-of-service-taint`, an unreachable Node is deleted (tainted first) only once the
+  BMC reads its System Off; while it does not, the Node waits. With `--bmc-fencing`, a Node
+  the BMC still reads On is powered off first: a `FenceAction`, rate-limited like a deletion.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
 from local_ccm.lifecycle.core import events as ev
+from local_ccm.lifecycle.core.bmc import BmcReading, BmcView, fence_status, read_bmc
 from local_ccm.lifecycle.core.health import Assessment, Health, Scope
 from local_ccm.lifecycle.core.model import IPAddress, NodeView, summarize
 from local_ccm.lifecycle.core.state import (
@@ -21,6 +32,7 @@ from local_ccm.lifecycle.core.state import (
     Decision,
     DeleteAction,
     EventAction,
+    FenceAction,
     PipelineSettings,
     PipelineState,
     Plan,
@@ -29,6 +41,7 @@ from local_ccm.lifecycle.core.state import (
     SelfCheck,
     SkipReason,
     Step,
+    VerdictSource,
 )
 from local_ccm.runtime.events import rfc3339
 from local_ccm.validate import CountOrPercent
@@ -93,12 +106,22 @@ def plan_deletions(
     settings: PipelineSettings,
     now: float,
     rng: random.Random,
+    bmcs: Mapping[str, BmcView] | None = None,
+    wall: datetime | None = None,
 ) -> Plan:
-    """Breaker, probe verdict, self-check and rate limit for every eligible Node, oldest `t0`
-    first. `nodes` is the whole cache (self-check peers may be outside the scope)."""
-    walk = _Walk(assessment, nodes, scope, state, settings, now=now, rng=rng)
+    """Breaker, verdict, self-check and rate limit for every eligible Node, oldest `t0` first.
+    `nodes` is the whole cache (self-check peers may be outside the scope); `bmcs` the
+    NodeBMCs by name (None: they are not read), judged fresh or not at `wall`."""
+    readings = {
+        name: read_bmc(view, wall, settings.bmc_max_age)
+        for name, view in (bmcs or {}).items()
+        if wall is not None
+    }
+    walk = _Walk(assessment, nodes, scope, state, settings, now=now, rng=rng,
+                 bmcs=bmcs or {}, readings=readings)  # fmt: skip
     for health in assessment.eligible:
         walk.step(health)
+    walk.warn_absent_but_ready(assessment.managed_nodes)
     return walk.plan()
 
 
@@ -107,8 +130,10 @@ class _Walk:
 
     def __init__(self, assessment: Assessment, nodes: Sequence[NodeView], scope: Scope,
                  state: PipelineState, settings: PipelineSettings, *, now: float,
-                 rng: random.Random) -> None:  # fmt: skip
+                 rng: random.Random, bmcs: Mapping[str, BmcView],
+                 readings: Mapping[str, BmcReading]) -> None:  # fmt: skip
         self.nodes, self.scope, self.settings, self.now, self.rng = nodes, scope, settings, now, rng
+        self.bmcs, self.readings = bmcs, readings
         self.breaker = breaker(settings.max_unhealthy, assessment.population, assessment.unhealthy)
         closed_at = now if state.breaker_open and not self.breaker.open else state.breaker_closed_at
         eligible = {h.node.uid for h in assessment.eligible}
@@ -129,11 +154,15 @@ class _Walk:
         self.events: list[EventAction] = []
         self.skips: list[tuple[str, SkipReason]] = []
         self.deletions: list[DeleteAction] = []
+        self.fences: list[FenceAction] = []
+        self.absent_ready = frozenset[str]()
 
     def plan(self) -> Plan:
-        starts = self.state.starts + tuple((self.now, d.uid) for d in self.deletions)
+        started = [d.uid for d in self.deletions] + [f.uid for f in self.fences]
+        starts = self.state.starts + tuple((self.now, uid) for uid in started)
         attempts: dict[str, Attempt] = dict(self.state.attempts)
         attempts.update((d.uid, "running") for d in self.deletions)
+        attempts.update((f.uid, "fencing") for f in self.fences)
         state = replace(
             self.state,
             probes=self.probes,
@@ -142,48 +171,120 @@ class _Walk:
             self_check_pending=self.state.self_check_pending or bool(self.peer_requests),
             announced=frozenset(self.announced),
             skipped=frozenset(self.skipped),
+            absent_ready=self.absent_ready,
         )
         return Plan(
             state, self.breaker, tuple(self.decisions), tuple(self.requests),
             tuple(self.peer_requests), tuple(self.events), tuple(self.skips),
-            tuple(self.deletions),
+            tuple(self.deletions), tuple(self.fences),
         )  # fmt: skip
 
     def step(self, health: Health) -> None:
         attempt = self.state.attempts.get(health.node.uid)
+        reading = self.readings.get(health.node.name)
         if attempt is not None:
-            self.decide(health, "in_progress" if attempt == "running" else "dry_run_done")
+            self.decide(health, "dry_run_done" if attempt == "dry_run_done" else "in_progress")
         elif self.breaker.open:  # checked before probing
             self.skip(health, "breaker_open", ev.BLOCKED_BY_CIRCUIT_BREAKER, str(self.breaker))
+        elif reading is not None and reading.state == "absent":
+            self.gate(health, "bmc", reading)
         elif self.verdict(health) and self.self_check_passed(health):
-            self.gate(health)
+            self.unreachable(health, reading)
 
-    def gate(self, health: Health) -> None:
+    def unreachable(self, health: Health, reading: BmcReading | None) -> None:
+        """A fresh `unreachable` (or unprobed mode): without a NodeBMC or the out-of-service
+        step, delete as before; with both, only once the BMC reads Off (fenced if asked)."""
+        source: VerdictSource = "unprobed" if self.settings.unprobed else "probe"
+        if reading is None or not self.settings.out_of_service_taint or reading.state == "off":
+            self.gate(health, source, reading)
+        elif reading.state == "on" and self.settings.bmc_fencing:
+            self.fence(health, reading)
+        else:
+            message = f"waiting for the BMC to confirm Off before the out-of-service taint: " \
+                      f"{reading.detail}"  # fmt: skip
+            self.announce(health, ev.WAITING_FOR_BMC_OFF, message)
+            self.decide(health, "bmc_wait")
+
+    def fence(self, health: Health, reading: BmcReading) -> None:
+        """The BMC still reads On: request a power-off, unless this episode's request stands."""
+        node, t0 = health.node, health.t0
+        assert t0 is not None  # eligible Nodes always have one
+        status = fence_status(self.bmcs[node.name], node.uid, t0)
+        if self.settings.dry_run:
+            self.announce(health, ev.FENCE_DRY_RUN, f"[DRY-RUN] Would power off node "
+                          f"{node.name} uid={node.uid} (ForceOff): {reading.detail}")  # fmt: skip
+            self.decide(health, "fence_dry_run")
+        elif status == "failed":
+            record = self.bmcs[node.name].record
+            detail = record.message if record is not None else ""
+            self.announce(health, ev.FENCE_FAILED, f"the power-off was not confirmed: {detail}")
+            self.decide(health, "fence_failed")
+        elif status != "none":
+            # Requested or sent (node-bmc executes it), or confirmed and the System On again
+            # (someone powered it on): one power-off per episode, never a second.
+            message = f"power-off {status}; waiting for the BMC to confirm Off: {reading.detail}"
+            self.announce(health, ev.WAITING_FOR_BMC_OFF, message)
+            self.decide(health, "fencing")
+        elif node.name == self.scope.own_node:  # never eligible (excluded): never fenced
+            self.decide(health, "bmc_wait")
+        elif self.take_token(health):
+            self.decide(health, "fence")
+            self.fences.append(FenceAction(node.uid, node.name, t0, health.age,
+                                           self.summary(health), reading.detail))  # fmt: skip
+
+    def take_token(self, health: Health) -> bool:
+        """The breaker's hold and the rate limit, shared by deletions and power-offs."""
         closed_at = self.state.breaker_closed_at
         if closed_at is not None and self.now - closed_at < self.settings.interval:
             self.decide(health, "breaker_hold")  # deletions resume one interval after it closed
-            return
+            return False
         tokens = rate_tokens((s[0] for s in self.state.starts), self.now, self.settings.interval,
-                             self.settings.max_deletions) - len(self.deletions)  # fmt: skip
+                             self.settings.max_deletions) - len(self.deletions) - len(
+            self.fences)  # fmt: skip
         if tokens <= 0:
             message = f"at most {self.settings.max_deletions} deletion(s) per interval"
             self.skip(health, "rate_limited", ev.RATE_LIMITED, message)
-            return
-        self.decide(health, "delete")
-        self.deletions.append(self.delete_action(health))
+            return False
+        return True
 
-    def delete_action(self, health: Health) -> DeleteAction:
+    def gate(self, health: Health, source: VerdictSource, reading: BmcReading | None) -> None:
+        if self.take_token(health):
+            self.decide(health, "delete")
+            self.deletions.append(self.delete_action(health, source, reading))
+
+    def summary(self, health: Health) -> str:
         record = self.probes.get(health.node.uid)
-        summary = (
+        return (
             "unprobed mode"
             if self.settings.unprobed
             else summarize(record.outcomes if record else ())
         )
+
+    def delete_action(
+        self, health: Health, source: VerdictSource, reading: BmcReading | None
+    ) -> DeleteAction:
+        summary = self.summary(health) if source != "bmc" or reading is None else reading.detail
         assert health.t0 is not None  # eligible Nodes always have one
         return DeleteAction(
             health.node.uid, health.node.name, health.t0, health.age, summary,
-            self.settings.dry_run, self.settings.out_of_service_taint,
+            self.settings.dry_run, self.settings.out_of_service_taint, source,
+            bmc=reading is not None,
         )  # fmt: skip
+
+    def warn_absent_but_ready(self, managed: Sequence[Health]) -> None:
+        """A Ready Node whose BMC reports the System absent is never deleted for it: one
+        Warning while that lasts (a NodeBMC naming the wrong System, or a BMC that is wrong)."""
+        found = []
+        for health in managed:
+            reading = self.readings.get(health.node.name)
+            if health.status != "ready" or reading is None or reading.state != "absent":
+                continue
+            found.append(health.node.uid)
+            if health.node.uid not in self.state.absent_ready:
+                message = f"not deleted: the Node is Ready although {reading.detail}"
+                self.events.append(EventAction(health.node.uid, health.node.name,
+                                               ev.BMC_ABSENT_NODE_READY, message))  # fmt: skip
+        self.absent_ready = frozenset(found)
 
     def verdict(self, health: Health) -> bool:
         """True when the verdict is a fresh `unreachable`."""

@@ -24,9 +24,18 @@ OUT_OF_SERVICE_REMOVED: Final = "OutOfServiceTaintRemoved"
 DELETING_NODE: Final = "DeletingNode"
 DELETING_NODE_FAILED: Final = "DeletingNodeFailed"
 DRY_RUN_EVENT: Final = "NodeDeletionDryRun"
+# With NodeBMCs (docs/bmc.md).
+WAITING_FOR_BMC_OFF: Final = "WaitingForBMCOff"
+FENCING_NODE: Final = "FencingNode"
+FENCE_FAILED: Final = "FencingFailed"
+FENCE_DRY_RUN: Final = "FencingDryRun"
+BMC_ABSENT_NODE_READY: Final = "BMCSystemAbsentNodeReady"
+BMC_REASONS: Final = frozenset(
+    {WAITING_FOR_BMC_OFF, FENCING_NODE, FENCE_FAILED, FENCE_DRY_RUN, BMC_ABSENT_NODE_READY}
+)
 WARNING_REASONS: Final = frozenset(
     {PROBE_FAILED, NO_PROBE_ADDRESS, BLOCKED_BY_CIRCUIT_BREAKER, BLOCKED_BY_SELF_CHECK,
-     DELETING_NODE_FAILED}
+     DELETING_NODE_FAILED, FENCE_FAILED, BMC_ABSENT_NODE_READY}
 )  # fmt: skip
 
 

@@ -1,5 +1,7 @@
 """The optional out-of-service step before a deletion: taint `node.kubernetes.io/out-of-service`,
 wait for VolumeAttachments to go, then delete, or remove the taint again if the Node recovered.
+A Node with a NodeBMC is tainted only while the BMC reads its System Off (or absent): the taint
+lets its Pods' volumes be detached and attached elsewhere, safe only when the machine is off.
 
 Pure, no I/O: the loop counts attachments and sends the JSON Patches returned here.
 """
@@ -11,6 +13,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from local_ccm.kube.request import pointer
+from local_ccm.lifecycle.core.bmc import BmcState
 from local_ccm.lifecycle.core.model import (
     OUT_OF_SERVICE_ANNOTATION,
     OUT_OF_SERVICE_EFFECT,
@@ -22,7 +25,7 @@ from local_ccm.records import dataclass
 from local_ccm.runtime.events import rfc3339
 
 Obj = Mapping[str, Any]
-OosStep = Literal["taint", "wait", "delete", "remove", "end"]
+OosStep = Literal["taint", "wait", "delete", "remove", "end", "bmc_not_off"]
 
 
 @dataclass(frozen=True)
@@ -35,16 +38,20 @@ class OutOfService:
 
 
 def plan_out_of_service(
-    fresh: Obj, *, now: datetime, attachments: int, timeout: float, recovered: bool, dry_run: bool
-) -> OutOfService:
+    fresh: Obj, *, now: datetime, attachments: int, timeout: float, recovered: bool,
+    dry_run: bool, bmc: BmcState | None = None,
+) -> OutOfService:  # fmt: skip
     """Decide the out-of-service step for the fresh, unfiltered Node object. `attachments`
-    counts VolumeAttachments naming it; `recovered` is Ready or a `reachable` verdict."""
+    counts VolumeAttachments naming it; `recovered` is Ready, a `reachable` verdict or the BMC
+    reading On; `bmc` what the Node's NodeBMC reads now (None: it has none)."""
     annotations = (fresh.get("metadata") or {}).get("annotations") or {}
     applied = parse_time(annotations.get(OUT_OF_SERVICE_ANNOTATION))
-    if recovered:
-        if OUT_OF_SERVICE_ANNOTATION in annotations:  # never remove an administrator's taint
-            return OutOfService("remove", remove_out_of_service_patch(fresh))
-        return OutOfService("end")
+    if recovered:  # never remove an administrator's taint: only one with our annotation
+        ours = OUT_OF_SERVICE_ANNOTATION in annotations
+        return OutOfService("remove", remove_out_of_service_patch(fresh)) if ours else \
+            OutOfService("end")  # fmt: skip
+    if applied is None and bmc is not None and bmc not in ("off", "absent"):
+        return OutOfService("bmc_not_off")  # never on the probes alone
     if dry_run:
         return OutOfService("delete", would_taint=applied is None)
     if applied is None:

@@ -34,12 +34,16 @@ DEFAULT_MAX_UNHEALTHY: Final = CountOrPercent(40, percent=True)
 
 SkipReason = Literal["breaker_open", "self_check_failed", "rate_limited", "reachable", "unknown"]
 AttemptResult = Literal["deleted", "gone", "failed", "aborted", "precondition_failed", "dry_run"]
+FenceResult = Literal["requested", "gone", "aborted", "precondition_failed"]
 SelfCheckResult = Literal["passed", "failed", "skipped"]
-Attempt = Literal["running", "dry_run_done"]
+Attempt = Literal["running", "dry_run_done", "fencing"]
+# Where a deletion's "the Node is gone" comes from: the probes, the BMC (its System absent), or
+# neither (unprobed mode).
+VerdictSource = Literal["probe", "bmc", "unprobed"]
 Step = Literal[
     "in_progress", "dry_run_done", "breaker_open", "no_address", "probing", "reachable",
     "unknown", "self_check_pending", "self_check_failed", "breaker_hold", "rate_limited",
-    "delete",
+    "delete", "bmc_wait", "fence", "fencing", "fence_failed", "fence_dry_run",
 ]  # fmt: skip
 
 
@@ -100,6 +104,9 @@ class PipelineSettings:
     self_check_sample: int = 3
     dry_run: bool = False
     out_of_service_taint: bool = False
+    bmc_power_state: bool = False  # read NodeBMCs (docs/bmc.md)
+    bmc_max_age: float = 120.0  # a NodeBMC's lastContact older than this is not a reading
+    bmc_fencing: bool = False  # power off (through node-bmc) an unreachable Node still On
 
     @property
     def unprobed(self) -> bool:
@@ -138,6 +145,8 @@ class PipelineState:
     self_check_pending: bool = False
     announced: frozenset[tuple[str, str]] = frozenset()  # (uid, Event reason)
     skipped: frozenset[tuple[str, str]] = frozenset()  # (uid, SkipReason)
+    # Ready Nodes whose BMC reports the System absent, warned about while that lasts.
+    absent_ready: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -171,6 +180,21 @@ class DeleteAction:
     summary: str
     dry_run: bool
     out_of_service: bool
+    source: VerdictSource = "probe"
+    bmc: bool = False  # the Node has a NodeBMC: the attempt re-reads it
+
+
+@dataclass(frozen=True)
+class FenceAction:
+    """Request a power-off of the Node through its NodeBMC: fresh GETs of both, the same
+    re-check as a deletion's and the BMC still On, then the annotation (`core.bmc`)."""
+
+    uid: str
+    name: str
+    t0: datetime
+    age: float
+    summary: str  # the probes
+    bmc: str  # the NodeBMC's reading
 
 
 @dataclass(frozen=True)
@@ -194,6 +218,7 @@ class Plan:
     events: tuple[EventAction, ...] = ()
     skips: tuple[tuple[str, SkipReason], ...] = ()  # new (uid, reason) pairs: the metric
     deletions: tuple[DeleteAction, ...] = ()
+    fences: tuple[FenceAction, ...] = ()
 
 
 # ------------------------------------------------------------------ results from the loop
@@ -224,6 +249,15 @@ def record_attempt(state: PipelineState, uid: str, result: AttemptResult) -> Pip
     starts = state.starts
     if result in ("aborted", "precondition_failed"):
         starts = tuple(s for s in starts if s[1] != uid)
+    return replace(state, attempts=attempts, starts=starts)
+
+
+def record_fence(state: PipelineState, uid: str, result: FenceResult) -> PipelineState:
+    """A power-off request ended: written (its token is spent, like a sent DELETE's), or not
+    (the token goes back; the next evaluation decides again on what it sees then)."""
+    attempts = {k: v for k, v in state.attempts.items() if k != uid}
+    starts = state.starts if result == "requested" else tuple(
+        s for s in state.starts if s[1] != uid)  # fmt: skip
     return replace(state, attempts=attempts, starts=starts)
 
 
