@@ -60,7 +60,9 @@ CASES = {
     "service-lb-ipam": ("lb-clusterrole.yaml", lbipam.permissions(LbSettings())),
     "node-lifecycle": (
         "nlc-clusterrole.yaml",
-        lifecycle.permissions(event_namespace="default", out_of_service=True),
+        lifecycle.permissions(
+            event_namespace="default", out_of_service=True, bmc=True, fencing=True
+        ),
     ),
     "node-ipam": ("ipam-clusterrole.yaml", ipam.permissions(event_namespace="default")),
     "node-bmc": ("bmc-clusterrole.yaml", bmc.permissions(BmcSettings())),

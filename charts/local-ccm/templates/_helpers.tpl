@@ -487,6 +487,12 @@ true
 {{- if and .Values.controllerManager.enabled $bmc.enabled (lt (include "local-ccm.seconds" $bmc.pollInterval | float64) 1.0) }}
 - controllerManager.bmc.pollInterval: {{ $bmc.pollInterval }} is under 1s (--bmc-poll-interval must be at least 1s)
 {{- end -}}
+{{- if and .Values.controllerManager.enabled $bmc.enabled (lt (include "local-ccm.seconds" $bmc.powerOffTimeout | float64) 1.0) }}
+- controllerManager.bmc.powerOffTimeout: {{ $bmc.powerOffTimeout }} is under 1s (--bmc-power-off-timeout must be at least 1s)
+{{- end -}}
+{{- if and .Values.controllerManager.enabled $bmc.enabled (gt (addf 30.0 (mulf 1.1 (include "local-ccm.seconds" $bmc.pollInterval | float64))) 120.0) }}
+- controllerManager.bmc.pollInterval: {{ $bmc.pollInterval }} is too long for the lifecycle controller's --bmc-max-age (2m): a NodeBMC may be 30s + the interval + 10 % old
+{{- end -}}
 {{- end -}}
 
 {{/* The seconds of a Go duration the schema accepted ("1m30s", "500ms"). */}}
@@ -532,6 +538,12 @@ true
 {{- end -}}
 {{- if and .Values.controllerManager.bmc.enabled (not .Values.controllerManager.enabled) -}}
 {{- fail "controllerManager.bmc.enabled runs in local-ccm-controller-manager: it needs controllerManager.enabled=true" -}}
+{{- end -}}
+{{- if and .Values.controllerManager.bmc.fencing (not .Values.controllerManager.bmc.enabled) -}}
+{{- fail "controllerManager.bmc.fencing asks node-bmc to power Nodes off: it needs controllerManager.bmc.enabled=true" -}}
+{{- end -}}
+{{- if and .Values.controllerManager.bmc.fencing (not $nlc.controller.outOfServiceTaint) -}}
+{{- fail "controllerManager.bmc.fencing powers a Node off to taint it out-of-service: it needs nodeLifecycleController.controller.outOfServiceTaint=true" -}}
 {{- end -}}
 {{- if and $lb.kubeVipConfigMap (not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?$" $lb.kubeVipConfigMap)) -}}
 {{- fail (printf "controllerManager.loadBalancer.kubeVipConfigMap: %q is not namespace/name (empty turns it off)" $lb.kubeVipConfigMap) -}}
