@@ -226,11 +226,14 @@ def test_a_certificate_that_cannot_be_made_fails_that_connection_and_is_tried_ag
         started.close()
 
 
-def test_no_binary_imports_cryptography() -> None:
-    """Its import would stay resident (about 12.6 MiB); only the certificate child loads it."""
+def test_no_binary_imports_cryptography_or_pathlib() -> None:
+    """`cryptography` would stay resident (about 12.6 MiB); only the certificate child loads
+    it. `pathlib` (with `ntpath`) costs every process about 170 KiB: paths are `os.path`
+    strings."""
     code = (
         "import sys, local_ccm.cli.agent, local_ccm.cli.lifecycle, local_ccm.cli.ipam, "
-        "local_ccm.cli.manager; print(sorted(m for m in sys.modules if 'cryptography' in m))"
+        "local_ccm.cli.manager; print(sorted(m for m in sys.modules "
+        "if 'cryptography' in m or m in ('pathlib', 'ntpath')))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

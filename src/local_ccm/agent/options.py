@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from ipaddress import ip_address
-from pathlib import Path
 from typing import Literal, Protocol
 
 from local_ccm import __version__, names
@@ -211,7 +210,7 @@ class ConfigResolver(Protocol):
 class RulesOpener(Protocol):
     """``RulesFile.open``'s shape: the opened file, or every problem with it."""
 
-    def __call__(self, path: Path, label_domains: Sequence[str]) -> RulesFile | list[str]: ...
+    def __call__(self, path: str, label_domains: Sequence[str]) -> RulesFile | list[str]: ...
 
 
 def options_from(
@@ -340,7 +339,7 @@ def _metadata(read: Loader, open_rules: RulesOpener) -> MetadataOptions | None:
         return None
     rules = None
     if path and "metadata-label-domains" not in read.failed:
-        opened = open_rules(Path(path), domains)
+        opened = open_rules(path, domains)
         if isinstance(opened, list):
             read.reject("metadata-rules", *opened)
         else:

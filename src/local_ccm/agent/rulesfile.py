@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from pathlib import Path
 
 from local_ccm.agent.core.metadata import DEFAULT_LABEL_DOMAIN, Rules, parse_rules
 from local_ccm.records import dataclass
@@ -25,7 +24,7 @@ class Stamp:
     mtime_ns: int
 
 
-def stamp_of(path: Path) -> Stamp | None:
+def stamp_of(path: str | os.PathLike[str]) -> Stamp | None:
     try:
         st = os.stat(path)  # follows the ConfigMap's symlinks
     except OSError:
@@ -34,14 +33,15 @@ def stamp_of(path: Path) -> Stamp | None:
 
 
 def load_rules(
-    path: Path, label_domains: Sequence[str] = (DEFAULT_LABEL_DOMAIN,)
+    path: str | os.PathLike[str], label_domains: Sequence[str] = (DEFAULT_LABEL_DOMAIN,)
 ) -> Rules | list[str]:
     """Rules from the file, or every problem (unreadable file, YAML syntax, rule errors).
 
     JSON (what the chart writes) is read without the YAML parser, which would cost every agent
     ~2.7 MiB of its 32 MiB budget; anything else is YAML."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as stream:
+            text = stream.read()
     except (OSError, UnicodeDecodeError) as exc:
         return [f"{path}: cannot read: {exc}"]
     try:
@@ -57,7 +57,7 @@ def load_rules(
     return loaded_rules
 
 
-def _load_yaml(path: Path, text: str) -> tuple[object] | list[str]:
+def _load_yaml(path: str | os.PathLike[str], text: str) -> tuple[object] | list[str]:
     import yaml  # noqa: PLC0415  (lazy: only agents given YAML rules pay for the parser)
 
     try:
@@ -72,13 +72,16 @@ def _load_yaml(path: Path, text: str) -> tuple[object] | list[str]:
 class RulesFile:
     """The last good rules and the stamp of the file they came from."""
 
-    path: Path
+    path: str  # os.path, not pathlib: importing pathlib would cost every agent about 170 KiB
     rules: Rules
     stamp: Stamp | None
     label_domains: tuple[str, ...] = (DEFAULT_LABEL_DOMAIN,)
 
     @classmethod
-    def open(cls, path: Path, label_domains: Sequence[str]) -> RulesFile | list[str]:
+    def open(
+        cls, path: str | os.PathLike[str], label_domains: Sequence[str]
+    ) -> RulesFile | list[str]:
+        path = os.fspath(path)
         stamp = stamp_of(path)
         loaded = load_rules(path, label_domains)
         if isinstance(loaded, list):

@@ -7,10 +7,10 @@ Every write carries the client's field manager; retries follow ``RetryPolicy``
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
@@ -133,9 +133,14 @@ class Client:
 
     @classmethod
     def from_kubeconfig(
-        cls, path: Path, *, field_manager: str, context: str | None = None, **kw: Any
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        field_manager: str,
+        context: str | None = None,
+        **kw: Any,
     ) -> Client:
-        return cls(load_kubeconfig(Path(path), context), field_manager=field_manager, **kw)
+        return cls(load_kubeconfig(path, context), field_manager=field_manager, **kw)
 
     def close(self) -> None:
         self._transport.close()

@@ -17,14 +17,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from local_ccm.records import dataclass
 
 log = logging.getLogger(__name__)
 
-SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 TOKEN_REREAD_SECONDS = 60.0  # client-go re-reads projected tokens at most once a minute
 EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
 
@@ -51,7 +50,7 @@ class ClusterConfig:
     client_cert_data: bytes | None = None
     client_key_data: bytes | None = None
     token: str | None = None
-    token_file: Path | None = None
+    token_file: str | None = None
     exec: ExecConfig | None = None
     namespace: str | None = None
     source: str = ""  # for messages: "in-cluster", "kubeconfig /path (context x)"
@@ -63,14 +62,31 @@ class ClusterConfig:
 # ----------------------------------------------------------------------------- kubeconfig
 
 
-def _read_bytes(path: Path, what: str) -> bytes:
+# Paths are plain strings (os.path), not pathlib: importing pathlib would cost every agent
+# about 170 KiB of memory for nothing it needs.
+def _join(base: str, path: str) -> str:
+    """``base / path`` as pathlib spells it: empty and "." parts dropped, ".." kept (a
+    symlink may make "a/.." differ from "."), an absolute ``path`` replaces ``base``."""
+    joined = os.path.join(base, path)
+    parts = [part for part in joined.split(os.sep) if part not in ("", ".")]
+    root = os.sep if joined.startswith(os.sep) else ""
+    return root + os.sep.join(parts) if parts or root else "."
+
+
+def _read_bytes(path: str, what: str) -> bytes:
     try:
-        return path.read_bytes()
+        with open(path, "rb") as stream:
+            return stream.read()
     except OSError as exc:
         raise ConfigError(f"cannot read {what} {path}: {exc.strerror}") from exc
 
 
-def _data_or_file(entry: Mapping[str, Any], key: str, base: Path, what: str) -> bytes | None:
+def _read_text(path: str | os.PathLike[str]) -> str:
+    with open(path, encoding="utf-8") as stream:
+        return stream.read()
+
+
+def _data_or_file(entry: Mapping[str, Any], key: str, base: str, what: str) -> bytes | None:
     data = entry.get(f"{key}-data")
     if data:
         try:
@@ -78,7 +94,7 @@ def _data_or_file(entry: Mapping[str, Any], key: str, base: Path, what: str) -> 
         except ValueError as exc:
             raise ConfigError(f"{key}-data is not valid base64") from exc
     path = entry.get(key)
-    return _read_bytes(base / str(path), what) if path else None
+    return _read_bytes(_join(base, str(path)), what) if path else None
 
 
 def _named(doc: Mapping[str, Any], section: str, item: str, name: str) -> Mapping[str, Any]:
@@ -91,13 +107,13 @@ def _named(doc: Mapping[str, Any], section: str, item: str, name: str) -> Mappin
     raise ConfigError(f"{item} {name!r} not found in {section}")
 
 
-def _parse_exec(spec: Mapping[str, Any], base: Path) -> ExecConfig:
+def _parse_exec(spec: Mapping[str, Any], base: str) -> ExecConfig:
     command = str(spec.get("command") or "")
     if not command:
         raise ConfigError("exec plugin has no command")
     # client-go: a relative command with a path separator is relative to the kubeconfig.
     if os.sep in command and not os.path.isabs(command):
-        command = str(base / command)
+        command = _join(base, command)
     api_version = str(spec.get("apiVersion") or "")
     if api_version not in EXEC_API_VERSIONS:
         raise ConfigError(f"exec plugin apiVersion {api_version!r} is not in {EXEC_API_VERSIONS}")
@@ -111,7 +127,7 @@ def _parse_exec(spec: Mapping[str, Any], base: Path) -> ExecConfig:
     )
 
 
-def _user_fields(user: Mapping[str, Any], base: Path) -> dict[str, Any]:
+def _user_fields(user: Mapping[str, Any], base: str) -> dict[str, Any]:
     unsupported = {"auth-provider", "username", "password"} & set(user)
     if unsupported:
         raise ConfigError(f"unsupported user fields: {', '.join(sorted(unsupported))}")
@@ -120,13 +136,16 @@ def _user_fields(user: Mapping[str, Any], base: Path) -> dict[str, Any]:
         "client_cert_data": _data_or_file(user, "client-certificate", base, "client certificate"),
         "client_key_data": _data_or_file(user, "client-key", base, "client key"),
         "token": str(user["token"]) if user.get("token") else None,
-        "token_file": base / str(token_file) if token_file else None,
+        "token_file": _join(base, str(token_file)) if token_file else None,
         "exec": _parse_exec(user["exec"], base) if user.get("exec") else None,
     }
 
 
 def config_from_kubeconfig(
-    doc: Mapping[str, Any], base: Path, context: str | None = None, source: str = ""
+    doc: Mapping[str, Any],
+    base: str | os.PathLike[str],
+    context: str | None = None,
+    source: str = "",
 ) -> ClusterConfig:
     """Build the config from an already-parsed kubeconfig; paths resolve against ``base``."""
     name = context or doc.get("current-context")
@@ -137,6 +156,7 @@ def config_from_kubeconfig(
     user = _named(doc, "users", "user", str(ctx["user"])) if ctx.get("user") else {}
     server = str(cluster.get("server") or "")
     check_server(server)
+    base = os.fspath(base)
     fields = _user_fields(user, base)
     if bool(fields["client_cert_data"]) != bool(fields["client_key_data"]):
         raise ConfigError("a client certificate needs both certificate and key")
@@ -151,11 +171,11 @@ def config_from_kubeconfig(
     )
 
 
-def load_kubeconfig(path: Path, context: str | None = None) -> ClusterConfig:
+def load_kubeconfig(path: str | os.PathLike[str], context: str | None = None) -> ClusterConfig:
     """Read one kubeconfig file (PyYAML is imported only here)."""
     import yaml  # noqa: PLC0415  (lazy: keeps the in-cluster agent's memory small)
 
-    text = _read_bytes(Path(path), "kubeconfig")
+    text = _read_bytes(_join("", os.fspath(path)), "kubeconfig")
     # libyaml's safe loader when PyYAML was built with it: 0.24 instead of 2.4 ms CPU for a
     # 2.4 KB kubeconfig, at every start of a process given --kubeconfig.
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -165,7 +185,7 @@ def load_kubeconfig(path: Path, context: str | None = None) -> ClusterConfig:
         raise ConfigError(f"kubeconfig {path} is not valid YAML: {exc}") from exc
     if not isinstance(doc, Mapping):
         raise ConfigError(f"kubeconfig {path} is not a mapping")
-    base = Path(path).resolve().parent
+    base = os.path.dirname(os.path.realpath(path))
     try:
         return config_from_kubeconfig(doc, base, context, source=f"kubeconfig {path}")
     except (KeyError, TypeError) as exc:
@@ -186,9 +206,9 @@ def check_server(server: str) -> None:
 def load_incluster(
     env: Mapping[str, str] | None = None,
     *,
-    token_path: Path = SA_DIR / "token",
-    ca_path: Path = SA_DIR / "ca.crt",
-    namespace_path: Path = SA_DIR / "namespace",
+    token_path: str | os.PathLike[str] = SA_DIR + "/token",
+    ca_path: str | os.PathLike[str] = SA_DIR + "/ca.crt",
+    namespace_path: str | os.PathLike[str] = SA_DIR + "/namespace",
 ) -> ClusterConfig:
     """The pod's ServiceAccount; the token file is re-read by the Authenticator."""
     env = os.environ if env is None else env
@@ -197,8 +217,9 @@ def load_incluster(
         raise ConfigError("in-cluster: KUBERNETES_SERVICE_HOST and _PORT must both be set")
     if ":" in host:  # an IPv6 service address
         host = f"[{host}]"
+    token_path, ca_path = os.fspath(token_path), os.fspath(ca_path)
     _read_bytes(token_path, "service account token")  # fail now, not at the first request
-    namespace = namespace_path.read_text().strip() if namespace_path.is_file() else None
+    namespace = _read_text(namespace_path).strip() if os.path.isfile(namespace_path) else None
     return ClusterConfig(
         server=f"https://{host}:{port}",
         ca_data=_read_bytes(ca_path, "service account CA"),
@@ -212,7 +233,7 @@ def resolve_config(kubeconfig: str, apiserver: str, env: Mapping[str, str]) -> C
     """Explicit --kubeconfig, else in-cluster, else $KUBECONFIG, else ~/.kube/config;
     a non-empty ``apiserver`` replaces the server URL and keeps the credentials."""
     if kubeconfig:
-        config = load_kubeconfig(Path(kubeconfig))
+        config = load_kubeconfig(kubeconfig)
     elif env.get("KUBERNETES_SERVICE_HOST"):
         config = load_incluster(env)
     else:
@@ -224,18 +245,18 @@ def resolve_config(kubeconfig: str, apiserver: str, env: Mapping[str, str]) -> C
 
 
 def _load_default_kubeconfig(env: Mapping[str, str], apiserver: str) -> ClusterConfig:
-    candidates = [Path(p) for p in env.get("KUBECONFIG", "").split(os.pathsep) if p]
+    candidates = [_join("", p) for p in env.get("KUBECONFIG", "").split(os.pathsep) if p]
     if not candidates:
-        home = Path(env["HOME"]) if env.get("HOME") else Path.home()
-        candidates = [home / ".kube" / "config"]
+        home = env.get("HOME") or os.path.expanduser("~")
+        candidates = [_join(home, ".kube/config")]
     # A multi-file $KUBECONFIG is not merged: the first existing file is used.
     for candidate in candidates:
-        if candidate.is_file():
+        if os.path.isfile(candidate):
             return load_kubeconfig(candidate)
     if apiserver:
         log.warning("no kubeconfig found; talking to %s without credentials", apiserver)
         return ClusterConfig(server=apiserver, source="--apiserver only")
-    tried = ", ".join(str(c) for c in candidates)
+    tried = ", ".join(candidates)
     raise ConfigError(
         f"no Kubernetes configuration: not in a cluster, no --kubeconfig, none of {tried} exists"
     )
@@ -298,11 +319,11 @@ class Authenticator:
         with self._lock:
             self._cached = None
 
-    def _file_credential(self, path: Path) -> Credential:
+    def _file_credential(self, path: str) -> Credential:
         now = self._clock()
         if self._cached is None or now >= self._valid_until:
             try:
-                token = path.read_text().strip()
+                token = _read_text(path).strip()
             except OSError as exc:
                 if self._cached is not None:  # keep the last good token over a rotation race
                     log.warning("cannot re-read token file %s: %s", path, exc.strerror)

@@ -18,7 +18,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Protocol
 
 from local_ccm.kube import resources as r
@@ -121,7 +120,7 @@ def server_tls(cert_dir: str, name: str) -> ssl.SSLContext:
         return SelfSignedContext.for_name(name)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    cert, key = Path(cert_dir, CERT_FILE), Path(cert_dir, KEY_FILE)
+    cert, key = os.path.join(cert_dir, CERT_FILE), os.path.join(cert_dir, KEY_FILE)
     try:
         context.load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as exc:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from local_ccm.agent.core.metadata import Rules
 from local_ccm.agent.options import AgentOptions, MetadataOptions, startup_fields
@@ -11,10 +10,10 @@ from local_ccm.agent.rulesfile import RulesFile
 from tests.support.options import load_agent as load_options
 from tests.unit.agent.test_options import IN_CLUSTER, fake_resolve
 
-GOOD = Path("/etc/local-ccm/rules.yaml")
+GOOD = "/etc/local-ccm/rules.yaml"
 
 
-def fake_open(path: Path, label_domains: Sequence[str]) -> RulesFile | list[str]:
+def fake_open(path: str, label_domains: Sequence[str]) -> RulesFile | list[str]:
     """RulesFile.open's decisions without a file: any path but GOOD has two problems."""
     if path == GOOD:
         return RulesFile(path, Rules(rules=()), None, tuple(label_domains))
@@ -50,7 +49,7 @@ def test_rules_file_is_opened_with_the_label_domains() -> None:
     assert rules is not None
     assert rules.label_domains == ("a.example", "b.example")
     assert options.metadata.beta_labels
-    assert startup_fields(options)["metadata"] == str(GOOD)
+    assert startup_fields(options)["metadata"] == GOOD
 
 
 def test_invalid_rules_file_lists_every_problem() -> None:

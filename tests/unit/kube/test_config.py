@@ -104,7 +104,7 @@ def test_file_paths_are_relative_to_the_kubeconfig(tmp_path: Path) -> None:
 
 def test_token_file_is_read_by_the_authenticator(tmp_path: Path) -> None:
     (tmp_path / "tok").write_text("file-token\n")
-    cfg = ClusterConfig(server="https://x", token_file=tmp_path / "tok")
+    cfg = ClusterConfig(server="https://x", token_file=str(tmp_path / "tok"))
     assert Authenticator(cfg).credential().token == "file-token"
 
 
@@ -264,7 +264,7 @@ def test_incluster_config(tmp_path: Path) -> None:
         b"SA-CA",
         "kube-system",
     )
-    assert cfg.token_file == d / "token"
+    assert cfg.token_file == str(d / "token")
     env6 = {"KUBERNETES_SERVICE_HOST": "2001:db8::1", "KUBERNETES_SERVICE_PORT": "6443"}
     assert incluster(d, env6).server == "https://[2001:db8::1]:6443"
 
@@ -296,7 +296,9 @@ def test_incluster_token_is_reread_after_a_minute_and_after_401(tmp_path: Path) 
 def test_token_reread_failure_keeps_last_good_token(tmp_path: Path) -> None:
     d = sa_dir(tmp_path, "t1")
     now = [0.0]
-    auth = Authenticator(ClusterConfig("https://h", token_file=d / "token"), clock=lambda: now[0])
+    auth = Authenticator(
+        ClusterConfig("https://h", token_file=str(d / "token")), clock=lambda: now[0]
+    )
     assert auth.credential().token == "t1"
     (d / "token").unlink()
     now[0] = 61.0
