@@ -9,9 +9,10 @@ The processes, as the chart renders them (command, args, env, RBAC, ServiceAccou
 only the listen addresses move to free loopback ports):
 the agent `local-ccm` (uid 65532 in a network namespace, as A32 runs it), the standalone
 `node-lifecycle-controller` and `node-ipam-controller`, then `local-ccm-controller-manager`
-with all four controllers. So that every family has samples, the world has what each
+with all five controllers. So that every family has samples, the world has what each
 controller reports on: a ClusterCIDR selecting the Node, a LoadBalancerIPPool with a Service,
-and a kubelet-serving CSR the approver denies (its requester is not the Node)."""
+a kubelet-serving CSR the approver denies (its requester is not the Node), and a NodeBMC for
+the Node with its credentials Secret, naming a System of the real Redfish emulator."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from local_ccm.csr.api import CSRS
 from local_ccm.kube.client import Client, Obj
 from tests.integration.deploy.release import Release, apply_identity, render
 from tests.integration.ipam.objects import cluster_cidr
-from tests.support import crds, csrs, lb, names, pki
+from tests.support import bmc, crds, csrs, lb, names, pki
 from tests.support import monitoring as mon
 from tests.support import resources as r
 from tests.support.agent_harness import FAST
@@ -49,6 +50,7 @@ from tests.support.fixtures import run_state
 from tests.support.netns import NetnsFactory, NetnsSession
 from tests.support.podrun import PodFields, argv_of, container_env, pod_container
 from tests.support.processes import Child, free_port, spawn, tail
+from tests.support.sushy import SushyEmulator
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.netns
@@ -157,9 +159,11 @@ def serving_cert(directory: Path) -> Path:
     return directory.parent / "metrics-ca.crt"
 
 
-def the_objects(kube: Client, namespace: str, node: str, labels: dict[str, str]) -> None:
+def the_objects(kube: Client, namespace: str, node: str, labels: dict[str, str],
+                sushy: SushyEmulator) -> None:  # fmt: skip
     """What every controller reports on: a pool for the Node, a LoadBalancer pool with a
-    Service, a CSR the approver denies."""
+    Service, a CSR the approver denies, the Node's BMC (its Secret in the release namespace,
+    node-bmc's credentials namespace in the chart)."""
     kube.create(r.CLUSTER_CIDRS, cluster_cidr(f"{namespace}-pods", labels, bits=8,
                                               ipv4="10.99.0.0/16", sel=labels))  # fmt: skip
     space = lb.Space(kube, namespace, namespace)
@@ -167,12 +171,14 @@ def the_objects(kube: Client, namespace: str, node: str, labels: dict[str, str])
     space.service("web")
     pem = csrs.request_pem(node, ips=["192.0.2.10"])
     kube.create(CSRS, csrs.csr_object(f"{namespace}-serving", pem))
+    bmc.secret(kube, namespace, "bmc", sushy.username, sushy.password)
+    bmc.nodebmc(kube, node, sushy.add_system(node), "bmc", caBundle=sushy.ca_pem)
 
 
 @pytest.fixture(scope="module")
 def world(
-    request: pytest.FixtureRequest, binaries: Binaries, chart_helm: Helm,
-    shipped_agent_rbac: ShippedRbac, netns_session: NetnsSession,
+    request: pytest.FixtureRequest, *, binaries: Binaries, chart_helm: Helm,
+    shipped_agent_rbac: ShippedRbac, netns_session: NetnsSession, sushy: SushyEmulator,
 ) -> Iterator[World]:  # fmt: skip
     state = run_state(request.config)
     labels = names.test_labels(state.run_id, request.node.nodeid)
@@ -186,7 +192,7 @@ def world(
         kube = Client.from_kubeconfig(plane.admin_kubeconfig, field_manager="monitoring-test")
         stack.callback(kube.close)
         track = Tracker(kube, state.run_id)  # the plane goes with the module: never cleaned
-        crds.install(kube)
+        crds.install(kube, (*crds.CRD_FILES, bmc.CRD_FILE))
         kube.create(
             r.NAMESPACES,
             {
@@ -216,7 +222,7 @@ def world(
             agent.wait_ready(timeout=30)
             eventually(lambda: initialised(kube, node), timeout=20, message="initialised")
             scrapes["local-ccm"] = agent.http_get(METRICS_PORT, "/metrics").body
-        the_objects(kube, namespace, node, labels)
+        the_objects(kube, namespace, node, labels, sushy)
 
         # the standalone controllers, each until it leads and reports
         alone = rendered(chart_helm, "mon-alone", namespace, labels, {
@@ -234,13 +240,14 @@ def world(
                 controller.child.stop()
             assert "Traceback" not in controller.log(), controller.log()
 
-        # the manager with all four controllers, left running for Prometheus
+        # the manager with all five controllers, left running for Prometheus
         managed = rendered(chart_helm, "mon-manager", namespace, labels, {
             "agent": {"enabled": False},
             "nodeLifecycleController": {"metrics": {"certSecret": CERT_SECRET}},
             "nodeIpamController": {"enabled": True, "installCRDs": False},
             "controllerManager": {"enabled": True, "kubeletServingApprover": {"enabled": True},
-                                  "loadBalancer": {"enabled": True, "installCRDs": False}},
+                                  "loadBalancer": {"enabled": True, "installCRDs": False},
+                                  "bmc": {"enabled": True, "installCRDs": False}},
         })  # fmt: skip
         apply_identity(plane, track, managed)
         ca_file = serving_cert(artifacts / "metrics-cert")
@@ -254,6 +261,7 @@ def world(
             "local_ccm_lb_pool_addresses",
             "local_ccm_csr_decisions_total",
             "local_ccm_lifecycle_managed_nodes",
+            "local_ccm_bmc_redfish_request_duration_seconds_bucket",
         )
         scrapes[MANAGER] = scraped(manager, tokens[READER], everything, ca_file)
         yield World(artifacts, ca_file, tokens, scrapes, manager)
