@@ -150,13 +150,13 @@ async def run_lifecycle(
         made.append(place.identity)
         client = composition.client_of(place.cluster, metrics)
         write_timeout = write_timeout_of(shared.lease)
-        api: NodeApi = KubeNodeApi(AsyncClient(client), write_timeout=write_timeout)
-        api = wrap_api(api) if wrap_api else api
+        kube_api = KubeNodeApi(AsyncClient(client), write_timeout=write_timeout)
+        api: NodeApi = wrap_api(kube_api) if wrap_api else kube_api
         probe, problem = (prober, "") if prober else composition.build_prober(opts, metrics)
         config = composition.loop_config(opts)
         if watch_selector is not None:
             config = replace(config, selector=watch_selector)
-        parts = composition.Parts(client, api, probe, metrics, config, problem)
+        parts = composition.Parts(client, api, probe, metrics, config, problem, bmcs=kube_api)
         return composition.assemble(opts, place, parts)
 
     def running(servers: Servers) -> None:
