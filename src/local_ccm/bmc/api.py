@@ -3,11 +3,10 @@ Node patches, one Secret read and Events. Errors arrive as `local_ccm.kube.error
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from typing import Any, Final, Protocol
 
 from local_ccm.bmc.core.model import GROUP, KIND, PLURAL, VERSION
-from local_ccm.kube.aio import AsyncClient, KubeListWatch, Observe, observed, unobserved
+from local_ccm.kube.aio import KubeListWatch, ObservedApi
 from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.resources import EVENTS, NODES, Resource
 
@@ -25,22 +24,8 @@ class BmcApi(Protocol):
     async def create_event(self, namespace: str, body: Obj) -> Obj: ...
 
 
-class KubeBmcApi:
-    """`BmcApi` on the project's REST client; `observe` is told (verb, resource, code) of
-    every request but the watch; every write gives up after `write_timeout` (None: the
-    client's timeout; a leader passes the election's, see `runtime.host.write_timeout_of`)."""
-
-    def __init__(
-        self,
-        client: AsyncClient,
-        observe: Observe = unobserved,
-        *,
-        write_timeout: float | None = None,
-    ) -> None:
-        self.client, self.observe, self.write_timeout = client, observe, write_timeout
-
-    async def _call(self, verb: str, resource: str, request: Awaitable[Obj]) -> Obj:
-        return await observed(self.observe, verb, resource, request)
+class KubeBmcApi(ObservedApi):
+    """`BmcApi` on the project's REST client (`ObservedApi`: request counting, write timeout)."""
 
     def list_watch(self) -> ListWatch:
         return KubeListWatch(self.client, NODEBMCS)

@@ -3,12 +3,11 @@ the `approval` subresource write, and Events. Errors arrive as `local_ccm.kube.e
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from typing import Any, Final, Protocol
 
 from local_ccm.csr.core.decide import Decision
 from local_ccm.csr.core.model import SIGNER
-from local_ccm.kube.aio import AsyncClient, KubeListWatch, Observe, observed, unobserved
+from local_ccm.kube.aio import KubeListWatch, ObservedApi
 from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.resources import EVENTS, Resource
 
@@ -39,22 +38,8 @@ def with_condition(csr: Obj, decision: Decision, now: str) -> Obj:
     return {**csr, "status": status}
 
 
-class KubeCsrApi:
-    """`CsrApi` on the project's REST client; `observe` is told (verb, resource, code) of
-    every request but the watch; every write gives up after `write_timeout` (None: the
-    client's timeout; a leader passes the election's, see `runtime.host.write_timeout_of`)."""
-
-    def __init__(
-        self,
-        client: AsyncClient,
-        observe: Observe = unobserved,
-        *,
-        write_timeout: float | None = None,
-    ) -> None:
-        self.client, self.observe, self.write_timeout = client, observe, write_timeout
-
-    async def _call(self, verb: str, resource: str, request: Awaitable[Obj]) -> Obj:
-        return await observed(self.observe, verb, resource, request)
+class KubeCsrApi(ObservedApi):
+    """`CsrApi` on the project's REST client (`ObservedApi`: request counting, write timeout)."""
 
     def list_watch(self) -> ListWatch:
         return KubeListWatch(self.client, CSRS, field_selector=FIELD_SELECTOR)

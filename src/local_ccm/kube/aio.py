@@ -146,6 +146,25 @@ async def observed(observe: Observe, verb: str, resource: str, request: Awaitabl
     return answer
 
 
+class ObservedApi:
+    """What every controller's API adapter shares: the client, `observe`, told (verb, resource,
+    code) of every request but the watches (`_call`), and `write_timeout`, how long each write
+    may take (None: the client's timeout; a leader passes the election's, see
+    `runtime.host.write_timeout_of`)."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        observe: Observe = unobserved,
+        *,
+        write_timeout: float | None = None,
+    ) -> None:
+        self.client, self.observe, self.write_timeout = client, observe, write_timeout
+
+    async def _call(self, verb: str, resource: str, request: Awaitable[Obj]) -> Obj:
+        return await observed(self.observe, verb, resource, request)
+
+
 class AsyncClient:
     """Wraps a ``Client``; keyword arguments are those of the matching ``Client`` method."""
 

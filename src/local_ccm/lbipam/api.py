@@ -4,10 +4,9 @@ writes, Events. Errors arrive as `local_ccm.kube.errors`."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from typing import Any, Final, Protocol
 
-from local_ccm.kube.aio import AsyncClient, KubeListWatch, Observe, observed, unobserved
+from local_ccm.kube.aio import AsyncClient, KubeListWatch, Observe, ObservedApi, unobserved
 from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.resources import EVENTS, Resource
 from local_ccm.lbipam.core.pools import GROUP, KIND
@@ -27,11 +26,9 @@ class LbApi(Protocol):
     async def create_event(self, namespace: str, body: Obj) -> Obj: ...
 
 
-class KubeLbApi:
-    """`LbApi` on the project's REST client; `observe` is told (verb, resource, code) of every
-    request but the watches. `kubevip` is the ConfigMap's (namespace, name), None: not read.
-    Every write gives up after `write_timeout` (None: the client's timeout; a leader passes
-    the election's, see `runtime.host.write_timeout_of`)."""
+class KubeLbApi(ObservedApi):
+    """`LbApi` on the project's REST client (`ObservedApi`: request counting, write timeout).
+    `kubevip` is the ConfigMap's (namespace, name), None: not read."""
 
     def __init__(
         self,
@@ -41,11 +38,8 @@ class KubeLbApi:
         *,
         write_timeout: float | None = None,
     ) -> None:
-        self.client, self.kubevip, self.observe = client, kubevip, observe
-        self.write_timeout = write_timeout
-
-    async def _call(self, verb: str, resource: str, request: Awaitable[Obj]) -> Obj:
-        return await observed(self.observe, verb, resource, request)
+        super().__init__(client, observe, write_timeout=write_timeout)
+        self.kubevip = kubevip
 
     def list_watch(self, what: str) -> ListWatch:
         """`services`, `pools`, `namespaces` or `kubevip` (the one ConfigMap, by name)."""
