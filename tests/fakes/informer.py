@@ -5,10 +5,23 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections import deque
+from collections.abc import AsyncIterator
 from typing import Any
 
 from local_ccm.kube.informer import Page
 from local_ccm.kube.request import WatchEvent
+
+
+class Unused:
+    """A ListWatch the tests never run (the caches are primed)."""
+
+    async def list_page(self, continue_token: str | None) -> Page:
+        raise AssertionError("not listed")
+
+    def watch(
+        self, resource_version: str, timeout_seconds: int | None
+    ) -> AsyncIterator[WatchEvent]:
+        raise AssertionError("not watched")
 
 
 class FakeWatch:

@@ -7,7 +7,7 @@ import asyncio
 import base64
 import copy
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -21,27 +21,15 @@ from local_ccm.bmc.metrics import BmcMetrics
 from local_ccm.bmc.options import Settings
 from local_ccm.bmc.run import Controller
 from local_ccm.kube.errors import Conflict, NotFound
-from local_ccm.kube.informer import Change, Page
-from local_ccm.kube.request import WatchEvent
+from local_ccm.kube.informer import Change
 from local_ccm.names import SHUTDOWN_TAINT
 from local_ccm.runtime.controller import DONE, RequeueAfter, Retry
 from tests.fakes.clock import FakeClock
+from tests.fakes.informer import Unused
 
 Obj = dict[str, Any]
 ADDRESS = "redfish://10.0.0.5/redfish/v1/Systems/1"
 SETTINGS = Settings(poll_interval=30.0, credentials_namespace="bmc-creds")
-
-
-class Unused:
-    """A ListWatch the tests never run (the caches are primed)."""
-
-    async def list_page(self, continue_token: str | None) -> Page:
-        raise AssertionError("not listed")
-
-    def watch(
-        self, resource_version: str, timeout_seconds: int | None
-    ) -> AsyncIterator[WatchEvent]:
-        raise AssertionError("not watched")
 
 
 class FakeApi:

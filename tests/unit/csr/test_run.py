@@ -24,22 +24,11 @@ from local_ccm.kube.request import WatchEvent
 from local_ccm.runtime.controller import DONE
 from local_ccm.runtime.worker import MAX_CONFLICTS, Worker
 from tests.fakes.clock import FakeClock
+from tests.fakes.informer import Unused
 from tests.support.csrs import csr_object, request_pem
 
 NODE = {"metadata": {"name": "n1", "uid": "nu"},
         "status": {"addresses": [{"type": "InternalIP", "address": "192.0.2.10"}]}}  # fmt: skip
-
-
-class Unused:
-    """A ListWatch the tests never run (the caches are primed)."""
-
-    async def list_page(self, continue_token: str | None) -> Page:
-        raise AssertionError("not listed")
-
-    def watch(
-        self, resource_version: str, timeout_seconds: int | None
-    ) -> AsyncIterator[WatchEvent]:
-        raise AssertionError("not watched")
 
 
 class FakeCsrApi:

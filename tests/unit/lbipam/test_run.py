@@ -5,35 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from local_ccm.kube.errors import Conflict, NotFound
-from local_ccm.kube.informer import Page
-from local_ccm.kube.request import WatchEvent
 from local_ccm.lbipam.api import Obj
 from local_ccm.lbipam.core.writes import FINALIZER
 from local_ccm.lbipam.metrics import LbMetrics
 from local_ccm.lbipam.run import Controller
 from tests.fakes.clock import FakeClock, settle
+from tests.fakes.informer import Unused
 
 POOL = {"apiVersion": "lb.local-ccm.io/v1alpha1", "kind": "LoadBalancerIPPool",
         "metadata": {"name": "p", "uid": "pu"},
         "spec": {"addresses": ["198.18.0.0/24"]}}  # fmt: skip
-
-
-class Unused:
-    """A ListWatch the tests never run (the caches are primed)."""
-
-    async def list_page(self, continue_token: str | None) -> Page:
-        raise AssertionError("not listed")
-
-    def watch(
-        self, resource_version: str, timeout_seconds: int | None
-    ) -> AsyncIterator[WatchEvent]:
-        raise AssertionError("not watched")
 
 
 class FakeLbApi:
