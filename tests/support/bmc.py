@@ -12,19 +12,23 @@ import secrets
 import ssl
 import sys
 import urllib.request
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from local_ccm.bmc.api import NODEBMCS, SECRETS
 from local_ccm.kube.client import Client, Obj
 from local_ccm.kube.errors import Conflict, NotFound
 from local_ccm.names import SHUTDOWN_TAINT
-from tests.support import nodes
+from tests.support import crds, nodes
 from tests.support import resources as r
+from tests.support.binaries import ensure
 from tests.support.controlplane import ControlPlane
+from tests.support.dedicated import dedicated_plane
 from tests.support.processes import Child, free_port, spawn
 from tests.support.waiting import eventually
 
@@ -34,6 +38,18 @@ CRD_FILE = (Path(__file__).resolve().parents[2] / "charts" / "local-ccm" / "file
 TABLE = "application/json;as=Table;g=meta.k8s.io;v=v1"  # what kubectl get asks for
 POLL = "1s"  # --bmc-poll-interval in the scenarios
 SETTLE = 20.0  # seconds for the controller to act on a change (a few polls, one backoff)
+
+
+@contextlib.contextmanager
+def plane_with_crd(config: pytest.Config, name: str) -> Iterator[ControlPlane]:
+    """A kube-apiserver of its own (`name`) with the NodeBMC CRD established."""
+    with dedicated_plane(config, ensure(["etcd", "kube-apiserver"]), name) as started:
+        kube = Client.from_kubeconfig(started.admin_kubeconfig, field_manager="bm-test")
+        try:
+            crds.install(kube, (CRD_FILE,))
+        finally:
+            kube.close()
+        yield started
 
 
 def start(kubeconfig: Path, log: Path, credentials_namespace: str, *extra: str) -> Controller:

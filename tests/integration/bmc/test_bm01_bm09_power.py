@@ -32,11 +32,9 @@ from local_ccm.bmc.api import NODEBMCS
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import Invalid, NotFound
 from local_ccm.names import SHUTDOWN_TAINT
-from tests.support import bmc, crds, pki
+from tests.support import bmc, pki
 from tests.support import resources as r
-from tests.support.binaries import Binaries, ensure
 from tests.support.controlplane import ControlPlane
-from tests.support.dedicated import dedicated_plane
 from tests.support.fakebmc import PASSWORD, USERNAME, FakeBmc, Reply
 from tests.support.processes import tail
 from tests.support.sushy import SushyEmulator
@@ -49,13 +47,7 @@ CREDENTIALS = "bmc-credentials"
 
 @pytest.fixture(scope="module")
 def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
-    binaries: Binaries = ensure(["etcd", "kube-apiserver"])
-    with dedicated_plane(request.config, binaries, "bmc") as started:
-        kube = Client.from_kubeconfig(started.admin_kubeconfig, field_manager="bm-test")
-        try:
-            crds.install(kube, (bmc.CRD_FILE,))
-        finally:
-            kube.close()
+    with bmc.plane_with_crd(request.config, "bmc") as started:
         yield started
 
 

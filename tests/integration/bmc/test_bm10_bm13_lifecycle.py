@@ -34,11 +34,9 @@ from local_ccm.kube.client import Client, Obj
 from local_ccm.lifecycle.api import VOLUME_ATTACHMENTS
 from local_ccm.names import POWER_OFF_ANNOTATION
 from local_ccm.runtime.events import rfc3339
-from tests.support import bmc, crds, fencing
+from tests.support import bmc, fencing
 from tests.support import resources as r
-from tests.support.binaries import Binaries, ensure
 from tests.support.controlplane import ControlPlane
-from tests.support.dedicated import dedicated_plane
 from tests.support.netns import HostLink, NetnsFactory
 from tests.support.processes import tail
 from tests.support.sushy import SushyEmulator
@@ -54,13 +52,7 @@ FENCE = ("--out-of-service-taint", "--bmc-fencing")
 
 @pytest.fixture(scope="module")
 def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
-    binaries: Binaries = ensure(["etcd", "kube-apiserver"])
-    with dedicated_plane(request.config, binaries, "bmclc") as started:
-        kube = Client.from_kubeconfig(started.admin_kubeconfig, field_manager="bm-test")
-        try:
-            crds.install(kube, (bmc.CRD_FILE,))
-        finally:
-            kube.close()
+    with bmc.plane_with_crd(request.config, "bmclc") as started:
         yield started
 
 
