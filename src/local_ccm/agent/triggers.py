@@ -19,7 +19,6 @@ from local_ccm.agent.core.timing import MONITOR_BACKOFF, debounce_wait
 from local_ccm.clock import Clock
 from local_ccm.netlink import Change
 
-log = logging.getLogger(__name__)
 WATCH_GRACE = 60.0  # readiness tolerates a reconnecting watch this long
 TIMERS = frozenset({"tick", "resync"})  # a burst of only these starts at once: no debounce
 ChangeSource = Callable[[], AsyncIterator[Sequence[Change]]]
