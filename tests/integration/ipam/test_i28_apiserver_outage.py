@@ -22,6 +22,7 @@ from tests.support import resources as r
 from tests.support.binaries import Binaries
 from tests.support.controlplane import ControlPlane
 from tests.support.dedicated import dedicated_plane, restart_apiserver, stop_apiserver
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(180)
 OUTAGE = 15.0
@@ -67,7 +68,11 @@ def test_i28_leader_exits_3_and_sends_no_patch_during_an_outage(
     proc = start_ipam(*FAST_ELECTION, leader_election=True)
     proc.wait_ready()
     gets(kube, name_of(new_node("before", labels={"o": "1"})), ["10.88.0.0/24"])
-    before = proc.metric(*NODE_PATCHES)
+    # The Node shows its CIDR as soon as the API server has the PATCH; the controller counts it
+    # when the answer is back, a moment later. Take the baseline once that one PATCH is counted.
+    before = eventually(
+        lambda: proc.metric(*NODE_PATCHES) or None, timeout=10, message="the first PATCH counted"
+    )
     command = stop_apiserver(control_plane)
     stopped = time.monotonic()
     samples: list[float | None] = []
