@@ -151,7 +151,7 @@ BENCH_VARS := BENCH_ROUNDS BENCH_AGENT_IDLE BENCH_AGENT_CHANGES BENCH_HOUR BENCH
 bench-compare: test-bins ## ours vs the Go originals, interleaved; rewrites docs/benchmarks.md's tables and plots
 	$(PY) -m tests.support.originals ensure
 	$(foreach v,$(BENCH_VARS),$(v)='$($(v))') timeout 8h unshare --net sh -c 'ip link set lo up && \
-	  exec $(PY) -m pytest -m compare -s -p no:cacheprovider tests/bench/test_compare.py'; status=$$?; \
+	  exec $(PY) -m pytest -m compare -s -p no:cacheprovider tests/bench/test_compare*.py'; status=$$?; \
 	$(PY) -m tests.bench.plots --from test-artifacts/bench && \
 	$(PY) -m tests.bench.compare_report && exit $$status
 

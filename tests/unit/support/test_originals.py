@@ -25,9 +25,11 @@ def entry(**changes: Any) -> dict[str, Any]:
     return {**base, **changes}
 
 
-def test_the_committed_pins_parse_and_name_three_originals() -> None:
+def test_the_committed_pins_parse_and_name_every_peer() -> None:
     names = [x.name for x in o.load_originals()]
-    assert names == ["go-local-ccm", "go-node-lifecycle-controller", "go-node-ipam-controller"]
+    assert names == ["go-local-ccm", "go-node-lifecycle-controller", "go-node-ipam-controller",
+                     "go-metallb-controller", "go-kube-vip-cloud-provider",
+                     "go-kubelet-csr-approver"]  # fmt: skip
 
 
 def test_every_problem_is_reported_at_once() -> None:
