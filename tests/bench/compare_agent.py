@@ -14,6 +14,10 @@ is on the server and costs the client nothing). An admin watch on the Node times
 - steady RSS: VmRSS after the idle window (ours after a metrics scrape, metrics on);
 - address change → status: ``ip addr add`` the new address, ``ip addr del`` the old one,
   until the watch delivers the Node with the new ExternalIP.
+
+The floors (``floor-sync``, ``floor-loop``: tests/bench/floor_agent.py) run the same way with
+ours' identity and flags, for the start-up only (no idle window, no address change): the least
+a Python process spends making ours' start-up requests, with and without an event loop.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import os
 import secrets
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -50,6 +55,8 @@ STARTUP_SETTLE = 3.0  # s after the taint is removed; the Go agent's next pass i
 WAIT = 60.0  # s for any single observation; a run that does not see it fails loudly
 CHANGE_WAIT = 30.0  # the Go agent notices an address change on its next 10 s pass
 PAUSE = 1.0  # s between one change being seen and the next
+FLOOR = Path(__file__).with_name("floor_agent.py")
+FLOORS = ("floor-sync", "floor-loop")
 
 
 @dataclass(frozen=True)
@@ -64,17 +71,19 @@ class AgentBench:
 
 
 def _identity(bench: AgentBench, impl: str, user: str) -> Path:
-    if impl == "ours":
+    if impl == "ours" or impl in FLOORS:
         grant_agent(bench.kube, user, {}, lambda *a, **k: None, bench.rbac)
         return bench.plane.user_kubeconfig(user, [])
     return bench.plane.user_kubeconfig(user, ["system:masters"])
 
 
 def _start(bench: AgentBench, impl: str, node: str, kubeconfig: Path, log: Path) -> AgentProcess:
-    binary = LOCAL_CCM if impl == "ours" else str(bench.go_binary)
+    program = {"ours": [LOCAL_CCM], "go": [str(bench.go_binary)]}.get(impl)
+    if program is None:  # a floor: the script run as ours is, by the same interpreter
+        program = [sys.executable, str(FLOOR), f"--floor-mode={impl.removeprefix('floor-')}"]
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "NODE_NAME")}
-    env |= AS_SHIPPED if impl == "ours" else {}
-    argv = [binary, f"--kubeconfig={kubeconfig}", f"--node-name={node}"]
+    env |= AS_SHIPPED if impl != "go" else {}
+    argv = [*program, f"--kubeconfig={kubeconfig}", f"--node-name={node}"]
     started = time.monotonic()
     cmd = ["ip", "netns", "exec", bench.up.node.name, *argv]
     return AgentProcess(spawn(f"agent-{impl}", cmd, log, env=env), bench.up.node.name, started)
@@ -150,6 +159,16 @@ def _measure(bench: AgentBench, agent: AgentProcess, watcher: NodeWatcher, *, us
         "idle_cpu_s_per_hour": round(fine * 3600 / elapsed, 3),
         "rss_mib": round(rss_kib / 1024, 1),
         "address_change_s": [round(x, 3) for x in latencies],
+    }
+
+
+def floor_values(run: dict[str, Any]) -> dict[str, float | None]:
+    """What a floor's run measures: its start-up (and, for the record, its RSS)."""
+    return {
+        "agent_start_to_untaint_s": run["start_to_untaint_s"],
+        "agent_start_to_addresses_s": run["start_to_addresses_s"],
+        "agent_startup_requests": run["startup_requests"],
+        "agent_rss_mib": run["rss_mib"],
     }
 
 

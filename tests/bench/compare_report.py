@@ -4,7 +4,8 @@
 Reads the newest ``compare-{agent,ipam,lifecycle}-<stamp>.json`` under docs/bench/data (where
 ``python -m tests.bench.plots --from test-artifacts/bench`` has copied them) and replaces the
 generated parts of the page between its ``<!-- bench-compare:... -->`` markers. The rendering
-is tests/bench/compare_stats.py `render_page` (pure).
+is tests/bench/compare_stats.py `render_page` (pure); the start-up table against the Python
+floor, tests/bench/floor_stats.py.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.bench import compare_stats, plot_data
+from tests.bench import compare_stats, floor_stats, plot_data
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "docs" / "bench" / "data"
@@ -42,8 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not results:
         print(f"compare report: no compare-*.json in {args.data}", file=sys.stderr)
         return 1
-    page = args.page.read_text()
-    args.page.write_text(compare_stats.render_page(page, results))
+    page = compare_stats.render_page(args.page.read_text(), results)
+    args.page.write_text(floor_stats.render(page, results))
     print(f"compare report: {args.page} from {', '.join(sorted(results))}")
     return 0
 

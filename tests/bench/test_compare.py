@@ -105,7 +105,7 @@ def write(component: str, binaries: Binaries, plane: ControlPlane, body: dict[st
 
 def collect(rounds: dict[str, dict[str, list[Any]]], impl: str, values: dict[str, Any]) -> None:
     for key, value in values.items():
-        rounds.setdefault(key, {"ours": [], "go": []})[impl].append(value)
+        rounds.setdefault(key, {"ours": [], "go": []}).setdefault(impl, []).append(value)
 
 
 def provenance(built: originals.Built, name: str) -> dict[str, Any]:
@@ -153,6 +153,10 @@ def test_compare_agent(  # noqa: PLR0917 (pytest passes fixtures by name)
                                               changes=settings.agent_changes)  # fmt: skip
                 runs.append(run)
                 collect(rounds, impl, compare_agent.metric_values(run))
+            for impl in compare_agent.FLOORS:  # start-up only: a few seconds each
+                run = compare_agent.run_agent(bench, impl, f"r{i}", idle_s=1.0, changes=0)
+                runs.append(run)
+                collect(rounds, impl, compare_agent.floor_values(run))
     write("agent", binaries, agent_plane, {
         "settings": settings.as_dict(), "originals": {"go": provenance(built, "go-local-ccm")},
         "rounds": rounds, "runs": runs, "loadavg_samples": load.samples,

@@ -50,7 +50,7 @@ def test_summaries_take_medians_drop_missing_rounds_and_keep_table_order() -> No
 
 
 def test_the_table_has_a_row_per_metric_with_ratio_spread_and_verdict() -> None:
-    (row,) = c.summarize({"agent_start_to_untaint_s": {"ours": [0.5, 0.7], "go": [1.0, 1.2]}})
+    (row,) = c.summarize({"agent_idle_cpu_s_per_node_hour": {"ours": [0.5, 0.7], "go": [1.0, 1.2]}})
     table = c.comparison_table([row]).splitlines()
     assert len(table) == 3
     assert (
