@@ -16,11 +16,16 @@ VmHWM at the end. The Go controller's client is fixed at client-go's defaults (5
 10); ours runs once at the same limits and once at its defaults. The Go controller authenticates
 with a ``system:masters`` certificate (its own chart's ClusterRole is not ours), ours with
 the chart's RBAC and a ServiceAccount token.
+
+The floors (``floor-sync``, ``floor-loop``: tests/bench/floor_ipam.py) run the same way at the
+same 5 QPS with ours' token: the least a Python process spends watching Nodes and PATCHing
+their CIDRs, for the start-up row against the floor and, beside it, CPU per 1 000 Nodes.
 """
 
 from __future__ import annotations
 
 import secrets
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,6 +57,8 @@ SAME_QPS = ("--kube-api-qps=5", "--kube-api-burst=10")  # client-go's defaults, 
 CREATORS = 4
 GO_CLIENT = "client-go defaults, no flag: 5 QPS, burst 10"
 POLL = 1.0
+FLOOR = Path(__file__).with_name("floor_ipam.py")
+FLOORS = ("floor-sync", "floor-loop")
 
 
 @dataclass(frozen=True)
@@ -75,10 +82,13 @@ def _spawn(bench: IpamBench, impl: str, port: int, qps: Sequence[str], log: Path
                 f"--webserver-bind-address=127.0.0.1:{port}"]  # fmt: skip
     else:
         kubeconfig = bench.plane.token_kubeconfig(harness.SA, bench.namespace)
-        argv = [*bench.ours, f"--kubeconfig={kubeconfig}",
+        program = list(bench.ours)
+        if impl in FLOORS:  # the script run as ours is, by the same interpreter
+            program = [sys.executable, str(FLOOR), f"--floor-mode={impl.removeprefix('floor-')}"]
+        argv = [*program, f"--kubeconfig={kubeconfig}",
                 "--enable-leader-election=false", f"--health-probe-address=127.0.0.1:{port}",
                 *qps]  # fmt: skip
-    shipped = AS_SHIPPED if impl == "ours" else {}
+    shipped = AS_SHIPPED if impl != "go" else {}
     return spawn(f"ipam-{impl}", argv, log, env={"PATH": "/usr/bin:/bin", **shipped})
 
 
@@ -161,7 +171,7 @@ def run_ipam(bench: IpamBench, impl: str, tag: str, *, qps: Sequence[str], count
         child.stop(grace=15)
     _clean(bench.kube, pool, selects)
     return {
-        "impl": impl, "tag": tag, "flags": list(qps) if impl == "ours" else [GO_CLIENT],
+        "impl": impl, "tag": tag, "flags": [GO_CLIENT] if impl == "go" else list(qps),
         "nodes": count,
         "spawn_to_ready_s": round(ready_s, 2), "startup_cpu_s": round(cpu0 + children0, 4),
         "startup_children_cpu_s": round(children0, 2),
@@ -181,6 +191,15 @@ def _clean(kube: Client, pool: str, selects: dict[str, str]) -> None:
         kube.delete(r.NODES, node)
     kube.patch(r.CLUSTER_CIDRS, pool, {"metadata": {"finalizers": None}}, patch_type="merge")
     kube.delete(r.CLUSTER_CIDRS, pool)
+
+
+def floor_values(run: dict[str, Any]) -> dict[str, float | None]:
+    """What a floor's run is compared on: start-up and CPU at the same 5 QPS."""
+    return {
+        "ipam_startup_cpu_s": run["startup_cpu_s"],
+        "ipam_cpu_per_1000_same_qps_s": run["cpu_per_1000_s"],
+        "ipam_rss_ready_mib": run["rss_ready_mib"],
+    }
 
 
 def metric_values(same: dict[str, Any], default: dict[str, Any] | None) -> dict[str, float | None]:

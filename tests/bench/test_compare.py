@@ -230,6 +230,11 @@ def test_compare_ipam(  # noqa: PLR0917 (pytest passes fixtures by name)
             runs += [same["ours"], same["go"], default]
             collect(rounds, "ours", compare_ipam.metric_values(same["ours"], default))
             collect(rounds, "go", compare_ipam.metric_values(same["go"], None))
+            for impl in compare_ipam.FLOORS:
+                run = compare_ipam.run_ipam(bench, impl, f"{impl}-r{i}", qps=compare_ipam.SAME_QPS,
+                                            count=settings.ipam_nodes, timeout=timeout)  # fmt: skip
+                runs.append(run)
+                collect(rounds, impl, compare_ipam.floor_values(run))
     track.cleanup()
     kube.close()
     write("ipam", binaries, ipam_plane, {
