@@ -26,11 +26,16 @@ class FloorRow:
     component: str
     label: str
     unit: str
+    goal: float | None = GOAL  # ours ≤ goal × the floor of its shape; None: shown, no goal
 
 
 ROWS = (
     FloorRow("agent_start_to_untaint_s", "agent", "agent start → taint removed (median)", "s"),
     FloorRow("ipam_startup_cpu_s", "ipam", "IPAM start-up CPU (spawn → ready)", "CPU-s"),
+    # Its goal is against Go (the main table); here for what the floor of the same work costs.
+    FloorRow(
+        "ipam_cpu_per_1000_same_qps_s", "ipam", "IPAM CPU per 1 000 Nodes, 5 QPS", "CPU-s", None
+    ),
 )
 
 
@@ -57,12 +62,17 @@ def floor_table(results: Mapping[str, Result]) -> str:
             continue
         to_shaped = ratio(_median(ours), _median(shaped))
         to_bare = ratio(_median(ours), _median(bare))
-        met = "n/a" if to_shaped is None else ("met" if to_shaped <= GOAL else "missed")
-        verdict = f"**{met}** ({ratio_text(to_shaped)})" if to_shaped is not None else met
+        if row.goal is None:
+            goal, verdict = "–", "–"
+        elif to_shaped is None:
+            goal, verdict = f"≤ {row.goal:g}× floor", "n/a"
+        else:
+            met = "met" if to_shaped <= row.goal else "missed"
+            goal, verdict = f"≤ {row.goal:g}× floor", f"**{met}** ({ratio_text(to_shaped)})"
         lines.append(
             f"| {row.label} | {row.unit} | {number(_median(ours))} | {number(_median(shaped))} | "
             f"{ratio_text(to_shaped)} | {number(_median(bare))} | {ratio_text(to_bare)} | "
-            f"{span(ours)} | {span(shaped)} | ≤ {GOAL:g}× floor | {verdict} |"
+            f"{span(ours)} | {span(shaped)} | {goal} | {verdict} |"
         )
     return "\n".join(lines)
 

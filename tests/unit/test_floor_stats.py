@@ -37,3 +37,11 @@ def test_the_table_lands_between_its_markers() -> None:
     assert "old" not in out
     assert out.startswith("a\n<!-- bench-compare:floor:begin -->\n| metric |")
     assert out.endswith("<!-- bench-compare:floor:end -->\nb\n")
+
+
+def test_a_row_without_a_goal_shows_the_floor_and_no_verdict() -> None:
+    rounds = {"ipam_cpu_per_1000_same_qps_s": {"ours": [4.0], "go": [1.8], "floor-loop": [0.9],
+                                               "floor-sync": [0.6]}}  # fmt: skip
+    (row,) = f.floor_table({"ipam": {"rounds": rounds}}).splitlines()[2:]
+    assert row.startswith("| IPAM CPU per 1 000 Nodes, 5 QPS | CPU-s | 4.00 | 0.900 | 4.44× |")
+    assert row.endswith("| – | – |")
