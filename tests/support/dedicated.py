@@ -36,12 +36,14 @@ def dedicated_plane(
     name: str,
     *,
     scale: bool = False,
+    audit: bool = False,
     apiserver: str = APISERVER,
 ) -> Iterator[ControlPlane]:
     """Start a plane of its own for the duration of the `with` block.
 
-    `apiserver` names the ensured kube-apiserver to run (recipes.APISERVER_POLICY_MINIMUM for
-    the admission policy's oldest version); the plane checks `/version` against its pin.
+    `audit` turns the apiserver's audit log on (level Metadata; tests/support/audit.py reads
+    it). `apiserver` names the ensured kube-apiserver to run (recipes.APISERVER_POLICY_MINIMUM
+    for the admission policy's oldest version); the plane checks `/version` against its pin.
     """
     state = run_state(config)
     opts = Options(
@@ -51,6 +53,7 @@ def dedicated_plane(
         plane=f"{name}-{secrets.token_hex(3)}",
         keep=state.keep_control_plane,
         scale=scale,
+        audit=audit,
         apiserver=apiserver,
     )
     plane = start_control_plane(binaries, opts)
