@@ -144,9 +144,12 @@ bench: test-bins ## scale and benchmark tier (never part of make test), then `ma
 # Ours vs the Go originals on the same control planes (docs/benchmarks.md). The Go sources are
 # tarballs found through LOCAL_CCM_ORIGINALS_DIR (tests/bench/originals.toml pins them). Scale:
 # BENCH_ROUNDS BENCH_AGENT_IDLE BENCH_AGENT_CHANGES BENCH_HOUR=1 BENCH_IPAM_NODES
-# BENCH_LIFECYCLE_NODES BENCH_LIFECYCLE_WINDOW BENCH_LIFECYCLE_TIMEOUT (defaults: about 15 min).
+# BENCH_LIFECYCLE_NODES BENCH_LIFECYCLE_WINDOW BENCH_LIFECYCLE_TIMEOUT (defaults: about 15 min);
+# the LoadBalancer peers: BENCH_LB_SERVICES (comma list of sizes) BENCH_LB_ROUNDS
+# BENCH_LB_KUBEVIP_MAX.
 BENCH_VARS := BENCH_ROUNDS BENCH_AGENT_IDLE BENCH_AGENT_CHANGES BENCH_HOUR BENCH_IPAM_NODES \
-	BENCH_LIFECYCLE_NODES BENCH_LIFECYCLE_WINDOW BENCH_LIFECYCLE_TIMEOUT
+	BENCH_LIFECYCLE_NODES BENCH_LIFECYCLE_WINDOW BENCH_LIFECYCLE_TIMEOUT \
+	BENCH_LB_SERVICES BENCH_LB_ROUNDS BENCH_LB_KUBEVIP_MAX
 .PHONY: bench-compare
 bench-compare: test-bins ## ours vs the Go originals, interleaved; rewrites docs/benchmarks.md's tables and plots
 	$(PY) -m tests.support.originals ensure

@@ -4,8 +4,9 @@
 Reads the newest ``compare-{agent,ipam,lifecycle}-<stamp>.json`` under docs/bench/data (where
 ``python -m tests.bench.plots --from test-artifacts/bench`` has copied them) and replaces the
 generated parts of the page between its ``<!-- bench-compare:... -->`` markers. The rendering
-is tests/bench/compare_stats.py `render_page` (pure); the start-up table against the Python
-floor, tests/bench/floor_stats.py.
+is tests/bench/compare_stats.py `render_page` (pure); the LoadBalancer peers' tables
+(``compare-lb``), tests/bench/compare_peers.py; the start-up table against the Python floor,
+tests/bench/floor_stats.py.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.bench import compare_stats, floor_stats, plot_data
+from tests.bench import compare_peers, compare_stats, floor_stats, plot_data
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "docs" / "bench" / "data"
@@ -27,7 +28,7 @@ PAGE = ROOT / "docs" / "benchmarks.md"
 def newest_results(data: Path) -> dict[str, Any]:
     newest = plot_data.newest_by_kind(p.name for p in data.glob("compare-*.json"))
     found = {}
-    for component in compare_stats.COMPONENTS:
+    for component in (*compare_stats.COMPONENTS, compare_peers.COMPONENT):
         chosen = newest.get(f"compare-{component}")
         if chosen is not None:
             found[component] = json.loads((data / chosen.name).read_text())
@@ -44,7 +45,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"compare report: no compare-*.json in {args.data}", file=sys.stderr)
         return 1
     page = compare_stats.render_page(args.page.read_text(), results)
-    args.page.write_text(floor_stats.render(page, results))
+    page = floor_stats.render(page, results)
+    if lb := results.get(compare_peers.COMPONENT):
+        page = compare_peers.render_page(page, lb)
+    args.page.write_text(page)
     print(f"compare report: {args.page} from {', '.join(sorted(results))}")
     return 0
 

@@ -378,6 +378,12 @@ class Settings:
     lifecycle_window_s: float = 30.0
     lifecycle_timeout_s: float = 10.0
     agent_hour_s: float = 0.0
+    # The LoadBalancer comparison (tests/bench/test_compare_lb.py): Services per run, one size
+    # after the other; its rounds (0: `rounds`); kube-vip-cloud-provider only up to this many
+    # Services (its client is fixed at 5 QPS: about 0.8 s per Service).
+    lb_services: tuple[int, ...] = (200,)
+    lb_rounds: int = 0
+    lb_kubevip_max: int = 1000
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -391,6 +397,8 @@ ENV_NAMES = {
     "lifecycle_nodes": "BENCH_LIFECYCLE_NODES",
     "lifecycle_window_s": "BENCH_LIFECYCLE_WINDOW",
     "lifecycle_timeout_s": "BENCH_LIFECYCLE_TIMEOUT",
+    "lb_rounds": "BENCH_LB_ROUNDS",
+    "lb_kubevip_max": "BENCH_LB_KUBEVIP_MAX",
 }
 
 
@@ -419,6 +427,13 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
         problems.append(f"BENCH_HOUR={hours!r} is not a number of hours")
     if values.get("agent_changes", 2) % 2:
         problems.append("BENCH_AGENT_CHANGES must be even (each run ends on its first address)")
+    if services := env.get("BENCH_LB_SERVICES", "").strip():
+        try:
+            values["lb_services"] = tuple(int(n) for n in services.split(","))
+        except ValueError:
+            problems.append(f"BENCH_LB_SERVICES={services!r} is not a comma list of numbers")
+        if any(n <= 0 for n in values.get("lb_services", ())):
+            problems.append(f"BENCH_LB_SERVICES={services!r} must be positive")
     if problems:
         raise ValueError("; ".join(problems))
     return Settings(**values)

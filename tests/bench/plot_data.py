@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
+from tests.bench import compare_peers as cp
 from tests.bench import compare_stats as cs
 
 Result = Mapping[str, Any]
@@ -412,6 +413,22 @@ def compare_panels(component: str) -> Callable[[Result], tuple[Panel, ...]]:
     return panels
 
 
+# The LoadBalancer comparison's rows drawn, at every size (the rest are in its tables).
+PEER_PLOTTED = ("lb_addressed_s", "lb_cpu_ms_per_service", "lb_requests_per_service",
+                "lb_rss_peak_mib", "lb_gone_s", "lb_restart_writes")  # fmt: skip
+
+
+def peer_panels(result: Result) -> tuple[Panel, ...]:
+    """Ours beside each peer that ran, every round a point: one panel per drawn row and size."""
+    return tuple(
+        Strip(f"{row.metric.label}, {size:,} Services ({row.verdict})", row.metric.unit,
+              tuple(Series(cp.NAMES[i], row.values[i]) for i in cp.IMPLS if row.values[i]))
+        for size, (found, _) in cp.sizes_of(result).items()
+        for row in found
+        if row.metric.key in PEER_PLOTTED
+    )  # fmt: skip
+
+
 # ------------------------------------------------------------------ the plots
 @dataclass(frozen=True)
 class PlotKind:
@@ -458,6 +475,9 @@ PLOTS = (
     PlotKind("compare-lifecycle", "compare-lifecycle",
              "node-lifecycle-controller: ours vs Go local-ccm v0.3.0, per round",
              compare_panels("lifecycle")),
+    PlotKind("compare-lb", "compare-lb",
+             "service-lb-ipam: ours vs MetalLB v0.16.1 and kube-vip-cloud-provider v0.0.12, "
+             "per round", peer_panels),
 )  # fmt: skip
 
 
