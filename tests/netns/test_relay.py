@@ -12,6 +12,7 @@ import pytest
 from local_ccm.netlink import run_in_netns
 from tests.support.netns import NetnsFactory
 from tests.support.relay import LoopbackRelay
+from tests.support.waiting import eventually
 
 
 @pytest.fixture
@@ -110,3 +111,19 @@ def test_relay_sockets_send_small_pieces_at_once(
 
     assert len(relayed) == 2
     assert all(nodelay), nodelay
+
+
+def test_relay_in_the_own_namespace_counts_the_bytes_each_way(
+    echo_server: tuple[str, int],
+) -> None:
+    """``netns=None``: a relay in front of one client in the test's own namespace, counting what
+    the client wrote (``sent``) and read (``received``), as the whole-stack bench measures each
+    process's response bytes."""
+    with LoopbackRelay(None, echo_server, port=0) as relay:
+        with socket.create_connection(("127.0.0.1", relay.port), timeout=5) as sock:
+            payload = bytes(range(256)) * 1024
+            assert _round_trip(sock, payload) == payload
+        eventually(lambda: relay.received == len(payload), timeout=5, message="all counted")
+
+    assert relay.sent == len(payload)
+    assert relay.netns == "host"

@@ -4,6 +4,10 @@ A short-lived thread enters the namespace, opens a listening TCP socket on ``127
 there and leaves; the socket stays in the namespace. Each connection accepted on it is piped to
 ``target`` (host, port) in the test process's own namespace. TLS passes through untouched, so a
 process inside the namespace reaches the test apiserver at the same ``127.0.0.1:<port>`` URL.
+
+``netns=None`` listens in the test process's own namespace instead: a relay in front of one
+client, so that ``received`` counts the bytes that client read from the server (responses on
+the wire, after TLS and any compression) and ``sent`` what it wrote.
 """
 
 from __future__ import annotations
@@ -28,21 +32,27 @@ class LoopbackRelay:
 
     def __init__(
         self,
-        netns: str,
+        netns: str | None,
         target: tuple[str, int],
         *,
         port: int | None = None,
         host: str = "127.0.0.1",
     ) -> None:
-        """Listen on ``host:port`` in ``netns`` (``host`` must be an address there);
-        ``port`` defaults to the target's port, 0 picks a free one."""
-        self.netns = netns
+        """Listen on ``host:port`` in ``netns`` (``host`` must be an address there; None: the
+        test process's own namespace); ``port`` defaults to the target's port, 0 picks a free
+        one."""
+        self.netns = netns or "host"
         self.target = target
         listen_port = target[1] if port is None else port
-        self._listener = run_in_netns(
-            netns, lambda: socket.create_server((host, listen_port), backlog=64)
-        )
+
+        def listen() -> socket.socket:
+            return socket.create_server((host, listen_port), backlog=64)
+
+        self._listener = run_in_netns(netns, listen) if netns else listen()
         self.port: int = self._listener.getsockname()[1]
+        #: Bytes passed on so far: client -> target (`sent`) and target -> client (`received`).
+        self.sent = 0
+        self.received = 0
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
         self._closed = False
@@ -91,7 +101,14 @@ class LoopbackRelay:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if not self._track(client, upstream):
                 return
-            Pair(client, upstream, self._untrack).start()
+            Pair(client, upstream, self._untrack, self._count).start()
+
+    def _count(self, to_target: bool, size: int) -> None:
+        with self._lock:
+            if to_target:
+                self.sent += size
+            else:
+                self.received += size
 
     def _track(self, *socks: socket.socket) -> bool:
         with self._lock:
@@ -110,15 +127,17 @@ class LoopbackRelay:
 
 
 class Pair:
-    """Two pumps, one per direction; a half-close (EOF) is passed on with shutdown(SHUT_WR)."""
+    """Two pumps, one per direction; a half-close (EOF) is passed on with shutdown(SHUT_WR).
+    ``count(a_to_b, size)`` is told every chunk passed on."""
 
     def __init__(
         self,
         a: socket.socket,
         b: socket.socket,
         done: Callable[[socket.socket, socket.socket], None],
+        count: Callable[[bool, int], None] = lambda _a_to_b, _size: None,
     ) -> None:
-        self._a, self._b, self._done = a, b, done
+        self._a, self._b, self._done, self._count = a, b, done, count
         self._remaining = 2
         self._lock = threading.Lock()
 
@@ -127,9 +146,11 @@ class Pair:
             threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
 
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        a_to_b = src is self._a
         try:
             while data := src.recv(CHUNK):
                 dst.sendall(data)
+                self._count(a_to_b, len(data))
             dst.shutdown(socket.SHUT_WR)
         except OSError:
             for sock in (src, dst):  # one side failed: cut both directions
