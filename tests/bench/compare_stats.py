@@ -287,7 +287,7 @@ def replace_between(page: str, name: str, body: str) -> str:
     return page[: start + len(begin)] + "\n" + body.rstrip("\n") + "\n" + page[stop:]
 
 
-COMPONENTS = ("agent", "agent-hour", "ipam", "lifecycle")
+COMPONENTS = ("agent", "agent-hour", "ipam", "lifecycle", "stack")
 
 
 # The settings each component's run depends on (a component may be run alone, at its own scale).
@@ -296,6 +296,7 @@ COMPONENT_SETTINGS = {
     "agent-hour": ("agent_hour_s",),
     "ipam": ("rounds", "ipam_nodes"),
     "lifecycle": ("rounds", "lifecycle_nodes", "lifecycle_window_s", "lifecycle_timeout_s"),
+    "stack": ("stack_nodes", "stack_window_s", "stack_agents", "stack_services", "stack_churn_s"),
 }
 
 
@@ -384,6 +385,15 @@ class Settings:
     lb_services: tuple[int, ...] = (200,)
     lb_rounds: int = 0
     lb_kubevip_max: int = 1000
+    # The whole stack side by side (tests/bench/test_compare_stack.py): kwok Nodes per plane,
+    # the window (BENCH_HOUR, when set and BENCH_STACK_WINDOW is not, makes it that many
+    # hours), real agents measured per side, LoadBalancer Services kept live, and the period
+    # of the trickle (one Service created, one deleted and one CSR every that many seconds).
+    stack_nodes: int = 100
+    stack_window_s: float = 180.0
+    stack_agents: int = 5
+    stack_services: int = 10
+    stack_churn_s: float = 30.0
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -397,6 +407,11 @@ ENV_NAMES = {
     "lifecycle_nodes": "BENCH_LIFECYCLE_NODES",
     "lifecycle_window_s": "BENCH_LIFECYCLE_WINDOW",
     "lifecycle_timeout_s": "BENCH_LIFECYCLE_TIMEOUT",
+    "stack_nodes": "BENCH_STACK_NODES",
+    "stack_window_s": "BENCH_STACK_WINDOW",
+    "stack_agents": "BENCH_STACK_AGENTS",
+    "stack_services": "BENCH_STACK_SERVICES",
+    "stack_churn_s": "BENCH_STACK_CHURN",
     "lb_rounds": "BENCH_LB_ROUNDS",
     "lb_kubevip_max": "BENCH_LB_KUBEVIP_MAX",
 }
@@ -434,6 +449,8 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
             problems.append(f"BENCH_LB_SERVICES={services!r} is not a comma list of numbers")
         if any(n <= 0 for n in values.get("lb_services", ())):
             problems.append(f"BENCH_LB_SERVICES={services!r} must be positive")
+    if "stack_window_s" not in values and values.get("agent_hour_s"):
+        values["stack_window_s"] = values["agent_hour_s"]
     if problems:
         raise ValueError("; ".join(problems))
     return Settings(**values)

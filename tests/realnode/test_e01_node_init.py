@@ -21,8 +21,7 @@ import pytest
 from local_ccm.names import PROVIDED_NODE_IP_ANNOTATION, UNINITIALIZED_TAINT
 from tests.support import resources as r
 from tests.support.binaries import Binaries
-from tests.support.oci import host_arch, image_archive, read_archive
-from tests.support.pause import oci_arch
+from tests.support.oci import host_arch, image_archive, oci_arch, read_archive
 from tests.support.realnode_chart import NAMESPACE, install_chart, node_values, package_chart
 from tests.support.realnode_cluster import Cluster, realnode_cluster
 from tests.support.waiting import eventually

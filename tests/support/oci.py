@@ -9,14 +9,23 @@ bundle whose ``config.json`` starts from the one umoci derived from the image's 
 read-only root, no capability in any set, no new privileges. A container either joins a
 network namespace the test made (by path, as a hostNetwork pod shares the Node's) or, without
 one, shares the namespace pytest runs in (in `make test`, one with only ``lo``).
+
+:func:`binary_image` goes the other way (pure): a static binary packed as a one-layer OCI image
+archive that ``ctr images import`` takes by the name in its index: the real-node tier's pause
+image (tests/support/pause.py) and the Go original's agent in the join benchmark
+(tests/bench/test_compare_join.py). Nothing is pulled: no registry is reachable.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import gzip
+import hashlib
+import io
 import json
 import platform
+import posixpath
 import re
 import secrets
 import subprocess
@@ -28,13 +37,90 @@ from typing import Any
 
 from local_ccm import __version__
 from tests.support.agent_process import AgentProcess
-from tests.support.pause import oci_arch
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE_DIR = REPO / "build" / "image"
 KUBECONFIG_IN_CONTAINER = "/etc/local-ccm/kubeconfig"
+MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
+CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
+LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"
+ARCHES = {"x86_64": "amd64", "aarch64": "arm64"}
 
 
+def oci_arch(machine: str) -> str:
+    """``uname -m`` in OCI spelling."""
+    return ARCHES.get(machine, machine)
+
+
+# ------------------------------------------------------------------ writing an image (pure)
+def _canonical(doc: object) -> bytes:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _descriptor(media_type: str, data: bytes) -> dict[str, object]:
+    return {"mediaType": media_type, "digest": _digest(data), "size": len(data)}
+
+
+def _digest(data: bytes) -> str:
+    return f"sha256:{hashlib.sha256(data).hexdigest()}"
+
+
+def _tar(files: Sequence[tuple[str, bytes | None, int]]) -> bytes:
+    """A tar of (name, content, mode), owned by 0:0, every time stamp 0; content None is a
+    directory."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data, mode in files:
+            info = tarfile.TarInfo(name)
+            info.mode, info.mtime = mode, 0
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _parents(path: str) -> list[str]:
+    """The directories above ``path`` (relative, outermost first): ``usr``, ``usr/local``..."""
+    parts = path.split("/")[:-1]
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def binary_image(
+    binary: bytes, *, path: str, name: str, arch: str, user: str | None = None
+) -> bytes:
+    """The OCI image layout (as a tar) of one layer holding ``binary`` at the absolute ``path``
+    (mode 0755, its parent directories 0755), which is the image's entry point, run as ``user``
+    (the runtime's default, root, when None). ``name`` is both the containerd image name and,
+    after the colon, the layout's ref name. The same inputs give the same bytes."""
+    inside = posixpath.normpath(path).lstrip("/")
+    dirs: list[tuple[str, bytes | None, int]] = [(d, None, 0o755) for d in _parents(inside)]
+    layer_tar = _tar([*dirs, (inside, binary, 0o755)])
+    layer = gzip.compress(layer_tar, compresslevel=9, mtime=0)
+    run = {"Entrypoint": [f"/{inside}"], "WorkingDir": "/", **({"User": user} if user else {})}
+    config = _canonical({
+        "architecture": arch, "os": "linux", "config": run,
+        "rootfs": {"type": "layers", "diff_ids": [_digest(layer_tar)]},
+    })  # fmt: skip
+    manifest = _canonical({
+        "schemaVersion": 2, "mediaType": MANIFEST_TYPE,
+        "config": _descriptor(CONFIG_TYPE, config), "layers": [_descriptor(LAYER_TYPE, layer)],
+    })  # fmt: skip
+    names = {"io.containerd.image.name": name,
+             "org.opencontainers.image.ref.name": name.rpartition(":")[2]}  # fmt: skip
+    entry = {**_descriptor(MANIFEST_TYPE, manifest), "annotations": names}
+    index = _canonical({"schemaVersion": 2, "manifests": [entry]})
+    blobs: list[tuple[str, bytes | None, int]] = [
+        (f"blobs/sha256/{hashlib.sha256(b).hexdigest()}", b, 0o644)
+        for b in (config, layer, manifest)
+    ]
+    layout = _canonical({"imageLayoutVersion": "1.0.0"})
+    return _tar([("oci-layout", layout, 0o644), ("index.json", index, 0o644), *sorted(blobs)])
+
+
+# ------------------------------------------------------------------ reading the project's image
 def image_archive(version: str = __version__) -> Path:
     return IMAGE_DIR / f"local-ccm-{version}.oci.tar"
 

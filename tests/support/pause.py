@@ -7,23 +7,23 @@ images import`` needs no ``--base-name``. The archive is cached under the test c
 the flags, the architecture and the layout writer's revision. The name carries the key, so a
 changed pause program is a new image for containerd too.
 
-The archive writer is pure (tests/unit/test_pause_image.py); :func:`ensure_pause_image` is the
-adapter (gcc, the cache directory).
+The archive writer is pure (tests/support/oci.py's :func:`~tests.support.oci.binary_image`,
+tests/unit/support/test_pause_image.py); :func:`ensure_pause_image` is the adapter (gcc, the
+cache directory).
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
 import json
 import os
 import platform
 import subprocess
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.support.oci import binary_image, oci_arch
 
 SOURCE = Path(__file__).with_name("pause.c")
 CFLAGS = ("-static", "-Os", "-s", "-Wall", "-Werror")
@@ -32,10 +32,6 @@ LAYOUT_REVISION = 1
 # `.test` is reserved (RFC 2606): no registry answers for it, so nothing is ever pulled.
 REPOSITORY = "local-ccm.test/pause"
 USER = "65535:65535"  # the user of the upstream pause image
-MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
-CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
-LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"
-ARCHES = {"x86_64": "amd64", "aarch64": "arm64"}
 
 
 @dataclass(frozen=True)
@@ -55,56 +51,10 @@ def image_name(key: str) -> str:
     return f"{REPOSITORY}:{key}"
 
 
-def oci_arch(machine: str) -> str:
-    """``uname -m`` in OCI spelling."""
-    return ARCHES.get(machine, machine)
-
-
-def _canonical(doc: object) -> bytes:
-    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-
-
-def _descriptor(media_type: str, data: bytes) -> dict[str, object]:
-    return {"mediaType": media_type, "digest": _digest(data), "size": len(data)}
-
-
-def _digest(data: bytes) -> str:
-    return f"sha256:{hashlib.sha256(data).hexdigest()}"
-
-
-def _tar(files: list[tuple[str, bytes, int]]) -> bytes:
-    """A tar of (name, content, mode), owned by 0:0, every time stamp 0."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, data, mode in files:
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), mode, 0
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 def archive(binary: bytes, *, name: str, arch: str) -> bytes:
     """The OCI image layout (as a tar) of one layer holding ``/pause``; ``name`` is both the
     containerd image name and, after the colon, the layout's ref name."""
-    layer_tar = _tar([("pause", binary, 0o755)])
-    layer = gzip.compress(layer_tar, compresslevel=9, mtime=0)
-    config = _canonical({
-        "architecture": arch, "os": "linux",
-        "config": {"User": USER, "Entrypoint": ["/pause"], "WorkingDir": "/"},
-        "rootfs": {"type": "layers", "diff_ids": [_digest(layer_tar)]},
-    })  # fmt: skip
-    manifest = _canonical({
-        "schemaVersion": 2, "mediaType": MANIFEST_TYPE,
-        "config": _descriptor(CONFIG_TYPE, config), "layers": [_descriptor(LAYER_TYPE, layer)],
-    })  # fmt: skip
-    names = {"io.containerd.image.name": name,
-             "org.opencontainers.image.ref.name": name.rpartition(":")[2]}  # fmt: skip
-    entry = {**_descriptor(MANIFEST_TYPE, manifest), "annotations": names}
-    index = _canonical({"schemaVersion": 2, "manifests": [entry]})
-    blobs = [(f"blobs/sha256/{hashlib.sha256(b).hexdigest()}", b, 0o644)
-             for b in (config, layer, manifest)]  # fmt: skip
-    layout = _canonical({"imageLayoutVersion": "1.0.0"})
-    return _tar([("oci-layout", layout, 0o644), ("index.json", index, 0o644), *sorted(blobs)])
+    return binary_image(binary, path="/pause", name=name, arch=arch, user=USER)
 
 
 # ------------------------------------------------------------------ adapter

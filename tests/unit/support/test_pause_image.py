@@ -1,5 +1,6 @@
-"""The pause image's archive (tests/support/pause.py): an OCI layout containerd can import by
-the name in its index, byte-for-byte the same for the same inputs, keyed by them."""
+"""The pause image's archive (tests/support/pause.py) and any static binary's
+(tests/support/oci.py ``binary_image``): an OCI layout containerd can import by the name in its
+index, byte-for-byte the same for the same inputs, keyed by them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import json
 import tarfile
 from typing import Any
 
-from tests.support import pause
+from tests.support import oci, pause
 
 NAME = "local-ccm.test/pause:0123456789abcdef"
 
@@ -69,6 +70,30 @@ def test_the_key_follows_source_compiler_and_architecture() -> None:
 
 
 def test_machine_names_are_spelled_as_oci_does() -> None:
-    assert pause.oci_arch("x86_64") == "amd64"
-    assert pause.oci_arch("aarch64") == "arm64"
-    assert pause.oci_arch("riscv64") == "riscv64"
+    assert oci.oci_arch("x86_64") == "amd64"
+    assert oci.oci_arch("aarch64") == "arm64"
+    assert oci.oci_arch("riscv64") == "riscv64"
+
+
+def test_a_binary_deeper_in_the_tree_gets_its_directories_and_no_user_means_root() -> None:
+    name = "local-ccm.test/go-local-ccm:abc"
+    image = oci.binary_image(b"\x7fELF-go", path="/usr/local/bin/local-ccm", name=name,
+                             arch="amd64")  # fmt: skip
+    files = members(image)
+    (entry,) = json.loads(files["index.json"])["manifests"]
+    assert entry["annotations"]["io.containerd.image.name"] == name
+    manifest = json.loads(blob(files, entry))
+    config = json.loads(blob(files, manifest["config"]))
+    assert config["config"] == {"Entrypoint": ["/usr/local/bin/local-ccm"], "WorkingDir": "/"}
+    (layer_descriptor,) = manifest["layers"]
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(blob(files, layer_descriptor)))) as tar:
+        found = [(m.name, m.isdir(), m.mode, m.uid, m.mtime) for m in tar.getmembers()]
+        assert found == [
+            ("usr", True, 0o755, 0, 0),
+            ("usr/local", True, 0o755, 0, 0),
+            ("usr/local/bin", True, 0o755, 0, 0),
+            ("usr/local/bin/local-ccm", False, 0o755, 0, 0),
+        ]
+        binary = tar.extractfile("usr/local/bin/local-ccm")
+        assert binary is not None
+        assert binary.read() == b"\x7fELF-go"
