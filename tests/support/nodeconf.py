@@ -273,13 +273,23 @@ def _q(path: Path | str) -> str:
 
 
 def init_script(
-    files: NodeFiles, *, images: Sequence[ImageImport], kubelet_argv: Sequence[str]
+    files: NodeFiles,
+    *,
+    images: Sequence[ImageImport],
+    kubelet_argv: Sequence[str],
+    restartable: bool = False,
 ) -> str:
     """PID 1 of the node: private tmpfs mounts, the pinned /proc/sys files, containerd, the
     image imports, then the kubelet. SIGTERM stops the kubelet, then containerd, and exits;
     the kernel then kills what is left in the namespace (shims, pods). If the kubelet or
-    containerd exits on its own, so does PID 1 (the harness sees the node end)."""
+    containerd exits on its own, so does PID 1 (the harness sees the node end).
+
+    ``restartable``: SIGUSR1 stops the kubelet (SIGTERM, waited for) and SIGUSR2 starts it
+    again, containerd and the Pods' containers running on; a kubelet that ends on its own still
+    ends the node. A kubelet started again registers its Node anew if the Node was deleted
+    meanwhile: a join without rebuilding the node (tests/bench/test_compare_join.py)."""
     ctr = f"ctr --address {_q(files.socket)} --namespace k8s.io"
+    kubelet = f"{shlex.join(kubelet_argv)} >>{_q(files.logs / 'kubelet.log')} 2>&1 &"
     lines = [
         "set -eu",
         'KUBELET=""',
@@ -295,6 +305,7 @@ def init_script(
         '  echo "lcrn: stopped"; exit 0',
         "}",
         "trap stop TERM",
+        *(_kubelet_controls(kubelet) if restartable else ()),
         "i=0",
         f"until {ctr} version >/dev/null 2>&1; do",
         f'  i=$((i + 1)); [ "$i" -lt {CONTAINERD_WAIT_TENTHS} ] || '
@@ -304,14 +315,52 @@ def init_script(
         'echo "lcrn: containerd ready"',
         *(_import(ctr, image) for image in images),
         'echo "lcrn: images imported"',
-        f"{shlex.join(kubelet_argv)} >>{_q(files.logs / 'kubelet.log')} 2>&1 &",
-        "KUBELET=$!",
-        'echo "lcrn: kubelet started"',
-        "wait -n || true",  # returns when either ends, or at once for the trap
+        *(_RESTARTABLE_KUBELET if restartable else _kubelet(kubelet)),
         'echo "lcrn: kubelet or containerd exited"',
         "exit 1",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _kubelet(start: str) -> list[str]:
+    return [
+        start,
+        "KUBELET=$!",
+        'echo "lcrn: kubelet started"',
+        "wait -n || true",  # returns when either ends, or at once for the trap
+    ]
+
+
+def _kubelet_controls(start: str) -> list[str]:
+    """``start_kubelet`` (SIGUSR2) and ``stop_kubelet`` (SIGUSR1), defined and trapped beside
+    the TERM trap: a signal before its trap would end PID 1 (the default action)."""
+    return [
+        "start_kubelet() {",
+        '  [ -z "$KUBELET" ] || return 0',
+        f"  {start}",
+        "  KUBELET=$!",
+        '  echo "lcrn: kubelet started"',
+        "}",
+        "stop_kubelet() {",
+        '  [ -n "$KUBELET" ] || return 0',
+        '  kill -TERM "$KUBELET" 2>/dev/null || true; wait "$KUBELET" || true',
+        '  KUBELET=""; echo "lcrn: kubelet stopped"',
+        "}",
+        "trap stop_kubelet USR1",
+        "trap start_kubelet USR2",
+    ]
+
+
+# ``wait -n`` also returns for every trapped signal, so PID 1 waits again until containerd, or
+# a kubelet it did not stop, has ended.
+_RESTARTABLE_KUBELET = (
+    "start_kubelet",
+    "while :; do",
+    "  wait -n || true",
+    '  kill -0 "$CONTAINERD" 2>/dev/null || break',
+    '  [ -z "$KUBELET" ] || kill -0 "$KUBELET" 2>/dev/null || break',
+    "done",
+)
 
 
 def _import(ctr: str, image: ImageImport) -> str:

@@ -25,7 +25,7 @@ import tarfile
 import tempfile
 import time
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -266,11 +266,14 @@ def _help(binary: Path) -> str:
 
 
 def ensure(
-    environ: Mapping[str, str] | None = None, report: Callable[[str], None] = print
+    environ: Mapping[str, str] | None = None,
+    report: Callable[[str], None] = print,
+    only: Collection[str] = (),
 ) -> Built:
-    """Find or build every original; raise BuildError loudly on any failure."""
+    """Find or build every original (or those named in ``only``); raise BuildError loudly on
+    any failure."""
     environ = os.environ if environ is None else environ
-    originals = load_originals()
+    originals = [o for o in load_originals() if not only or o.name in only]
     folder = originals_dir(environ, REPO_ROOT)
     env = gotool.go_environment(environ)
     go = gotool.read_go_info(env)

@@ -71,6 +71,9 @@ class NodeSpec:
     # False: no CNI network at start (the kubelet reports NetworkReady=false, only hostNetwork
     # Pods run) until :meth:`RealNode.write_cni` writes one.
     cni: bool = True
+    # True: :meth:`RealNode.stop_kubelet` and :meth:`RealNode.start_kubelet` work (the node's
+    # PID 1 traps SIGUSR1 and SIGUSR2: nodeconf.init_script).
+    restartable_kubelet: bool = False
 
 
 def is_ready(node: Mapping[str, Any]) -> bool:
@@ -136,7 +139,9 @@ class RealNode:
         kubelet = nc.kubelet_args(spec.kubelet, files, node_name=spec.name,
                                   node_ip=self.address if spec.node_ip else None)  # fmt: skip
         images = (nc.ImageImport(spec.pause.archive), *spec.images)
-        files.init_script.write_text(nc.init_script(files, images=images, kubelet_argv=kubelet))
+        files.init_script.write_text(nc.init_script(
+            files, images=images, kubelet_argv=kubelet, restartable=spec.restartable_kubelet
+        ))  # fmt: skip
 
     def write_cni(self, subnet: IPv4Network) -> None:
         """The node's CNI network with host-local addresses from ``subnet``, written whole:
@@ -216,6 +221,38 @@ class RealNode:
         """Every process of the node (the unshare process and all its descendants)."""
         return descendants(self.child.pid) if self.running() and self.child else []
 
+    # ---------------------------------------------------------------- the kubelet alone
+    def kubelet_pids(self) -> list[int]:
+        """The node's kubelet processes (none while it is stopped)."""
+        return [p for p in self.processes() if _comm(p) == "kubelet"]
+
+    def stop_kubelet(self, timeout: float = STOP_GRACE) -> None:
+        """Stop the kubelet and wait until it has exited; containerd and the Pods' containers
+        run on. Needs ``spec.restartable_kubelet``."""
+        self._signal_pid1(signal.SIGUSR1)
+        self._wait_kubelet(lambda pids: not pids, "stopped", timeout)
+
+    def start_kubelet(self, timeout: float = 10.0) -> None:
+        """Start the kubelet again (it registers its Node if there is none); returns once the
+        process runs, not once the Node is there. Needs ``spec.restartable_kubelet``."""
+        self._signal_pid1(signal.SIGUSR2)
+        self._wait_kubelet(bool, "started", timeout)
+
+    def _signal_pid1(self, signum: signal.Signals) -> None:
+        if not self.spec.restartable_kubelet:
+            raise ValueError(f"node {self.spec.name}: its kubelet is not restartable")
+        if not self.running() or self.pid1 is None:
+            raise StartupError(f"the node ended ({self._exit()})\n{self.tails()}")
+        os.kill(self.pid1, signum)
+
+    def _wait_kubelet(self, done: Callable[[list[int]], bool], what: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not done(self.kubelet_pids()):
+            if not self.running() or time.monotonic() >= deadline:
+                raise StartupError(f"the kubelet of {self.spec.name} not {what} in "
+                                   f"{timeout:.0f} s ({self._exit()})\n{self.tails()}")  # fmt: skip
+            time.sleep(0.05)
+
     # ---------------------------------------------------------------- stop
     def stop(self) -> list[str]:
         """SIGTERM to PID 1 (the kubelet, then containerd stop; the kernel kills the rest),
@@ -278,6 +315,13 @@ def descendants(pid: int) -> list[int]:
         tree |= more
         changed = bool(more)
     return sorted(tree)
+
+
+def _comm(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
 
 
 def rss_kib(pids: list[int]) -> dict[str, int]:

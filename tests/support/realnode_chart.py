@@ -68,14 +68,15 @@ def run_helm(
     *,
     values: Mapping[str, Any] = {},
     extra: Sequence[str] = (),
+    release: str = RELEASE,
 ) -> float:
-    """``helm <verb> --wait`` of release :data:`RELEASE` (``install``, ``upgrade`` or, with no
-    chart, ``uninstall``; ``chart`` a packaged file or an ``oci://`` reference); returns the
-    seconds it took, or fails with helm's output and the node's logs."""
+    """``helm <verb> --wait`` of ``release`` (``install``, ``upgrade`` or, with no chart,
+    ``uninstall``; ``chart`` a packaged file, a chart directory or an ``oci://`` reference);
+    returns the seconds it took, or fails with helm's output and the node's logs."""
     with helm(helm_binary) as h:
         values_file = h.home / "values.yaml"
         values_file.write_text(yaml.safe_dump(dict(values)))
-        args = [verb, RELEASE, *([str(chart), "-f", str(values_file)] if chart else [])]
+        args = [verb, release, *([str(chart), "-f", str(values_file)] if chart else [])]
         started = time.monotonic()
         result = h.run(
             *args, *extra, "--namespace", NAMESPACE,

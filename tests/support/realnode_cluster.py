@@ -64,6 +64,16 @@ class Cluster:
         return IMAGE_REPOSITORY, image_ref()
 
 
+@dataclass(frozen=True)
+class NodeOptions:
+    """What a cluster may add to the tier's usual node: more images to import, a kubelet that
+    can be stopped and started (RealNode.stop_kubelet/start_kubelet), more KCM controllers."""
+
+    images: tuple[nc.ImageImport, ...] = ()
+    restartable_kubelet: bool = False
+    kcm_controllers: tuple[str, ...] = ()
+
+
 def missing_prerequisites() -> list[str]:
     """What this machine lacks for a real node (scripts/setup.sh installs the packages)."""
     missing = [] if os.geteuid() == 0 else ["root (namespaces, cgroups, mounts)"]
@@ -111,6 +121,7 @@ def realnode_cluster(
     server_tls_bootstrap: bool = False,
     cni: bool = True,
     kcm_extra: Sequence[str] = (),
+    options: NodeOptions = NodeOptions(),
 ) -> Iterator[Cluster]:
     """A plane, KCM, the scheduler and one Ready node (``cni=False``: one registered node with no
     pod network, NotReady); all stopped and removed on exit."""
@@ -118,7 +129,8 @@ def realnode_cluster(
     with dedicated_plane(config, binaries, "realnode-plane") as plane:
         number = node_number(config)
         with cluster_on(plane, binaries, number, node_ip=node_ip, kcm_extra=kcm_extra,
-                        server_tls_bootstrap=server_tls_bootstrap, cni=cni) as cluster:  # fmt: skip
+                        server_tls_bootstrap=server_tls_bootstrap, cni=cni,
+                        options=options) as cluster:  # fmt: skip
             yield cluster
 
 
@@ -132,15 +144,19 @@ def cluster_on(
     server_tls_bootstrap: bool = False,
     cni: bool = True,
     kcm_extra: Sequence[str] = (),
+    options: NodeOptions = NodeOptions(),
 ) -> Iterator[Cluster]:
     """:func:`realnode_cluster` on a plane the caller started (`make demo` has no pytest
     config): KCM, the scheduler and node ``lcrn-<pid>-<number>``."""
     kcm_args = (*cpargs.real_node_kcm_extra(*write_signer(plane)), *kcm_extra)
-    start_kcm(plane, binaries, controllers=cpargs.REAL_NODE_CONTROLLERS, extra=kcm_args)
+    controllers = (*cpargs.REAL_NODE_CONTROLLERS, *options.kcm_controllers)
+    start_kcm(plane, binaries, controllers=controllers, extra=kcm_args)
     start_scheduler(plane, binaries)
     names = nc.NodeNames(os.getpid(), number, NODE_BASE)
     spec = node_spec(plane, binaries, names, node_ip=node_ip,
                      server_tls_bootstrap=server_tls_bootstrap, cni=cni)  # fmt: skip
+    spec = replace(spec, images=(*spec.images, *options.images),
+                   restartable_kubelet=options.restartable_kubelet)  # fmt: skip
     with (
         Client.from_kubeconfig(plane.admin_kubeconfig, field_manager=FIELD_MANAGER) as kube,
         real_node(spec, names) as node,

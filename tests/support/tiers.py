@@ -51,7 +51,8 @@ def needed_components(
     needs: set[str] = set()
     if tier in ("integration", "bench") or names & {"control_plane", "node_lifecycle_plane"}:
         needs |= {"etcd", "kube-apiserver"}
-    if tier == "realnode":
+    # `kubelet`: a real node outside tests/realnode (the join benchmark, tests/bench).
+    if tier == "realnode" or "kubelet" in marks:
         needs |= REAL_NODE_COMPONENTS
     if "kcm" in marks or names & {"kcm", "node_lifecycle_plane"}:
         needs.add("kube-controller-manager")

@@ -80,6 +80,11 @@ def test_the_realnode_tier_needs_the_node_binaries_helm_and_kubectl() -> None:
         "kubectl",
     }  # fmt: skip
     assert tiers.default_timeout("realnode", ["realnode"]) == 300
+    # a bench test on a real node marks itself `kubelet` (`realnode` would put it in make test)
+    assert tiers.needed_components("bench", ["bench", "compare", "kubelet"], []) == {
+        "etcd", "kube-apiserver", "kube-controller-manager", "kubelet", "kube-scheduler", "helm",
+        "kubectl",
+    }  # fmt: skip
 
 
 def test_ci_true_or_the_option_makes_tiers_strict() -> None:

@@ -137,6 +137,31 @@ def test_pid_1_isolates_first_then_containerd_images_kubelet() -> None:
     assert lines[-1] == "exit 1"  # the kubelet or containerd ended on its own
 
 
+def test_a_restartable_kubelet_is_stopped_and_started_by_signals_trapped_before_the_imports() -> (
+    None
+):
+    images = [nc.ImageImport(Path("/c/pause.tar"))]
+    argv = ["/bin/kubelet", "--v=2"]
+    plain = nc.init_script(FILES, images=images, kubelet_argv=argv).splitlines()
+    lines = nc.init_script(FILES, images=images, kubelet_argv=argv, restartable=True).splitlines()
+
+    def first(text: str) -> int:
+        return next(i for i, line in enumerate(lines) if text in line)
+
+    assert not [line for line in plain if "USR1" in line or "USR2" in line]
+    # trapped beside TERM: a signal during the imports must not end PID 1
+    assert first("trap stop TERM") < first("trap stop_kubelet USR1") < first("images import")
+    assert first("trap start_kubelet USR2") < first("images import")
+    (start,) = [i for i, line in enumerate(lines) if "/bin/kubelet --v=2" in line]
+    assert first("start_kubelet() {") < start < first("stop_kubelet() {")  # only in the function
+    assert first("images imported") < lines.index("start_kubelet") < first("while :; do")
+    # the loop ends only when containerd, or a kubelet not stopped on purpose, has ended
+    loop = lines[first("while :; do") : lines.index("done", first("while :; do")) + 1]
+    assert '  kill -0 "$CONTAINERD" 2>/dev/null || break' in loop
+    assert '  [ -z "$KUBELET" ] || kill -0 "$KUBELET" 2>/dev/null || break' in loop
+    assert lines[-1] == "exit 1"
+
+
 def test_the_tunables_hold_what_the_kubelet_would_write() -> None:
     files = nc.tunable_files(FILES)
     assert files[FILES.tunable("vm/overcommit_memory")] == "1\n"
