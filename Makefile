@@ -150,8 +150,11 @@ bench: test-bins ## scale and benchmark tier (never part of make test), then `ma
 BENCH_VARS := BENCH_ROUNDS BENCH_AGENT_IDLE BENCH_AGENT_CHANGES BENCH_HOUR BENCH_IPAM_NODES \
 	BENCH_LIFECYCLE_NODES BENCH_LIFECYCLE_WINDOW BENCH_LIFECYCLE_TIMEOUT \
 	BENCH_LB_SERVICES BENCH_LB_ROUNDS BENCH_LB_KUBEVIP_MAX
+# A real node's joins (tests/bench/test_compare_join.py: kubelet + containerd, root, cgroup v1,
+# the project's image from `make image`): BENCH_JOINS joins per agent (default 10).
+BENCH_VARS += BENCH_JOINS
 .PHONY: bench-compare
-bench-compare: test-bins ## ours vs the Go originals, interleaved; rewrites docs/benchmarks.md's tables and plots
+bench-compare: test-bins image ## ours vs the Go originals, interleaved; rewrites docs/benchmarks.md's tables and plots
 	$(PY) -m tests.support.originals ensure
 	$(foreach v,$(BENCH_VARS),$(v)='$($(v))') timeout 8h unshare --net sh -c 'ip link set lo up && \
 	  exec $(PY) -m pytest -m compare -s -p no:cacheprovider tests/bench/test_compare*.py'; status=$$?; \

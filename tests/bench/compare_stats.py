@@ -33,7 +33,7 @@ class Goal:
 @dataclass(frozen=True)
 class Metric:
     key: str
-    component: Literal["agent", "agent-hour", "ipam", "lifecycle"]
+    component: Literal["agent", "agent-hour", "ipam", "lifecycle", "join"]
     label: str
     unit: str
     goal: Goal | None = None
@@ -49,6 +49,10 @@ METRICS = (
     # Start-up goals are against the Python floor (tests/bench/floor_stats.py), not Go.
     Metric("agent_start_to_untaint_s", "agent", "agent start → taint removed (median)", "s"),
     Metric("agent_start_to_addresses_s", "agent", "agent start → addresses written", "s"),
+    Metric("join_register_to_untaint_s", "join",
+           "kubelet registers → taint removed (real node, DaemonSet)", "s", Goal("ratio", 1.1)),
+    Metric("join_container_to_untaint_s", "join",
+           "agent container started → taint removed (real node)", "s"),
     Metric("agent_idle_cpu_s_per_node_hour", "agent",
            "agent idle CPU per node-hour (idle window, extrapolated)", "CPU-s/h",
            Goal("ratio", 1.0)),
@@ -287,7 +291,7 @@ def replace_between(page: str, name: str, body: str) -> str:
     return page[: start + len(begin)] + "\n" + body.rstrip("\n") + "\n" + page[stop:]
 
 
-COMPONENTS = ("agent", "agent-hour", "ipam", "lifecycle", "stack")
+COMPONENTS = ("agent", "agent-hour", "ipam", "lifecycle", "stack", "join")
 
 
 # The settings each component's run depends on (a component may be run alone, at its own scale).
@@ -297,6 +301,7 @@ COMPONENT_SETTINGS = {
     "ipam": ("rounds", "ipam_nodes"),
     "lifecycle": ("rounds", "lifecycle_nodes", "lifecycle_window_s", "lifecycle_timeout_s"),
     "stack": ("stack_nodes", "stack_window_s", "stack_agents", "stack_services", "stack_churn_s"),
+    "join": ("joins",),
 }
 
 
@@ -358,7 +363,40 @@ def render_page(page: str, results: Mapping[str, Result]) -> str:
     }
     page = replace_between(page, "table", comparison_table(summaries))
     page = replace_between(page, "sizing", sizing_table(sizing(summaries, settings)))
+    if "join" in results:
+        page = replace_between(page, "join", join_phase_table(results["join"]))
     return replace_between(page, "run", machine_text(results))
+
+
+# ------------------------------------------------------------------ a real node's joins
+# The phases of a join (tests/bench/join_phases.py PHASES): the first six follow one another
+# and add up to the total; the last two are beside them.
+JOIN_PHASES = (
+    ("registered_to_pod_created_s", "Node registered → Pod created (DaemonSet controller)"),
+    ("pod_created_to_bound_s", "Pod created → bound (scheduler)"),
+    ("bound_to_kubelet_saw_pod_s", "Pod bound → the kubelet has it (its Pod watch)"),
+    ("kubelet_saw_pod_to_sandbox_started_s", "kubelet has the Pod → sandbox started"),
+    ("sandbox_to_container_started_s", "sandbox started → agent container started"),
+    ("container_started_to_untainted_s", "agent container started → taint removed"),
+    ("registered_to_untainted_s", "**Node registered → taint removed**"),
+    ("kubelet_start_to_registered_s", "kubelet started → Node registered (not in the total)"),
+    ("container_started_to_first_log_s", "agent container started → its first log line"),
+)
+
+
+def join_phase_table(result: Result) -> str:
+    """Median and spread of every phase of the counted joins, ours and Go."""
+    lines = ["| phase (s) | ours (median) | Go (median) | ours min–max | Go min–max |",
+             "|---|---:|---:|---:|---:|"]  # fmt: skip
+    for key, label in JOIN_PHASES:
+        ours, go = (
+            [float(v) for j in result["joins"]
+             if j["impl"] == impl and (v := j["phases"].get(key)) is not None]
+            for impl in IMPLEMENTATIONS
+        )  # fmt: skip
+        median = [number(statistics.median(v)) if v else "–" for v in (ours, go)]
+        lines.append(f"| {label} | {median[0]} | {median[1]} | {span(ours)} | {span(go)} |")
+    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------ scale settings
@@ -394,6 +432,8 @@ class Settings:
     stack_agents: int = 5
     stack_services: int = 10
     stack_churn_s: float = 30.0
+    # Joins of a real node per agent (tests/bench/test_compare_join.py), interleaved.
+    joins: int = 10
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -414,6 +454,7 @@ ENV_NAMES = {
     "stack_churn_s": "BENCH_STACK_CHURN",
     "lb_rounds": "BENCH_LB_ROUNDS",
     "lb_kubevip_max": "BENCH_LB_KUBEVIP_MAX",
+    "joins": "BENCH_JOINS",
 }
 
 

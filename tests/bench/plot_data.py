@@ -475,6 +475,9 @@ PLOTS = (
     PlotKind("compare-lifecycle", "compare-lifecycle",
              "node-lifecycle-controller: ours vs Go local-ccm v0.3.0, per round",
              compare_panels("lifecycle")),
+    PlotKind("compare-join", "compare-join",
+             "A kubelet joins a real node: ours vs Go local-ccm v0.2.1 as DaemonSets, per join",
+             compare_panels("join")),
     PlotKind("compare-lb", "compare-lb",
              "service-lb-ipam: ours vs MetalLB v0.16.1 and kube-vip-cloud-provider v0.0.12, "
              "per round", peer_panels),

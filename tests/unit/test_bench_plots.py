@@ -160,3 +160,13 @@ def test_a_compare_panel_shows_both_implementations_go_median_and_the_goal() -> 
         ("goal ≤ 0.9× Go", 36.0, "budget"),
     ]
     assert panel.title.endswith("(met)")
+
+
+def test_the_join_comparison_is_kept_and_drawn_per_join() -> None:
+    (spec,) = [p for p in d.PLOTS if p.kind == "compare-join"]
+    assert "compare-join" in d.PLOTTED_KINDS  # copied to docs/bench/data for the tables
+    rounds = {"join_register_to_untaint_s": {"ours": [1.8, 1.9], "go": [1.5, 1.4]},
+              "join_container_to_untaint_s": {"ours": [0.4, 0.3], "go": [0.06, 0.05]}}  # fmt: skip
+    titles = [panel.title for panel in spec.panels({"rounds": rounds})]
+    assert titles[0].startswith("kubelet registers → taint removed (real node, DaemonSet)")
+    assert len(titles) == 2

@@ -133,3 +133,36 @@ def test_the_unreachable_node_meets_the_go_loop_at_spread_phases() -> None:
     from tests.bench.compare_lifecycle import deletion_phase  # noqa: PLC0415
 
     assert [deletion_phase(i, 3) for i in range(3)] == [5.0, 15.0, 25.0]
+
+
+def _join(impl: str, total: float, agent: float) -> dict[str, object]:
+    phases = {key: None for key, _ in c.JOIN_PHASES}
+    return {"impl": impl, "phases": {**phases, "registered_to_untainted_s": total,
+                                     "container_started_to_untainted_s": agent}}  # fmt: skip
+
+
+def test_joins_are_a_component_of_their_own_with_their_goal_and_phase_table() -> None:
+    assert c.settings_from_env({"BENCH_JOINS": "3"}).joins == 3
+    assert c.Settings().joins == 10
+    with pytest.raises(ValueError, match="BENCH_JOINS='0' must be positive"):
+        c.settings_from_env({"BENCH_JOINS": "0"})
+    join = {
+        **RESULT, "settings": {**RESULT["settings"], "joins": 3},  # type: ignore[dict-item]
+        "rounds": {"join_register_to_untaint_s": {"ours": [1.6, 1.5, 1.7], "go": [1.5, 1.4, 1.5]}},
+        "joins": [_join("ours", 1.6, 0.2), _join("ours", 1.5, 0.21), _join("go", 1.5, 0.04)],
+    }  # fmt: skip
+    page = "\n".join(
+        f"{c.marker(name)}\nstale\n{c.marker(name, end=True)}"
+        for name in ("table", "sizing", "run", "join")
+    )
+    out = c.render_page(page, {"agent": RESULT, "join": join})
+    assert "stale" not in out
+    assert ("| kubelet registers → taint removed (real node, DaemonSet) | s | 1.60 | 1.50 | 1.07× "
+            "| 1.50–1.70 | 1.40–1.50 | ≤ 1.1× Go | **met** (1.07×) |") in out  # fmt: skip
+    assert "| **Node registered → taint removed** | 1.55 | 1.50 | 1.50–1.60 | 1.50 |" in out
+    assert "| agent container started → taint removed | 0.205 | 0.0400 | 0.200–0.210 |" in out
+    assert "| Pod created → bound (scheduler) | – | – | – | – |" in out
+    assert "- **join**: `compare-join`" in out
+    assert "`BENCH_JOINS=3`" in out
+    # without a join result the page needs no join markers
+    assert "join" not in c.render_page(page.split(c.marker("join"))[0], {"agent": RESULT})
