@@ -5,7 +5,8 @@ The runs of `make bench-compare` (tests/bench/compare_ipam.py), without the Go s
 ``BENCH_IPAM_NODES`` Nodes (1 000), ``BENCH_ROUNDS`` runs (3) at client-go's 5 QPS, and with
 ``BENCH_IPAM_PROFILE=<dir>`` every run under cProfile, its stats written to
 ``<dir>/ipam-<run>.prof`` when the process exits on SIGTERM. Prints CPU at ready, over the
-allocation and until ours' CIDRAssigned Events are posted too, per run and their medians.
+allocation and until the Events about the run's Nodes stopped coming (every run alike:
+`compare_ipam.run_ipam`), per run and their medians.
 ``BENCH_IPAM_SCRIPTS=before=/a/run.py,after=/b/run.py`` runs each of those Python entry
 points in every round instead (interleaved before/after comparisons of two source trees).
 ``BENCH_IPAM_FLOOR=sync,loop,threads`` adds, in every round, `tests/bench/floor_ipam.py` in
@@ -94,8 +95,7 @@ def test_ipam_cpu(
                                            test_artifacts, argv)  # fmt: skip
             impl = "go" if name == "go" else "ours"
             run = compare_ipam.run_ipam(bench, impl, f"{name}-r{i}", qps=qps, count=count,
-                                        timeout=60 + count * 0.5,
-                                        events=not name.startswith("floor-"))  # fmt: skip
+                                        timeout=60 + count * 0.5)  # fmt: skip
             run["loadavg"] = os.getloadavg()
             print(name, json.dumps(run))
             runs.setdefault(name, []).append(run)

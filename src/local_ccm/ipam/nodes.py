@@ -270,6 +270,8 @@ class NodeWork:
             self.metrics.latency.observe(self.clock.monotonic() - started)
         self.keeper.dirty.add(alloc.pool)
         texts = ",".join(map(str, alloc.cidrs))
+        # No Event [compat]: neither kube-controller-manager's range allocator nor the Go
+        # node-ipam-controller posts one on success; the Node shows its podCIDRs, this line
+        # and the allocation counter name the pool (docs/ipam.md).
         log.info("assigned %s from %s to Node %s", texts, alloc.pool, alloc.node,
                  extra=kv(node=alloc.node, uid=alloc.uid, clustercidr=alloc.pool))  # fmt: skip
-        self.outbox.emit(ev.assigned(alloc.pool, alloc.cidrs), node(alloc.node, alloc.uid))

@@ -40,7 +40,6 @@ def test_finalizer_first_then_recovery_then_lowest_free_in_creation_order() -> N
     assert (cidrs(api, "n1"), cidrs(api, "n2")) == (["10.0.1.0/24"], ["10.0.2.0/24"])
     assert [n for n, _ in api.node_patches] == ["n1", "n2"]  # the held Node is never patched
     assert controller.ready() == (True, "ok")
-    assert "CIDRAssigned" in api.reasons("n1")
 
 
 def test_patch_is_guarded_by_uid_and_ipv4_comes_first() -> None:
@@ -138,6 +137,20 @@ def test_foreign_cidrs_found_after_a_rejected_write() -> None:
     usage = controller.allocator.usage(pool.name)
     assert usage is not None
     assert usage.families[0].allocated == 1  # theirs, ours released
+
+
+def test_a_successful_allocation_posts_no_event_and_a_waiting_node_still_does() -> None:
+    """No CIDRAssigned [compat]: neither kube-controller-manager's range allocator nor the
+    Go node-ipam-controller posts one (docs/ipam.md, "No Event for a successful allocation");
+    the failure Events stay."""
+    api = FakeApi([node_obj("n1", {"a": "1"}), node_obj("n2", {"a": "1"})],
+                  [pool_obj("p", ipv4="10.0.0.0/24", labels={"a": "1"})])  # fmt: skip
+    run_scenario(api, nothing)
+    assert cidrs(api, "n1") == ["10.0.0.0/24"]
+    assert api.reasons("n1") == []
+    assert cidrs(api, "n2") == []
+    assert api.reasons("n2") == ["CIDRNotAvailable"]
+    assert all(e["reason"] != "CIDRAssigned" for e in api.events)
 
 
 def test_three_failures_emit_cidr_assignment_failed() -> None:

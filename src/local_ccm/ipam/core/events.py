@@ -17,7 +17,6 @@ from local_ccm.runtime.events import EventSpec, Subject
 # Node
 CIDR_NOT_AVAILABLE: Final = "CIDRNotAvailable"
 CIDR_ASSIGNMENT_FAILED: Final = "CIDRAssignmentFailed"
-CIDR_ASSIGNED: Final = "CIDRAssigned"
 CIDR_BY_OTHER_ALLOCATOR: Final = "CIDRAssignedByOtherAllocator"
 CIDR_CONFLICT: Final = "CIDRConflict"
 CIDR_NOT_IN_ANY_POOL: Final = "CIDRNotInAnyPool"
@@ -40,11 +39,6 @@ def pool(name: str, uid: str) -> Subject:
 
 def _cidrs(cidrs: Iterable[IPNetwork]) -> str:
     return ",".join(str(c) for c in cidrs)
-
-
-def assigned(pool_name: str, cidrs: Sequence[IPNetwork]) -> EventSpec:
-    text = f"assigned {_cidrs(cidrs)} from ClusterCIDR {pool_name}"
-    return EventSpec("Normal", CIDR_ASSIGNED, text)
 
 
 def not_available(waiting: Waiting) -> EventSpec:
