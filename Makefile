@@ -153,6 +153,12 @@ BENCH_VARS := BENCH_ROUNDS BENCH_AGENT_IDLE BENCH_AGENT_CHANGES BENCH_HOUR BENCH
 # A real node's joins (tests/bench/test_compare_join.py: kubelet + containerd, root, cgroup v1,
 # the project's image from `make image`): BENCH_JOINS joins per agent (default 10).
 BENCH_VARS += BENCH_JOINS
+# The whole stack side by side (tests/bench/test_compare_stack.py): BENCH_STACK_NODES kwok
+# Nodes per plane (default 100), a window of BENCH_STACK_WINDOW s (default 180; BENCH_HOUR=1
+# alone makes it the hour), BENCH_STACK_AGENTS real agents measured per side (5),
+# BENCH_STACK_SERVICES Services live (10), one change every BENCH_STACK_CHURN s (30).
+BENCH_VARS += BENCH_STACK_NODES BENCH_STACK_WINDOW BENCH_STACK_AGENTS BENCH_STACK_SERVICES \
+	BENCH_STACK_CHURN
 .PHONY: bench-compare
 bench-compare: test-bins image ## ours vs the Go originals, interleaved; rewrites docs/benchmarks.md's tables and plots
 	$(PY) -m tests.support.originals ensure

@@ -484,8 +484,9 @@ PLOTS = (
 )  # fmt: skip
 
 
-# Kinds kept in docs/bench/data: the plotted ones and the table-only side-by-side hour.
-PLOTTED_KINDS = frozenset(p.kind for p in PLOTS) | {"compare-agent-hour"}
+# Kinds kept in docs/bench/data: the plotted ones and the table-only side-by-side hour and
+# whole stack.
+PLOTTED_KINDS = frozenset(p.kind for p in PLOTS) | {"compare-agent-hour", "compare-stack"}
 
 
 def build_plot(spec: PlotKind, source: str, result: Result) -> Plot:
