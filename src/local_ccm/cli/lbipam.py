@@ -4,7 +4,9 @@ its permissions."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import Final
 
 from local_ccm.cli import central, managed
 from local_ccm.cli.central import Place
@@ -20,6 +22,7 @@ from local_ccm.runtime.controller import accesses
 from local_ccm.runtime.host import Shared, Unit, kit_unit, write_timeout_of
 
 LbOptions = managed.Managed[Settings]
+SPARE_THREADS: Final = 4  # beyond one per worker: the LISTs, the pool status, the Events
 
 
 def controller() -> central.ControllerSpec[LbOptions]:
@@ -49,13 +52,16 @@ def build_unit(options: LbOptions, shared: Shared, place: Place) -> Unit:
     metrics = LbMetrics()
     client = central.client_of(place.cluster, NAME, metrics)
     writes, write_timeout = metrics.writes, write_timeout_of(shared.lease)
-    api = KubeLbApi(AsyncClient(client), options.own.kubevip,
+    settings = settings_of(options, place.identity)
+    # its own threads: the workers' writes in flight at once, whatever the CPU count
+    threads = ThreadPoolExecutor(settings.workers + SPARE_THREADS, thread_name_prefix=NAME)
+    api = KubeLbApi(AsyncClient(client, threads), options.own.kubevip,
                     observe=lambda verb, res, code: writes.labels(res, code).inc(),
                     write_timeout=write_timeout)  # fmt: skip
-    settings = settings_of(options, place.identity)
     node_source = managed.nodes_of(place.nodes, client)
 
     def make() -> Controller:
         return Controller(api, node_source, settings, metrics=metrics, clock=SystemClock())
 
-    return kit_unit(client, metrics, metrics.queue, make, backoff=settings.backoff)
+    return kit_unit(client, metrics, metrics.queue, make, backoff=settings.backoff,
+                    workers=settings.workers)  # fmt: skip

@@ -42,6 +42,9 @@ class Settings:
     instance: str = NAME
     backoff: tuple[float, float] = (0.5, 30.0)  # first and longest retry delay of a write
     status_every: float = 1.0  # pool status writes: at most once per this many seconds
+    # Services synced at once (the kit's workers): finalizer removals of Services being deleted
+    # and status writes overlap, address decisions still go one at a time (docs/design.md)
+    workers: int = 16
 
 
 def settings_from(parsed: Parsed) -> Settings | list[Problem]:

@@ -3,11 +3,15 @@
 
 It watches Nodes, Namespaces, pools, the kube-vip ConfigMap and Services, and once all are
 listed rebuilds the ledger from the Services' status (`build_ledger`, oldest first), never
-from memory. Watches map changes to Service keys; one worker decides one Service at a
-time and writes with JSON Patches guarded by resourceVersion. An address is reserved in the
-ledger before its status write (with the Service's current addresses, until the write lands),
-so no failure or retry can hand one address to two Services; it is released only after the
-Service is gone, or after its status is cleared and the finalizer removed. Pool status is
+from memory. Watches map changes to Service keys; `Settings.workers` workers sync different
+Services side by side and write with JSON Patches guarded by resourceVersion, but the address
+decisions are taken one at a time, in the queue's order (`runtime.turns`), each reserved in
+the ledger before the next is taken and before its status write (with the Service's current
+addresses, until the write lands), so no failure, retry or write in flight can hand one
+address to two Services. An address is released only after the Service is gone (its DELETED
+event), never when its finalizer is removed, or after its status is cleared and the finalizer
+removed (a type change). Removing the finalizers of Services being deleted touches no ledger:
+thousands deleted at once are let go as many at a time as there are workers. Pool status is
 written apart (a loop beside the syncs, each pool's write behind the same write fence), at most
 once per `Settings.status_every`.
 """
@@ -55,6 +59,7 @@ from local_ccm.lbipam.options import NAME, Settings
 from local_ccm.runtime import events as ev
 from local_ccm.runtime.controller import DONE, Done, Fence, Permission, Result, Watch
 from local_ccm.runtime.parts import Informers, LastWrites, event_outbox, stamp
+from local_ccm.runtime.turns import Turn, Turns
 
 log = logging.getLogger(__name__)
 # A pool list answers 404 while the CRD is not installed: wait for it like for a restart.
@@ -85,8 +90,8 @@ def _pools_of(entry: PoolEntry | KubeVipPools) -> object:
 
 
 class Controller:
-    """The leader's state and decisions for one term (`runtime.controller.Controller`); one
-    worker: a decision reads the ledger the previous one left."""
+    """The leader's state and decisions for one term (`runtime.controller.Controller`); several
+    workers, but a decision reads the ledger the previous one left (`turns`)."""
 
     name = NAME
 
@@ -103,7 +108,7 @@ class Controller:
         self.api, self.settings, self.metrics, self.clock = api, settings, metrics, clock
         self.permissions = permissions(settings)
         self.ledger: Ledger | None = None
-        self.woken: list[str] = []  # Services a sync's release may serve, oldest first
+        self.turns = Turns()  # the address decisions, one at a time in the queue's order
         self.first_seen: dict[str, float] = {}
         self.waiting: set[str] = set()  # Services whose last decision was a problem
         self.written = LastWrites()  # see _fresh
@@ -216,18 +221,20 @@ class Controller:
 
     async def sync(self, key: str) -> Result:
         """Decide one Service and write; a conflict or another API error is the worker's to
-        retry (a conflict at once: the Service changed meanwhile)."""
+        retry (a conflict at once: the Service changed meanwhile). Syncs of different Services
+        run side by side (`Settings.workers`): what touches the ledger is synchronous, between
+        two awaits, and the address decisions take their turn in the queue's order."""
         obj = self._fresh(key)
         s = self.settings
         what = writes.step(obj, s.lb_class, classless=s.classless)
-        self.woken = []
+        woken: list[str] = []  # Services a release may serve, oldest first
         try:
             if what == "forget" and (obj is None or not writes.deleting(obj)):
-                self._release(key)
+                woken = self._release(key)
             elif what == "cleanup" and obj is not None:
-                await self._cleanup(key, obj)
+                woken = await self._cleanup(key, obj)
             elif what == "allocate" and obj is not None:
-                await self._allocate(key, obj)
+                await self._allocate(key, obj, self.turns.take())  # taken before any await
         except NotFound:
             return DONE  # deleted meanwhile: its DELETED event comes
         except Conflict:
@@ -235,7 +242,7 @@ class Controller:
         except ApiError as exc:
             self.metrics.write_failures.labels("services", str(exc.status or "error")).inc()
             raise
-        return Done(others=tuple(self.woken))
+        return Done(others=tuple(woken))
 
     def _fresh(self, key: str) -> Obj | None:
         """The cached Service, or what this controller's last write returned while the cache
@@ -256,21 +263,26 @@ class Controller:
         obj = self.services.cache.get(key)
         return created(obj) if obj is not None else ("", 0, "", key)
 
-    def _release(self, key: str) -> None:
+    def _release(self, key: str) -> list[str]:
+        """Forget what `key` holds (it is gone, or no longer shows an address); returns the
+        Services the freed addresses may serve, oldest first."""
         assert self.ledger is not None
         self.first_seen.pop(key, None)
         self.waiting.discard(key)
-        if release(self.ledger, key):
-            self.metrics.releases.inc()
-            self.pools_dirty.set()
-            log.info("svc=%s: addresses released", key)
-            # oldest first: the freed address may be what they wait for
-            self.woken += sorted(self.waiting, key=self._age)
+        if not release(self.ledger, key):
+            return []
+        self.metrics.releases.inc()
+        self.pools_dirty.set()
+        log.info("svc=%s: addresses released", key)
+        return sorted(self.waiting, key=self._age)
 
-    async def _cleanup(self, key: str, obj: Obj) -> None:
+    async def _cleanup(self, key: str, obj: Obj) -> list[str]:
         """A deleted or no-longer-LoadBalancer Service: status cleared (if it still exists as
-        another type), then the finalizer removed; its addresses are released when it is gone
-        (deleted) or at once (type changed: nothing shows them any more)."""
+        another type), then the finalizer removed. A deleted one's addresses are released only
+        when it is gone (its DELETED event: `sync` with no object), never here: until the
+        apiserver has removed it, it still exists and may still show them. A type change
+        releases at once: its status no longer shows them. Returns the Services a release
+        may serve."""
         deleting = writes.deleting(obj)
         if not deleting:
             patch = writes.status_patch(obj, [], writes.condition(None, writes.generation(obj),
@@ -281,27 +293,19 @@ class Controller:
         if not deleting and self.settings.kubevip_annotation:
             patch += (writes.annotation_patch(obj, KUBEVIP_ANNOTATION, None) or [])[1:]
         await self._patch(key, obj, patch)
-        if not deleting:
-            self._release(key)
         log.info("svc=%s: finalizer removed", key)
+        return [] if deleting else self._release(key)
 
-    async def _allocate(self, key: str, obj: Obj) -> None:
+    async def _allocate(self, key: str, obj: Obj, turn: Turn) -> None:
+        """The finalizer first, then, in `turn`, the decision (reserved at once), then its
+        status write, which other decisions do not wait for."""
         assert self.ledger is not None
-        namespace = key.split("/", 1)[0]
-        if not writes.has_finalizer(obj):
-            obj = await self._patch(key, obj, writes.finalizer_patch(obj, present=True))
-        request = parse_service(obj)
-        labels = self.namespaces.cache.get(namespace) or {}
-        decision = decide(request, self.pools(), self.ledger, labels)
-        if isinstance(decision, Allocation):
-            self.waiting.discard(key)
-            self._reserve(request.key, decision, request.current, request.ports)
-            entries: list[Obj] | None = writes.ingress(decision.addresses)
-        else:
-            self.waiting.add(key)
-            entries = None  # a problem changes nothing held
-        if not request.current:
-            self.first_seen.setdefault(key, self.clock.monotonic())
+        with turn:
+            if not writes.has_finalizer(obj):
+                obj = await self._patch(key, obj, writes.finalizer_patch(obj, present=True))
+            await turn.wait()
+            decision = self._decide(key, obj)
+        entries = writes.ingress(decision.addresses) if isinstance(decision, Allocation) else None
         cond = writes.condition(decision, writes.generation(obj), stamp(self.clock))
         patch = writes.status_patch(obj, entries, cond)
         if patch is not None:
@@ -313,6 +317,22 @@ class Controller:
             self.pools_dirty.set()
             if self.settings.kubevip_annotation:
                 await self._annotate(key, obj, decision)
+
+    def _decide(self, key: str, obj: Obj) -> Decision:
+        """One decision and its reservation, with no await between them: a decision taken
+        meanwhile by another sync sees this one's addresses held."""
+        assert self.ledger is not None
+        request = parse_service(obj)
+        labels = self.namespaces.cache.get(key.split("/", 1)[0]) or {}
+        decision = decide(request, self.pools(), self.ledger, labels)
+        if isinstance(decision, Allocation):
+            self.waiting.discard(key)
+            self._reserve(request.key, decision, request.current, request.ports)
+        else:
+            self.waiting.add(key)  # a problem changes nothing held
+        if not request.current:
+            self.first_seen.setdefault(key, self.clock.monotonic())
+        return decision
 
     async def _annotate(self, key: str, obj: Obj, allocation: Allocation) -> None:
         """kube-vip's annotation names the addresses, after the status (the source of truth)."""

@@ -9,8 +9,9 @@ selecting the Service; LB21 a restart while the pool is disabled (the ledger is 
 the Services' status, so the address is still held and nothing is rewritten).
 
 A "probe" Service created after a pool's status shows the controller has seen a change is
-decided after the Services that change queued (one worker, first in first out): once the probe
-has its address, the Service under test has been decided again.
+decided after the Services that change queued (the address decisions are taken in the queue's
+order, first in first out): once the probe has its address, the Service under test has been
+decided again.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from local_ccm.kube.errors import Conflict, NotFound
+from local_ccm.kube.informer import ListWatch
 from local_ccm.lbipam.api import Obj
 from local_ccm.lbipam.core.writes import FINALIZER
 from local_ccm.lbipam.metrics import LbMetrics
@@ -30,7 +31,7 @@ class FakeLbApi:
         self.stored: dict[str, Obj] = {}
         self.patches = 0
 
-    def list_watch(self, what: str) -> Unused:
+    def list_watch(self, what: str) -> ListWatch:
         return Unused()
 
     def _apply(self, key: str, patch: list[Obj]) -> Obj:
