@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
-from local_ccm.kube.aio import AsyncClient, KubeListWatch
+from local_ccm.kube.aio import KubeListWatch
 from local_ccm.kube.errors import NotFound
 from local_ccm.kube.informer import ListWatch
+from local_ccm.kube.loopclient import AsyncVerbs
 from local_ccm.kube.nodes import KubeNodeApi, Obj, TokenBucket
 from local_ccm.kube.resources import CLUSTER_CIDRS, NODES
 
@@ -56,7 +57,7 @@ class KubeIpamApi(KubeNodeApi):
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: AsyncVerbs,
         *,
         count: RequestCounter | None = None,
         limiter: TokenBucket | None = None,

@@ -16,13 +16,16 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import Executor
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from local_ccm.kube.client import Client, WatchStream
 from local_ccm.kube.errors import ApiError
 from local_ccm.kube.informer import Page
 from local_ccm.kube.request import Obj, WatchEvent
 from local_ccm.kube.resources import Resource
+
+if TYPE_CHECKING:  # the loop client is imported by the processes that use it
+    from local_ccm.kube.loopclient import AsyncVerbs, Watching
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -229,11 +232,11 @@ class WatchIterator(ThreadedIterator[WatchEvent]):
 
 
 class KubeListWatch:
-    """An Informer's ``ListWatch`` of one resource over the client, selectors bound."""
+    """An Informer's ``ListWatch`` of one resource over either client, selectors bound."""
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: AsyncVerbs,
         res: Resource,
         *,
         label_selector: str | None = None,
@@ -252,7 +255,7 @@ class KubeListWatch:
         rv, token = str(meta.get("resourceVersion", "")), meta.get("continue") or None
         return Page(page.get("items") or [], rv, token)
 
-    def watch(self, resource_version: str, timeout_seconds: int | None) -> WatchIterator:
+    def watch(self, resource_version: str, timeout_seconds: int | None) -> Watching:
         return self._client.watch(
             self._res, resource_version=resource_version or None,
             timeout_seconds=timeout_seconds, allow_bookmarks=True, **self._selectors,

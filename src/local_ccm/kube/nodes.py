@@ -1,9 +1,10 @@
 """The Node API adapter: what the components do with Nodes and Events.
 
 :class:`NodeApi` is the seam the components are written against; :class:`KubeNodeApi` is the
-adapter over :class:`AsyncClient`. Errors are the kinds of ``local_ccm.kube.errors``
-(NotFound, Conflict, Forbidden, Unauthorized, Invalid, Gone, Transient); an answer of no
-known kind is translated into Transient here, so each loop needs a policy for those only.
+adapter over an async client (``loopclient.AsyncVerbs``). Errors are the kinds of
+``local_ccm.kube.errors`` (NotFound, Conflict, Forbidden, Unauthorized, Invalid, Gone,
+Transient); an answer of no known kind is translated into Transient here, so each loop needs a
+policy for those only.
 Every write carries ``write_timeout`` (a leader sets it to at most lease duration − renew
 deadline, so a deposed leader's write cannot land after a successor acquired the lease).
 """
@@ -13,14 +14,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from local_ccm.kube import errors as ke
 from local_ccm.kube import resources as r
-from local_ccm.kube.aio import PAGE_SIZE, AsyncClient
+from local_ccm.kube.aio import PAGE_SIZE
 from local_ccm.kube.informer import Page
 from local_ccm.kube.request import WatchEvent
 from local_ccm.records import dataclass
+
+if TYPE_CHECKING:  # the loop client is imported by the processes that use it
+    from local_ccm.kube.loopclient import AsyncVerbs
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -161,14 +165,14 @@ def translate(error: ke.ApiError) -> ke.ApiError:
 
 
 class KubeNodeApi:
-    """:class:`NodeApi` over :class:`AsyncClient`. ``observe`` is told every request's verb
-    (GET, LIST, WATCH, PATCH, POST, DELETE), resource, code and duration; ``limiter``, when
-    given, rate-limits every request but the watches; ``slim`` projects each listed Node (so
-    the full objects of a large LIST never all sit in memory at once)."""
+    """:class:`NodeApi` over either async client (`AsyncVerbs`). ``observe`` is told every
+    request's verb (GET, LIST, WATCH, PATCH, POST, DELETE), resource, code and duration;
+    ``limiter``, when given, rate-limits every request but the watches; ``slim`` projects each
+    listed Node (so the full objects of a large LIST never all sit in memory at once)."""
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: AsyncVerbs,
         *,
         write_timeout: float | None = None,
         observe: RequestObserver = lambda *_: None,

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 # After an apiserver restart a reused TLS connection can also end in an EOF without
 # close_notify (ssl.SSLEOFError), which must reconnect the same way.
 MAX_IDLE = 4  # idle keep-alive connections kept per client
-_STALE = (RemoteDisconnectedError, BrokenPipeError, ConnectionResetError, ssl.SSLEOFError)
+STALE_ERRORS = (RemoteDisconnectedError, BrokenPipeError, ConnectionResetError, ssl.SSLEOFError)
 
 
 def make_ssl_context(config: ClusterConfig, credential: Credential) -> ssl.SSLContext:
@@ -207,7 +207,7 @@ class HttpTransport:
         except Transient as exc:
             self._end(conn)
             if self._closed:  # interrupted by close(): not a failure to retry or log
-                raise _client_closed() from exc
+                raise client_closed() from exc
             raise
         except BaseException:
             self._end(conn)
@@ -221,7 +221,7 @@ class HttpTransport:
                 self._busy.add(conn)
                 return
         conn.close()
-        raise _client_closed()
+        raise client_closed()
 
     def _end(self, conn: Connection) -> None:
         with self._lock:
@@ -291,14 +291,14 @@ class HttpTransport:
                 self._end(conn)
                 conn.close()
                 if self._closed:  # ended by close(): not a failure to retry or log
-                    raise _client_closed() from exc
-                if isinstance(exc, _STALE) and reused and attempt == 0:
+                    raise client_closed() from exc
+                if isinstance(exc, STALE_ERRORS) and reused and attempt == 0:
                     # The others are likely as stale (an apiserver restart): drop them all.
                     log.debug("keep-alive connection was closed by the server; reconnecting")
                     with self._lock:
                         self._drop_idle_locked()
                     continue
-                raise _transient(exc, sent=True) from exc
+                raise transport_error(exc, sent=True) from exc
             if resp.will_close:
                 self._end(conn)
                 conn.close()
@@ -319,7 +319,7 @@ class HttpTransport:
                 resp = conn.getresponse()
             except OSError as exc:
                 conn.close()
-                raise _transient(exc, sent=True) from exc
+                raise transport_error(exc, sent=True) from exc
             finally:
                 self._end(conn)  # from here on the stream's own close() wakes its reader
             if resp.status == 200:
@@ -338,13 +338,13 @@ def _connect(conn: Connection) -> None:
     try:
         conn.connect()
         assert conn.sock is not None
-        _keepalive(conn.sock)
+        set_keepalive(conn.sock)
     except OSError as exc:
         conn.close()
-        raise _transient(exc, sent=False) from exc
+        raise transport_error(exc, sent=False) from exc
 
 
-def _keepalive(sock: socket.socket) -> None:
+def set_keepalive(sock: socket.socket) -> None:
     """TCP keepalive: the kernel probes an idle connection (a watch between bookmarks) and
     ends one whose peer is gone, without waking this process."""
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
@@ -352,12 +352,12 @@ def _keepalive(sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
-def _client_closed() -> ApiError:
+def client_closed() -> ApiError:
     """Not Transient: a closed client is never retried."""
     return ApiError(0, "ClientClosed", "the client was closed")
 
 
-def _transient(exc: BaseException, *, sent: bool) -> Transient:
+def transport_error(exc: BaseException, *, sent: bool) -> Transient:
     if isinstance(exc, TimeoutError | socket.timeout):
         reason = "Timeout"
     elif isinstance(exc, ssl.SSLError):

@@ -19,15 +19,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from local_ccm.clock import Clock, sleep_unless_stopped
 from local_ccm.kube import errors as ke
 from local_ccm.kube import resources as r
-from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.backoff import Backoff
 from local_ccm.kube.nodes import Access
 from local_ccm.kube.request import access_review, review_allowed
+
+if TYPE_CHECKING:  # either async client
+    from local_ccm.kube.loopclient import AsyncVerbs
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -92,9 +94,9 @@ class Reviews(Protocol):
 
 
 class KubeReviews:
-    """`Reviews` over the REST client."""
+    """`Reviews` over the REST client (either async face)."""
 
-    def __init__(self, client: AsyncClient, *, timeout: float | None = None) -> None:
+    def __init__(self, client: AsyncVerbs, *, timeout: float | None = None) -> None:
         self._client, self._timeout = client, timeout
 
     async def rules(self, namespace: str) -> Sequence[Mapping[str, Any]]:
