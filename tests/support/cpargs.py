@@ -112,7 +112,10 @@ def apiserver_args(binary: Path, s: ApiserverSettings) -> list[str]:
         "--v=1",
     ]
     if s.audit_policy and s.audit_log:
-        args += [f"--audit-policy-file={s.audit_policy}", f"--audit-log-path={s.audit_log}"]
+        # The log writer rotates at --audit-log-maxsize MB, 100 when it is 0; a reader that
+        # follows the file (AuditTail) or reads it whole (AuditLog) must see one file.
+        args += [f"--audit-policy-file={s.audit_policy}", f"--audit-log-path={s.audit_log}",
+                 "--audit-log-maxsize=1000000"]  # fmt: skip
     if s.scale:
         args += [
             "--max-requests-inflight=0",

@@ -46,6 +46,19 @@ def test_flags_checked_in_help_include_scale_and_audit_flags() -> None:
     assert {"secure-port", "audit-log-path", "enable-priority-and-fairness"} <= set(used)
 
 
+def test_the_audit_log_is_never_rotated_under_a_reader() -> None:
+    """The apiserver's log writer rotates at 100 MB unless told a size: a 5 000-Service run
+    passed that, and a reader following the file saw nothing more."""
+    used = cpargs.apiserver_flags_used()
+    assert "audit-log-maxsize" in used
+    p = Path("/x")
+    settings = cpargs.ApiserverSettings("http://e", 1, p, p, p, p, p, Path("/a"), Path("/l"))
+    (size,) = [
+        a for a in cpargs.apiserver_args(p, settings) if a.startswith("--audit-log-maxsize=")
+    ]
+    assert int(size.split("=")[1]) >= 100_000  # MB: more than any run writes
+
+
 def test_shared_kcm_runs_only_harmless_controllers() -> None:
     s = cpargs.KcmSettings(Path("/kc"), 1, Path("/d"), Path("/ca"))
     args = cpargs.kcm_args(Path("/kcm"), s)
