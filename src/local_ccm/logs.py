@@ -106,11 +106,6 @@ class _VerbosityFilter(logging.Filter):
         return v is None or v <= self._verbosity
 
 
-def _timestamp(created: float) -> str:
-    moment = datetime.fromtimestamp(created, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-
-
 class _Formatter(logging.Formatter):
     """Shared part of both formats: redacted message, bound + per-call keys."""
 
@@ -118,6 +113,19 @@ class _Formatter(logging.Formatter):
         super().__init__()
         self._component = component
         self._bound = dict(bound)
+        self._second: tuple[int, str] = (-1, "")  # the last second formatted, and its text
+
+    def _timestamp(self, created: float) -> str:
+        """UTC, milliseconds; the date and time of a second are formatted once (`strftime` was
+        a sixth of a line's cost), rounded to the microsecond as `datetime.fromtimestamp`."""
+        second = int(created)  # created > 0: int() is floor()
+        micros = round((created - second) * 1_000_000)
+        if micros == 1_000_000:
+            second, micros = second + 1, 0
+        if self._second[0] != second:
+            moment = datetime.fromtimestamp(second, UTC)
+            self._second = (second, moment.strftime("%Y-%m-%dT%H:%M:%S."))
+        return f"{self._second[1]}{micros // 1000:03d}Z"
 
     def _keys(self, record: logging.LogRecord) -> dict[str, object]:
         keys: dict[str, object] = dict(self._bound)
@@ -146,7 +154,7 @@ class TextFormatter(_Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         parts = [
-            _timestamp(record.created),
+            self._timestamp(record.created),
             _level_name(record.levelno),
             record.name,
             redact(record.getMessage()),
@@ -168,7 +176,7 @@ class JsonFormatter(_Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, object] = {
-            "ts": _timestamp(record.created),
+            "ts": self._timestamp(record.created),
             "level": _level_name(record.levelno),
         }
         verbosity = _verbosity(record.levelno)
@@ -202,6 +210,10 @@ def configure_logging(
     `bound` key/values (e.g. `node`) appear on every line; `component` names the
     binary in JSON output. `stream` defaults to stderr.
     """
+    # Where a call was made from, and its thread and process, are on no line: not collected
+    # (the logging HOWTO's "Optimization"; finding the caller walks the stack for every line).
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     handler = _Handler(sys.stderr if stream is None else stream)
     formatter = TextFormatter if fmt == "text" else JsonFormatter
     handler.setFormatter(formatter(component, bound))

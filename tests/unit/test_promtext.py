@@ -186,6 +186,21 @@ def test_series_are_removed_and_cleared_and_labels_are_checked() -> None:
         Counter("t_c", "C").inc(-1)
 
 
+def test_label_values_name_one_series_whatever_their_type() -> None:
+    """The series of ("200",) is the series of (200,): values are keyed by their text (a
+    lookup by the values as given comes first, and must not split a series)."""
+    counter = Counter("t_codes_total", "Codes", ["code"])
+    counter.labels(200).inc()
+    counter.labels("200").inc()
+    assert counter.labels("200") is counter.labels(200)
+    assert counter.series() == [("200",)]
+    assert counter.labels(200).get() == 2
+    with pytest.raises(ValueError, match="label values"):
+        counter.labels()
+    with pytest.raises(ValueError, match="label values"):
+        counter.labels("200", "extra")
+
+
 def test_a_metric_name_registers_once() -> None:
     registry = Registry()
     Gauge("t_up", "Up", registry=registry)

@@ -197,11 +197,14 @@ class Controller:
     def _node_changed(self, change: Change[NodeView]) -> Iterable[str]:
         if not self.recovered:
             return []
-        if change.type in ("ADDED", "DELETED") or (
-            change.type == "MODIFIED" and change.old != change.new
-        ):
+        if change.type == "DELETED":
             return [change.key]
-        return []
+        # The watch's echo of our own write shows the Node as its PATCH answered, which the
+        # write's outcome already recorded: no news, no sync (one per allocated Node).
+        new = change.new
+        if new is None or new == change.old or self.work.nodes.get(new.uid) == new:
+            return []
+        return [change.key] if change.type in ("ADDED", "MODIFIED") else []
 
     def _pool_changed(self, change: Change[Obj]) -> Iterable[str]:
         if self.recovered and change.type in ("ADDED", "MODIFIED", "DELETED"):

@@ -36,6 +36,7 @@ class Connection:
         self.eof = False
         self.error: OSError | None = None
         self.waiter: asyncio.Future[None] | None = None
+        self.last_read = loop.time()  # when bytes (or the end) last came
         loop.add_reader(self.fd, self._readable)
 
     @property
@@ -56,6 +57,7 @@ class Connection:
             self.error = exc
         if self.eof or self.error:
             self.loop.remove_reader(self.fd)
+        self.last_read = self.loop.time()
         self._wake()
 
     def _resume(self) -> None:
@@ -101,6 +103,12 @@ class Connection:
             self.waiter = None
             if self.fd >= 0:
                 self.loop.remove_writer(self.fd)
+
+    def expire(self, why: str = "timed out") -> None:
+        """A deadline passed: closed, and a coroutine waiting on it fails with TimeoutError."""
+        if self.error is None:
+            self.error = TimeoutError(why)
+        self.close()
 
     def close(self) -> None:
         """Idempotent; a coroutine waiting for bytes fails with `ConnectionAbortedError`."""
@@ -371,6 +379,15 @@ class LoopStream:
         self._chunks = Chunks(conn) if _chunked(headers) else None
         self._data = bytearray()
         self._ended = False
+        # One timer per silence, not one per read: it looks when the last byte came.
+        self._timer = conn.loop.call_later(silence, self._check)
+
+    def _check(self) -> None:
+        quiet = self._conn.loop.time() - self._conn.last_read
+        if quiet >= self._silence:
+            self._conn.expire(f"no byte for {quiet:.0f} s")
+        elif not self._ended:
+            self._timer = self._conn.loop.call_later(self._silence - quiet, self._check)
 
     @property
     def is_open(self) -> bool:
@@ -390,15 +407,14 @@ class LoopStream:
         return line
 
     async def _fill(self) -> None:
-        async with asyncio.timeout(self._silence):
-            if self._chunks is None:  # delimited by the connection's end
-                self._ended = self._conn.eof
-                if not self._ended:
-                    await self._conn.more()
-                self._data += self._conn.buf
-                self._conn.buf.clear()
-                return
-            data = await self._chunks.next()
+        if self._chunks is None:  # delimited by the connection's end
+            self._ended = self._conn.eof
+            if not self._ended:
+                await self._conn.more()
+            self._data += self._conn.buf
+            self._conn.buf.clear()
+            return
+        data = await self._chunks.next()
         if data is None:
             self._ended = True
         else:
@@ -406,4 +422,5 @@ class LoopStream:
 
     def close(self) -> None:
         self._ended = True
+        self._timer.cancel()
         self._conn.close()

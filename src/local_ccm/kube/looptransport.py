@@ -70,7 +70,9 @@ class LoopTransport:
             self._ssl = (key, make_ssl_context(self._config, credential))
         return self._ssl[1]
 
-    async def _acquire(self, credential: Credential, fresh: bool) -> tuple[Connection, bool]:
+    async def _acquire(
+        self, credential: Credential, fresh: bool, timeout: float
+    ) -> tuple[Connection, bool]:
         if self._closed:
             raise client_closed()
         while self._idle and not fresh:
@@ -79,7 +81,8 @@ class LoopTransport:
                 self._busy.add(conn)
                 return conn, True
             conn.close()
-        conn = await self._open(credential)
+        async with asyncio.timeout(timeout):
+            conn = await self._open(credential)
         self._busy.add(conn)  # close() while it was opening: close() ends it below
         if self.closed:
             conn.close()
@@ -171,12 +174,9 @@ class LoopTransport:
         for attempt in range(2):
             conn, reused, sent = None, False, False
             try:
-                async with asyncio.timeout(timeout):
-                    conn, reused = await self._acquire(credential, fresh=attempt > 0)
-                    sent = True
-                    await conn.send(data)
-                    status, headers = await read_head(conn)
-                    body = await read_body(conn, status, headers)
+                conn, reused = await self._acquire(credential, attempt > 0, timeout)
+                sent = True
+                status, headers, body = await _exchange(conn, data, timeout)
             except (OSError, TimeoutError) as exc:
                 self._forget(conn)
                 if self._closed:  # ended by close(): not a failure to retry
@@ -204,11 +204,9 @@ class LoopTransport:
             credential = await self._credential()
             conn = None
             try:
-                async with asyncio.timeout(timeout):
-                    conn, _ = await self._acquire(credential, fresh=True)
-                    await conn.send(self._encode(req, credential))
-                    status, headers = await read_head(conn)
-                    body = b"" if status == 200 else await read_body(conn, status, headers)
+                conn, _ = await self._acquire(credential, True, timeout)
+                status, headers, body = await _exchange(conn, self._encode(req, credential),
+                                                        timeout, head_only=True)  # fmt: skip
             except (OSError, TimeoutError) as exc:
                 self._forget(conn)
                 raise client_closed() if self._closed else transport_error(exc, sent=True) from exc
@@ -224,3 +222,20 @@ class LoopTransport:
                 continue
             raise error_from_response(status, body, headers.get("retry-after"))
         raise AssertionError("unreachable")
+
+
+async def _exchange(
+    conn: Connection, data: bytes, timeout: float, *, head_only: bool = False
+) -> tuple[int, dict[str, str], bytes]:
+    """Send a request and read its answer (of a 200 with `head_only`: the head alone) within
+    `timeout`: past it the connection is closed and the wait fails with TimeoutError. A timer
+    of the loop's own, cheaper than `asyncio.timeout` around every request."""
+    timer = conn.loop.call_later(timeout, conn.expire)
+    try:
+        await conn.send(data)
+        status, headers = await read_head(conn)
+        if head_only and status == 200:
+            return status, headers, b""
+        return status, headers, await read_body(conn, status, headers)
+    finally:
+        timer.cancel()

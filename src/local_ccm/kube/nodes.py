@@ -135,26 +135,27 @@ class NodeListWatch:
 
 
 class TokenBucket:
-    """Client-side rate limit: `qps` tokens per second, at most `burst` stored."""
+    """Client-side rate limit: `qps` tokens per second, at most `burst` stored. A request
+    reserves the next token, there or not yet, and sleeps until it is there (as Go's
+    `rate.Limiter.Wait`): callers are served in order, each wakes once. A reservation whose
+    caller is cancelled meanwhile is spent: the rate can only fall short, never exceed."""
 
     def __init__(self, qps: float, burst: int, now: Callable[[], float] = time.monotonic) -> None:
         self._qps, self._burst, self._now = qps, max(1, burst), now
-        self._tokens = float(self._burst)
+        self._tokens = float(self._burst)  # below zero: tokens already promised
         self._stamp = now()
-        self._lock = asyncio.Lock()
 
-    def _refill(self) -> None:
+    def reserve(self) -> float:
+        """Take the next token; the seconds until it is there."""
         now = self._now()
-        self._tokens = min(self._burst, self._tokens + (now - self._stamp) * self._qps)
+        self._tokens = min(self._burst, self._tokens + (now - self._stamp) * self._qps) - 1
         self._stamp = now
+        return 0.0 if self._tokens >= 0 else -self._tokens / self._qps
 
     async def take(self) -> None:
-        async with self._lock:
-            self._refill()
-            while self._tokens < 1:
-                await asyncio.sleep((1 - self._tokens) / self._qps)
-                self._refill()
-            self._tokens -= 1
+        delay = self.reserve()
+        if delay > 0:
+            await asyncio.sleep(delay)
 
 
 def translate(error: ke.ApiError) -> ke.ApiError:

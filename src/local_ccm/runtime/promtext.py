@@ -15,6 +15,7 @@ writes.
 
 from __future__ import annotations
 
+import bisect
 import math
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -98,12 +99,11 @@ class HistogramChild:
         self._sum = 0.0
 
     def observe(self, amount: float) -> None:
+        index = bisect.bisect_left(self._bounds, amount)  # the first bound >= amount
         with self._lock:
             self._sum += amount
-            for i, bound in enumerate(self._bounds):
-                if amount <= bound:
-                    self._counts[i] += 1
-                    break
+            if index < len(self._bounds) and amount <= self._bounds[index]:  # not NaN
+                self._counts[index] += 1
 
     def snapshot(self) -> tuple[list[float], float]:
         """The cumulative bucket counts (the last is the count) and the sum."""
@@ -145,6 +145,9 @@ class _Metric(Generic[C]):
 
     def labels(self, *values: object) -> C:
         """The series of these label values, created (at zero) on first use."""
+        child = self._children.get(values)  # type: ignore[arg-type]
+        if child is not None and values:  # the values are the key's strings: the common case
+            return child
         if len(values) != len(self.labelnames) or not self.labelnames:
             raise ValueError(f"{self.name}: expected label values for {self.labelnames}")
         key = tuple(str(value) for value in values)

@@ -123,7 +123,9 @@ class Worker:
             await self.queue.process(self.sync)
             # A sync that never had to wait (its reads answered from memory) and a queue that
             # always has the next key would otherwise never let the event loop run anything else.
-            await asyncio.sleep(0)
+            # With no next key the queue's get waits anyway: no extra turn of the loop then.
+            if self.queue.qsize():
+                await asyncio.sleep(0)
 
     # ------------------------------------------------------------ one key
 

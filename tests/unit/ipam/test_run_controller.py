@@ -13,9 +13,10 @@ from ipaddress import ip_network
 import pytest
 
 from local_ccm.ipam.api import Obj
-from local_ccm.ipam.core.model import FINALIZER, default_pool
+from local_ccm.ipam.core.model import FINALIZER, default_pool, project_node
 from local_ccm.ipam.run import Controller
 from local_ccm.kube.errors import Conflict, Invalid, NotFound, Transient
+from local_ccm.kube.informer import Change
 from local_ccm.runtime.metrics import WATCH_REASONS
 from tests.fakes.ipam import (
     FakeApi,
@@ -151,6 +152,22 @@ def test_a_successful_allocation_posts_no_event_and_a_waiting_node_still_does() 
     assert cidrs(api, "n2") == []
     assert api.reasons("n2") == ["CIDRNotAvailable"]
     assert all(e["reason"] != "CIDRAssigned" for e in api.events)
+
+
+def test_the_echo_of_our_own_write_is_no_news_but_any_other_change_is() -> None:
+    """The watch shows our PATCH as its answer did, and the outcome recorded that answer: no
+    key (one sync fewer per allocated Node); a Node that then differs is looked at again."""
+    blank = node_obj("n", {"a": "1"})
+    api = FakeApi([blank], [pool_obj("p", ipv4="10.0.0.0/24", labels={"a": "1"})])
+    controller = run_scenario(api, nothing)
+    before, echo = project_node(blank), project_node(api.nodes["n"])
+    assert echo.pod_cidrs == (ip_network("10.0.0.0/24"),)
+    assert controller._node_changed(Change("MODIFIED", "n", before, echo)) == []
+    relabelled = copy.deepcopy(api.nodes["n"])
+    relabelled["metadata"]["labels"]["b"] = "2"
+    later = project_node(relabelled)
+    assert controller._node_changed(Change("MODIFIED", "n", echo, later)) == ["n"]
+    assert controller._node_changed(Change("DELETED", "n", later, None)) == ["n"]
 
 
 def test_three_failures_emit_cidr_assignment_failed() -> None:

@@ -121,6 +121,14 @@ def test_error_kinds_name_the_class() -> None:
     )  # fmt: skip
 
 
+def test_requests_beyond_the_burst_are_spaced_in_order_and_time_pays_back() -> None:
+    now = [0.0]
+    bucket = TokenBucket(qps=5.0, burst=2, now=lambda: now[0])
+    assert [round(bucket.reserve(), 3) for _ in range(5)] == [0.0, 0.0, 0.2, 0.4, 0.6]
+    now[0] = 1.0  # five tokens came back, three of them were promised
+    assert [round(bucket.reserve(), 3) for _ in range(3)] == [0.0, 0.0, 0.2]
+
+
 def test_the_rate_limit_spends_the_burst_then_refills_with_time() -> None:
     now = [0.0]
     bucket = TokenBucket(qps=1.0, burst=2, now=lambda: now[0])

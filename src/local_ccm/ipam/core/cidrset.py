@@ -47,6 +47,7 @@ class BlockSet:
         self.capacity = capacity
         self.used = 0
         self._base = int(network.network_address)
+        self._end = int(network.broadcast_address)
         self._host_bits = width - block_prefix
         self._page_count = -(-capacity // PAGE_BLOCKS)
         self._pages: dict[int, bytearray] = {}
@@ -71,12 +72,13 @@ class BlockSet:
         """Indices of the blocks `cidr` intersects (equal, containing or contained)."""
         if cidr.version != self.network.version:
             return range(0)
-        start, end = int(cidr.network_address), int(cidr.broadcast_address)
-        pool_end = int(self.network.broadcast_address)
-        if end < self._base or start > pool_end:
+        # Integer arithmetic: `broadcast_address` builds an address object per CIDR.
+        start = int(cidr.network_address)
+        end = start + (1 << (cidr.max_prefixlen - cidr.prefixlen)) - 1
+        if end < self._base or start > self._end:
             return range(0)
         first = (max(start, self._base) - self._base) >> self._host_bits
-        last = (min(end, pool_end) - self._base) >> self._host_bits
+        last = (min(end, self._end) - self._base) >> self._host_bits
         return range(first, last + 1)
 
     # ------------------------------------------------------------ queries

@@ -233,34 +233,45 @@ def default_pool(cidrs: Sequence[IPNetwork], mask_v4: int, mask_v6: int) -> Pool
 
 
 def project_node(obj: Mapping[str, Any]) -> NodeView:
-    """A Node dict as a view. `spec.podCIDR` alone is read as a one-element list."""
+    """A Node dict as a view. `spec.podCIDR` alone is read as a one-element list. Runs for
+    every Node event and write answer: one pass over each field, no generator per field."""
     meta = _mapping(obj.get("metadata"))
     spec = _mapping(obj.get("spec"))
     raw = [str(c) for c in spec.get("podCIDRs") or () if c]
     if not raw and spec.get("podCIDR"):
         raw = [str(spec["podCIDR"])]
-    parsed = [(text, parse_sloppy_cidr(text)) for text in raw]
+    cidrs: list[IPNetwork] = []
+    invalid: list[str] = []
+    for text in raw:
+        network = parse_sloppy_cidr(text)
+        if network is None:
+            invalid.append(text)
+        else:
+            cidrs.append(network)
     labels = _mapping(meta.get("labels"))
     return NodeView(
-        name=str(meta.get("name", "")),
-        uid=str(meta.get("uid", "")),
-        labels={str(k): str(v) for k, v in labels.items()},
-        pod_cidrs=tuple(n for _, n in parsed if n is not None),
-        invalid_pod_cidrs=tuple(t for t, n in parsed if n is None),
-        deleting=bool(meta.get("deletionTimestamp")),
-        creation_timestamp=str(meta.get("creationTimestamp", "")),
-        pod_cidrs_managers=pod_cidrs_managers(meta.get("managedFields")),
+        str(meta.get("name", "")),
+        str(meta.get("uid", "")),
+        {str(k): str(v) for k, v in labels.items()},
+        tuple(cidrs),
+        tuple(invalid),
+        bool(meta.get("deletionTimestamp")),
+        str(meta.get("creationTimestamp", "")),
+        pod_cidrs_managers(meta.get("managedFields")),
     )
 
 
 def pod_cidrs_managers(managed_fields: object) -> tuple[str, ...]:
     """Field managers whose managedFields entry owns `spec.podCIDRs` or `spec.podCIDR`."""
+    if not isinstance(managed_fields, list):
+        return ()
     managers: set[str] = set()
-    for entry in managed_fields if isinstance(managed_fields, list) else ():
-        spec = _mapping(_mapping(_mapping(entry).get("fieldsV1")).get("f:spec"))
+    for entry in managed_fields:
+        fields = _mapping(entry)
+        spec = _mapping(_mapping(fields.get("fieldsV1")).get("f:spec"))
         if "f:podCIDRs" in spec or "f:podCIDR" in spec:
-            managers.add(str(_mapping(entry).get("manager", "")))
-    return tuple(sorted(managers))
+            managers.add(str(fields.get("manager", "")))
+    return tuple(sorted(managers)) if managers else ()
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
