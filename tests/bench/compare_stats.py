@@ -62,8 +62,9 @@ METRICS = (
     Metric("agent_startup_requests", "agent", "agent start-up API requests (audit log)",
            "requests", Goal("ours", 5)),
     Metric("agent_address_change_s", "agent", "address change → status", "s"),
+    # Every request the controller makes counts: the run waits for its Events too.
     Metric("ipam_cpu_per_1000_same_qps_s", "ipam", "IPAM CPU per 1 000 Nodes, both at 5 QPS",
-           "CPU-s", Goal("ratio", 1.0)),
+           "CPU-s", Goal("ratio", 0.75)),
     Metric("ipam_cpu_per_1000_default_s", "ipam",
            "IPAM CPU per 1 000 Nodes, defaults (ours 50 QPS, Go 5)", "CPU-s"),
     Metric("ipam_all_allocated_same_qps_s", "ipam", "IPAM last Node created → all allocated, 5 QPS",

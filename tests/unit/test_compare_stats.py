@@ -33,6 +33,14 @@ def test_verdict(goal: c.Goal | None, ours: float, ratio: float | None, want: st
     assert c.verdict(goal, ours, ratio) == want
 
 
+def test_ipam_cpu_per_node_is_judged_against_three_quarters_of_go() -> None:
+    (row,) = [m for m in c.METRICS if m.key == "ipam_cpu_per_1000_same_qps_s"]
+    assert row.goal == c.Goal("ratio", 0.75)
+    assert row.goal.text == "≤ 0.75× Go"
+    assert c.verdict(row.goal, 1.5, 0.75) == "met"
+    assert c.verdict(row.goal, 1.6, 0.8) == "missed"
+
+
 def test_summaries_take_medians_drop_missing_rounds_and_keep_table_order() -> None:
     rounds: dict[str, dict[str, list[float | None]]] = {
         "agent_startup_requests": {"ours": [7.0, 5.0, None], "go": [4.0, 4.0, 4.0]},
