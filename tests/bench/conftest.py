@@ -1,13 +1,17 @@
-"""Fixtures of the agent benchmarks (tests/bench/test_agent_*.py)."""
+"""Fixtures of the benchmarks: the agent benchmarks' (tests/bench/test_agent_*.py) and those
+every `make bench-compare` file shares (its scale settings, the Go originals built)."""
 
 from __future__ import annotations
 
+import os
 import secrets
 
 import pytest
 
 from local_ccm.kube.client import Client
 from tests.bench.agent_bench import AgentIdentity, Tracker, grant_agent
+from tests.bench.compare_stats import Settings, settings_from_env
+from tests.support import originals
 from tests.support.chart import ShippedRbac
 from tests.support.controlplane import ControlPlane
 from tests.support.processes import compile_optimized
@@ -17,6 +21,18 @@ from tests.support.processes import compile_optimized
 def shipped_pyc() -> None:
     """The agent runs as the image runs it (PYTHONOPTIMIZE=2): its level-2 .pyc files exist."""
     compile_optimized()
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    """The scale of `make bench-compare` (its BENCH_* variables)."""
+    return settings_from_env(os.environ)
+
+
+@pytest.fixture(scope="session")
+def built(shipped_pyc: None) -> originals.Built:
+    """The Go originals built, and ours compiled as the image ships it (level-2 .pyc)."""
+    return originals.ensure()
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ import pytest
 from local_ccm.kube.client import Client
 from tests.bench import compare_agent, compare_ipam, compare_lifecycle
 from tests.bench.agent_bench import node_uplink
-from tests.bench.compare_stats import Settings, settings_from_env
+from tests.bench.compare_stats import Settings
 from tests.integration.ipam import harness as ipam_harness
 from tests.support import crds, ipam_bench, names, originals
 from tests.support import resources as r
@@ -47,7 +47,6 @@ from tests.support.kwok import (
 )
 from tests.support.lifecycle_harness import apply_rbac, controller_kubeconfig
 from tests.support.netns import NetnsFactory
-from tests.support.processes import compile_optimized
 from tests.support.relay import LoopbackRelay
 from tests.support.waiting import eventually
 
@@ -55,18 +54,6 @@ pytestmark = [pytest.mark.compare, pytest.mark.timeout(3 * 3600)]
 IMPLS = ("ours", "go")
 FIELD_MANAGER = "local-ccm-bench"
 EMPTY_WINDOW = 10.0  # s of CPU for the lifecycle controller that selects no Node
-
-
-@pytest.fixture(scope="module")
-def settings() -> Settings:
-    return settings_from_env(os.environ)
-
-
-@pytest.fixture(scope="module")
-def built() -> originals.Built:
-    """The Go originals built, and ours compiled as the image ships it (level-2 .pyc)."""
-    compile_optimized()
-    return originals.ensure()
 
 
 class LoadSampler:

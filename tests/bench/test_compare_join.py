@@ -12,7 +12,6 @@ could have initialised the Node.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ import pytest
 
 from tests.bench import compare_join as cj
 from tests.bench import join_phases as jp
-from tests.bench.compare_stats import Settings, settings_from_env
+from tests.bench.compare_stats import Settings
 from tests.bench.test_compare import LoadSampler, collect, provenance, write
 from tests.support import originals
 from tests.support.binaries import Binaries
@@ -39,11 +38,6 @@ GO = "go-local-ccm"
 # A real cluster runs the pod garbage collector: with it on, a Pod bound to a deleted Node is
 # deleted after its 40 s quarantine (docs/benchmarks.md); the joins leave it nothing to do.
 PODGC = "pod-garbage-collector-controller"
-
-
-@pytest.fixture(scope="module")
-def settings() -> Settings:
-    return settings_from_env(os.environ)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ fails when a measurement could not be taken, or when correctness broke for any i
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ import pytest
 
 from local_ccm.kube.client import Client
 from tests.bench import compare_lb, lb_peers
-from tests.bench.compare_stats import Settings, settings_from_env
+from tests.bench.compare_stats import Settings
 from tests.bench.lb_watch import AuditTail
 from tests.bench.test_compare import LoadSampler, provenance, write
 from tests.support import originals
@@ -32,24 +31,11 @@ from tests.support.audit import audit_log
 from tests.support.binaries import Binaries
 from tests.support.controlplane import ControlPlane
 from tests.support.dedicated import dedicated_plane
-from tests.support.processes import compile_optimized
 
 pytestmark = [pytest.mark.compare, pytest.mark.timeout(8 * 3600)]
 FIELD_MANAGER = "local-ccm-bench"
 PEER_BINARIES = {"metallb": (lb_peers.METALLB, "metallb-controller"),
                  "kube-vip-cp": (lb_peers.KUBEVIP, "kube-vip-cloud-provider")}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def lb_settings() -> Settings:
-    return settings_from_env(os.environ)
-
-
-@pytest.fixture(scope="module")
-def lb_built() -> originals.Built:
-    """The peers built from their pinned sources, and ours compiled as the image ships it."""
-    compile_optimized()
-    return originals.ensure()
 
 
 @pytest.fixture(scope="module")
@@ -65,22 +51,22 @@ def implementations(size: int, settings: Settings) -> list[str]:
 
 
 def test_compare_lb(
-    lb_plane: ControlPlane, binaries: Binaries, lb_settings: Settings,
-    lb_built: originals.Built, test_artifacts: Path,
+    lb_plane: ControlPlane, binaries: Binaries, settings: Settings,
+    built: originals.Built, test_artifacts: Path,
 ) -> None:  # fmt: skip
     kube = Client.from_kubeconfig(lb_plane.admin_kubeconfig, field_manager=FIELD_MANAGER)
     bench = compare_lb.LbBench(
         lb_plane, kube, AuditTail(audit_log(lb_plane).path, compare_lb.USER_PREFIX),
-        {impl: lb_built.path(*found) for impl, found in PEER_BINARIES.items()}, test_artifacts,
+        {impl: built.path(*found) for impl, found in PEER_BINARIES.items()}, test_artifacts,
     )  # fmt: skip
     sizes: dict[str, Any] = {}
     runs: list[dict[str, Any]] = []
     started = time.monotonic()
     with LoadSampler() as load:
-        for size in lb_settings.lb_services:
-            impls = implementations(size, lb_settings)
+        for size in settings.lb_services:
+            impls = implementations(size, settings)
             rounds: dict[str, dict[str, list[Any]]] = {}
-            for k in range(lb_settings.lb_rounds or lb_settings.rounds):
+            for k in range(settings.lb_rounds or settings.rounds):
                 for impl in impls:
                     run = compare_lb.run_lb(bench, impl, f"n{size}-r{k}", size)
                     runs.append(run)
@@ -89,8 +75,8 @@ def test_compare_lb(
             sizes[str(size)] = {"impls": impls, "rounds": rounds}
     kube.close()
     write("lb", binaries, lb_plane, {
-        "settings": lb_settings.as_dict(),
-        "originals": {impl: provenance(lb_built, found[0]) for impl, found in
+        "settings": settings.as_dict(),
+        "originals": {impl: provenance(built, found[0]) for impl, found in
                       PEER_BINARIES.items()},
         "sizes": sizes, "runs": runs, "loadavg_samples": load.samples,
         "wall_s": round(time.monotonic() - started, 1),

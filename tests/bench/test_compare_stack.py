@@ -29,7 +29,6 @@ not deleted, one address on two Services).
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -44,7 +43,7 @@ from local_ccm.lbipam.api import POOLS
 from tests.bench import compare_stack as cs
 from tests.bench import stack_load
 from tests.bench.agent_bench import grant_agent, is_tainted
-from tests.bench.compare_stats import Settings, settings_from_env
+from tests.bench.compare_stats import Settings
 from tests.bench.test_compare import LoadSampler, provenance, write
 from tests.integration.ipam.objects import cluster_cidr
 from tests.support import chart, crds, nodes, originals
@@ -62,7 +61,7 @@ from tests.support.kwok import (
     start_kwok,
 )
 from tests.support.netns import NetnsFactory
-from tests.support.processes import AS_SHIPPED, compile_optimized, free_port
+from tests.support.processes import AS_SHIPPED, free_port
 
 pytestmark = [pytest.mark.compare, pytest.mark.kwok, pytest.mark.timeout(4 * 3600)]
 IMPLS = ("ours", "go")
@@ -74,17 +73,6 @@ CHART_VALUES = {"controllerManager.enabled": "true", "nodeIpamController.enabled
 MANAGER = "local-ccm-node-lifecycle-controller"  # the chart's Deployment and ServiceAccount
 SYSTEM = "kube-system"
 GRACE = 120.0  # s after the window for the last CSR, Service and deletion to be handled
-
-
-@pytest.fixture(scope="module")
-def settings() -> Settings:
-    return settings_from_env(os.environ)
-
-
-@pytest.fixture(scope="module")
-def built() -> originals.Built:
-    compile_optimized()
-    return originals.ensure()
 
 
 # ------------------------------------------------------------------ what both planes hold
