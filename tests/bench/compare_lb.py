@@ -70,7 +70,7 @@ def service_body(namespace: str, index: int) -> Obj:
             "metadata": {"name": f"s{index:05d}", "namespace": namespace}}  # fmt: skip
 
 
-def in_threads(plane: ControlPlane, count_: int, work: Callable[[Client, int], None]) -> float:
+def in_threads(plane: ControlPlane, count_: int, work: Callable[[Client, int], object]) -> float:
     """`work(client, i)` for i in range(count_) from CREATORS threads; when the last request
     was answered (monotonic)."""
     errors: list[str] = []

@@ -17,7 +17,6 @@ import ipaddress
 import json
 import os
 import secrets
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -33,6 +32,7 @@ from local_ccm.lbipam.api import POOLS, SERVICES
 from local_ccm.lbipam.core.allocator import Allocation, build_ledger, decide, hold
 from local_ccm.lbipam.core.pools import Pool, parse_pool
 from local_ccm.lbipam.core.service import parse_service
+from tests.bench.compare_lb import CREATORS, in_threads
 from tests.support import crds, lb
 from tests.support import resources as r
 from tests.support.binaries import Binaries
@@ -43,7 +43,7 @@ from tests.support.processes import free_port
 from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(900)]
-SERVICES_N, CREATORS = 5000, 16
+SERVICES_N = 5000
 POOL_V4, POOL_V6 = "10.200.0.0/16", "fd00:200::/112"
 RESULTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "bench"
 
@@ -66,46 +66,19 @@ def service_body(namespace: str, index: int) -> Obj:
 
 
 def create_all(plane: ControlPlane, namespace: str) -> tuple[float, float]:
-    errors: list[str] = []
-
-    def work(part: int) -> None:
-        with Client.from_kubeconfig(plane.admin_kubeconfig, field_manager=f"c{part}") as kube:
-            for index in range(part, SERVICES_N, CREATORS):
-                try:
-                    kube.create(SERVICES, service_body(namespace, index), namespace=namespace)
-                except Exception as exc:
-                    errors.append(f"s{index:05d}: {exc}")
-
+    """Every Service created by CREATORS clients at once: (start, last answer), monotonic."""
     start = time.monotonic()
-    threads = [threading.Thread(target=work, args=(p,)) for p in range(CREATORS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors[:3]
-    return start, time.monotonic()
+    last = in_threads(plane, SERVICES_N, lambda kube, index: kube.create(
+        SERVICES, service_body(namespace, index), namespace=namespace))  # fmt: skip
+    return start, last
 
 
 def delete_all(plane: ControlPlane, namespace: str, items: list[Obj]) -> None:
     """Every Service deleted by CREATORS clients at once, as a namespace's worth of Services
     goes in a real cluster (and as the side-by-side comparison with MetalLB deletes them)."""
-    errors: list[str] = []
     names = [svc["metadata"]["name"] for svc in items]
-
-    def work(part: int) -> None:
-        with Client.from_kubeconfig(plane.admin_kubeconfig, field_manager=f"d{part}") as kube:
-            for name in names[part::CREATORS]:
-                try:
-                    kube.delete(SERVICES, name, namespace=namespace)
-                except Exception as exc:
-                    errors.append(f"{name}: {exc}")
-
-    threads = [threading.Thread(target=work, args=(p,)) for p in range(CREATORS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors[:3]
+    in_threads(plane, len(names), lambda kube, index: kube.delete(
+        SERVICES, names[index], namespace=namespace))  # fmt: skip
 
 
 def list_services(kube: Client, namespace: str) -> list[Obj]:
