@@ -1,8 +1,8 @@
 """Write the comparison of `make bench-compare` into docs/benchmarks.md:
 ``python -m tests.bench.compare_report``.
 
-Reads the newest ``compare-{agent,ipam,lifecycle}-<stamp>.json`` under docs/bench/data (where
-``python -m tests.bench.plots --from test-artifacts/bench`` has copied them) and replaces the
+Reads each component's newest ``compare-<component>-<stamp>.json`` under docs/bench/data
+(where ``python -m tests.bench.plots --from test-artifacts/bench`` has copied them) and replaces the
 generated parts of the page between its ``<!-- bench-compare:... -->`` markers. The rendering
 is tests/bench/compare_stats.py `render_page` (pure); the LoadBalancer peers' tables
 (``compare-lb``), tests/bench/compare_peers.py; the start-up table against the Python floor,
