@@ -255,3 +255,21 @@ def stack_entry(
             entry["count"] = count
         out.append(entry)
     return {"components": out}
+
+
+def agent_hour(stacks: Mapping[str, Mapping[str, Any]], window_s: float) -> dict[str, Any]:
+    """The `compare-agent-hour` result from the stack's window: every real agent of each
+    stack (idle on a Node of its own while the controllers work on the kwok Nodes) is one
+    value of its side: its API requests (audit log) and CPU over the window."""
+    rounds: dict[str, dict[str, list[float]]] = {
+        "agent_api_requests_hour": {}, "agent_idle_cpu_hour_s": {}}  # fmt: skip
+    runs = []
+    for impl, stack in stacks.items():
+        agent = next(c for c in stack["components"] if c["name"] == "agent")
+        for p in agent["processes"]:
+            rounds["agent_api_requests_hour"].setdefault(impl, []).append(p["requests"])
+            rounds["agent_idle_cpu_hour_s"].setdefault(impl, []).append(p["cpu_s"])
+            runs.append({"impl": impl, "user": p["user"], "idle_s": round(window_s, 1),
+                         "requests": p["requests"], "request_kinds": p["request_kinds"],
+                         "idle_cpu_s": p["cpu_s"], "exited": p["exited"]})  # fmt: skip
+    return {"rounds": rounds, "runs": runs}

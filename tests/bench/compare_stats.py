@@ -44,7 +44,7 @@ METRICS = (
     Metric("agent_api_requests_per_node_hour", "agent",
            "agent API requests per node-hour (idle window, extrapolated)", "requests/h"),
     Metric("agent_api_requests_hour", "agent-hour",
-           "agent API requests over a real hour (both idle side by side)", "requests",
+           "agent API requests over a real hour (idle, side by side)", "requests",
            Goal("ours", 2)),
     # Start-up goals are against the Python floor (tests/bench/floor_stats.py), not Go.
     Metric("agent_start_to_untaint_s", "agent", "agent start → taint removed (median)", "s"),
@@ -57,7 +57,7 @@ METRICS = (
            "agent idle CPU per node-hour (idle window, extrapolated)", "CPU-s/h",
            Goal("ratio", 1.0)),
     Metric("agent_idle_cpu_hour_s", "agent-hour",
-           "agent idle CPU over a real hour (both idle side by side)", "CPU-s",
+           "agent idle CPU over a real hour (idle, side by side)", "CPU-s",
            Goal("ratio", 1.0)),
     Metric("agent_startup_requests", "agent", "agent start-up API requests (audit log)",
            "requests", Goal("ours", 5)),
@@ -406,9 +406,9 @@ class Settings:
     """The scale of one `make bench-compare` (make variables, passed as the environment).
 
     The defaults are for development (about 15 min on 2 cores); docs/benchmarks.md gives the
-    full-size values. `agent_hour_s` (BENCH_HOUR=1: one hour) runs ours and the Go agent idle
-    side by side for that long (its own test and result file, `compare-agent-hour`), for the
-    requests and CPU of a real hour."""
+    full-size values. `agent_hour_s` (BENCH_HOUR=1: one hour) makes the whole stack's window
+    that long, and its real agents, ours and the Go ones idle side by side, are also written as
+    `compare-agent-hour`: the requests and CPU of a real hour."""
 
     rounds: int = 3
     agent_idle_s: float = 20.0
@@ -493,6 +493,11 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
             problems.append(f"BENCH_LB_SERVICES={services!r} must be positive")
     if "stack_window_s" not in values and values.get("agent_hour_s"):
         values["stack_window_s"] = values["agent_hour_s"]
+    if values.get("stack_window_s", 0) < values.get("agent_hour_s", 0):
+        problems.append(
+            "BENCH_STACK_WINDOW must be at least BENCH_HOUR (the agents' hour is "
+            "the whole stack's window)"
+        )
     if problems:
         raise ValueError("; ".join(problems))
     return Settings(**values)

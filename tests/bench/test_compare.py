@@ -152,30 +152,6 @@ def test_compare_agent(  # noqa: PLR0917 (pytest passes fixtures by name)
     assert [run["exit_code"] for run in runs if run["impl"] == "ours"] == [0] * settings.rounds
 
 
-def test_compare_agent_hour(  # noqa: PLR0917 (pytest passes fixtures by name)
-    agent_plane: ControlPlane, binaries: Binaries, netns: NetnsFactory, settings: Settings,
-    built: originals.Built, shipped_agent_rbac: ShippedRbac, test_artifacts: Path,
-) -> None:  # fmt: skip
-    """Both agents idle side by side for BENCH_HOUR hours: requests and CPU of a real hour."""
-    if not settings.agent_hour_s:
-        pytest.skip("BENCH_HOUR is not set: the side-by-side hour runs only when asked for")
-    rounds: dict[str, dict[str, list[Any]]] = {}
-    started = time.monotonic()
-    with (
-        agent_bench(agent_plane, netns, built, shipped_agent_rbac, test_artifacts) as bench,
-        LoadSampler(every=60) as load,
-    ):
-        hour = compare_agent.run_hour(bench, settings.agent_hour_s)
-    for run in hour:
-        collect(rounds, run["impl"], compare_agent.hour_values(run))
-    write("agent-hour", binaries, agent_plane, {
-        "settings": settings.as_dict(), "originals": {"go": provenance(built, "go-local-ccm")},
-        "rounds": rounds, "runs": hour, "loadavg_samples": load.samples,
-        "wall_s": round(time.monotonic() - started, 1),
-    })  # fmt: skip
-    assert [run["exited"] for run in hour if run["impl"] == "ours"] == [None]
-
-
 # ------------------------------------------------------------------ IPAM
 @pytest.fixture(scope="module")
 def ipam_plane(request: pytest.FixtureRequest, binaries: Binaries) -> Iterator[ControlPlane]:

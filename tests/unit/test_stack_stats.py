@@ -192,11 +192,15 @@ def test_stack_settings_from_the_environment() -> None:
     assert (got.stack_services, got.stack_churn_s) == (50, 20.0)
 
 
-def test_bench_hour_makes_the_stack_window_an_hour_unless_the_window_is_given() -> None:
+def test_bench_hour_makes_the_stack_window_an_hour_which_may_be_longer_never_shorter() -> None:
+    """The agents' real hour is the stack's window: a window shorter than it is refused."""
     assert c.settings_from_env({"BENCH_HOUR": "1"}).stack_window_s == 3600.0
-    given = {"BENCH_HOUR": "1", "BENCH_STACK_WINDOW": "300"}
-    assert c.settings_from_env(given).stack_window_s == 300.0
+    longer = c.settings_from_env({"BENCH_HOUR": "1", "BENCH_STACK_WINDOW": "4000"})
+    assert (longer.agent_hour_s, longer.stack_window_s) == (3600.0, 4000.0)
+    assert c.settings_from_env({"BENCH_STACK_WINDOW": "300"}).stack_window_s == 300.0
     assert c.settings_from_env({}).stack_window_s == c.Settings().stack_window_s
+    with pytest.raises(ValueError, match=r"BENCH_STACK_WINDOW must be at least BENCH_HOUR"):
+        c.settings_from_env({"BENCH_HOUR": "1", "BENCH_STACK_WINDOW": "300"})
 
 
 def test_stack_settings_must_be_positive_numbers() -> None:
