@@ -29,6 +29,7 @@ from local_ccm.kube.aio import AsyncClient, KubeListWatch
 from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig, ConfigError, check_server
 from local_ccm.kube.informer import ListWatch
+from local_ccm.kube.loopclient import LoopClient
 from local_ccm.kube.nodes import Access
 from local_ccm.kube.resources import NODES
 from local_ccm.kube.transport import usable_config
@@ -307,3 +308,12 @@ def client_of(cluster: ClusterConfig, name: str, metrics: ControllerMetrics) -> 
     """The controller's own API client: its field manager and user agent, its REST series."""
     return Client(cluster, field_manager=name, user_agent=f"{name}/{__version__}",
                   on_response=metrics.observe_response)  # fmt: skip
+
+
+def loop_client_of(cluster: ClusterConfig, name: str, metrics: ControllerMetrics) -> LoopClient:
+    """The same on the event loop, for a controller's requests and watches: no thread hand-off
+    per request or watch event, and as many requests in flight as its workers (node-ipam,
+    service-lb-ipam; docs/benchmarks.md). The blocking client serves the rest (access
+    review, Lease)."""
+    return LoopClient(cluster, field_manager=name, user_agent=f"{name}/{__version__}",
+                      on_response=metrics.observe_response)  # fmt: skip

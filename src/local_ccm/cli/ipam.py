@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from local_ccm import __version__, names
+from local_ccm import names
 from local_ccm.cli import central
 from local_ccm.cli.central import Place
 from local_ccm.clock import SystemClock
@@ -21,8 +21,6 @@ from local_ccm.ipam.metrics import IpamMetrics
 from local_ccm.ipam.options import FLAGS, PROG, IpamOptions
 from local_ccm.ipam.run import Controller, Settings
 from local_ccm.ipam.run import permissions as declared
-from local_ccm.kube.config import ClusterConfig
-from local_ccm.kube.loopclient import LoopClient
 from local_ccm.kube.nodes import Access
 from local_ccm.lease.options import Election
 from local_ccm.runtime.controller import accesses
@@ -88,14 +86,6 @@ def settings_from(options: IpamOptions, identity: str) -> Settings:
     )
 
 
-def loop_client_of(cluster: ClusterConfig, metrics: IpamMetrics) -> LoopClient:
-    """The controller's own API client, on the event loop: at its rate limit every request and
-    watch event arrives alone, and handing each to a thread cost more than the request
-    (docs/benchmarks.md). The process's blocking client serves the rest (access review, Lease)."""
-    return LoopClient(cluster, field_manager=names.IPAM, user_agent=f"{names.IPAM}/{__version__}",
-                      on_response=metrics.observe_response)  # fmt: skip
-
-
 def build_unit(options: IpamOptions, shared: Shared, place: Place) -> Unit:
     metrics = IpamMetrics()
     client = central.client_of(place.cluster, names.IPAM, metrics)
@@ -105,7 +95,7 @@ def build_unit(options: IpamOptions, shared: Shared, place: Place) -> Unit:
             metrics.node_writes.labels(code).inc()
 
     write_timeout = write_timeout_of(shared.lease)
-    api = KubeIpamApi(loop_client_of(place.cluster, metrics), count=count,
+    api = KubeIpamApi(central.loop_client_of(place.cluster, names.IPAM, metrics), count=count,
                       write_timeout=write_timeout,
                       limiter=TokenBucket(options.qps, options.burst))  # fmt: skip
 

@@ -4,14 +4,11 @@ its permissions."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Final
 
 from local_ccm.cli import central, managed
 from local_ccm.cli.central import Place
 from local_ccm.clock import SystemClock
-from local_ccm.kube.aio import AsyncClient
 from local_ccm.kube.nodes import Access
 from local_ccm.lbipam.api import KubeLbApi
 from local_ccm.lbipam.metrics import LbMetrics
@@ -22,7 +19,6 @@ from local_ccm.runtime.controller import accesses
 from local_ccm.runtime.host import Shared, Unit, kit_unit, write_timeout_of
 
 LbOptions = managed.Managed[Settings]
-SPARE_THREADS: Final = 4  # beyond one per worker: the LISTs, the pool status, the Events
 
 
 def controller() -> central.ControllerSpec[LbOptions]:
@@ -53,9 +49,8 @@ def build_unit(options: LbOptions, shared: Shared, place: Place) -> Unit:
     client = central.client_of(place.cluster, NAME, metrics)
     writes, write_timeout = metrics.writes, write_timeout_of(shared.lease)
     settings = settings_of(options, place.identity)
-    # its own threads: the workers' writes in flight at once, whatever the CPU count
-    threads = ThreadPoolExecutor(settings.workers + SPARE_THREADS, thread_name_prefix=NAME)
-    api = KubeLbApi(AsyncClient(client, threads), options.own.kubevip,
+    # on the event loop: every worker's write in flight at once, no thread per request
+    api = KubeLbApi(central.loop_client_of(place.cluster, NAME, metrics), options.own.kubevip,
                     observe=lambda verb, res, code: writes.labels(res, code).inc(),
                     write_timeout=write_timeout)  # fmt: skip
     node_source = managed.nodes_of(place.nodes, client)

@@ -1,8 +1,7 @@
 """asyncio face of the client: the same verbs as coroutines, watches as async iterators.
 
-Requests run in worker threads (``asyncio.to_thread``, or an executor of the client's own);
-a watch is read by one daemon
-thread per stream, which hands events to the event loop through an ``asyncio.Queue``
+Requests run in worker threads (``asyncio.to_thread``); a watch is read by one daemon thread
+per stream, which hands events to the event loop through an ``asyncio.Queue``
 (``loop.call_soon_threadsafe``). Cancelling the consuming task, ``aclose()`` or leaving
 ``async with`` shuts the stream's socket down, so the reader thread ends at once.
 """
@@ -10,12 +9,9 @@ thread per stream, which hands events to the event loop through an ``asyncio.Que
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import functools
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable
-from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from local_ccm.kube.client import Client, WatchStream
@@ -161,7 +157,7 @@ class ObservedApi:
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: AsyncVerbs,
         observe: Observe = unobserved,
         *,
         write_timeout: float | None = None,
@@ -176,19 +172,14 @@ class AsyncClient:
     """Wraps a ``Client``; keyword arguments are those of the matching ``Client`` method.
 
     Requests run in the event loop's default executor, whose threads (min(32, CPUs + 4): 6 on
-    2 CPUs) every component of the process shares, or in `executor`: a controller that keeps
-    many writes in flight at once (its workers) gets threads of its own, so its concurrency is
-    its own bound, not the machine's CPU count, and it cannot starve another's requests."""
+    2 CPUs) every component of the process shares. A controller that keeps many writes in
+    flight at once uses `kube.loopclient.LoopClient` instead (no thread per request)."""
 
-    def __init__(self, client: Client, executor: Executor | None = None) -> None:
-        self.client, self.executor = client, executor
+    def __init__(self, client: Client) -> None:
+        self.client = client
 
     async def _run(self, call: Callable[..., T], *args: Any, **kw: Any) -> T:
-        if self.executor is None:
-            return await asyncio.to_thread(call, *args, **kw)
-        context = contextvars.copy_context()  # as to_thread: the caller's context variables
-        bound = functools.partial(context.run, call, *args, **kw)
-        return await asyncio.get_running_loop().run_in_executor(self.executor, bound)
+        return await asyncio.to_thread(call, *args, **kw)
 
     async def get(self, res: Resource, name: str, **kw: Any) -> Obj:
         return await self._run(self.client.get, res, name, **kw)

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any, Final, Protocol
 
-from local_ccm.kube.aio import AsyncClient, KubeListWatch, Observe, ObservedApi, unobserved
+from local_ccm.kube.aio import KubeListWatch, Observe, ObservedApi, unobserved
 from local_ccm.kube.informer import ListWatch
+from local_ccm.kube.loopclient import AsyncVerbs
 from local_ccm.kube.resources import EVENTS, Resource
 from local_ccm.lbipam.core.pools import GROUP, KIND
 
@@ -32,7 +33,7 @@ class KubeLbApi(ObservedApi):
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: AsyncVerbs,
         kubevip: tuple[str, str] | None,
         observe: Observe = unobserved,
         *,

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -14,7 +12,6 @@ from local_ccm.kube.aio import AsyncClient, ThreadedIterator
 from local_ccm.kube.client import Client
 from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.errors import NotFound
-from local_ccm.kube.request import Obj, Request, Response
 from local_ccm.kube.resources import NODES
 from tests.fakes.transport import FakeStream, FakeTransport, json_response
 
@@ -117,46 +114,3 @@ def test_async_client_verbs_and_watch() -> None:
 
     assert asyncio.run(main()) == ("n1", ["a"])
     assert fake.closed
-
-
-CALLER = contextvars.ContextVar("caller", default="")
-
-
-class Gathering(FakeTransport):
-    """Answers each request only once `count` requests wait at once (a barrier), and records
-    the thread each ran in and the caller it saw (`CALLER`)."""
-
-    def __init__(self, count: int) -> None:
-        super().__init__([json_response(200, {"metadata": {"name": "n1"}})] * count)
-        self.barrier = threading.Barrier(count, timeout=10)  # only reached when one is missing
-        self.threads: set[str] = set()
-        self.callers: list[str] = []
-
-    def send(self, req: Request, timeout: float) -> Response:
-        self.threads.add(threading.current_thread().name)
-        self.callers.append(CALLER.get())
-        self.barrier.wait()
-        return super().send(req, timeout)
-
-
-def test_an_executor_of_its_own_runs_as_many_requests_at_once_as_it_has_threads() -> None:
-    """More than the default executor has on a small machine (min(32, CPUs + 4)), each in one
-    of the given threads, with the caller's context variables (as `asyncio.to_thread`)."""
-    count = 40
-    fake = Gathering(count)
-    with ThreadPoolExecutor(count, thread_name_prefix="own") as threads:
-        client = AsyncClient(Client(ClusterConfig("https://h"), field_manager="fm",
-                                    transport=fake), threads)  # fmt: skip
-
-        async def one(n: int) -> Obj:
-            CALLER.set(f"task{n}")
-            return await client.patch(NODES, "n1", {})
-
-        async def main() -> list[Obj]:
-            return await asyncio.gather(*(one(n) for n in range(count)))
-
-        answers = asyncio.run(main())
-    assert [a["metadata"]["name"] for a in answers] == ["n1"] * count
-    assert len(fake.threads) == count
-    assert all(name.startswith("own") for name in fake.threads)
-    assert sorted(fake.callers) == sorted(f"task{n}" for n in range(count))

@@ -373,3 +373,38 @@ def test_cancelling_the_consumer_closes_the_watch(peer: Peer) -> None:
         return watch.is_open
 
     assert run(scenario) is False
+
+
+def test_requests_at_once_each_get_a_connection_none_waits_for_another() -> None:
+    """As many requests in flight as callers (service-lb-ipam's workers, beyond any thread
+    count): the peer answers only once all of them are waiting, each on its own connection."""
+    count = 24
+    listener = socket.create_server(("127.0.0.1", 0), backlog=count)
+    conns: list[socket.socket] = []
+
+    def serve() -> None:
+        while len(conns) < count:
+            conn, _ = listener.accept()
+            conn.recv(65536)  # one GET: its head fits
+            conns.append(conn)
+        for conn in conns:
+            conn.sendall(OK)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+
+    async def scenario() -> list[Any]:
+        client = LoopClient(ClusterConfig(server=f"http://127.0.0.1:{listener.getsockname()[1]}",
+                                          token="t"), field_manager="fm")  # fmt: skip
+        try:
+            return await asyncio.gather(*(client.request("GET", f"/r{i}") for i in range(count)))
+        finally:
+            await client.close()
+
+    try:
+        assert run(scenario) == [{"a": 1}] * count
+        assert len(conns) == count
+    finally:
+        for conn in conns:
+            conn.close()
+        listener.close()
