@@ -30,6 +30,9 @@ REAL_NODE_COMPONENTS = frozenset({"etcd", "kube-apiserver", "kube-controller-man
 # Starting kwok nodes or waiting for KCM's effects takes longer than a plain API round trip.
 SLOW_MARKERS = ("kcm", "kwok")
 SLOW_INTEGRATION_TIMEOUT = 120.0
+# A unit-tier property test runs a hundred examples (and shrinks a failing one): seconds on a
+# developer's machine, twice that on a loaded 2-core CI runner. It guards behaviour, not speed.
+PROPERTY_TIMEOUT = 30.0
 
 
 def tier_of(parts: Sequence[str]) -> str | None:
@@ -37,9 +40,11 @@ def tier_of(parts: Sequence[str]) -> str | None:
     return TIER_DIRS.get(parts[0]) if len(parts) > 1 else None
 
 
-def default_timeout(tier: str, markers: Iterable[str]) -> float:
+def default_timeout(tier: str, markers: Iterable[str], *, property_test: bool = False) -> float:
     if tier == "integration" and any(m in SLOW_MARKERS for m in markers):
         return SLOW_INTEGRATION_TIMEOUT
+    if tier == "unit" and property_test:
+        return PROPERTY_TIMEOUT
     return DEFAULT_TIMEOUT[tier]
 
 
