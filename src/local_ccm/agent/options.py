@@ -28,7 +28,6 @@ from local_ccm.agent.core.metadata import DEFAULT_LABEL_DOMAIN
 from local_ccm.agent.rulesfile import RulesFile
 from local_ccm.agent.values import (
     parse_family_order,
-    parse_glob,
     parse_node_name,
     parse_provider_id,
     parse_selection,
@@ -39,6 +38,7 @@ from local_ccm.flags import Flag, FlagSet, Loader, Parsed, Problem, invalid, mis
 from local_ccm.flags.groups import logging_flags
 from local_ccm.flags.values import LOG_FORMATS, LogFormat, choice, duration
 from local_ccm.gosyntax import format_go_duration
+from local_ccm.ifnames import parse_glob
 from local_ccm.kube.config import ClusterConfig, ConfigError, resolve_config
 from local_ccm.records import dataclass
 from local_ccm.validate import (

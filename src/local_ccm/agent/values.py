@@ -1,5 +1,5 @@
 """The agent's own kinds of flag values: Node names, route-lookup targets, CIDR selections,
-interface globs, family order and provider-ID templates.
+family order and provider-ID templates (interface globs are `local_ccm.ifnames.parse_glob`).
 
 Pure, no I/O. Each parser returns the value or raises `ValidationError` with every reason.
 """
@@ -21,7 +21,6 @@ from local_ccm.validate import (
 )
 
 PROVIDER_ID_PLACEHOLDERS = ("node_name", "system_uuid", "machine_id")
-IFNAMSIZ = 15  # Linux interface names have at most 15 characters
 _KUBE_VARIABLE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 Selection = tuple[tuple[IPNetwork, ...], tuple[IPNetwork, ...]]  # (include, exclude)
@@ -79,20 +78,6 @@ def parse_subnet(text: str) -> tuple[IPNetwork, ...]:
         if item.startswith("!"):
             raise ValidationError(f"{go_quote(item)}: exclusions go in --external-ip-cidrs")
     return parse_selection(text)[0]
-
-
-def parse_glob(pattern: str) -> str:
-    """An interface-name pattern (``*``, ``?``, ``[...]``) matching whole names."""
-    opening = pattern.find("[")
-    if any(c.isspace() or c == "/" for c in pattern):
-        reason = "interface names contain no '/' or whitespace"
-    elif opening >= 0 and pattern.find("]", opening + 2) < 0:
-        reason = "unclosed '[' (a character class is written [...])"
-    elif not any(c in pattern for c in "*?[") and len(pattern) > IFNAMSIZ:
-        reason = f"can never match: interface names have at most {IFNAMSIZ} characters"
-    else:
-        return pattern
-    raise ValidationError(f"{go_quote(pattern)}: {reason}")
 
 
 def parse_family_order(text: str) -> tuple[Family, ...]:

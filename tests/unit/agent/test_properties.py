@@ -26,7 +26,6 @@ from local_ccm.agent.core.candidates import (
     Failed,
     Found,
     choose_address,
-    interface_matches,
 )
 from local_ccm.agent.core.config import (
     ADDRESS_TYPES,
@@ -40,6 +39,7 @@ from local_ccm.agent.core.config import (
     TypeSettings,
 )
 from local_ccm.agent.core.writes import plan_status_patch
+from local_ccm.ifnames import interface_matches
 
 # Small pools, so that detections, provided IPs and existing entries collide often.
 POOL = {
