@@ -13,8 +13,10 @@ from dataclasses import field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from local_ccm.ifnames import parse_glob
 from local_ccm.labels import LabelSelector, Operator, Requirement
 from local_ccm.records import dataclass
+from local_ccm.validate import ValidationError
 
 GROUP = "lb.local-ccm.io"
 KIND = "LoadBalancerIPPool"
@@ -74,6 +76,17 @@ def buggy_count(span: AddressRange) -> int:
 
 
 @dataclass(frozen=True)
+class L2Announcement:
+    """How the agents announce a pool's addresses on layer 2 (ARP, NDP): on the Nodes
+    `node_selector` matches (None: every Node), on the interfaces whose names match one of
+    `interfaces` (shell-style globs; none: on each Node, the interfaces whose on-link prefix
+    contains the address)."""
+
+    node_selector: LabelSelector | None = None
+    interfaces: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Pool:
     """What the allocator needs of one pool, whichever source it came from.
 
@@ -84,6 +97,8 @@ class Pool:
     answer is the opposite (kube-vip's `allow-share-<namespace>` on the global pool).
     `avoid_buggy_ips` takes every IPv4 address ending in .0 or .255 out of the pool
     (MetalLB's avoidBuggyIPs; kube-vip-cloud-provider always skips them).
+    `l2_announcement` None: the agents do not announce the pool's addresses; the allocator
+    never reads it.
     """
 
     name: str
@@ -98,6 +113,7 @@ class Pool:
     descending: bool = False
     avoid_buggy_ips: bool = False
     allow_share_except: frozenset[str] = frozenset()
+    l2_announcement: L2Announcement | None = None
 
     @property
     def families(self) -> tuple[int, ...]:
@@ -289,9 +305,48 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool | InvalidPool:
         priority = 0
     services = parse_label_selector(spec.get("serviceSelector"), "spec.serviceSelector", problems)
     spaces = parse_label_selector(spec.get("namespaceSelector"), "spec.namespaceSelector", problems)
+    l2 = parse_l2_announcement(spec.get("l2Announcement"), "spec.l2Announcement", problems)
     if problems:
         return InvalidPool(name, tuple(problems))
-    return Pool(name, ranges, priority, disabled, services, spaces, avoid_buggy_ips=avoid_buggy)
+    return Pool(
+        name,
+        ranges,
+        priority,
+        disabled,
+        services,
+        spaces,
+        avoid_buggy_ips=avoid_buggy,
+        l2_announcement=l2,
+    )
+
+
+def parse_l2_announcement(raw: object, where: str, problems: list[str]) -> L2Announcement | None:
+    """`spec.l2Announcement`: None when absent (the pool is not announced); `{}` announces on
+    every Node, on the interfaces on the address's prefix."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        problems.append(f"{where}: must be an object")
+        return None
+    selector = parse_label_selector(raw.get("nodeSelector"), f"{where}.nodeSelector", problems)
+    return L2Announcement(selector, _globs(raw.get("interfaces"), f"{where}.interfaces", problems))
+
+
+def _globs(raw: object, where: str, problems: list[str]) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        problems.append(f"{where}: must be a list")
+        return ()
+    found: list[str] = []
+    for index, item in enumerate(raw):
+        try:
+            if not isinstance(item, str):
+                raise ValidationError(f"{item!r} is not a string")
+            found.append(parse_glob(item))
+        except ValidationError as error:
+            problems.append(f"{where}[{index}]: {error}")
+    return tuple(dict.fromkeys(found))
 
 
 def _flag(spec: Mapping[str, Any], key: str, problems: list[str]) -> bool:

@@ -4,8 +4,9 @@ LB08 conflict detection (another pool, the Service CIDR, a Node's address and po
 LB09 the kube-vip-cloud-provider ConfigMap read as pools, and kube-vip's annotation written for
 kube-vip to announce; LB10 a restart rebuilds the
 allocations from Service status (no write for what is held, a hand-made duplicate resolved
-oldest-first); LB11 invalid pools rejected by the apiserver with clear messages, and what
-admission cannot see reported in `Ready`; LB12 a disabled pool gives nothing new.
+oldest-first); LB11 invalid pools rejected by the apiserver with clear messages, what
+admission cannot see reported in `Ready`, and `l2Announcement` stored without changing the
+allocation; LB12 a disabled pool gives nothing new.
 """
 
 from __future__ import annotations
@@ -164,6 +165,16 @@ INVALID: list[tuple[dict[str, Any], str]] = [
         {"key": "a", "operator": "Bogus"}]}}, "operator"),
     ({"addresses": ["10.0.0.0/24"], "namespaceSelector": {"matchExpressions": [
         {"key": "a", "operator": "In"}]}}, "values"),
+    ({"addresses": ["10.0.0.0/24"], "l2Announcement": {"nodeSelector": {"matchExpressions": [
+        {"key": "a", "operator": "Exists", "values": ["b"]}]}}}, "values"),
+    ({"addresses": ["10.0.0.0/24"], "l2Announcement": {"interfaces": [""]}}, "interfaces[0]"),
+    ({"addresses": ["10.0.0.0/24"], "l2Announcement": {"interfaces": ["eth/0"]}}, "interfaces[0]"),
+    ({"addresses": ["10.0.0.0/24"], "l2Announcement": {"interfaces": ["eth 0"]}}, "interfaces[0]"),
+    ({"addresses": ["10.0.0.0/24"], "l2Announcement": {"interfaces": ["averyveryverylongname"]}},
+     "IFNAMSIZ"),
+    ({"addresses": ["10.0.0.0/24"], "l2Announcement": {"interfaces": ["eth0", "eth0"]}},
+     "interfaces[1]"),
+    ({"addresses": ["10.0.0.0/24"], "l2Announcement": "yes"}, "l2Announcement"),
 ]  # fmt: skip
 
 
@@ -182,7 +193,8 @@ def test_lb11_what_admission_cannot_see_is_reported_in_ready(
     space: lb.Space, start_lb: StartLb, kube: Client
 ) -> None:
     net = lb.block()
-    bad = space.pool([f"{net}.1/24", "fd00:18:9::9-fd00:18:9::1"])
+    bad = space.pool([f"{net}.1/24", "fd00:18:9::9-fd00:18:9::1"],
+                     l2Announcement={"interfaces": ["bond[0"]})  # fmt: skip
     start_lb()
 
     def invalid() -> str | None:
@@ -192,11 +204,26 @@ def test_lb11_what_admission_cannot_see_is_reported_in_ready(
     message = eventually(invalid, timeout=SETTLE, message="Ready False, reason Invalid")
     assert "spec.addresses[0]" in message
     assert "spec.addresses[1]" in message  # every problem, not just the first
+    assert "spec.l2Announcement.interfaces[0]" in message  # an unclosed '[' passes admission
     conflict = lb.pool_condition(kube, bad, "Conflict")
     assert conflict is not None
     assert conflict["status"] == "Unknown"
     space.service("nothing")
     eventually(lambda: (lb.condition(space.get("nothing")) or {}).get("reason") == "NoPool",
+               timeout=SETTLE)  # fmt: skip
+
+
+def test_lb11_a_pool_announced_on_l2_allocates_as_any_other(
+    space: lb.Space, start_lb: StartLb, kube: Client
+) -> None:
+    net = lb.block()
+    l2 = {"nodeSelector": {"matchLabels": {"edge": "true"}}, "interfaces": ["eth0", "bond*"]}
+    pool = space.pool([f"{net}.0/30"], l2Announcement=l2)
+    assert kube.get(POOLS, pool)["spec"]["l2Announcement"] == l2  # stored, not pruned
+    start_lb()
+    space.service("first")
+    assert lb.allocated(space, "first") == [f"{net}.1"]
+    eventually(lambda: (lb.pool_condition(kube, pool, "Ready") or {}).get("reason") == "Ready",
                timeout=SETTLE)  # fmt: skip
 
 

@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
+from local_ccm.ifnames import parse_glob
 from local_ccm.lbipam.core.pools import GROUP, KIND, SELECTOR_OPERATORS, parse_address_text
+from local_ccm.validate import ValidationError
 
 CRD_FILE = (
     Path(__file__).resolve().parents[3]
@@ -54,6 +56,7 @@ def test_spec_fields_and_defaults(crd: dict[str, Any]) -> None:
         "disabled",
         "serviceSelector",
         "namespaceSelector",
+        "l2Announcement",
     }
     assert properties["allowFirstAndLast"]["default"] is False
     assert properties["avoidBuggyIPs"] == {**properties["avoidBuggyIPs"], "type": "boolean",
@@ -96,11 +99,59 @@ def test_backwards_ipv4_range_rule_compares_all_four_octets(crd: dict[str, Any])
 
 
 def test_selectors_allow_only_the_four_operators(crd: dict[str, Any]) -> None:
-    for name in ("serviceSelector", "namespaceSelector"):
-        selector = spec_schema(crd)["properties"][name]
+    properties = spec_schema(crd)["properties"]
+    node_selector = properties["l2Announcement"]["properties"]["nodeSelector"]
+    for selector in (properties["serviceSelector"], properties["namespaceSelector"], node_selector):
         expression = selector["properties"]["matchExpressions"]["items"]
         assert tuple(expression["properties"]["operator"]["enum"]) == SELECTOR_OPERATORS
         assert "In', 'NotIn'" in expression["x-kubernetes-validations"][0]["rule"]
+
+
+def l2_globs(crd: dict[str, Any]) -> dict[str, Any]:
+    return dict(spec_schema(crd)["properties"]["l2Announcement"]["properties"]["interfaces"])
+
+
+def admitted(crd: dict[str, Any], glob: str) -> bool:
+    """The interface item's schema, its CEL rule read as Python (the rule is checked to be
+    the one read here)."""
+    items = l2_globs(crd)["items"]
+    (rule,) = items["x-kubernetes-validations"]
+    assert rule["rule"] == (
+        "self.contains('*') || self.contains('?') || self.contains('[') || size(self) <= 15"
+    )
+    cel = any(c in glob for c in "*?[") or len(glob) <= 15
+    return (
+        items["minLength"] <= len(glob) <= items["maxLength"]
+        and re.search(items["pattern"], glob) is not None
+        and cel
+    )
+
+
+@pytest.mark.parametrize(
+    "glob",
+    ["eth0", "bond*", "en?s[0-9]", "*", "a" * 15, "a" * 16, "", "eth/0", "eth 0", "eth\t0",
+     "eth[0", "x[" + "a" * 30 + "]", "a" * 65 + "*"],
+)  # fmt: skip
+def test_admission_refuses_no_glob_the_controller_takes(crd: dict[str, Any], glob: str) -> None:
+    """Admission is never stricter than the controller, and refuses all the controller does
+    but an unclosed '[' and a glob longer than the schema's bound."""
+    try:
+        parse_glob(glob)
+    except ValidationError as error:
+        controller_refuses = str(error)
+    else:
+        controller_refuses = ""
+    if admitted(crd, glob):
+        assert controller_refuses in (
+            "",
+            f"\"{glob}\": unclosed '[' (a character class is written [...])",
+        )
+    else:
+        assert controller_refuses or len(glob) > l2_globs(crd)["items"]["maxLength"], glob
+
+
+def test_interface_globs_are_a_set_of_at_most_32(crd: dict[str, Any]) -> None:
+    assert (l2_globs(crd)["x-kubernetes-list-type"], l2_globs(crd)["maxItems"]) == ("set", 32)
 
 
 def test_printer_columns(crd: dict[str, Any]) -> None:
