@@ -48,6 +48,7 @@ RTM_F_LOOKUP_TABLE = 0x1000  # report the table that matched, not RT_TABLE_MAIN
 
 IFA_ADDRESS, IFA_LOCAL, IFA_LABEL, IFA_CACHEINFO, IFA_FLAGS = 1, 2, 3, 6, 8
 IFLA_IFNAME, IFLA_MTU, IFLA_MASTER, IFLA_OPERSTATE, IFLA_LINKINFO = 3, 4, 10, 16, 18
+IFLA_ADDRESS = 1  # the link's hardware address (a MAC on Ethernet)
 IFLA_EXT_MASK, IFLA_INFO_KIND = 29, 1
 RTEXT_FILTER_SKIP_STATS = 0x8  # keep link dumps small: the agent never reads counters
 
@@ -259,6 +260,7 @@ def parse_link(payload: bytes) -> Link:
         operstate=OPERSTATES[state] if state < len(OPERSTATES) else str(state),
         mtu=_u32(attrs[IFLA_MTU]) if IFLA_MTU in attrs else None,
         master=_u32(attrs[IFLA_MASTER]) if IFLA_MASTER in attrs else None,
+        mac=attrs.get(IFLA_ADDRESS) or None,
     )
 
 

@@ -82,6 +82,7 @@ class Link:
     operstate: str  # OPERSTATES name
     mtu: int | None
     master: int | None
+    mac: bytes | None = None  # IFLA_ADDRESS: 6 bytes on Ethernet; None when the link has none
 
     @property
     def is_up(self) -> bool:

@@ -266,6 +266,14 @@ def test_link_without_linkinfo_has_no_kind() -> None:
     assert (link.kind, link.operstate, link.is_loopback) == (None, "unknown", True)
 
 
+def test_link_reports_its_hardware_address() -> None:
+    mac = bytes.fromhex("525400123402")
+    payload = ifinfomsg(2, 0x1) + m.pack_attr(m.IFLA_IFNAME, b"eth0\0")
+
+    assert m.parse_link(payload).mac is None
+    assert m.parse_link(payload + m.pack_attr(m.IFLA_ADDRESS, mac)).mac == mac
+
+
 # ------------------------------------------------------------------ notifications
 def test_notifications_become_changes() -> None:
     addr = ifaddrmsg(m.AF_INET, 24) + m.pack_attr(m.IFA_LOCAL, bytes([192, 0, 2, 5]))
