@@ -6,13 +6,14 @@ need=()
 # The next five build and run the image (`make image`, `make test`): a root file system from
 # Debian's archive, an OCI runtime, and tools that read OCI images. The rest run the real-node
 # tier (tests/realnode): containerd, what the kubelet calls at run time, and gcc for the pause
-# program (static, so also libc6-dev below). The last two publish and run the release: the
-# CNCF distribution registry on loopback (`make publish` in tests) and qemu for the arm64 image.
+# program (static, so also libc6-dev below). Then two publish and run the release: the CNCF
+# distribution registry on loopback (`make publish` in tests) and qemu for the arm64 image. The
+# last, arping, is the client of the L2 announcement tests (tests/netns/announce).
 for cmd in ip:iproute2 unshare:util-linux setpriv:util-linux nsenter:util-linux sysctl:procps \
     mmdebstrap:mmdebstrap runc:runc umoci:umoci skopeo:skopeo dpkg-deb:dpkg \
     containerd:containerd ctr:containerd conntrack:conntrack ebtables:ebtables ethtool:ethtool \
     socat:socat iptables:iptables gcc:gcc docker-registry:docker-registry \
-    qemu-aarch64-static:qemu-user-static; do
+    qemu-aarch64-static:qemu-user-static arping:iputils-arping; do
   command -v "${cmd%%:*}" >/dev/null 2>&1 || need+=("${cmd##*:}")
 done
 # Packages without a command on PATH: the CNI plugins (bridge, host-local, loopback) and libc.a.
