@@ -43,6 +43,8 @@ OTHER4 = ipaddress.IPv4Address("192.0.2.51")  # on the segment, served by no one
 OTHER6 = ipaddress.IPv6Address("2001:db8:0:1::51")
 ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4
+SOL_PACKET, PACKET_STATISTICS = 263, 6
+SO_RCVBUFFORCE = 33
 TOOLS = {"arping": "iputils-arping"}
 
 
@@ -201,6 +203,9 @@ class Capture:
             return socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
 
         self._sock = run_in_netns(self.bridge.name, make)
+        # Room for a whole flood (3 000 frames of about 1 KiB each in the kernel's accounting),
+        # so that the capture itself loses nothing: `stop` checks.
+        self._sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 32 << 20)
         self._sock.settimeout(0.1)
         self._thread = threading.Thread(target=self._read, name="capture", daemon=True)
         self._thread.start()
@@ -218,11 +223,16 @@ class Capture:
                 self.frames.append(frame)
 
     def stop(self) -> list[bytes]:
+        """The frames captured; fails if the kernel dropped any of them (the capture would
+        not be the whole story)."""
         self._stopped.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
         if self._sock is not None:
+            stats = self._sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
             self._sock.close()
+            lost = struct.unpack("@II", stats)[1]
+            assert lost == 0, f"the capture lost {lost} frames"
         return list(self.frames)
 
     def answers(self) -> list[Answer]:
