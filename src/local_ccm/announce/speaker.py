@@ -290,9 +290,13 @@ class Speaker:
 
     - `set_addresses(interface, addresses)`: what `interface` serves from now on (an empty
       set stops serving it and closes its socket);
-    - `announce(address)`: a takeover: call it when the fence starts allowing `address`;
+    - `announce(address)`: a takeover: call it when the fence starts allowing `address`; a
+      round that finds the interface's socket closed (not open yet, or reopening) is counted
+      as ``send_error`` and the next round tries again;
     - `run()`: serve until `stop()` or cancellation; raises `PacketCapabilityError` when the
-      process may not open a packet socket.
+      process may not open a packet socket. One run per speaker.
+
+    Every method is called on the event loop `run` runs on.
     """
 
     def __init__(
