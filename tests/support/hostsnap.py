@@ -118,6 +118,21 @@ def _comms() -> dict[int, str]:
     return found
 
 
+def processes_in_cgroup(name: str) -> dict[str, int]:
+    """How many processes of each of NODE_COMMANDS sit in the cgroup `name` (any hierarchy):
+    a node's own, whatever other nodes or a previous test's exiting ones do."""
+    inside = {}
+    for pid, comm in _comms().items():
+        try:
+            lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        except OSError:
+            continue  # exited meanwhile
+        # the path below the hierarchy's root, which may itself sit below the test's own
+        if any(f"/{name}/" in line.split(":", 2)[-1] + "/" for line in lines):
+            inside[pid] = comm
+    return processes(inside)
+
+
 def _sysctl(key: str) -> str:
     try:
         return (Path("/proc/sys") / key).read_text().strip()
