@@ -40,6 +40,7 @@ from local_ccm.flags.values import LOG_FORMATS, LogFormat, choice, duration
 from local_ccm.gosyntax import format_go_duration
 from local_ccm.ifnames import parse_glob
 from local_ccm.kube.config import ClusterConfig, ConfigError, resolve_config
+from local_ccm.lease.election import election_problems
 from local_ccm.records import dataclass
 from local_ccm.validate import (
     BindAddress,
@@ -73,6 +74,25 @@ def _address_flags(kind: str, target: str) -> list[Flag]:
 
 
 _BIND = parse_bind_address
+L2 = "l2-announce"
+L2_FLAGS = [
+    Flag(L2, "bool", False, "Answer ARP and NDP for the LoadBalancer addresses of pools with "
+         "spec.l2Announcement, one Node per address by a Lease (docs/l2-announcement.md); "
+         "needs CAP_NET_RAW."),
+    Flag("l2-lease-namespace", "string", "kube-system", "Namespace of the address Leases "
+         "(l2-<address>); every agent must use the same.", metavar="namespace",
+         value=dns1123_label),
+    Flag("l2-lb-class", "string", "lb.local-ccm.io/pools", "The spec.loadBalancerClass "
+         "service-lb-ipam serves (its --lb-class).", metavar="class"),
+    Flag("l2-lb-classless", "bool", True, "Also announce Services without a "
+         "loadBalancerClass (service-lb-ipam's --lb-classless)."),
+    Flag("l2-lease-duration", "duration", 6, "Address Lease duration: others take an address "
+         "over this long (plus 1s) after its holder's last renewal.", value=duration(1.0)),
+    Flag("l2-renew-deadline", "duration", 4, "A holder answers until this long after its "
+         "last successful renewal (< --l2-lease-duration).", value=duration(1.0)),
+    Flag("l2-renew-period", "duration", 2, "A holder renews this often (renew deadline > "
+         "1.2 x this).", value=duration(0.1)),
+]  # fmt: skip
 FLAGS = FlagSet(
     PROG,
     [
@@ -137,6 +157,7 @@ FLAGS = FlagSet(
         Flag("metadata-label-domains", "string", DEFAULT_LABEL_DOMAIN, "Domains (and their "
              "subdomains) of the extra labels rules may set.", metavar="domains",
              value=each(dns1123_subdomain)),
+        *L2_FLAGS,
     ],
     subcommands=frozenset({DETECT}),
     version=__version__,
@@ -156,6 +177,18 @@ class MetadataOptions:
     rules: RulesFile | None = None
     beta_labels: bool = False
     label_domains: tuple[str, ...] = (DEFAULT_LABEL_DOMAIN,)
+
+
+@dataclass(frozen=True)
+class L2Options:
+    """--l2-announce's settings; the timings are checked by leader election's rules."""
+
+    lease_namespace: str = "kube-system"
+    lb_class: str = "lb.local-ccm.io/pools"
+    classless: bool = True
+    lease_duration: float = 6.0
+    renew_deadline: float = 4.0
+    renew_period: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -183,6 +216,7 @@ class AgentOptions:
     event_namespace: str = "default"
     ignored_klog: tuple[str, ...] = ()  # klog flags given (accepted and ignored)
     metadata: MetadataOptions | None = MetadataOptions()  # None: --metadata=false
+    l2: L2Options | None = None  # None: no --l2-announce
 
     @property
     def remove_taint(self) -> bool:
@@ -241,7 +275,7 @@ def options_from(
         cluster=cluster, credentials_error=error, reconcile_interval=reconcile,
         resync_interval=resync, detect=detect, provider_id=provider_id,
         ignored_klog=parsed.ignored_klog,
-        metadata=_metadata(read, open_rules or RulesFile.open),
+        metadata=_metadata(read, open_rules or RulesFile.open), l2=_l2(read, detect),
     )  # fmt: skip
     return read.result(options)
 
@@ -347,6 +381,32 @@ def _metadata(read: Loader, open_rules: RulesOpener) -> MetadataOptions | None:
     return MetadataOptions(rules, read("metadata-beta-labels"), domains)
 
 
+def _l2(read: Loader, detect: bool) -> L2Options | None:
+    """--l2-announce and its settings: the timings by leader election's rules, the class a
+    prefixed name; an --l2-* flag without --l2-announce is a mistake, not a no-op."""
+    options = L2Options(
+        read("l2-lease-namespace"), read("l2-lb-class"), read("l2-lb-classless"),
+        read("l2-lease-duration"), read("l2-renew-deadline"), read("l2-renew-period"),
+    )  # fmt: skip
+    if not read(L2) or detect or read("run-once"):
+        for flag in L2_FLAGS[1:]:
+            if read.given(flag.name):
+                read.reject(flag.name, "only used with --l2-announce in loop mode")
+        if read(L2) and (detect or read("run-once")):
+            read.reject(L2, "announcing runs in loop mode only (not detect or run-once)")
+        return None
+    if "/" not in options.lb_class.strip("/"):
+        read.reject("l2-lb-class", f"{options.lb_class!r} is not a prefixed name like "
+                    "example.com/lb")  # fmt: skip
+    timings = ("l2-lease-duration", "l2-renew-deadline", "l2-renew-period")
+    if not read.failed & set(timings):
+        problems = election_problems(options.lease_duration, options.renew_deadline,
+                                     options.renew_period)  # fmt: skip
+        for problem in problems:
+            read.reject("l2-renew-deadline", problem)
+    return options
+
+
 # ---------------------------------------------------------------- start-up line
 
 
@@ -371,4 +431,5 @@ def startup_fields(options: AgentOptions) -> dict[str, str]:
     metadata = options.metadata
     rules = metadata and metadata.rules
     fields["metadata"] = str(rules.path) if rules else "dmi" if metadata else "off"
+    fields["l2_announce"] = options.l2.lease_namespace if options.l2 else "off"
     return fields

@@ -23,6 +23,7 @@ from local_ccm.agent.options import AgentOptions, ConfigResolver
 from local_ccm.agent.providerid import AzureImds, ProviderIdSource
 from local_ccm.agent.run import Agent, LoopSettings
 from local_ccm.agent.run import permissions as agent_permissions
+from local_ccm.cli.announce import announce_permissions, build_announcing, run_beside
 from local_ccm.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -122,12 +123,28 @@ async def serve_agent(
     try:
         if options.run_once:
             return await agent.run_once()
+        announcing = None
+        if options.l2 is not None:
+            built = build_announcing(options, aio, metrics.registry, netns=netns)
+            if isinstance(built, str):
+                print(f"{names.AGENT}: {built}", file=sys.stderr)
+                return EXIT_FAILED
+            announcing = built
         stop = stop or asyncio.Event()
+
+        def serve(healthz: Checks, readyz: Checks) -> Servers:
+            if announcing is not None:
+                readyz.add("l2-announce", announcing.controller.ready)
+            return start_http(options, agent, healthz, readyz)
+
+        async def work() -> int:
+            main = asyncio.create_task(serve_until(agent, stop))
+            return await run_beside(main, announcing)
+
         process = Process(
-            prog=names.AGENT, clock=agent.clock, stop=stop,
-            serve=lambda healthz, readyz: start_http(options, agent, healthz, readyz),
+            prog=names.AGENT, clock=agent.clock, stop=stop, serve=serve,
             reviews=KubeReviews(aio, timeout=options.api_timeout), permissions=permissions(options),
-            work=lambda _: serve_until(agent, stop), on_stop=lambda: None,
+            work=lambda _: work(), on_stop=lambda: None,
             grace=SHUTDOWN_GRACE + 1, on_running=lambda _: on_start(agent) if on_start else None,
             check_on_refusal=refused,
         )  # fmt: skip
@@ -140,7 +157,7 @@ async def serve_agent(
 
 
 def permissions(options: AgentOptions) -> list[Access]:
-    return accesses(agent_permissions(options.event_namespace))
+    return accesses(agent_permissions(options.event_namespace)) + announce_permissions(options)
 
 
 async def serve_until(agent: Agent, stop: asyncio.Event) -> int:

@@ -92,6 +92,13 @@ def problems(*argv: str, env: Mapping[str, str] = IN_CLUSTER) -> list[str]:
         ("metadata-rules", ""),
         ("metadata-beta-labels", False),
         ("metadata-label-domains", "local-ccm.io"),
+        ("l2-announce", False),
+        ("l2-lease-namespace", "kube-system"),
+        ("l2-lb-class", "lb.local-ccm.io/pools"),
+        ("l2-lb-classless", True),
+        ("l2-lease-duration", 6),
+        ("l2-renew-deadline", 4),
+        ("l2-renew-period", 2),
     ],
 )
 def test_flag_declares_documented_default(flag: str, default: object) -> None:
@@ -101,7 +108,7 @@ def test_flag_declares_documented_default(flag: str, default: object) -> None:
 
 
 def test_every_declared_flag_has_a_default_row() -> None:
-    assert len(FLAGS.flags) == 35
+    assert len(FLAGS.flags) == 42
 
 
 def test_node_name_defaults_to_node_name_env() -> None:
