@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from local_ccm.cli.announce import announce_permissions
+from tests.integration.lbipam.test_lb13_chart import granted
 from tests.support.chart import Helm, Obj, args_of, component, container, parse, select
 from tests.support.options import load_agent
 from tests.unit.agent.test_options import IN_CLUSTER, fake_resolve
@@ -20,18 +21,6 @@ NAMESPACE = "kube-system"
 
 def render(chart_helm: Helm, kube_version: str, values: dict[str, str]) -> list[Obj]:
     return parse(chart_helm.template(kube_version=kube_version, set_values=values))
-
-
-def granted(objs: list[Obj]) -> set[tuple[str, ...]]:
-    found: set[tuple[str, ...]] = set()
-    for obj in objs:
-        namespace = obj["metadata"].get("namespace", "") if obj["kind"] == "Role" else ""
-        for rule in obj.get("rules") or ():
-            for verb in rule["verbs"]:
-                for group in rule["apiGroups"]:
-                    for resource in rule["resources"]:
-                        found.add((verb, group, resource, namespace))
-    return found
 
 
 def agent_rbac(objs: list[Obj]) -> list[Obj]:
@@ -50,7 +39,7 @@ def test_off_by_default_the_agent_has_no_l2_flag_capability_or_lease_role(
     assert "add" not in (context.get("capabilities") or {})
     assert "runAsUser" not in context
     assert not [r for r in select(objs, "Role") if "l2" in r["metadata"]["name"]]
-    assert ("list", "discovery.k8s.io", "endpointslices", "") not in granted(agent_rbac(objs))
+    assert ("list", "discovery.k8s.io", "endpointslices", "", "") not in granted(agent_rbac(objs))
 
 
 def test_on_the_agent_gets_its_flags_net_raw_and_exactly_the_rbac_it_checks(
@@ -69,7 +58,8 @@ def test_on_the_agent_gets_its_flags_net_raw_and_exactly_the_rbac_it_checks(
     assert options.l2 is not None
     assert (options.l2.lease_namespace, options.l2.lb_class) == (NAMESPACE, "x.io/lb")
     assert (options.l2.lease_duration, options.l2.renew_deadline) == (12.0, 8.0)
-    needed = {(a.verb, a.group, a.resource, a.namespace) for a in announce_permissions(options)}
+    needed = {(a.verb, a.group, a.resource, a.namespace, a.name)
+              for a in announce_permissions(options)}  # fmt: skip
     assert needed <= granted(agent_rbac(objs))
     off = granted(agent_rbac(render(chart_helm, kube_version, {})))
     assert granted(agent_rbac(objs)) - off == needed - off  # nothing more than it checks
