@@ -44,6 +44,7 @@ Answering = Callable[[bytes], bool]
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 REOPEN: Backoff = Backoff(initial=0.5, cap=30.0)
 LINK_LOCAL_RETRY = 1.0  # seconds between re-reads while an interface has no usable link-local
+OPEN_WAIT = 1.0  # seconds the last takeover round waits for a socket still opening
 READS_PER_WAKE = 256  # frames handled per reader callback, so one flood cannot starve the loop
 
 
@@ -94,6 +95,7 @@ class _Responder:
         self._failure: OSError | None = None
         self._stop = asyncio.Event()
         self._opened = False
+        self._open_now = asyncio.Event()  # set while a socket is open
 
     # -------------------------------------------------------------- the caller's side
     def set_addresses(self, addresses: frozenset[IPAddress]) -> None:
@@ -149,10 +151,12 @@ class _Responder:
         try:
             self._sync_groups()
             loop.add_reader(sock.fileno(), self._readable)
+            self._open_now.set()
             self._log.info("answering ARP and NDP on %s (index %d, MAC %s)", self.name,
                            interface.index, interface.link.mac.hex(":"))  # fmt: skip
             await self._watch(interface)
         finally:
+            self._open_now.clear()
             loop.remove_reader(sock.fileno())
             self._socket, self._joined = None, frozenset()
             sock.close()
@@ -257,9 +261,16 @@ class _Responder:
 
     # -------------------------------------------------------------- takeovers
     async def _takeover(self, packed: bytes) -> None:
-        """The rounds of a takeover; each round and each frame only while the fence allows."""
-        for at in wire.rounds(self._clock.monotonic(), self._speaker.announce_at):
+        """The rounds of a takeover; each round and each frame only while the fence allows.
+        A round that finds the socket still opening (the first address served on this
+        interface: the Lease loop announces as soon as its write succeeded) waits for it, until
+        the next round's time at most, rather than lose its frames."""
+        times = wire.rounds(self._clock.monotonic(), self._speaker.announce_at)
+        for index, at in enumerate(times):
             await self._clock.sleep(at - self._clock.monotonic())
+            if self._socket is None:
+                until = times[index + 1] if index + 1 < len(times) else at + OPEN_WAIT
+                await race(self._open_now.wait(), self._clock.sleep(until - at))
             for number in range(wire.round_size(packed)):
                 wait, self._bucket = wire.reserve(
                     self._bucket, self._speaker.limit, self._clock.monotonic()

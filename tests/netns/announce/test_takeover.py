@@ -118,3 +118,23 @@ def test_the_rate_limit_holds_under_a_flood_of_requests(
     dropped = speaker.counters.dropped
     assert dropped[("eth0", "rate_limit")] + dropped[("eth0", "overrun")] + len(replies) >= 2000
     assert dropped[("eth0", "rate_limit")] >= 100
+
+
+def test_the_first_round_waits_for_a_socket_still_opening(
+    segment: Segment, speakers: Speakers
+) -> None:
+    """The Lease loop announces as soon as its write succeeded, which for the first address
+    on an interface is while that interface's socket is still opening: the first round goes
+    out once it is open, not a round later."""
+    node, mac = segment.node()
+    segment.client()
+    capture = Capture(segment.bridge).start()
+    speaker = speakers(node).start([VIP4])
+    started = time.time()
+    speaker.take_over(VIP4)  # no wait_serving: the socket is being opened
+    eventually(lambda: speaker.counters.announcements[("eth0", "ipv4")] >= 2, timeout=0.8,
+               interval=0.02, message="the first round, before the second's time")  # fmt: skip
+    capture.stop()
+    first = min(t for t, a in capture.timed_answers() if a.address == VIP4 and a.mac == mac)
+    assert first - started < 0.8
+    assert speaker.counters.dropped[("eth0", "send_error")] == 0
