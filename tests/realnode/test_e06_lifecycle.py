@@ -35,6 +35,7 @@ GRACE = "--node-monitor-grace-period=20s"
 INIT_TIMEOUT = 180.0
 # Grace (20 s) + not-ready timeout (5 s) + a probe and a reconcile interval, on a loaded machine.
 DELETE_TIMEOUT = 180.0
+EVENT_TIMEOUT = 30.0
 LIFECYCLE = "app.kubernetes.io/component=node-lifecycle-controller"
 
 
@@ -132,8 +133,14 @@ def test_e06_a_dead_node_goes_unreachable_and_is_deleted(
         log = controller_log(cluster)[-4000:]
         raise AssertionError(f"{exc}\n--- controller log\n{log}") from exc
 
-    events = cluster.kube.list(r.EVENTS, field_selector=f"involvedObject.uid={uid}")["items"]
-    by_reason = {e["reason"]: e["message"] for e in events}
+    # The controller's Events go out through its outbox, beside the DELETE: the last one may
+    # land just after the Node is gone.
+    def reasons() -> tuple[list[Any], dict[str, str]] | None:
+        found = cluster.kube.list(r.EVENTS, field_selector=f"involvedObject.uid={uid}")["items"]
+        by = {e["reason"]: e["message"] for e in found}
+        return (found, by) if {"CheckingReachability", "DeletingNode"} <= by.keys() else None
+
+    events, by_reason = eventually(reasons, timeout=EVENT_TIMEOUT, message="the Node's Events")
     assert f"probing {victim.address} with icmp" in by_reason["CheckingReachability"], events
     deleting = by_reason["DeletingNode"]
     assert f"deleting Node {name} (uid {uid}): NotReady since" in deleting, deleting
