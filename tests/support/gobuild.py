@@ -203,7 +203,7 @@ def entry_name(component: str, version: str, go_version: str, key: str) -> str:
 # What each binary's version output must contain for a given pin.
 _VERSION_TEXT = {
     **dict.fromkeys(
-        ("kube-apiserver", "kube-controller-manager", "kubelet", "kube-scheduler"),
+        ("kube-apiserver", "kube-controller-manager", "kubelet", "kube-scheduler", "kube-proxy"),
         "Kubernetes {pin}",
     ),
     "kubectl": "Client Version: {pin}",

@@ -17,9 +17,10 @@ from tests.support.gotool import BuildError, GoInfo
 
 KUBE_MODULE = "k8s.io/kubernetes"
 KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager")
-# A real node: the kubelet, the scheduler that places Pods on it, and kubectl for what an
-# operator applies. A unit of its own, so the control plane's cache entry stays valid.
-KUBE_NODE_COMMANDS = ("kubelet", "kube-scheduler", "kubectl")
+# A real node: the kubelet, the scheduler that places Pods on it, kubectl for what an
+# operator applies, and kube-proxy, which DNATs Service traffic (a LoadBalancer address too) to
+# the node's Pods. A unit of its own, so the control plane's cache entry stays valid.
+KUBE_NODE_COMMANDS = ("kubelet", "kube-scheduler", "kubectl", "kube-proxy")
 ETCD_PACKAGE = "go.etcd.io/etcd/server/v3"
 KWOK_MODULE = "sigs.k8s.io/kwok"
 KWOK_STAGE_DIRS = ("fast", "heartbeat-with-lease", "chaos")
@@ -157,6 +158,17 @@ def _inspect_kubernetes(ctx: Context, unit: Unit, version: str, bd: Path) -> Pla
     """The plan if the scratch module is ready and matches a fresh derivation, else None."""
     if not (bd / "go.sum").is_file() or not (bd / "kube.json").is_file():
         return None
+    # A scratch module prepared for fewer commands lacks go.sum lines the others need: prepare
+    # it again instead of failing the build. One prepared before commands.json was written had
+    # every command of its unit but kube-proxy (which joined the node's unit later).
+    prepared = bd / "commands.json"
+    had = (
+        json.loads(prepared.read_text())
+        if prepared.is_file()
+        else [c for c in UNITS[unit.name].binaries if c != "kube-proxy"]
+    )
+    if not set(UNITS[unit.name].binaries) <= set(had):
+        return None
     kube = json.loads((bd / "kube.json").read_text())
     upstream_mod = Path(kube["GoMod"])
     if not upstream_mod.is_file():
@@ -205,6 +217,7 @@ def _prepare_kubernetes(ctx: Context, unit: Unit, version: str, bd: Path) -> Non
     # partial build (kube-apiserver alone, for the demo) serves the full build too.
     commands = UNITS[unit.name].binaries
     gotool.run_go(["get", *(f"{KUBE_MODULE}/cmd/{c}@{version}" for c in commands)], cwd=bd, env=env)
+    (bd / "commands.json").write_text(json.dumps(list(commands)))
 
 
 # ------------------------------------------------------------------ etcd

@@ -24,9 +24,10 @@ DEFAULT_TIMEOUT = {
     "bench": 900.0,
 }
 # What a real node needs besides a plane: the kubelet, the scheduler and KCM (taints, Pods of
-# DaemonSets, certificate signing), helm for the chart and kubectl for the plain manifests.
+# DaemonSets, certificate signing), helm for the chart, kubectl for the plain manifests and
+# kube-proxy for Service traffic (the node's unit builds it with the kubelet).
 REAL_NODE_COMPONENTS = frozenset({"etcd", "kube-apiserver", "kube-controller-manager", "kubelet",
-                                  "kube-scheduler", "helm", "kubectl"})  # fmt: skip
+                                  "kube-scheduler", "helm", "kubectl", "kube-proxy"})  # fmt: skip
 # Starting kwok nodes or waiting for KCM's effects takes longer than a plain API round trip.
 SLOW_MARKERS = ("kcm", "kwok")
 SLOW_INTEGRATION_TIMEOUT = 120.0

@@ -74,17 +74,17 @@ def test_needed_components_follow_tier_markers_and_fixtures() -> None:
     assert tiers.needed_components("unit", [], ["actionlint_binary"]) == {"actionlint"}
 
 
-def test_the_realnode_tier_needs_the_node_binaries_helm_and_kubectl() -> None:
+def test_the_realnode_tier_needs_the_node_binaries_helm_kubectl_and_kube_proxy() -> None:
     assert tiers.tier_of(("realnode", "test_e01_node_init.py")) == "realnode"
     assert tiers.needed_components("realnode", ["realnode"], []) == {
         "etcd", "kube-apiserver", "kube-controller-manager", "kubelet", "kube-scheduler", "helm",
-        "kubectl",
+        "kubectl", "kube-proxy",
     }  # fmt: skip
     assert tiers.default_timeout("realnode", ["realnode"]) == 300
     # a bench test on a real node marks itself `kubelet` (`realnode` would put it in make test)
     assert tiers.needed_components("bench", ["bench", "compare", "kubelet"], []) == {
         "etcd", "kube-apiserver", "kube-controller-manager", "kubelet", "kube-scheduler", "helm",
-        "kubectl",
+        "kubectl", "kube-proxy",
     }  # fmt: skip
 
 
