@@ -6,13 +6,16 @@ the real service-lb-ipam handing out the addresses, and a capture on the bridge.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import secrets
 import signal
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pytest
 
@@ -20,7 +23,8 @@ from local_ccm.announce.core.hold import lease_name
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import NotFound
 from local_ccm.kube.resources import LEASES
-from tests.netns.announce.segment import Capture, Segment, make_segment
+from local_ccm.lease.election import parse_micro_time
+from tests.netns.announce.segment import Capture, Segment, flood_arp, make_segment
 from tests.support import lb
 from tests.support.agent_process import (
     AGENT_UID,
@@ -58,6 +62,11 @@ class L2Agent(AgentProcess):
 @pytest.fixture(scope="session")
 def l2_agent_rbac(helm_binary: Path) -> ShippedRbac:
     """The agent's RBAC as the chart ships it with l2Announcement on."""
+    return l2_rbac(helm_binary)
+
+
+def l2_rbac(helm_binary: Path) -> ShippedRbac:
+    """`l2_agent_rbac`, for the benchmark too (tests/bench)."""
     with helm(helm_binary) as h:
         text = h.template(kube_version=pinned_kube_version(), release="local-ccm",
                           namespace="kube-system", set_values=L2_VALUES)  # fmt: skip
@@ -118,20 +127,40 @@ def world(
 ) -> Iterator[L2]:
     """Three Nodes on 192.0.2.0/24 and 2001:db8:0:1::/64 (.11-.13, ::11-::13), each with its
     agent running and ready; the client (.100, ::100); service-lb-ipam; the capture started."""
+    with l2_world(control_plane=control_plane, kube=kube, make_node=make_node, netns=netns,
+                  track=track, namespace=test_namespace, labels=test_labels,
+                  artifacts=test_artifacts, rbac=l2_agent_rbac) as running:  # fmt: skip
+        yield running
+
+
+@contextlib.contextmanager
+def l2_world(
+    *,
+    control_plane: ControlPlane,
+    kube: Client,
+    make_node: NodeFactory,
+    netns: NetnsFactory,
+    track: Tracker,
+    namespace: str,
+    labels: dict[str, str],
+    artifacts: Path,
+    rbac: ShippedRbac,
+) -> Iterator[L2]:
+    """The `world` fixture's segment, for the benchmark too (tests/bench)."""
     segment = make_segment(netns)
     client = segment.client()
     capture = Capture(segment.bridge).start()
-    allocator = lb.start(control_plane.admin_kubeconfig, test_artifacts / "lb.log")
+    allocator = lb.start(control_plane.admin_kubeconfig, artifacts / "lb.log")
     children: list[Child] = [allocator]
     spaces = lb.space(kube)
     space = next(spaces)
-    world = L2(kube, space, segment, client, capture, test_namespace)
+    world = L2(kube, space, segment, client, capture, namespace)
     try:
         for number in (1, 2, 3):
             world.nodes.append(start_node(world, number, control_plane=control_plane,
                                           make_node=make_node, track=track,
-                                          labels=test_labels, artifacts=test_artifacts,
-                                          rbac=l2_agent_rbac))  # fmt: skip
+                                          labels=labels, artifacts=artifacts,
+                                          rbac=rbac))  # fmt: skip
         for node in world.nodes:
             node.agent.wait_ready(timeout=30)
         yield world
@@ -177,3 +206,101 @@ def kill(node: Node) -> None:
     """The holder's agent dies at once (SIGKILL): no release, its Lease must expire."""
     node.agent.signal(signal.SIGKILL)
     node.agent.wait(timeout=10)
+
+
+def restart(node: Node) -> None:
+    """Start the Node's agent again after it ended (its relay is made anew) and wait until it
+    is ready."""
+    node.agent.stop()
+    node.agent.start()
+    node.agent.wait_ready(timeout=30)
+
+
+@dataclass(frozen=True)
+class Record:
+    """One version of an address's Lease as read, and when (wall clock) it was first read."""
+
+    seen: float
+    holder: str
+    acquired: float | None  # acquireTime, renewTime: the writer's wall clock
+    renewed: float | None
+
+
+class Ticker:
+    """`tick()` every `interval` seconds in a thread, from ``with`` until its end."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=type(self).__name__, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.tick()
+
+    def tick(self) -> None:
+        raise NotImplementedError
+
+
+class LeaseHistory(Ticker):
+    """Reads an address's Lease every `interval` seconds in a thread and keeps each version
+    that changed its holder or renewTime: when holders changed and when the last renewal of
+    each was written (``with LeaseHistory(world, address) as history:``)."""
+
+    def __init__(self, world: L2, address: IPAddress, interval: float = 0.05) -> None:
+        super().__init__(interval)
+        self.world, self.name = world, lease_name(address)
+        self.records: list[Record] = []
+
+    def tick(self) -> None:
+        try:
+            spec = self.world.kube.get(LEASES, self.name, namespace=self.world.lease_namespace,
+                                       timeout=2)["spec"]  # fmt: skip
+        except Exception:  # absent, or a slow read: the next one counts
+            return
+        record = Record(
+            time.time(),
+            str(spec.get("holderIdentity") or ""),
+            _micro(spec.get("acquireTime")),
+            _micro(spec.get("renewTime")),
+        )
+        last = self.records[-1] if self.records else None
+        if last is None or (last.holder, last.renewed) != (record.holder, record.renewed):
+            self.records.append(record)
+
+    def last_of(self, holder: str) -> Record:
+        """The last version written by `holder` (its last successful write)."""
+        return next(r for r in reversed(self.records) if r.holder == holder)
+
+    def first_after(self, holder: str) -> Record | None:
+        """The first version naming a holder other than `holder` (and not empty) after it."""
+        index = max(i for i, r in enumerate(self.records) if r.holder == holder)
+        return next((r for r in self.records[index + 1 :] if r.holder not in ("", holder)), None)
+
+
+def _micro(text: Any) -> float | None:
+    parsed = parse_micro_time(text)
+    return None if parsed is None else parsed.timestamp()
+
+
+class Asker(Ticker):
+    """The client asks "who has `address`?" (one broadcast ARP request) every `interval`
+    seconds in a thread, so the capture shows who answers at each moment; `sent` keeps when
+    (wall clock)."""
+
+    def __init__(self, world: L2, address: ipaddress.IPv4Address, interval: float = 0.1) -> None:
+        super().__init__(interval)
+        self.world, self.address = world, address
+        self.sent: list[float] = []
+
+    def tick(self) -> None:
+        flood_arp(self.world.client, self.address, 1)
+        self.sent.append(time.time())

@@ -85,9 +85,7 @@ def test_l2_01_l2_02_dual_stack_answered_by_the_holder_then_taken_over(world: L2
     resolve(world.client, v4)
     start = time.monotonic()
     kill(holder4)  # L2-02
-    moved = eventually(lambda: _moved(world, v4, holder4), timeout=TEST_BOUND, interval=0.1,
-                       message=f"{v4} taken over from {holder4.name}")  # fmt: skip
-    took = time.monotonic() - start
+    moved, took = moves(world, v4, holder4, start)
     print(
         f"\nL2-02 takeover of {v4}: the client's entry moved to {moved.name} after "
         f"{took:.2f}s (published bound {PUBLISHED_BOUND:.0f}s + watch latency + a write)"
@@ -99,9 +97,18 @@ def test_l2_01_l2_02_dual_stack_answered_by_the_holder_then_taken_over(world: L2
     no_address_answered_twice(world, v4, v6)
 
 
-def _moved(world: L2, address: IPAddress, dead: Node) -> Node | None:
+def moves(world: L2, address: IPAddress, old: Node, start: float) -> tuple[Node, float]:
+    """The Node the client's entry for `address` moves to from `old`, and the time since
+    `start` (time.monotonic()) when it did."""
+    moved = eventually(lambda: moved_from(world, address, old), timeout=TEST_BOUND,
+                       interval=0.1, message=f"{address} moved from {old.name}")  # fmt: skip
+    return moved, time.monotonic() - start
+
+
+def moved_from(world: L2, address: IPAddress, dead: Node | None) -> Node | None:
+    """The Node the client's neighbour entry for `address` names, once it is not `dead`'s."""
     mac = neighbour(world.client, address)
-    if mac is None or mac == dead.mac:
+    if mac is None or (dead is not None and mac == dead.mac):
         resolve(world.client, address)  # a stale entry is probed, then asked again
         return None
     return world.by_mac(mac)
@@ -121,7 +128,7 @@ def test_l2_03_local_traffic_follows_the_endpoint_slices_node(world: L2) -> None
     current["endpoints"][0]["nodeName"] = then.name
     start = time.monotonic()
     world.kube.update(SLICES, current, namespace=world.space.name)
-    eventually(lambda: _moved(world, vip, first) is then, timeout=TEST_BOUND, interval=0.1,
+    eventually(lambda: moved_from(world, vip, first) is then, timeout=TEST_BOUND, interval=0.1,
                message="the client follows the endpoint")  # fmt: skip
     print(f"\nL2-03 hand-over of {vip} after the endpoint moved: {time.monotonic() - start:.2f}s")
     assert world.holder(vip) == then.name

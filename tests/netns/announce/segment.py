@@ -69,16 +69,23 @@ class Segment:
     netns: NetnsFactory
     bridge: Namespace
     ports: int = 0
+    port_of: dict[str, str] = field(default_factory=dict)  # namespace name -> bridge port
 
     def attach(self, ns: Namespace) -> str:
         """A veth from `ns` (``eth0``, up) to a new port of the bridge; returns its MAC."""
         self.ports += 1
         port = f"p{self.ports}"
+        self.port_of[ns.name] = port
         self.bridge.ip("link", "add", port, "type", "veth", "peer", "name", "eth0",
                        "netns", ns.name)  # fmt: skip
         self.bridge.batch(f"link set {port} master br0", f"link set {port} up")
         ns.ip("link", "set", "eth0", "up")
         return str(ns.ip_json("link", "show", "eth0")[0]["address"])
+
+    def set_port(self, ns: Namespace, state: str) -> None:
+        """Set the bridge's side of `ns`'s link ``down`` (a cut cable: `ns`'s ``eth0`` stays
+        up but loses its carrier) or ``up`` again."""
+        self.bridge.ip("link", "set", self.port_of[ns.name], state)
 
     def node(self) -> tuple[Namespace, str]:
         """A Node: no address of its own on the segment but its IPv6 link-local."""
@@ -194,6 +201,7 @@ class Capture:
 
     bridge: Namespace
     frames: list[bytes] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)  # wall clock (time.time()) per frame
     _sock: socket.socket | None = None
     _thread: threading.Thread | None = None
     _stopped: threading.Event = field(default_factory=threading.Event)
@@ -220,6 +228,7 @@ class Capture:
                 continue
             # Each frame once: where it entered the bridge, not where it leaves or reaches br0.
             if pkttype != PACKET_OUTGOING and ifname != "br0":
+                self.times.append(time.time())
                 self.frames.append(frame)
 
     def stop(self) -> list[bytes]:
@@ -236,7 +245,14 @@ class Capture:
         return list(self.frames)
 
     def answers(self) -> list[Answer]:
-        return [a for frame in list(self.frames) if (a := answer_in(frame)) is not None]
+        return [a for _, a in self.timed_answers()]
+
+    def timed_answers(self) -> list[tuple[float, Answer]]:
+        """The answers with the wall-clock time each frame was read (within milliseconds of
+        its arrival: the reader does nothing else)."""
+        count = len(self.frames)
+        pairs = zip(self.times[:count], self.frames[:count], strict=True)
+        return [(t, a) for t, frame in pairs if (a := answer_in(frame)) is not None]
 
 
 def answer_in(frame: bytes) -> Answer | None:
