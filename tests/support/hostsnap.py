@@ -38,7 +38,7 @@ SYSCTLS = (
     "net/netfilter/nf_conntrack_max",
 )
 # What the node's processes are called (comm, at most 15 characters).
-NODE_COMMANDS = ("containerd", "containerd-shim", "kubelet", "pause")
+NODE_COMMANDS = ("containerd", "containerd-shim", "kubelet", "kube-proxy", "pause")
 # Where containerd, the CNI plugins and the kubelet write by default.
 DEFAULT_PATHS = (
     "/run/containerd",

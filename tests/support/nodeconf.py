@@ -128,6 +128,14 @@ class NodeFiles:
         return self.node_dir / "certs.d"
 
     @property
+    def kube_proxy_config(self) -> Path:
+        return self.node_dir / "kube-proxy.yaml"
+
+    @property
+    def kube_proxy_kubeconfig(self) -> Path:
+        return self.node_dir / "kube-proxy.kubeconfig"
+
+    @property
     def tunables_dir(self) -> Path:
         return self.node_dir / "sysctl"
 
@@ -253,6 +261,39 @@ def kubelet_args(
     return [*args, f"--node-ip={node_ip}"] if node_ip else args
 
 
+# ------------------------------------------------------------------ kube-proxy
+def kube_proxy_config(files: NodeFiles, *, node_name: str, cluster_cidr: IPv4Network) -> str:
+    """The KubeProxyConfiguration of a node that runs kube-proxy (opt-in: NodeSpec.kube_proxy).
+
+    iptables mode through Debian's iptables (its nft backend): the rules live in the node's
+    network namespace, like nftables mode's would; iptables mode is the default and what most
+    clusters run, and it binds no Service address to any interface (IPVS mode puts every
+    LoadBalancer address on ``kube-ipvs0``, and the kernel would answer ARP for it unless
+    ``strictARP``). Everything host-wide is left alone: no conntrack table size or timeouts
+    (``nf_conntrack_max`` is the host's), no ``route_localnet`` (``localhostNodePorts`` off), no
+    oom_score_adj (root here lacks CAP_SYS_RESOURCE); health and metrics on the node's
+    loopback."""
+    config = {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "mode": "iptables",
+        "clientConnection": {"kubeconfig": str(files.kube_proxy_kubeconfig)},
+        "hostnameOverride": node_name,
+        "clusterCIDR": str(cluster_cidr),
+        "healthzBindAddress": "127.0.0.1:10256",
+        "metricsBindAddress": "127.0.0.1:10249",
+        "oomScoreAdj": 0,
+        "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s",
+                      "tcpCloseWaitTimeout": "0s"},
+        "iptables": {"localhostNodePorts": False},
+    }  # fmt: skip
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def kube_proxy_args(kube_proxy: Path, files: NodeFiles) -> list[str]:
+    return [str(kube_proxy), f"--config={files.kube_proxy_config}", "--v=2"]
+
+
 # ------------------------------------------------------------------ the node's PID 1
 def node_argv(netns: str, init_script: Path) -> list[str]:
     """The node's start command: PID 1 of new PID and mount namespaces inside ``netns``.
@@ -278,6 +319,7 @@ def init_script(
     images: Sequence[ImageImport],
     kubelet_argv: Sequence[str],
     restartable: bool = False,
+    kube_proxy_argv: Sequence[str] = (),
 ) -> str:
     """PID 1 of the node: private tmpfs mounts, the pinned /proc/sys files, containerd, the
     image imports, then the kubelet. SIGTERM stops the kubelet, then containerd, and exits;
@@ -287,18 +329,27 @@ def init_script(
     ``restartable``: SIGUSR1 stops the kubelet (SIGTERM, waited for) and SIGUSR2 starts it
     again, containerd and the Pods' containers running on; a kubelet that ends on its own still
     ends the node. A kubelet started again registers its Node anew if the Node was deleted
-    meanwhile: a join without rebuilding the node (tests/bench/test_compare_join.py)."""
+    meanwhile: a join without rebuilding the node (tests/bench/test_compare_join.py).
+    ``kube_proxy_argv``: kube-proxy starts before the kubelet and is stopped first; if it ends
+    on its own, so does PID 1 (not on a restartable node: there only the kubelet and
+    containerd are watched)."""
     ctr = f"ctr --address {_q(files.socket)} --namespace k8s.io"
     kubelet = f"{shlex.join(kubelet_argv)} >>{_q(files.logs / 'kubelet.log')} 2>&1 &"
+    proxy_log = _q(files.logs / "kube-proxy.log")
+    proxy_start = f"{shlex.join(kube_proxy_argv)} >>{proxy_log} 2>&1 &"
+    proxy = [proxy_start, "PROXY=$!", 'echo "lcrn: kube-proxy started"'] if kube_proxy_argv else []
     lines = [
         "set -eu",
         'KUBELET=""',
+        'PROXY=""',
         *(f"mount -t tmpfs -o mode=0755 {PREFIX} {d}" for d in PRIVATE_DIRS),
         *(f"mount --bind {_q(files.tunable(k))} /proc/sys/{k}" for k in KERNEL_TUNABLES),
         f"containerd --config {_q(files.containerd_config)} "
         f">>{_q(files.logs / 'containerd.log')} 2>&1 &",
         "CONTAINERD=$!",
         "stop() {",
+        '  if [ -n "$PROXY" ]; then kill -TERM "$PROXY" 2>/dev/null || true; '
+        'wait "$PROXY" || true; fi',
         '  if [ -n "$KUBELET" ]; then kill -TERM "$KUBELET" 2>/dev/null || true; '
         'wait "$KUBELET" || true; fi',
         '  kill -TERM "$CONTAINERD" 2>/dev/null || true; wait "$CONTAINERD" || true',
@@ -315,6 +366,7 @@ def init_script(
         'echo "lcrn: containerd ready"',
         *(_import(ctr, image) for image in images),
         'echo "lcrn: images imported"',
+        *proxy,
         *(_RESTARTABLE_KUBELET if restartable else _kubelet(kubelet)),
         'echo "lcrn: kubelet or containerd exited"',
         "exit 1",

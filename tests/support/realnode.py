@@ -74,6 +74,10 @@ class NodeSpec:
     # True: :meth:`RealNode.stop_kubelet` and :meth:`RealNode.start_kubelet` work (the node's
     # PID 1 traps SIGUSR1 and SIGUSR2: nodeconf.init_script).
     restartable_kubelet: bool = False
+    # kube-proxy's binary and a kubeconfig for it (``system:kube-proxy``): PID 1 runs it beside
+    # the kubelet (nodeconf.kube_proxy_config); None: no kube-proxy, the tier's usual node.
+    kube_proxy: Path | None = None
+    kube_proxy_kubeconfig: Path | None = None
 
 
 def is_ready(node: Mapping[str, Any]) -> bool:
@@ -139,8 +143,18 @@ class RealNode:
         kubelet = nc.kubelet_args(spec.kubelet, files, node_name=spec.name,
                                   node_ip=self.address if spec.node_ip else None)  # fmt: skip
         images = (nc.ImageImport(spec.pause.archive), *spec.images)
+        proxy: list[str] = []
+        if spec.kube_proxy is not None:
+            if spec.kube_proxy_kubeconfig is None:
+                raise ValueError(f"node {spec.name}: kube-proxy without a kubeconfig")
+            shutil.copyfile(spec.kube_proxy_kubeconfig, files.kube_proxy_kubeconfig)
+            files.kube_proxy_config.write_text(nc.kube_proxy_config(
+                files, node_name=spec.name, cluster_cidr=nc.POD_SUBNET
+            ))  # fmt: skip
+            proxy = nc.kube_proxy_args(spec.kube_proxy, files)
         files.init_script.write_text(nc.init_script(
-            files, images=images, kubelet_argv=kubelet, restartable=spec.restartable_kubelet
+            files, images=images, kubelet_argv=kubelet, restartable=spec.restartable_kubelet,
+            kube_proxy_argv=proxy,
         ))  # fmt: skip
 
     def write_cni(self, subnet: IPv4Network) -> None:
@@ -214,7 +228,8 @@ class RealNode:
         return f"exit code {self.child.exited() if self.child else None}"
 
     def tails(self, lines: int = 30) -> str:
-        logs = ("node.log", "containerd.log", "kubelet.log")
+        logs = ("node.log", "containerd.log", "kubelet.log",
+                *(("kube-proxy.log",) if self.spec.kube_proxy else ()))  # fmt: skip
         return "\n".join(f"--- {n}\n{tail(self.spec.logs / n, lines)}" for n in logs)
 
     def processes(self) -> list[int]:

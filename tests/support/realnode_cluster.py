@@ -11,6 +11,7 @@ project's image (`make image`) imported into its containerd.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -29,7 +30,7 @@ from tests.support import nodeconf as nc
 from tests.support.binaries import Binaries, cache_dir
 from tests.support.cgroup import MOUNTINFO, v1_cpu_hierarchy
 from tests.support.controlplane import ControlPlane
-from tests.support.cpargs import FIRST_SERVICE_IP
+from tests.support.cpargs import ADVERTISE_ADDRESS, FIRST_SERVICE_IP
 from tests.support.dedicated import dedicated_plane
 from tests.support.kcm import start_kcm
 from tests.support.netns import Namespace
@@ -72,6 +73,9 @@ class NodeOptions:
     images: tuple[nc.ImageImport, ...] = ()
     restartable_kubelet: bool = False
     kcm_controllers: tuple[str, ...] = ()
+    # kube-proxy on the node (iptables mode, nodeconf.kube_proxy_config), as user
+    # system:kube-proxy (the bootstrap binding to system:node-proxier)
+    kube_proxy: bool = False
 
 
 def missing_prerequisites() -> list[str]:
@@ -157,6 +161,10 @@ def cluster_on(
                      server_tls_bootstrap=server_tls_bootstrap, cni=cni)  # fmt: skip
     spec = replace(spec, images=(*spec.images, *options.images),
                    restartable_kubelet=options.restartable_kubelet)  # fmt: skip
+    if options.kube_proxy:
+        proxy_kubeconfig = plane.user_kubeconfig("system:kube-proxy", [])
+        spec = replace(spec, kube_proxy=binaries.path("kube-proxy"),
+                       kube_proxy_kubeconfig=proxy_kubeconfig)  # fmt: skip
     with (
         Client.from_kubeconfig(plane.admin_kubeconfig, field_manager=FIELD_MANAGER) as kube,
         real_node(spec, names) as node,
@@ -196,10 +204,21 @@ def kubernetes_service(node: RealNode) -> Iterator[None]:
     Every node of a cluster has it: Pods in a network namespace of their own (the lifecycle
     controller, the controller manager off the host network) and manifests with no API server
     endpoint (in-cluster config: the Go original's chart) reach the API through it, from the
-    node's namespace or through the pod network's gateway; only this one Service."""
-    Namespace(node.names.node_ns).batch(f"addr add {FIRST_SERVICE_IP}/32 dev lo")
+    node's namespace or through the pod network's gateway; only this one Service.
+
+    A node that runs kube-proxy DNATs the ClusterIP to the Service's endpoint, the apiserver's
+    advertise address (on no interface of the host): that address goes on the node's ``lo``
+    too, with a relay on the apiserver's port, so in-cluster clients work either way."""
+    ns = Namespace(node.names.node_ns)
+    ns.batch(f"addr add {FIRST_SERVICE_IP}/32 dev lo")
     target = ("127.0.0.1", node.spec.api_port)
-    with LoopbackRelay(node.names.node_ns, target, port=443, host=FIRST_SERVICE_IP):
+    with contextlib.ExitStack() as relays:
+        relays.enter_context(LoopbackRelay(node.names.node_ns, target, port=443,
+                                           host=FIRST_SERVICE_IP))  # fmt: skip
+        if node.spec.kube_proxy is not None:
+            ns.batch(f"addr add {ADVERTISE_ADDRESS}/32 dev lo")
+            relays.enter_context(LoopbackRelay(node.names.node_ns, target,
+                                               host=ADVERTISE_ADDRESS))  # fmt: skip
         yield
 
 

@@ -39,7 +39,8 @@ def test_foreign_names_are_recognised_by_their_last_path_part() -> None:
 
 
 def test_node_processes_are_counted_by_command_name() -> None:
-    comms = {1: "bash", 2: "containerd", 3: "containerd-shim", 4: "pause", 5: "pause"}
+    comms = {1: "bash", 2: "containerd", 3: "containerd-shim", 4: "pause", 5: "pause",
+             6: "kube-proxy"}  # fmt: skip
     assert hostsnap.processes(comms) == {
-        "containerd": 1, "containerd-shim": 1, "kubelet": 0, "pause": 2,
+        "containerd": 1, "containerd-shim": 1, "kubelet": 0, "kube-proxy": 1, "pause": 2,
     }  # fmt: skip

@@ -168,3 +168,37 @@ def test_the_tunables_hold_what_the_kubelet_would_write() -> None:
     assert files[FILES.tunable("kernel/panic")] == "10\n"
     assert files[FILES.tunable("kernel/panic_on_oops")] == "1\n"
     assert {p.parent for p in files} == {FILES.tunables_dir}
+
+
+def test_kube_proxy_runs_after_the_imports_and_stops_first() -> None:
+    images = [nc.ImageImport(Path("/c/pause.tar"))]
+    proxy = nc.kube_proxy_args(Path("/bin/kube-proxy"), FILES)
+    plain = nc.init_script(FILES, images=images, kubelet_argv=["/bin/kubelet"])
+    lines = nc.init_script(FILES, images=images, kubelet_argv=["/bin/kubelet"],
+                           kube_proxy_argv=proxy).splitlines()  # fmt: skip
+
+    def first(text: str) -> int:
+        return next(i for i, line in enumerate(lines) if text in line)
+
+    assert "/bin/kube-proxy" not in plain
+    assert first("images imported") < first("/bin/kube-proxy --config=") < first("/bin/kubelet")
+    assert first("kube-proxy.log") == first("/bin/kube-proxy")
+    # stop(): kube-proxy before the kubelet and containerd
+    assert first("stop() {") < first('kill -TERM "$PROXY"') < first('kill -TERM "$KUBELET"')
+
+
+def test_kube_proxy_leaves_host_wide_settings_alone() -> None:
+    config = yaml.safe_load(
+        nc.kube_proxy_config(FILES, node_name="lcrn-4242-3", cluster_cidr=nc.POD_SUBNET)
+    )
+    assert config["mode"] == "iptables"  # binds no Service address to an interface
+    assert config["hostnameOverride"] == "lcrn-4242-3"
+    assert config["clientConnection"]["kubeconfig"] == str(FILES.kube_proxy_kubeconfig)
+    assert config["clusterCIDR"] == str(nc.POD_SUBNET)
+    # no nf_conntrack_max or conntrack timeouts, no route_localnet, no oom_score_adj
+    assert config["conntrack"] == {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s",
+                                   "tcpCloseWaitTimeout": "0s"}  # fmt: skip
+    assert config["iptables"]["localhostNodePorts"] is False
+    assert config["oomScoreAdj"] == 0
+    assert config["healthzBindAddress"].startswith("127.0.0.1:")
+    assert config["metricsBindAddress"].startswith("127.0.0.1:")
