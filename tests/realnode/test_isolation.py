@@ -1,8 +1,9 @@
 """A real node leaves the machine as it found it: links, network namespaces, mounts, cgroups,
-the kernel tunables and net.* settings the kubelet and the CNI plugins change, node processes
-and the paths they write by default are the same before and after its whole life (a Pod on
-the CNI bridge included). A driver killed while its node runs takes the node's processes
-with it, and the next start removes the rest (namespaces, cgroups, the node directory).
+the kernel tunables and net.* settings the kubelet, kube-proxy and the CNI plugins change, node
+processes and the paths they write by default are the same before and after its whole life (a
+Pod on the CNI bridge and kube-proxy included). A driver killed while its node runs takes the
+node's processes with it, and the next start removes the rest (namespaces, cgroups, the node
+directory).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from tests.support.realnode import NODE_BASE, READY_TIMEOUT, RealNode, real_node
 from tests.support.realnode_cluster import (
     FIELD_MANAGER,
     Cluster,
+    NodeOptions,
     node_number,
     node_spec,
     realnode_cluster,
@@ -76,7 +78,9 @@ def test_a_node_s_whole_life_leaves_the_host_as_it_found_it(
 ) -> None:
     hostsnap.prime_netns_dir()
     before = hostsnap.take()
-    with realnode_cluster(request.config, binaries) as cluster:
+    # kube-proxy too (E09's node): its rules, sysctls and process must stay the node's
+    with realnode_cluster(request.config, binaries,
+                          options=NodeOptions(kube_proxy=True)) as cluster:  # fmt: skip
         pod = run_pause_pod(cluster)
         assert IPv4Address(pod["status"]["podIP"]) in nc.POD_SUBNET
         during = hostsnap.take()
@@ -84,8 +88,10 @@ def test_a_node_s_whole_life_leaves_the_host_as_it_found_it(
         assert {names.node_ns, names.gateway_ns} <= during.namespaces
         # Counted against `before`, so a node another run keeps up meanwhile does not count.
         more = {comm: during.processes.get(comm, 0) - before.processes.get(comm, 0)
-                for comm in ("kubelet", "containerd", "containerd-shim", "pause")}  # fmt: skip
+                for comm in ("kubelet", "kube-proxy", "containerd", "containerd-shim",
+                             "pause")}  # fmt: skip
         assert more["kubelet"] == 1
+        assert more["kube-proxy"] == 1
         assert more["containerd"] == 1
         assert more["containerd-shim"] >= 1
         # The Pod's processes are counted in the node's own cgroup: host-wide, a pause process
