@@ -1,6 +1,7 @@
 """The L2 announcement's API: list+watch of the pools, Services, EndpointSlices, Nodes,
-Namespaces and the address Leases; the Lease writes (create, update at a resourceVersion), the
-announcer annotation on Services, Events. Errors arrive as `local_ccm.kube.errors`."""
+Namespaces and the address Leases; the Lease writes (create, update at a resourceVersion,
+delete at a uid and resourceVersion), the announcer annotation on Services, Events. Errors
+arrive as `local_ccm.kube.errors`."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ class AnnounceApi(Protocol):
     async def get_lease(self, name: str) -> Obj: ...
     async def create_lease(self, body: Obj) -> Obj: ...
     async def update_lease(self, body: Obj) -> Obj: ...
+    async def delete_lease(self, name: str, *, uid: str | None, resource_version: str) -> None: ...
     async def patch_service(self, namespace: str, name: str, patch: list[Obj]) -> Obj: ...
     async def create_event(self, namespace: str, body: Obj) -> Obj: ...
 
@@ -72,6 +74,13 @@ class KubeAnnounceApi(ObservedApi):
         request = self.client.update(LEASES, body, namespace=self.lease_namespace,
                                      timeout=self.write_timeout)  # fmt: skip
         return await self._call("PUT", LEASES.plural, request)
+
+    async def delete_lease(self, name: str, *, uid: str | None, resource_version: str) -> None:
+        """DELETE with the uid and resourceVersion preconditions: a write since → Conflict."""
+        request = self.client.delete(LEASES, name, namespace=self.lease_namespace, uid=uid,
+                                     resource_version=resource_version,
+                                     timeout=self.write_timeout)  # fmt: skip
+        await self._call("DELETE", LEASES.plural, request)
 
     async def patch_service(self, namespace: str, name: str, patch: list[Obj]) -> Obj:
         request = self.client.patch(SERVICES, name, patch, namespace=namespace,

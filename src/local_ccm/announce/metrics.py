@@ -1,5 +1,6 @@
 """The L2 announcement's metrics, on the agent's registry (added only when it runs): the
-addresses this Node answers for, takeovers, releases, failed Lease writes, and the speaker's
+addresses this Node answers for, takeovers, releases, Leases deleted by the clean-up, failed
+Lease writes, and the speaker's
 frame counters, read from `Speaker.counters` when scraped."""
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ class AnnounceMetrics:
         ).create(PREFIX, registry)
         self.releases = counter(
             "releases_total", "Addresses this Node released (no longer eligible, or stopping)"
+        ).create(PREFIX, registry)
+        self.deleted = counter(
+            "leases_deleted_total",
+            "Leases of addresses no longer announced that this Node deleted (the clean-up)",
         ).create(PREFIX, registry)
         self.write_failures = counter(
             "lease_write_failures_total", "Lease writes that failed", "reason",

@@ -3,12 +3,13 @@ agent, which drives the speaker.
 
 It watches the pools, Services, EndpointSlices, Nodes, Namespaces and the Leases of its
 namespace, and this Node's interfaces (`links`). Keys: ``*`` (the inputs changed: the targets
-are computed again and every address looked at), an address (its Lease decided: `hold.decide`
-with this Node's `choice.place`, then at most one write, compare-and-swap), and
-``service/<namespace>/<name>`` (the announcer annotation of a Service). The speaker serves,
-per interface, the addresses this agent holds, and its fence is `hold.answering` of the
-address's state at the moment it asks. A failed write changes no state: the next read
-decides; a conflict reads the Lease again at once.
+are computed again and every address looked at, targets and address Leases in the cache
+alike), an address (its Lease decided: `hold.decide` with this Node's `choice.place`, then at
+most one write, compare-and-swap; for an address no longer announced, `cleanup.sweep`: at most
+one DELETE at the record's uid and resourceVersion), and ``service/<namespace>/<name>`` (the
+announcer annotation of a Service). The speaker serves, per interface, the addresses this agent
+holds, and its fence is `hold.answering` of the address's state at the moment it asks. A failed
+write changes no state: the next read decides; a conflict reads the Lease again at once.
 
 Which Nodes "announce" (the fourth condition of `choice.eligible`): every Node the other
 conditions admit. A Node that runs no announcing agent costs the candidates ranked behind it
@@ -24,7 +25,7 @@ from typing import Any, Final, Protocol
 
 from local_ccm import names
 from local_ccm.announce.api import ENDPOINT_SLICES, NAMESPACES, POOLS, SERVICES, AnnounceApi, Obj
-from local_ccm.announce.core import choice, hold
+from local_ccm.announce.core import choice, cleanup, hold
 from local_ccm.announce.core.interfaces import desired_interfaces
 from local_ccm.announce.core.targets import (
     Target,
@@ -84,7 +85,7 @@ def permissions(settings: Settings) -> list[rc.Permission]:
         rc.Permission(
             LEASES.group,
             LEASES.plural,
-            ("get", "list", "watch", "create", "update"),
+            ("get", "list", "watch", "create", "update", "delete"),
             namespace=settings.lease_namespace,
         ),
         rc.Permission(SERVICES.group, SERVICES.plural, ("list", "watch", "patch")),
@@ -284,7 +285,8 @@ class Announcer:
     async def sync(self, key: str) -> rc.Result:
         if key == ALL:
             self._targets = self._desired_targets()
-            every = {*self._targets, *self.states}
+            leased = (lease_address(key.rpartition("/")[2]) for key in self.leases.cache)
+            every = {*self._targets, *self.states, *(a for a in leased if a is not None)}
             return rc.Done(others=tuple(str(a) for a in sorted(every, key=str)))
         if key.startswith(SERVICE_KEY):
             return await self._sync_service(key.removeprefix(SERVICE_KEY))
@@ -322,13 +324,24 @@ class Announcer:
         now = self.clock.monotonic()
         decision = hold.decide(state, record, me=self.me, rank=self.rank(address, target, holder),
                                now=now, wall=self.clock.now(), timings=self.timings)  # fmt: skip
-        self._keep(address, decision.state, target)  # the fence, before any write is sent
+        # the fence, before any write is sent
+        self._keep(address, decision.state, target, leased=lease is not None)
         step = decision.step
         if isinstance(step, hold.WaitUntil):
             self._log.debug("%s: %s", address, decision.reason)
-            if step.at is None:
+            at = step.at
+            if target is None and lease is not None and record is not None:
+                ready = frozenset(view.name for view, _ in self.nodes.cache.values() if view.ready)
+                sweep = cleanup.sweep(decision.state, record, targeted=False, me=self.me,
+                                      place=cleanup.place(address, ready, self.me), now=now,
+                                      timings=self.timings)  # fmt: skip
+                if isinstance(sweep, cleanup.Delete):
+                    return await self._delete(address, name, lease, sweep.reason)
+                self._log.debug("%s: %s", address, sweep.reason)
+                at = sweep.at if at is None else at if sweep.at is None else min(at, sweep.at)
+            if at is None:
                 return rc.DONE
-            return rc.RequeueAfter(max(step.at - now, 0.01))
+            return rc.RequeueAfter(max(at - now, 0.01))
         self._log.log(logging.DEBUG if isinstance(step, hold.Renew) else logging.INFO,
                       "%s: %s", address, decision.reason)  # fmt: skip
         return await self._write(
@@ -362,7 +375,7 @@ class Announcer:
             return await self._failed(address, name, lease, exc)
         self.newest.saw(name, lease, answer)
         fresh = hold.written(state, step, sent_at, self.timings)
-        self._keep(address, fresh, target)
+        self._keep(address, fresh, target, leased=True)
         services = tuple(SERVICE_KEY + s for s in target.services) if target else ()
         if isinstance(step, hold.Release):
             self.metrics.releases.inc()
@@ -406,6 +419,30 @@ class Announcer:
             return rc.Retry(f"Lease write: {exc}")
         self._log.info("%s: Lease %s changed meanwhile (%s); reading it again", address, name,
                        exc.message)  # fmt: skip
+        return await self._read_again(address, name, lease)
+
+    async def _delete(self, address: IPAddress, name: str, lease: Obj, reason: str) -> rc.Result:
+        """The clean-up: delete the Lease at the uid and resourceVersion of the record decided
+        on. A conflict or a vanished Lease is a normal outcome (another agent wrote or deleted
+        first): nothing changes, the Lease is read again and decided on."""
+        try:
+            await self.api.delete_lease(name, uid=lease["metadata"].get("uid"),
+                                        resource_version=version(lease))  # fmt: skip
+        except (Conflict, NotFound) as exc:
+            self._log.info("%s: Lease %s not deleted (%s); reading it again", address, name,
+                           exc.message)  # fmt: skip
+            return await self._read_again(address, name, lease)
+        except ApiError as exc:
+            failure = "transient" if isinstance(exc, Transient) else "refused"
+            self.metrics.write_failures.labels(failure).inc()
+            self._log.warning("%s: deleting Lease %s failed: %s", address, name, exc)
+            return rc.Retry(f"Lease delete: {exc}")
+        self.newest.saw(name, lease, None)
+        self.metrics.deleted.inc()
+        self._log.info("%s: Lease %s deleted (%s)", address, name, reason)
+        return rc.Done(others=(str(address),))
+
+    async def _read_again(self, address: IPAddress, name: str, lease: Obj | None) -> rc.Result:
         try:
             current: Obj | None = await self.api.get_lease(name)
         except NotFound:
@@ -416,9 +453,13 @@ class Announcer:
         return rc.Done(others=(str(address),))
 
     # ------------------------------------------------------------ the speaker
-    def _keep(self, address: IPAddress, state: hold.HoldState, target: Target | None) -> None:
+    def _keep(
+        self, address: IPAddress, state: hold.HoldState, target: Target | None, *,
+        leased: bool = False,
+    ) -> None:  # fmt: skip
         """Remember the state (the fence reads it) and serve the address on its interfaces
-        while this agent holds it."""
+        while this agent holds it. `leased`: the address's Lease exists (its record's clock is
+        kept for the clean-up)."""
         self.states[address] = state
         interfaces: tuple[str, ...] = ()
         if state.renewed_at is not None and target is not None:
@@ -427,9 +468,9 @@ class Announcer:
             self.serving[address] = interfaces
         else:
             self.serving.pop(address, None)
-        if state.renewed_at is None and target is None:
-            # Not held, not announced: nothing to remember (a later target starts a new clock,
-            # which only delays a takeover)
+        if state.renewed_at is None and target is None and not leased:
+            # Not held, not announced, no Lease: nothing to remember (a later target starts a
+            # new clock, which only delays a takeover)
             self.states.pop(address, None)
         self._update_speaker()
 

@@ -13,6 +13,7 @@ from typing import Any, cast
 
 import pytest
 
+from local_ccm.announce.core import cleanup
 from local_ccm.announce.core.hold import Timings, lease_name
 from local_ccm.announce.core.interfaces import NodeInterface
 from local_ccm.announce.links import InterfaceSource
@@ -75,6 +76,7 @@ class Api:
         stored = copy.deepcopy(body)
         stored["metadata"]["resourceVersion"] = str(self.version)
         stored["metadata"]["namespace"] = NAMESPACE
+        stored["metadata"].setdefault("uid", "uid-" + stored["metadata"]["name"])
         self.leases[stored["metadata"]["name"]] = stored
         return copy.deepcopy(stored)
 
@@ -102,6 +104,16 @@ class Api:
         if current["metadata"]["resourceVersion"] != body["metadata"]["resourceVersion"]:
             raise Conflict(409, "Conflict", "stale")
         return self._store(body)
+
+    async def delete_lease(self, name: str, *, uid: str | None, resource_version: str) -> None:
+        self._failing("delete")
+        current = self.leases.get(name)
+        if current is None:
+            raise NotFound(404, "NotFound", "gone")
+        meta = current["metadata"]
+        if (meta["uid"], meta["resourceVersion"]) != (uid, resource_version):
+            raise Conflict(409, "Conflict", "precondition failed")
+        del self.leases[name]
 
     async def patch_service(self, namespace: str, name: str, patch: list[Obj]) -> Obj:
         self.patches.append((f"{namespace}/{name}", patch))
@@ -374,3 +386,94 @@ async def test_the_annotation_is_written_for_held_addresses() -> None:
         {"op": "add", "path": "/metadata/annotations", "value": {}},
         {"op": "add", "path": "/metadata/annotations/local-ccm.io~1l2-192.0.2.10",
          "value": "node-a"}])]  # fmt: skip
+
+
+# ---------------------------------------------------------------- the clean-up
+
+UNANNOUNCED: Obj = {"metadata": {"name": "p"},
+                    "spec": {"addresses": ["192.0.2.0/28", "2001:db8::/124"]}}  # fmt: skip
+
+
+@synchronous
+async def test_a_pool_no_longer_announced_the_holder_releases_then_deletes_the_lease() -> None:
+    world = World()
+    await world.sync()
+    name = lease_name(VIP)
+    world.put_lease(world.api.leases[name])
+    world.put("pools", UNANNOUNCED)
+    await world.sync()
+    assert world.api.calls == ["create", "update"]  # released first
+    assert not world.answering()
+    world.put_lease(world.api.leases[name])  # the watch shows the release
+    result = await world.sync()
+    assert world.api.calls == ["create", "update", "delete"]
+    assert name not in world.api.leases
+    assert result == rc.Done(others=(str(VIP),))
+    assert world.announcer.metrics.deleted.get() == 1
+    await world.sync()  # the cache still shows the released record: not deleted twice
+    world.informers["leases"].cache.clear()  # the watch shows the deletion
+    assert await world.sync() == rc.DONE
+    assert world.api.calls == ["create", "update", "delete"]
+    assert VIP not in world.announcer.states
+
+
+@synchronous
+async def test_a_conflict_on_delete_changes_nothing_and_the_lease_is_read_again() -> None:
+    world = World()
+    await world.sync()
+    name = lease_name(VIP)
+    world.put_lease(world.api.leases[name])
+    world.put("pools", UNANNOUNCED)
+    await world.sync()
+    world.put_lease(world.api.leases[name])
+    rewritten = copy.deepcopy(world.api.leases[name])
+    rewritten["spec"]["holderIdentity"] = "node-c"  # another agent wrote since the cache saw it
+    stored = world.api._store(rewritten)
+    result = await world.sync()
+    assert world.api.calls == ["create", "update", "delete"]
+    assert world.api.leases[name] == stored  # unchanged
+    assert world.announcer.metrics.deleted.get() == 0
+    assert world.announcer.metrics.write_failures.labels("conflict").get() == 0  # normal
+    assert result == rc.Done(others=(str(VIP),))
+    assert not world.answering()
+    result = await world.sync()  # decided on the record read again: node-c's, fresh
+    assert world.api.calls == ["create", "update", "delete"]
+    assert isinstance(result, rc.RequeueAfter)
+
+
+@synchronous
+async def test_a_held_fresh_lease_of_an_address_not_announced_waits_for_the_takeover_wait() -> None:
+    world = World(nodes=("node-a", "node-c"))
+    world.put("pools", UNANNOUNCED)
+    theirs = {"metadata": {"name": lease_name(VIP)},
+              "spec": {"holderIdentity": "node-c", "leaseDurationSeconds": 6,
+                       "renewTime": "2030-01-01T00:00:00.000000Z"}}  # fmt: skip
+    world.put_lease(world.api._store(theirs))
+    place = cleanup.place(VIP, frozenset({"node-a", "node-c"}), "node-a")
+    assert place is not None
+    wait = 6 + Timings().skew_margin + place * cleanup.CLEANUP_STEP
+    result = await world.announcer.sync(ALL)  # a Lease in the cache is looked at
+    assert result == rc.Done(others=(str(VIP),))
+    result = await world.sync()
+    assert isinstance(result, rc.RequeueAfter)
+    assert result.seconds == pytest.approx(wait)
+    world.clock.step(wait - 0.1)
+    await world.sync()
+    assert world.api.calls == []
+    world.clock.step(0.1)
+    await world.sync()
+    assert world.api.calls == ["delete"]
+    assert lease_name(VIP) not in world.api.leases
+
+
+@synchronous
+async def test_a_lease_of_a_still_announced_address_is_never_deleted() -> None:
+    world = World(nodes=("node-a", "node-c"))
+    world.links.current = (NodeInterface("eth1", up=True, arp=True),)  # not eligible itself
+    released = {"metadata": {"name": lease_name(VIP)},
+                "spec": {"holderIdentity": "", "leaseDurationSeconds": 1}}  # fmt: skip
+    world.put_lease(world.api._store(released))
+    for _ in range(3):
+        assert await world.sync() == rc.DONE
+        world.clock.step(60.0)
+    assert world.api.calls == []
