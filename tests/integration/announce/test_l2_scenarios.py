@@ -7,8 +7,9 @@ Event name the announcer. L2-02 the holder's agent is killed: another Node takes
 address over and the client's neighbour entry moves to it, within the published bound
 (measured and printed). L2-03 `externalTrafficPolicy: Local` follows the EndpointSlice's Node,
 and a moved endpoint moves the address. L2-04 removing `l2Announcement` from the pool
-releases the Lease and stops every answer. Throughout, the capture on the bridge never shows
-an address answered by a MAC after another one took over (never two at once).
+releases the Lease and stops every answer, and the released Lease is deleted (the clean-up).
+Throughout, the capture on the bridge never shows an address answered by a MAC after another
+one took over (never two at once).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 from local_ccm.announce.api import POOLS
+from local_ccm.announce.core.hold import lease_name
 from local_ccm.announce.run import announcer_annotation
 from local_ccm.kube.client import Obj
 from tests.integration.announce.conftest import L2, IPAddress, Node, kill
@@ -157,8 +159,23 @@ def test_l2_04_removing_l2_announcement_from_the_pool_stops_every_answer(world: 
     current = world.kube.get(POOLS, pool)
     del current["spec"]["l2Announcement"]
     world.kube.update(POOLS, current)
-    eventually(lambda: world.holder(vip) == "", timeout=20, message="the holder releases")
+    # released (empty holder), then deleted by the clean-up: either may be seen first
+    eventually(lambda: world.holder(vip) in ("", None), timeout=20,
+               message="the holder releases")  # fmt: skip
     assert arping(world.client, vip, count=3) == set()
+    eventually(lambda: world.holder(vip) is None, timeout=30,
+               message="the released Lease deleted")  # fmt: skip
+    assert arping(world.client, vip, count=3) == set()
+    name = lease_name(vip)
+    deleted = eventually(lambda: [n.name for n in world.nodes
+                                  if f"Lease {name} deleted" in n.agent.log()] or None,
+                         timeout=10, message="the deleting agent's log")  # fmt: skip
+    refused = sum(n.agent.log().count(f"Lease {name} not deleted") for n in world.nodes)
+    print(
+        f"L2-04: {name} deleted by {deleted} (released by {holder.name}); "
+        f"{refused} delete(s) refused by the precondition"
+    )
+    assert len(deleted) == 1, deleted  # the precondition lets one DELETE succeed
     annotations = world.space.get("gone")["metadata"].get("annotations") or {}
     eventually(lambda: announcer_annotation(vip) not in (
         world.space.get("gone")["metadata"].get("annotations") or {}), timeout=10,
