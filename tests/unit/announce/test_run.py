@@ -394,17 +394,23 @@ UNANNOUNCED: Obj = {"metadata": {"name": "p"},
                     "spec": {"addresses": ["192.0.2.0/28", "2001:db8::/124"]}}  # fmt: skip
 
 
-@synchronous
-async def test_a_pool_no_longer_announced_the_holder_releases_then_deletes_the_lease() -> None:
+async def released_unannounced() -> World:
+    """node-a held VIP, its pool stopped announcing it, node-a released; the cache shows it."""
     world = World()
     await world.sync()
-    name = lease_name(VIP)
-    world.put_lease(world.api.leases[name])
+    world.put_lease(world.api.leases[lease_name(VIP)])
     world.put("pools", UNANNOUNCED)
     await world.sync()
     assert world.api.calls == ["create", "update"]  # released first
     assert not world.answering()
-    world.put_lease(world.api.leases[name])  # the watch shows the release
+    world.put_lease(world.api.leases[lease_name(VIP)])  # the watch shows the release
+    return world
+
+
+@synchronous
+async def test_a_pool_no_longer_announced_the_holder_releases_then_deletes_the_lease() -> None:
+    world = await released_unannounced()
+    name = lease_name(VIP)
     result = await world.sync()
     assert world.api.calls == ["create", "update", "delete"]
     assert name not in world.api.leases
@@ -419,13 +425,8 @@ async def test_a_pool_no_longer_announced_the_holder_releases_then_deletes_the_l
 
 @synchronous
 async def test_a_conflict_on_delete_changes_nothing_and_the_lease_is_read_again() -> None:
-    world = World()
-    await world.sync()
+    world = await released_unannounced()
     name = lease_name(VIP)
-    world.put_lease(world.api.leases[name])
-    world.put("pools", UNANNOUNCED)
-    await world.sync()
-    world.put_lease(world.api.leases[name])
     rewritten = copy.deepcopy(world.api.leases[name])
     rewritten["spec"]["holderIdentity"] = "node-c"  # another agent wrote since the cache saw it
     stored = world.api._store(rewritten)
@@ -477,3 +478,32 @@ async def test_a_lease_of_a_still_announced_address_is_never_deleted() -> None:
         assert await world.sync() == rc.DONE
         world.clock.step(60.0)
     assert world.api.calls == []
+
+
+@synchronous
+async def test_the_node_that_released_is_left_out_of_the_order_so_the_next_writes_at_once() -> None:
+    world = World(me="node-c", nodes=("node-a", "node-c"))  # node-a ranks first for VIP
+    held = {"metadata": {"name": lease_name(VIP)},
+            "spec": {"holderIdentity": "node-a", "leaseDurationSeconds": 6,
+                     "renewTime": "2030-01-01T00:00:00.000000Z"}}  # fmt: skip
+    world.put_lease(world.api._store(held))
+    await world.sync()
+    assert world.api.calls == []
+    released = copy.deepcopy(world.api.leases[lease_name(VIP)])
+    released["spec"].update(holderIdentity="", leaseDurationSeconds=1,
+                            renewTime="2030-01-01T00:00:01.000000Z")  # fmt: skip
+    world.put_lease(world.api._store(released))  # node-a stopping: it released
+    await world.sync()
+    assert world.api.calls == ["update"]  # no rank step behind node-a
+    assert world.answering()
+
+
+@synchronous
+async def test_a_released_lease_never_seen_held_keeps_the_full_order() -> None:
+    world = World(me="node-c", nodes=("node-a", "node-c"))
+    released = {"metadata": {"name": lease_name(VIP)},
+                "spec": {"holderIdentity": "", "leaseDurationSeconds": 1}}  # fmt: skip
+    world.put_lease(world.api._store(released))
+    result = await world.sync()
+    assert world.api.calls == []
+    assert result == rc.RequeueAfter(Timings().rank_step)
