@@ -234,7 +234,6 @@ class Announcer:
         self.serving: dict[IPAddress, tuple[str, ...]] = {}  # address -> interfaces
         self._interfaces: dict[str, frozenset[IPAddress]] = {}  # as last given to the speaker
         self._targets: dict[IPAddress, Target] = {}
-        self._released_by: dict[IPAddress, str] = {}  # a released Lease's last holder
 
     # ------------------------------------------------------------ the contract
     def watches(self) -> Sequence[rc.Watch]:
@@ -322,9 +321,6 @@ class Announcer:
         record = record_from_lease(lease) if lease is not None else None
         holder = record.holder_identity if record is not None else ""
         state = self.states.get(address, hold.HoldState())
-        gone = hold.released_by(state.observed, record, self._released_by.pop(address, ""))
-        if gone and gone != self.me:  # left out of the order, as a holder is (`choice.place`)
-            self._released_by[address] = holder = gone
         now = self.clock.monotonic()
         decision = hold.decide(state, record, me=self.me, rank=self.rank(address, target, holder),
                                now=now, wall=self.clock.now(), timings=self.timings)  # fmt: skip
@@ -476,7 +472,6 @@ class Announcer:
             # Not held, not announced, no Lease: nothing to remember (a later target starts a
             # new clock, which only delays a takeover)
             self.states.pop(address, None)
-            self._released_by.pop(address, None)
         self._update_speaker()
 
     def _update_speaker(self) -> None:

@@ -17,7 +17,7 @@ from local_ccm.announce.core.hold import (
     Timings,
     WaitUntil,
 )
-from local_ccm.lease.election import LeaseRecord, ObservedState
+from local_ccm.lease.election import LeaseRecord
 
 T = Timings()
 WALL = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -216,16 +216,3 @@ def test_a_partitioned_holder_stops_before_another_could_take_over() -> None:
                 assert candidate.step.at is not None
                 may_write = (candidate.step.at - offset_b) / rate_b
                 assert may_write - stops > 2.9
-
-
-def test_a_released_leases_last_holder_is_remembered_while_it_stays_released() -> None:
-    held = LeaseRecord("node-b", 6, WALL, WALL, 1)
-    released = LeaseRecord("", 1, WALL, WALL + timedelta(seconds=1), 1)
-    seen_held = ObservedState(held, 10.0)
-    assert hold.released_by(seen_held, released, "") == "node-b"
-    seen_released = ObservedState(released, 11.0)
-    assert hold.released_by(seen_released, released, "node-b") == "node-b"  # remembered
-    assert hold.released_by(seen_released, released, "") == ""  # never seen held: unknown
-    assert hold.released_by(seen_released, held, "node-b") == ""  # held again
-    assert hold.released_by(seen_held, None, "node-b") == ""  # deleted: not a release
-    assert hold.released_by(ObservedState(), released, "") == ""

@@ -478,32 +478,3 @@ async def test_a_lease_of_a_still_announced_address_is_never_deleted() -> None:
         assert await world.sync() == rc.DONE
         world.clock.step(60.0)
     assert world.api.calls == []
-
-
-@synchronous
-async def test_the_node_that_released_is_left_out_of_the_order_so_the_next_writes_at_once() -> None:
-    world = World(me="node-c", nodes=("node-a", "node-c"))  # node-a ranks first for VIP
-    held = {"metadata": {"name": lease_name(VIP)},
-            "spec": {"holderIdentity": "node-a", "leaseDurationSeconds": 6,
-                     "renewTime": "2030-01-01T00:00:00.000000Z"}}  # fmt: skip
-    world.put_lease(world.api._store(held))
-    await world.sync()
-    assert world.api.calls == []
-    released = copy.deepcopy(world.api.leases[lease_name(VIP)])
-    released["spec"].update(holderIdentity="", leaseDurationSeconds=1,
-                            renewTime="2030-01-01T00:00:01.000000Z")  # fmt: skip
-    world.put_lease(world.api._store(released))  # node-a stopping: it released
-    await world.sync()
-    assert world.api.calls == ["update"]  # no rank step behind node-a
-    assert world.answering()
-
-
-@synchronous
-async def test_a_released_lease_never_seen_held_keeps_the_full_order() -> None:
-    world = World(me="node-c", nodes=("node-a", "node-c"))
-    released = {"metadata": {"name": lease_name(VIP)},
-                "spec": {"holderIdentity": "", "leaseDurationSeconds": 1}}  # fmt: skip
-    world.put_lease(world.api._store(released))
-    result = await world.sync()
-    assert world.api.calls == []
-    assert result == rc.RequeueAfter(Timings().rank_step)

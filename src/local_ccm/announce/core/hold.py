@@ -192,21 +192,6 @@ def written(state: HoldState, write: Write, sent_at: float, timings: Timings) ->
     return HoldState(observed, sent_at, sent_at + timings.renew_deadline)
 
 
-def released_by(observed: ObservedState, lease: LeaseRecord | None, remembered: str) -> str:
-    """Who held the Lease before it was released: while `lease` is released (empty holder), the
-    holder of the last held record seen (`observed`: the state's record before `lease`), else
-    `remembered` (what this said about the same released record); "" otherwise, and when this
-    agent never saw the Lease held. It only leaves that Node out of the others' order
-    (`choice.place`): a Node that released the address (stopping, or no longer eligible) would
-    not take it back, and must not cost the next one a rank step."""
-    if lease is None or lease.holder_identity:
-        return ""
-    previous = observed.record
-    if previous is not None and previous.holder_identity:
-        return previous.holder_identity
-    return remembered
-
-
 def takeover_at(observed: ObservedState, rank: int, timings: Timings) -> float:
     """When a candidate of this `rank` may write, on the local monotonic clock: a held Lease
     after its duration (ours if the record's is shorter) and the skew margin from when its
