@@ -90,6 +90,7 @@ class FakeApi:
         self.fail_patch: list[ApiError] = []  # raised by the next node patches, in order
         self.fail_get: list[ApiError] = []
         self.land_before_failing = False  # the failing patch landed anyway (timeout case)
+        self.pool_patch_gate: asyncio.Event | None = None  # set: pool patches may answer
         self.watch_statuses: dict[str, WatchStatus] = _Statuses(self)  # absent = connected
 
     async def cluster_cidrs_served(self) -> bool:
@@ -133,6 +134,8 @@ class FakeApi:
 
     async def patch_cluster_cidr(self, name: str, ops: list[Obj]) -> Obj:
         self.pool_patches.append((name, ops))
+        if self.pool_patch_gate is not None:
+            await self.pool_patch_gate.wait()
         pool = self.pools[name]
         finalizers = pool["metadata"].setdefault("finalizers", [])
         if ops[-1]["op"] == "remove":

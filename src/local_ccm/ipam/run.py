@@ -122,7 +122,8 @@ class Controller:
             "nodes": self._informer("nodes", nodes or api.list_watch("nodes"), project_node),
         }
         self.written = LastWrites()  # a pool's finalizer write, see _fresh
-        self.held: list[str] = []  # Nodes of the recovery, until finalizers settled
+        self.held: list[str] = []  # Nodes of the recovery and since, until finalizers settled
+        self.starting = True  # until `_startup` let the held Nodes go
         self.settling: set[str] = set()  # pools whose first finalizer write is due
         self.settle_until = 0.0
         self.recovered = False
@@ -199,6 +200,10 @@ class Controller:
             return []
         if change.type == "DELETED":
             return [change.key]
+        if self.starting:  # a Node that comes while the pools' finalizers settle waits too:
+            if change.key not in self.held:  # else the flag pool would serve it first
+                self.held.append(change.key)
+            return []
         # The watch's echo of our own write shows the Node as its PATCH answered, which the
         # write's outcome already recorded: no news, no sync (one per allocated Node).
         new = change.new
@@ -244,7 +249,7 @@ class Controller:
     def _startup(self) -> Result:
         if self.settling and self.clock.monotonic() < self.settle_until:
             return RequeueAfter(SETTLE_POLL)
-        held, self.held = tuple(self.held), []
+        held, self.held, self.starting = tuple(self.held), [], False
         return Done(others=held)
 
     # ------------------------------------------------------------ one ClusterCIDR

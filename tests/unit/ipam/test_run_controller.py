@@ -6,6 +6,7 @@ set-once, the uid `test`); the real semantics are proven in tests/integration/ip
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Sequence
 from ipaddress import ip_network
@@ -41,6 +42,26 @@ def test_finalizer_first_then_recovery_then_lowest_free_in_creation_order() -> N
     assert (cidrs(api, "n1"), cidrs(api, "n2")) == (["10.0.1.0/24"], ["10.0.2.0/24"])
     assert [n for n, _ in api.node_patches] == ["n1", "n2"]  # the held Node is never patched
     assert controller.ready() == (True, "ok")
+
+
+def test_a_node_added_while_the_finalizers_settle_waits_for_its_pool() -> None:
+    """Not the flag pool: the ClusterCIDR that selects it serves it once its finalizer is
+    written, as for the Nodes of the recovery."""
+    api = FakeApi([], [pool_obj("p", ipv4="10.0.0.0/22", labels={"a": "1"})])
+    api.pool_patch_gate = gate = asyncio.Event()
+    flags = default_pool([ip_network("10.96.0.0/16")], 24, 120)
+
+    async def scenario(controller: Controller, api: FakeApi) -> None:
+        node = node_obj("n", {"a": "1"})
+        api.nodes["n"] = node
+        api.send("nodes", "ADDED", node)
+        await settle(20)
+        assert api.node_patches == []  # held while p's finalizer is on its way
+        gate.set()
+        await settle()
+
+    run_scenario(api, scenario, default_pool=flags)
+    assert cidrs(api, "n") == ["10.0.0.0/24"]
 
 
 def test_patch_is_guarded_by_uid_and_ipv4_comes_first() -> None:
