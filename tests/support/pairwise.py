@@ -9,7 +9,7 @@ together shows up, with far fewer renders than the full product (2^50 and more).
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import combinations
 from typing import Any
 
@@ -75,6 +75,32 @@ def _candidate(sizes: Sequence[int], uncovered: set[Pair], rng: random.Random) -
             scores.append((score, rng.random(), v))
         row[k] = max(scores)[2]
     return row
+
+
+def pack(
+    pairs: Iterable[Pair], close: Callable[[dict[int, int]], dict[int, int] | None] = dict,
+) -> list[dict[int, int]]:  # fmt: skip
+    """Partial rows (factor -> value index) holding the pairs, first fit, in sorted order.
+
+    A factor a row does not name stays at its default: for pairs a previous row lost (a repair
+    changed one of its values), a row of only the pairs still wanted triggers far fewer repairs
+    than a full one, and holds many pairs instead of one. `close` completes a row with what its
+    values are known to need, or says (None) that they contradict each other; a pair that
+    contradicts itself is in no row.
+    """
+    rows: list[dict[int, int]] = []
+    for (i, a), (j, b) in sorted(pairs):
+        for n, row in enumerate(rows):
+            if row.get(i, a) == a and row.get(j, b) == b:
+                closed = close({**row, i: a, j: b})
+                if closed is not None:
+                    rows[n] = closed
+                    break
+        else:
+            alone = close({i: a, j: b})
+            if alone is not None:
+                rows.append(alone)
+    return rows
 
 
 def nested(assignment: Mapping[Path, Any]) -> dict[str, Any]:

@@ -11,7 +11,10 @@ product is beyond 2^50 renders).
 The chart refuses some pairs on purpose (validate.yaml: e.g. controllerManager.loadBalancer
 without controllerManager): a row the chart refuses with "needs <value>=<x>" is repaired by
 setting what the message names, so its other pairs still count, and a pair that cannot survive
-that repair is listed as forbidden with the chart's message. Anything else that fails to render
+that repair is listed as forbidden with the chart's message. A repair takes the row's pairs
+with the repaired value's old value out of it: those are packed into rows of only the pairs
+still wanted (the other toggles at their defaults, which trigger few repairs) for a few rounds,
+and what is still missing is tried alone. Anything else that fails to render
 (a template error) is a broken combination. Each rendered row is applied for real (server-side
 apply, strict field validation, no Warning header) to a namespace of its own on the real
 kube-apiserver; CRDs are applied once. Replicas are 1 (BASE): with the default 2 a disabled
@@ -23,6 +26,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path as FilePath
 from typing import Any
 
@@ -37,7 +41,7 @@ from tests.support.chart import CHART, Helm, apply_all, describe_failures
 from tests.support.cleanup import Tracker
 from tests.support.controlplane import ControlPlane
 from tests.support.crds import wait_established
-from tests.support.pairwise import Path, covering_rows, nested, pairs_of, toggles
+from tests.support.pairwise import Path, covering_rows, nested, pack, pairs_of, toggles
 
 BASE: dict[Path, Any] = {
     ("nodeLifecycleController", "replicaCount"): 1,
@@ -45,7 +49,9 @@ BASE: dict[Path, Any] = {
 }
 REFUSAL = re.compile(r"execution error at \(local-ccm/templates/validate\.yaml[^)]*\): (.*)")
 NEEDS = re.compile(r"needs ([A-Za-z0-9_.]+)=(true|false)\b")
+TRIGGER = re.compile(r"([A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)+)\b")  # the setting a refusal names first
 MAX_REPAIRS = 6
+MAX_PACK_ROUNDS = 4
 # prometheus-operator's kinds the chart may render: stand-in CRDs (any spec accepted), as D04's.
 OPERATOR_KINDS = {"PodMonitor": "podmonitors", "PrometheusRule": "prometheusrules"}
 
@@ -72,10 +78,14 @@ class Outcome:
         self.refused: list[tuple[dict[Path, Any], str]] = []
         self.broken: list[str] = []
         self.failures: list[str] = []
+        # (toggle, value) -> (toggle, value) it needs, learnt from the chart's repairs.
+        self.needs: dict[tuple[Path, Any], set[tuple[Path, Any]]] = {}
 
 
-# About a hundred renders applied for real: 64 s on an idle 2-core machine, twice that when
-# the machine is busy; the default 60 s would fail it on load alone.
+# About fifty renders applied for real (31 pairwise rows, 7 packed, 11 forbidden pairs alone):
+# about 45 s on an idle 2-core machine, more than twice that when the machine is busy; the
+# default 60 s would fail it on load alone. (Retrying every lost pair alone, as before the
+# packing, took 230-300 s with 62 toggles.)
 pytestmark = pytest.mark.timeout(300)
 
 
@@ -141,21 +151,63 @@ def test_every_pair_of_toggle_values_renders_and_applies_or_is_refused_clearly(
 
     for n, row in enumerate(rows):
         attempt(row, f"{n:03d}")
-    # Pairs no rendered row holds: alone on the defaults, repaired, applied, or forbidden.
-    covered = {p for row in outcome.rendered for p in _pairs(keys, found, row)}
-    missing = [p for row in rows for p in _pairs(keys, found, row) if p not in covered]
-    for n, ((k1, v1), (k2, v2)) in enumerate(sorted(set(missing), key=str)):
+    # Pairs a repair took out of their row: packed into rows of only the wanted pairs (the
+    # other toggles at their defaults) while that still gains pairs, then each alone on the
+    # defaults, repaired, applied, or forbidden.
+    index = {(k, v): (n, found[k].index(v)) for n, k in enumerate(keys) for v in found[k]}
+    lost = _missing(keys, found, outcome, [p for row in rows for p in _pairs(keys, found, row)])
+    missing, rounds = lost, 0
+    while missing and rounds < MAX_PACK_ROUNDS:
+        close = partial(_close, keys, found, outcome.needs)
+        for n, packed in enumerate(pack(((index[a], index[b]) for a, b in missing), close)):
+            attempt({keys[i]: found[keys[i]][v] for i, v in packed.items()}, f"r{rounds}{n:02d}")
+        rounds, before = rounds + 1, missing
+        missing = _missing(keys, found, outcome, before)
+        if len(missing) == len(before):
+            break
+    for n, ((k1, v1), (k2, v2)) in enumerate(missing):
         attempt({k1: v1, k2: v2}, f"p{n:03d}")
-    covered = {p for row in outcome.rendered for p in _pairs(keys, found, row)}
-    forbidden = sorted({str(p) for p in set(missing) if p not in covered})
+    forbidden = _missing(keys, found, outcome, missing)
     print(f"\n{len(keys)} toggles, {len(rows)} pairwise rows, {len(outcome.rendered)} rendered "
-          f"and applied, {len(set(missing))} pairs retried alone, {len(forbidden)} forbidden "
-          f"pairs, {len(outcome.refused)} refusals (chart messages below)")  # fmt: skip
+          f"and applied, {len(lost)} pairs lost to repairs, {rounds} rounds of packed rows, "
+          f"{len(missing)} pairs retried alone, {len(forbidden)} forbidden pairs, "
+          f"{len(outcome.refused)} refusals (chart messages below)")  # fmt: skip
     for _, message in outcome.refused[:20]:
         print(f"  refused: {message}")
     assert not outcome.broken, "\n".join(outcome.broken)
     assert not outcome.failures, "\n\n".join(outcome.failures)
     assert all(message for _, message in outcome.refused)
+
+
+def _close(
+    keys: list[Path], found: Mapping[Path, tuple[Any, ...]],
+    needs: Mapping[tuple[Path, Any], set[tuple[Path, Any]]], row: dict[int, int],
+) -> dict[int, int] | None:  # fmt: skip
+    """`row` with every value its values are known to need, or None if they contradict."""
+    closed = dict(row)
+    while True:
+        wanted = [need for i, v in closed.items()
+                  for need in needs.get((keys[i], found[keys[i]][v]), ())]  # fmt: skip
+        added = False
+        for path, value in wanted:
+            if path not in keys or value not in found[path]:
+                continue
+            i, v = keys.index(path), found[path].index(value)
+            if closed.get(i, v) != v:
+                return None
+            added |= i not in closed
+            closed[i] = v
+        if not added:
+            return closed
+
+
+def _missing(
+    keys: list[Path], found: Mapping[Path, tuple[Any, ...]], outcome: Outcome,
+    wanted: list[tuple[tuple[Path, Any], tuple[Path, Any]]],
+) -> list[tuple[tuple[Path, Any], tuple[Path, Any]]]:  # fmt: skip
+    """The pairs of `wanted` no rendered row holds yet, each once, in a stable order."""
+    covered = {p for row in outcome.rendered for p in _pairs(keys, found, row)}
+    return sorted({p for p in wanted if p not in covered}, key=str)
 
 
 def _pairs(
@@ -193,6 +245,10 @@ def _render_repaired(
             outcome.broken.append(f"{_describe(row)}: refused for {message!r} although set")
             return row, None
         outcome.refused.append((row, message))
+        trigger = TRIGGER.match(message)
+        cause = tuple(trigger.group(1).split(".")) if trigger else ()
+        if cause in row:
+            outcome.needs.setdefault((cause, row[cause]), set()).add((path, value))
         row[path] = value
     outcome.broken.append(f"{_describe(row)}: still refused after {MAX_REPAIRS} repairs")
     return row, None
