@@ -3,7 +3,6 @@ and exactly the chart's RBAC (D08). Any 403 fails."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from local_ccm import names
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import NotFound
-from tests.integration.deploy.release import apply_identity, bound_pod, render
+from tests.integration.deploy.release import FORBIDDEN, apply_identity, bound_pod, render
 from tests.support import resources as r
 from tests.support.agent_process import AgentProcess, copy_kubeconfig, private_dir
 from tests.support.agent_scenarios import A01_ADDRESSES, a01_network, initialised, pairs, reasons
@@ -21,9 +20,6 @@ from tests.support.controlplane import ControlPlane
 from tests.support.netns import NetnsFactory
 from tests.support.waiting import eventually
 
-# A 403 answer as our logs show it ("HTTP 403", "Forbidden"); not the milliseconds of a
-# timestamp such as 12:00:40.403Z.
-FORBIDDEN = re.compile(r"(?<![.\d])403(?!\d)|Forbidden")
 LEASE = r.Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
 
 
