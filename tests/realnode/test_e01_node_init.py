@@ -22,7 +22,7 @@ from local_ccm.names import PROVIDED_NODE_IP_ANNOTATION, UNINITIALIZED_TAINT
 from tests.support import resources as r
 from tests.support.binaries import Binaries
 from tests.support.oci import host_arch, image_archive, oci_arch, read_archive
-from tests.support.realnode_chart import NAMESPACE, install_chart, node_values, package_chart
+from tests.support.realnode_chart import NAMESPACE, install_packaged
 from tests.support.realnode_cluster import Cluster, realnode_cluster
 from tests.support.waiting import eventually
 
@@ -55,9 +55,8 @@ def installed(
 ) -> Installed:
     """The packaged chart, installed once the registration test has seen the Node as the
     kubelet left it (``cluster.registered``, taken when it first was Ready)."""
-    chart = package_chart(tmp_path_factory.mktemp("chart"), binaries.path("helm"))
-    values = {**node_values(cluster), "nodeMetadata": {"rules": RULES}}
-    return Installed(install_chart(cluster, binaries.path("helm"), chart, values))
+    values = {"nodeMetadata": {"rules": RULES}}
+    return Installed(install_packaged(cluster, binaries.path("helm"), tmp_path_factory, values))
 
 
 def addresses(node: dict[str, Any]) -> list[tuple[str, str]]:

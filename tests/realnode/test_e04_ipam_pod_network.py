@@ -23,12 +23,7 @@ from tests.support import resources as r
 from tests.support.binaries import Binaries
 from tests.support.netns import Namespace
 from tests.support.realnode import is_ready
-from tests.support.realnode_chart import (
-    install_chart,
-    manager_pod,
-    node_values,
-    package_chart,
-)
+from tests.support.realnode_chart import install_chart, manager_pod, node_values, package_chart
 from tests.support.realnode_cluster import Cluster, realnode_cluster
 from tests.support.waiting import eventually
 

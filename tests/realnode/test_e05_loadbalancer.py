@@ -16,12 +16,7 @@ import pytest
 
 from local_ccm.lbipam.api import POOLS, SERVICES
 from tests.support.binaries import Binaries
-from tests.support.realnode_chart import (
-    install_chart,
-    manager_pod,
-    node_values,
-    package_chart,
-)
+from tests.support.realnode_chart import install_packaged, manager_pod
 from tests.support.realnode_cluster import Cluster, realnode_cluster
 from tests.support.waiting import eventually
 
@@ -47,8 +42,7 @@ def cluster(request: pytest.FixtureRequest, binaries: Binaries) -> Iterator[Clus
 def installed(
     cluster: Cluster, binaries: Binaries, tmp_path_factory: pytest.TempPathFactory
 ) -> float:
-    chart = package_chart(tmp_path_factory.mktemp("chart"), binaries.path("helm"))
-    return install_chart(cluster, binaries.path("helm"), chart, {**node_values(cluster), **VALUES})
+    return install_packaged(cluster, binaries.path("helm"), tmp_path_factory, VALUES)
 
 
 @pytest.fixture(scope="module")

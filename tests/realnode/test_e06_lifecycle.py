@@ -26,7 +26,7 @@ from tests.support import resources as r
 from tests.support.binaries import Binaries
 from tests.support.lifecycle_harness import exists
 from tests.support.realnode import RealNode, is_ready
-from tests.support.realnode_chart import NAMESPACE, install_chart, node_values, package_chart
+from tests.support.realnode_chart import NAMESPACE, install_packaged
 from tests.support.realnode_cluster import Cluster, another_node, realnode_cluster
 from tests.support.waiting import eventually
 
@@ -79,10 +79,8 @@ def victim(
 def installed(
     cluster: Cluster, victim: RealNode, binaries: Binaries, tmp_path_factory: pytest.TempPathFactory
 ) -> float:
-    chart = package_chart(tmp_path_factory.mktemp("chart"), binaries.path("helm"))
-    values = {**node_values(cluster),
-              "nodeLifecycleController": lifecycle_values(cluster.node.spec.name)}  # fmt: skip
-    return install_chart(cluster, binaries.path("helm"), chart, values)
+    values = {"nodeLifecycleController": lifecycle_values(cluster.node.spec.name)}
+    return install_packaged(cluster, binaries.path("helm"), tmp_path_factory, values)
 
 
 def initialised(cluster: Cluster, name: str) -> dict[str, Any] | None:

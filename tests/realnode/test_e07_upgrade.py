@@ -42,12 +42,7 @@ from local_ccm.names import UNINITIALIZED_TAINT
 from tests.support import resources as r
 from tests.support.binaries import Binaries
 from tests.support.chart import REPO
-from tests.support.realnode_chart import (
-    NAMESPACE,
-    node_values,
-    package_chart,
-    run_helm,
-)
+from tests.support.realnode_chart import NAMESPACE, node_values, package_chart, run_helm
 from tests.support.realnode_cluster import FIELD_MANAGER, Cluster, realnode_cluster
 from tests.support.waiting import eventually
 

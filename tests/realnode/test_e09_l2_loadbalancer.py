@@ -31,7 +31,7 @@ from tests.support import resources as r
 from tests.support.binaries import Binaries
 from tests.support.netns import Namespace, run_ip
 from tests.support.realnode import delete_namespaces
-from tests.support.realnode_chart import install_chart, node_values, package_chart
+from tests.support.realnode_chart import install_packaged
 from tests.support.realnode_cluster import Cluster, NodeOptions, realnode_cluster
 from tests.support.waiting import eventually
 
@@ -104,8 +104,7 @@ def client(cluster: Cluster) -> Iterator[Namespace]:
 def installed(
     cluster: Cluster, binaries: Binaries, tmp_path_factory: pytest.TempPathFactory
 ) -> float:
-    chart = package_chart(tmp_path_factory.mktemp("chart"), binaries.path("helm"))
-    return install_chart(cluster, binaries.path("helm"), chart, {**node_values(cluster), **VALUES})
+    return install_packaged(cluster, binaries.path("helm"), tmp_path_factory, VALUES)
 
 
 @pytest.fixture(scope="module")
