@@ -122,7 +122,9 @@ class Controller:
             "nodes": self._informer("nodes", nodes or api.list_watch("nodes"), project_node),
         }
         self.written = LastWrites()  # a pool's finalizer write, see _fresh
-        self.held: list[str] = []  # Nodes of the recovery and since, until finalizers settled
+        # Nodes of the recovery and since, in order, until finalizers settled (a dict: the
+        # watch checks it for every Node event of the start-up)
+        self.held: dict[str, None] = {}
         self.starting = True  # until `_startup` let the held Nodes go
         self.settling: set[str] = set()  # pools whose first finalizer write is due
         self.settle_until = 0.0
@@ -201,8 +203,7 @@ class Controller:
         if change.type == "DELETED":
             return [change.key]
         if self.starting:  # a Node that comes while the pools' finalizers settle waits too:
-            if change.key not in self.held:  # else the flag pool would serve it first
-                self.held.append(change.key)
+            self.held.setdefault(change.key)  # else the flag pool would serve it first
             return []
         # The watch's echo of our own write shows the Node as its PATCH answered, which the
         # write's outcome already recorded: no news, no sync (one per allocated Node).
@@ -242,14 +243,14 @@ class Controller:
         self.keeper.dirty.update(self.pools)
         self.settling = {name for name in self.pools if self.keeper.needs_finalizer_write(name)}
         self.settle_until = self.clock.monotonic() + FINALIZER_SETTLE
-        self.held = todo
+        self.held = dict.fromkeys(todo)
         self.update_gauges()
         return [*(POOL_KEY + name for name in self.pools), STARTUP]
 
     def _startup(self) -> Result:
         if self.settling and self.clock.monotonic() < self.settle_until:
             return RequeueAfter(SETTLE_POLL)
-        held, self.held, self.starting = tuple(self.held), [], False
+        held, self.held, self.starting = tuple(self.held), {}, False
         return Done(others=held)
 
     # ------------------------------------------------------------ one ClusterCIDR

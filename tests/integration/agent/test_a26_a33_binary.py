@@ -4,7 +4,6 @@ syntax, detect mode, token rotation, health and metrics, SIGTERM (A26, A27, A31-
 from __future__ import annotations
 
 import json
-import re
 import signal
 import threading
 import time
@@ -45,13 +44,12 @@ from tests.support.agent_scenarios import (
 from tests.support.chart import ShippedRbac
 from tests.support.cleanup import NodeFactory, Tracker
 from tests.support.controlplane import ControlPlane
+from tests.support.logtext import answer_pattern
 from tests.support.netns import NetnsFactory
 from tests.support.waiting import eventually
 from tests.support.webhook import RaceWebhook, is_agent_patch
 
-# A 401 answer in the agent's log, as a number of its own: not a timestamp's milliseconds
-# (07:31:35.401Z) nor three digits of a generated Node name.
-UNAUTHORIZED = re.compile(r"(?<![\w.])401(?![\w.])|Unauthorized")
+UNAUTHORIZED = answer_pattern(401, "Unauthorized")  # in the agent's log
 
 pytestmark = pytest.mark.netns
 

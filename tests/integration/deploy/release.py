@@ -4,7 +4,6 @@ release name, the test's namespace, and the run/test labels on every object
 
 from __future__ import annotations
 
-import re
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,11 +17,9 @@ from tests.support import resources as r
 from tests.support.chart import Helm, apply_all, describe_failures, parse
 from tests.support.cleanup import Tracker
 from tests.support.controlplane import ControlPlane
+from tests.support.logtext import answer_pattern
 
-# A 403 answer as our logs show it ("403 Forbidden: …"), as a number of its own: not the
-# milliseconds of a timestamp such as 12:00:40.403Z, nor three digits of a generated name
-# (t-…-f40315).
-FORBIDDEN = re.compile(r"(?<![\w.])403(?![\w.])|Forbidden")
+FORBIDDEN = answer_pattern(403, "Forbidden")  # in a log
 
 IDENTITY_KINDS = (
     "ServiceAccount",
