@@ -19,9 +19,9 @@ every moment one address shows on two live Services. In order:
 3. stop the controller (SIGTERM) and start it again with every Service addressed; until it
    has been quiet for `RESTART_QUIET_S`: its writes, and the Services whose address changed.
 4. delete every Service from `CREATORS` threads: until the watch has seen the last one gone
-   (ours holds a finalizer until it has released the addresses; MetalLB holds none;
-   kube-vip-cloud-provider's framework holds the cloud-provider one), and for ours until its
-   pool's `used` gauge is back to 0. CPU per Service over the phase.
+   (ours and MetalLB hold no finalizer; kube-vip-cloud-provider's framework holds the
+   cloud-provider one), and for ours until its pool's `used` gauge is back to 0. CPU per
+   Service over the phase.
 """
 
 from __future__ import annotations

@@ -162,7 +162,7 @@ def test_service_lb_ipam_gives_an_address_of_the_pool(
     condition = lb.condition(service)
     assert condition is not None, service["status"]
     assert condition["status"] == "True", condition
-    assert lb.has_finalizer(service)
+    assert not lb.has_finalizer(service)
     eventually(lambda: lb.pool_status(kube, pool).get("ipv4", {}).get("used") == "1",
                timeout=SETTLE, message="the pool's status counts the address")  # fmt: skip
     running(manager)

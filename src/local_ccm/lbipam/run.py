@@ -9,9 +9,10 @@ decisions are taken one at a time, in the queue's order (`runtime.turns`), each 
 the ledger before the next is taken and before its status write (with the Service's current
 addresses, until the write lands), so no failure, retry or write in flight can hand one
 address to two Services. An address is released only after the Service is gone (its DELETED
-event), never when its finalizer is removed, or after its status is cleared and the finalizer
-removed (a type change). Removing the finalizers of Services being deleted touches no ledger:
-thousands deleted at once are let go as many at a time as there are workers. Pool status is
+event), or after its status is cleared (a type change); a Service being deleted that another
+finalizer keeps still holds what it shows. No finalizer is added, so deleting thousands of
+Services at once costs the apiserver no write of ours; the finalizer earlier releases added is
+removed where found (an upgrade), which touches no ledger. Pool status is
 written apart (a loop beside the syncs, each pool's write behind the same write fence), at most
 once per `Settings.status_every`.
 """
@@ -207,7 +208,7 @@ class Controller:
         """The ledger from every Service of our class that holds or may hold addresses."""
         held = sorted(
             (obj for obj in self.services.cache.values()
-             if self._ours(obj) and (writes.has_finalizer(obj) or writes.current_ips(obj))),
+             if writes.may_hold(obj, self.settings.lb_class, classless=self.settings.classless)),
             key=created,
         )  # fmt: skip
         self.ledger, notes = build_ledger([parse_service(o) for o in held], self.pools())
@@ -277,11 +278,11 @@ class Controller:
         return sorted(self.waiting, key=self._age)
 
     async def _cleanup(self, key: str, obj: Obj) -> list[str]:
-        """A deleted or no-longer-LoadBalancer Service: status cleared (if it still exists as
-        another type), then the finalizer removed. A deleted one's addresses are released only
-        when it is gone (its DELETED event: `sync` with no object), never here: until the
-        apiserver has removed it, it still exists and may still show them. A type change
-        releases at once: its status no longer shows them. Returns the Services a release
+        """A Service no longer a LoadBalancer of ours: status cleared and addresses released,
+        kube-vip's annotation and the finalizer of earlier releases removed. A Service being
+        deleted only loses that finalizer: its addresses are released when it is gone (its
+        DELETED event: `sync` with no object), never here, since until the apiserver has
+        removed it, it still exists and may still show them. Returns the Services a release
         may serve."""
         deleting = writes.deleting(obj)
         if not deleting:
@@ -289,20 +290,25 @@ class Controller:
                                                               stamp(self.clock)))  # fmt: skip
             if patch is not None:
                 obj = await self._patch(key, obj, patch, status=True)
-        patch = writes.finalizer_patch(obj, present=False)
+        patch = writes.finalizer_patch(obj) or []
         if not deleting and self.settings.kubevip_annotation:
-            patch += (writes.annotation_patch(obj, KUBEVIP_ANNOTATION, None) or [])[1:]
-        await self._patch(key, obj, patch)
-        log.info("svc=%s: finalizer removed", key)
+            annotation = writes.annotation_patch(obj, KUBEVIP_ANNOTATION, None) or []
+            patch = [*patch, *annotation[1:]] if patch else annotation  # one guard for both
+        if patch:
+            await self._patch(key, obj, patch)
+            log.info("svc=%s: cleaned up", key)
         return [] if deleting else self._release(key)
 
     async def _allocate(self, key: str, obj: Obj, turn: Turn) -> None:
-        """The finalizer first, then, in `turn`, the decision (reserved at once), then its
-        status write, which other decisions do not wait for."""
+        """In `turn`, the decision (reserved at once), then its status write, which other
+        decisions do not wait for; the finalizer of earlier releases, where found, is removed
+        first (once per Service, after an upgrade)."""
         assert self.ledger is not None
         with turn:
-            if not writes.has_finalizer(obj):
-                obj = await self._patch(key, obj, writes.finalizer_patch(obj, present=True))
+            patch = writes.finalizer_patch(obj)
+            if patch is not None:
+                obj = await self._patch(key, obj, patch)
+                log.info("svc=%s: finalizer of an earlier release removed", key)
             await turn.wait()
             decision = self._decide(key, obj)
         entries = writes.ingress(decision.addresses) if isinstance(decision, Allocation) else None

@@ -149,7 +149,7 @@ def test_lb14_2000_services_churn_with_failover(plane: ControlPlane, test_artifa
 
         def settled() -> list[Obj] | None:
             items = services(kube, namespace)
-            done = all(len(lb.ips(s)) == 1 and lb.has_finalizer(s)
+            done = all(len(lb.ips(s)) == 1 and not lb.has_finalizer(s)
                        and not s["metadata"].get("deletionTimestamp") for s in items)  # fmt: skip
             return items if done else None
 
@@ -165,7 +165,7 @@ def test_lb14_2000_services_churn_with_failover(plane: ControlPlane, test_artifa
         for svc in items:
             kube.delete(SERVICES, svc["metadata"]["name"], namespace=namespace)
         eventually(lambda: services(kube, namespace) == [], timeout=180, interval=1.0,
-                   message="every finalizer removed")  # fmt: skip
+                   message="every Service gone")  # fmt: skip
         eventually(lambda: lb.pool_status(kube, pool).get("ipv4", {}).get("used") == "0",
                    timeout=60, message="no address leaked")  # fmt: skip
         running = [c for c in children.values() if c.exited() is None]

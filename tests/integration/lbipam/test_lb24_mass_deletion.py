@@ -1,13 +1,12 @@
 """LB24: a few hundred Services deleted at once, while new Services want addresses from a pool
-those Services fill, on a real apiserver. The controller removes its finalizers side by side,
-yet an address goes to a new Service only once its old holder is gone: a watch in the test
-follows every Service of the namespace from before the first create to the end, and no
-address is ever shown by two Services that both exist. Half the old Services carry a
-finalizer of the test's own as well, so they still exist, being deleted, after the
-controller's finalizer is gone (as behind a finalizer of another controller): their addresses
-stay held, and the new Services beyond the free ones wait, until the test lets them go. Every
-deleted Service ends gone, every new one holds an address that it shows only after its old
-holder's DELETED event.
+those Services fill, on a real apiserver. The controller holds no deletion (it adds no
+finalizer), yet an address goes to a new Service only once its old holder is gone: a watch
+in the test follows every Service of the namespace from before the first create to the end,
+and no address is ever shown by two Services that both exist. Half the old Services
+carry a finalizer of the test's own, so they still exist, being deleted (as behind a finalizer
+of another controller): their addresses stay held, and the new Services beyond the free ones
+wait, until the test lets them go. Every deleted Service ends gone, every new one holds an
+address that it shows only after its old holder's DELETED event.
 """
 
 from __future__ import annotations
@@ -98,7 +97,7 @@ def test_lb24_services_deleted_at_once_free_their_addresses_only_once_gone(
     space.pool([f"{net}.0/24"], allowFirstAndLast=True)
     start_lb()
     old = [f"old-{n:03d}" for n in range(OLD)]
-    held = old[::2]  # with the test's finalizer too
+    held = old[::2]  # with the test's finalizer
     new = [f"new-{n:03d}" for n in range(NEW)]
 
     def create(name: str) -> Obj:
@@ -127,8 +126,8 @@ def test_lb24_services_deleted_at_once_free_their_addresses_only_once_gone(
         return sorted(found) == old and all(len(lb.ips(s)) == 1 for s in found.values())
 
     def waiting() -> dict[str, Obj] | None:
-        """The old Services without our finalizer gone, the held ones with only the test's
-        left; as many new ones served as addresses were freed, the others refused."""
+        """The old Services without the test's finalizer gone, the held ones still there;
+        as many new ones served as addresses were freed, the others refused."""
         found = services()
         if sorted(n for n in found if n.startswith("old-")) != held:
             return None

@@ -1,7 +1,8 @@
-"""The controller on the kit's workers against a fake API: thousands of Services deleted at
-once have their finalizers removed side by side, the address decisions still come one at a
-time in the queue's order, and a terminating Service's address is free for another only once
-the Service is gone (its DELETED event), never when its finalizer PATCH lands."""
+"""The controller on the kit's workers against a fake API: Services deleted at once cost no
+write of ours, and thousands still carrying the finalizer of an earlier release have it removed
+side by side; the address decisions still come one at a time in the queue's order, and a
+terminating Service's address is free for another only once the Service is gone (its DELETED
+event), never when its finalizer PATCH lands."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 from local_ccm.kube.informer import Page
 from local_ccm.lbipam.api import Obj
+from local_ccm.lbipam.core.writes import FINALIZER
 from local_ccm.lbipam.metrics import LbMetrics
 from local_ccm.lbipam.options import Settings
 from local_ccm.lbipam.run import Controller
@@ -72,18 +74,19 @@ class Api(FakeLbApi):
         return answer
 
 
-def terminating(name: str, address: str) -> Obj:
-    """A Service being deleted that still shows `address` and carries our finalizer."""
+def terminating(name: str, address: str, finalizer: str = FINALIZER) -> Obj:
+    """A Service being deleted that still shows `address` and carries `finalizer` (by
+    default the one an earlier release added)."""
     obj = service(name, f"u{name}")
     obj["metadata"]["deletionTimestamp"] = GONE_AT
+    obj["metadata"]["finalizers"] = [finalizer]
     obj["status"] = {"loadBalancer": {"ingress": [{"ip": address, "ipMode": "VIP"}]}}
     return obj
 
 
 def fresh(name: str, second: int = 0) -> Obj:
-    """A new LoadBalancer Service: no finalizer, no address."""
+    """A new LoadBalancer Service: no address."""
     obj = service(name, f"u{name}")
-    obj["metadata"]["finalizers"] = []
     obj["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:{second:02d}Z"
     return obj
 
@@ -129,9 +132,30 @@ def held(made: Controller, key: str) -> list[str]:
     return [str(a) for a in made.ledger.held_by(key)]
 
 
-def test_the_finalizers_of_services_deleted_at_once_are_removed_side_by_side() -> None:
-    """Every terminating Service's finalizer PATCH is in flight at the same time (the API
-    answers none until all have arrived), not one round trip after another."""
+def test_services_deleted_at_once_cost_no_write_and_stay_held_until_gone() -> None:
+    """Services being deleted (another finalizer keeps them a while) are not written to:
+    nothing holds their deletion, and what they show stays held until each is gone."""
+    count = 8
+    old = [terminating(f"s{n}", f"198.18.0.{n + 1}", "other.io/hold") for n in range(count)]
+    api = Api()
+
+    async def scenario(made: Controller) -> None:
+        assert made.ledger is not None
+        assert made.ledger.services() == [f"ns/s{n}" for n in range(count)]
+        for obj in old[:3]:
+            gone(api, obj)
+        await settle()
+
+    made = run(api, old, scenario)
+    assert api.patches == 0, "a write to a Service being deleted"
+    assert made.ledger is not None
+    assert made.ledger.services() == [f"ns/s{n}" for n in range(3, count)], "the gone released"
+
+
+def test_old_finalizers_of_services_deleted_at_once_are_removed_side_by_side() -> None:
+    """Every terminating Service's PATCH removing an earlier release's finalizer is in flight
+    at the same time (the API answers none until all have arrived), not one round trip after
+    another."""
     count = 8
     old = [terminating(f"s{n}", f"198.18.0.{n + 1}") for n in range(count)]
     api = Api()
@@ -149,9 +173,12 @@ def test_the_finalizers_of_services_deleted_at_once_are_removed_side_by_side() -
 
 
 def test_address_decisions_are_taken_in_the_queue_s_order_while_writes_overlap() -> None:
-    """`a` is queued before `b`; its finalizer PATCH is slow, `b`'s is answered at once. `b`
-    still decides after `a`: `a` gets the first address, `b` the second."""
+    """`a` is queued before `b`; its PATCH removing an earlier release's finalizer is slow,
+    `b` has none to remove. `b` still decides after `a`: `a` gets the first address, `b` the
+    second."""
     api = Api()
+    first = fresh("a")
+    first["metadata"]["finalizers"] = [FINALIZER]
 
     async def scenario(made: Controller) -> None:
         assert api.decided == [], "b decided before a, which was queued first"
@@ -159,8 +186,9 @@ def test_address_decisions_are_taken_in_the_queue_s_order_while_writes_overlap()
         await settle()
 
     api.gates["ns/a"] = asyncio.Event()
-    run(api, [fresh("a"), fresh("b", 1)], scenario)
+    run(api, [first, fresh("b", 1)], scenario)
     assert api.decided == ["ns/a", "ns/b"]
+    assert api.stored["ns/a"]["metadata"]["finalizers"] == [], "the old finalizer kept"
     assert ips(api.stored["ns/a"]) == ["198.18.0.1"]
     assert ips(api.stored["ns/b"]) == ["198.18.0.2"]
 

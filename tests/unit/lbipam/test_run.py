@@ -12,7 +12,6 @@ import pytest
 from local_ccm.kube.errors import Conflict, NotFound
 from local_ccm.kube.informer import ListWatch
 from local_ccm.lbipam.api import Obj
-from local_ccm.lbipam.core.writes import FINALIZER
 from local_ccm.lbipam.metrics import LbMetrics
 from local_ccm.lbipam.run import Controller
 from tests.fakes.clock import FakeClock, settle
@@ -67,7 +66,7 @@ class FakeLbApi:
 def service(name: str, uid: str) -> Obj:
     return {"apiVersion": "v1", "kind": "Service",
             "metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": "1",
-                         "creationTimestamp": "2026-01-01T00:00:00Z", "finalizers": [FINALIZER]},
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
             "spec": {"type": "LoadBalancer", "ipFamilies": ["IPv4"],
                      "ipFamilyPolicy": "SingleStack",
                      "ports": [{"name": "p", "protocol": "TCP", "port": 80}]}}  # fmt: skip
@@ -78,8 +77,8 @@ def ips(obj: Obj) -> list[Any]:
 
 
 def test_a_decision_on_a_stale_service_never_frees_what_its_last_write_showed() -> None:
-    """The watch event of the finalizer write can arrive after the status write landed: the
-    cached Service then shows no address yet. Its write fails (resourceVersion), and the
+    """The watch event of the status write can arrive after a later sync began: the cached
+    Service then shows no address yet. Its write fails (resourceVersion), and the
     address its status does show stays held, so the next Service gets another one."""
     api = FakeLbApi()
     cached = [service("a", "ua"), service("b", "ub")]

@@ -36,20 +36,53 @@ def test_step_follows_class_type_and_deletion() -> None:
     assert step(svc(loadBalancerClass="x.io/lb"), classless=False) == "allocate"
     assert step(svc(loadBalancerClass="other.io/lb")) == "forget"
     assert step(None) == "forget"
-    gone = svc(meta={"deletionTimestamp": NOW, "finalizers": [writes.FINALIZER]})
-    assert step(gone) == "cleanup"
-    assert step(svc(type="ClusterIP", meta={"finalizers": [writes.FINALIZER]})) == "cleanup"
     assert step(svc(type="ClusterIP")) == "forget"
 
 
-def test_finalizer_patch_keeps_other_finalizers_and_is_guarded() -> None:
-    obj = svc(meta={"finalizers": ["a/b"]})
-    add = writes.finalizer_patch(obj, present=True)
-    assert add[0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "7"}
-    assert add[1]["value"] == ["a/b", writes.FINALIZER]
+def shown(reason: str = "Allocated", **spec: Any) -> dict[str, Any]:
+    """A Service showing our condition with `reason` (and an address unless released)."""
+    ingress = [] if reason == "Released" else [{"ip": "10.0.0.1", "ipMode": "VIP"}]
+    cond = {"type": writes.CONDITION, "status": "True", "reason": reason}
+    return svc(status={"loadBalancer": {"ingress": ingress}, "conditions": [cond]}, **spec)
+
+
+def test_a_service_being_deleted_is_left_alone_unless_it_carries_the_old_finalizer() -> None:
+    """No finalizer of ours, nothing to write: its addresses go with its DELETED event. The
+    finalizer an earlier release added is removed, so the deletion is not held."""
+    deleting = {"deletionTimestamp": NOW, "finalizers": ["other.io/hold"]}
+    assert writes.step(shown(meta=deleting), "x.io/lb", classless=True) == "forget"
+    legacy = {"deletionTimestamp": NOW, "finalizers": ["other.io/hold", writes.FINALIZER]}
+    assert writes.step(shown(meta=legacy), "x.io/lb", classless=True) == "cleanup"
+    assert writes.step(svc(meta=legacy), "x.io/lb", classless=True) == "cleanup"
+
+
+def test_a_former_load_balancer_of_ours_is_cleaned_up_even_with_its_class_cleared() -> None:
+    """The apiserver clears the class with the type, never our condition: what we wrote marks it
+    as ours, once; a released one, another class's or a never-served one is not touched."""
+    for classless in (True, False):
+        former = shown(type="ClusterIP")
+        assert writes.step(former, "x.io/lb", classless=classless) == "cleanup"
+        assert writes.may_hold(former, "x.io/lb", classless=classless)
+        released = shown("Released", type="ClusterIP")
+        assert writes.step(released, "x.io/lb", classless=classless) == "forget"
+        assert not writes.may_hold(released, "x.io/lb", classless=classless)
+    theirs = svc(loadBalancerClass="other.io/lb",
+                 status={"loadBalancer": {"ingress": [{"ip": "10.0.0.9"}]}})  # fmt: skip
+    assert writes.step(theirs, "x.io/lb", classless=True) == "forget"
+    assert not writes.may_hold(theirs, "x.io/lb", classless=True)
+    legacy = svc(type="ClusterIP", meta={"finalizers": [writes.FINALIZER]})
+    assert writes.step(legacy, "x.io/lb", classless=True) == "cleanup"
+    assert writes.may_hold(legacy, "x.io/lb", classless=True)
+
+
+def test_finalizer_patch_removes_only_ours_and_is_guarded() -> None:
+    assert writes.finalizer_patch(svc(meta={"finalizers": ["a/b"]})) is None
+    assert writes.finalizer_patch(svc()) is None
     both = svc(meta={"finalizers": ["a/b", writes.FINALIZER]})
-    removed = writes.finalizer_patch(both, present=False)
-    assert removed[1]["value"] == ["a/b"]
+    removed = writes.finalizer_patch(both)
+    assert removed is not None
+    assert removed[0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "7"}
+    assert removed[1] == {"op": "add", "path": "/metadata/finalizers", "value": ["a/b"]}
 
 
 def test_status_patch_writes_ingress_and_condition_once() -> None:

@@ -13,6 +13,10 @@ from local_ccm.lbipam.core.allocator import OUTSIDE_POOLS, Allocation, Decision
 from local_ccm.lbipam.core.pools import IPAddress
 
 Obj = dict[str, Any]
+# The cloud service controller's finalizer. Earlier releases added it to every Service they
+# served; this one adds none (an address is released at the Service's DELETED event, and the
+# ledger is rebuilt from live Services, so nothing needs to hold a deletion) and removes it
+# from every Service of ours it finds it on.
 FINALIZER: Final = "service.kubernetes.io/load-balancer-cleanup"
 CONDITION: Final = "lb.local-ccm.io/Allocated"
 Step = Literal["allocate", "cleanup", "forget"]
@@ -33,27 +37,51 @@ def class_matches(obj: Mapping[str, Any], lb_class: str, *, classless: bool) -> 
     return given == lb_class or (given is None and classless)
 
 
+def shows_ours(obj: Mapping[str, Any]) -> bool:
+    """Whether the Service still shows what this controller wrote: its condition, other than
+    `Released`. A type change clears the class, and may clear the ingress, never our
+    condition: this is how a former LoadBalancer Service of ours is still known as ours."""
+    conditions = (obj.get("status") or {}).get("conditions") or ()
+    ours = next((c for c in conditions if c.get("type") == CONDITION), None)
+    return ours is not None and ours.get("reason") != "Released"
+
+
 def step(obj: Mapping[str, Any] | None, lb_class: str, *, classless: bool) -> Step:
-    """`allocate` a LoadBalancer Service of our class that is not being deleted; `cleanup`
-    one of our class that is being deleted or no longer a LoadBalancer but still carries the
-    finalizer (as the cloud service controller does); otherwise `forget` it."""
-    if obj is None or not class_matches(obj, lb_class, classless=classless):
+    """`allocate` a LoadBalancer Service of our class that is not being deleted; `cleanup` a
+    Service of ours that still carries the finalizer earlier releases wrote, or that is no
+    longer a LoadBalancer but still shows what we wrote; otherwise `forget` it (a deleted
+    one is forgotten only once it is gone: see `run`)."""
+    if obj is None:
         return "forget"
-    deleting = bool(_meta(obj).get("deletionTimestamp"))
-    if not deleting and (obj.get("spec") or {}).get("type") == "LoadBalancer":
+    balancer = (obj.get("spec") or {}).get("type") == "LoadBalancer"
+    mine = class_matches(obj, lb_class, classless=classless)
+    if mine and balancer and not deleting(obj):
         return "allocate"
-    return "cleanup" if has_finalizer(obj) else "forget"
+    if not (mine or (not balancer and shows_ours(obj))):
+        return "forget"
+    if has_finalizer(obj) or (not deleting(obj) and shows_ours(obj)):
+        return "cleanup"
+    return "forget"
+
+
+def may_hold(obj: Mapping[str, Any], lb_class: str, *, classless: bool) -> bool:
+    """Whether the Service may hold addresses of ours when the ledger is rebuilt: one of our
+    class (or a former LoadBalancer of ours) that shows addresses or carries the finalizer."""
+    mine = class_matches(obj, lb_class, classless=classless) or shows_ours(obj)
+    return mine and (has_finalizer(obj) or bool(current_ips(obj)))
 
 
 def _guard(obj: Mapping[str, Any]) -> Obj:
     return {"op": "test", "path": "/metadata/resourceVersion", "value": version(obj)}
 
 
-def finalizer_patch(obj: Mapping[str, Any], *, present: bool) -> list[Obj]:
-    """The JSON Patch that adds or removes our finalizer, others kept."""
-    others = [f for f in _meta(obj).get("finalizers") or () if f != FINALIZER]
-    wanted = [*others, FINALIZER] if present else others
-    return [_guard(obj), {"op": "add", "path": "/metadata/finalizers", "value": wanted}]
+def finalizer_patch(obj: Mapping[str, Any]) -> list[Obj] | None:
+    """The JSON Patch that removes our finalizer, others kept; None when it is not there."""
+    found = _meta(obj).get("finalizers") or ()
+    if FINALIZER not in found:
+        return None
+    others = [f for f in found if f != FINALIZER]
+    return [_guard(obj), {"op": "add", "path": "/metadata/finalizers", "value": others}]
 
 
 def ingress(addresses: Sequence[IPAddress]) -> list[Obj]:
