@@ -23,7 +23,6 @@ from local_ccm.agent.options import AgentOptions, ConfigResolver
 from local_ccm.agent.providerid import AzureImds, ProviderIdSource
 from local_ccm.agent.run import Agent, LoopSettings
 from local_ccm.agent.run import permissions as agent_permissions
-from local_ccm.cli.announce import announce_permissions, build_announcing, run_beside
 from local_ccm.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -125,7 +124,11 @@ async def serve_agent(
             return await agent.run_once()
         announcing = None
         if options.l2 is not None:
-            built = build_announcing(options, aio, metrics.registry, netns=netns)
+            # Imported here: L2 announcement is off by default, and its modules are about a
+            # tenth of the agent's imports, paid at every start on every node without it.
+            from local_ccm.cli import announce  # noqa: PLC0415
+
+            built = announce.build_announcing(options, aio, metrics.registry, netns=netns)
             if isinstance(built, str):
                 print(f"{names.AGENT}: {built}", file=sys.stderr)
                 return EXIT_FAILED
@@ -139,7 +142,9 @@ async def serve_agent(
 
         async def work() -> int:
             main = asyncio.create_task(serve_until(agent, stop))
-            return await run_beside(main, announcing)
+            if announcing is None:
+                return await main
+            return await announce.run_beside(main, announcing)
 
         process = Process(
             prog=names.AGENT, clock=agent.clock, stop=stop, serve=serve,
@@ -157,7 +162,12 @@ async def serve_agent(
 
 
 def permissions(options: AgentOptions) -> list[Access]:
-    return accesses(agent_permissions(options.event_namespace)) + announce_permissions(options)
+    found = accesses(agent_permissions(options.event_namespace))
+    if options.l2 is None:
+        return found
+    from local_ccm.cli.announce import announce_permissions  # noqa: PLC0415 (as above)
+
+    return found + announce_permissions(options)
 
 
 async def serve_until(agent: Agent, stop: asyncio.Event) -> int:
