@@ -101,3 +101,22 @@ def test_address_on_a_vanished_link_counts_as_not_present() -> None:
         "notpresent",
         "eth9",
     )
+
+
+def test_a_pass_on_the_same_dump_whose_lookups_answer_as_before_is_the_last_report() -> None:
+    """An idle node's periodic pass: the same candidates and the same route answers give the
+    previous report itself (nothing evaluated again); another answer is evaluated anew."""
+    host = _host()
+    first = detect_addresses(CONFIG, reader=host)
+    again = detect_addresses(CONFIG, reader=host, candidates=first.candidates, previous=first)
+    assert again is first
+    host.routes[T_INT] = _route(T_INT, "192.0.2.10", 3, "eth1")  # the same answer, a new object
+    assert detect_addresses(CONFIG, reader=host, candidates=first.candidates,
+                            previous=first) is first  # fmt: skip
+    host.routes[T_EXT] = _route(T_EXT, "192.0.2.10", 3, "eth1")  # the external target routed
+    moved = detect_addresses(CONFIG, reader=host, candidates=first.candidates, previous=first)
+    assert moved is not first
+    assert moved.results[EXTERNAL, 4] == Found(ip_address("192.0.2.10"), "route", "eth1")
+    fresh = detect_addresses(CONFIG, reader=host, previous=moved)  # a new dump: not reused
+    assert fresh is not moved
+    assert fresh.results == moved.results

@@ -5,6 +5,7 @@ Pure, no I/O, no clock. Detection results come from ``agent.core.candidates``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from ipaddress import ip_address
 from typing import Any, Literal
@@ -44,18 +45,22 @@ class NodeAddress:
     @property
     def ip(self) -> IPAddress | None:
         """The parsed IP of an InternalIP/ExternalIP entry; None for other types or garbage."""
-        if self.type not in ADDRESS_TYPES:
-            return None
-        try:
-            return ip_address(self.address)
-        except ValueError:
-            return None
+        return parsed_ip(self.address) if self.type in ADDRESS_TYPES else None
 
     @property
     def key(self) -> tuple[str, str]:
         """Identity for matching: IPs compare by value (``2001:DB8::1`` == ``2001:db8::1``)."""
         ip = self.ip
         return (self.type, self.address if ip is None else str(ip))
+
+
+@functools.lru_cache(maxsize=64)
+def parsed_ip(text: str) -> IPAddress | None:
+    """An address as a Node shows it, parsed once: every pass reads the same few strings."""
+    try:
+        return ip_address(text)
+    except ValueError:
+        return None
 
 
 def node_addresses(raw: Iterable[Mapping[str, Any]] | None) -> tuple[NodeAddress, ...]:
