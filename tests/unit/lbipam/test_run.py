@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from local_ccm.kube.errors import Conflict, NotFound
-from local_ccm.kube.informer import ListWatch
+from local_ccm.kube.informer import Change, ListWatch
 from local_ccm.lbipam.api import Obj
 from local_ccm.lbipam.metrics import LbMetrics
 from local_ccm.lbipam.run import Controller
@@ -165,3 +165,42 @@ def test_the_pool_status_loop_awaits_the_fence_before_each_pool_s_write() -> Non
 
     asyncio.run(scenario())
     assert api.writes == [("p0", 1), ("p1", 2), ("p2", 3)]
+
+
+def test_a_pool_s_conflicts_are_looked_at_again_only_when_pools_or_node_networks_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every address taken or freed writes the pool's counts again; its overlaps with the
+    Nodes' networks (a thousand Nodes: tens of ms of parsing) are computed again only after a
+    Node's networks or the pools changed, and still show the overlap a new Node brings."""
+    from local_ccm.lbipam import run  # noqa: PLC0415 (the module whose `conflicts` is counted)
+    from local_ccm.lbipam.core.status import conflicts as real  # noqa: PLC0415
+
+    calls: list[int] = []
+
+    def counted(*args: Any) -> list[str]:
+        calls.append(len(args[3]))
+        return real(*args)
+
+    monkeypatch.setattr(run, "conflicts", counted)
+    api = PoolWrites()
+    made = Controller(api, Unused(), metrics=LbMetrics(), clock=FakeClock())
+    made.services.prime([], "1")
+    made.pool_objects.prime([POOL], "1")
+    made.namespaces.prime([], "1")
+    node = {"metadata": {"name": "n1", "uid": "n1u", "resourceVersion": "1"},
+            "status": {"addresses": [{"type": "InternalIP", "address": "198.18.0.9"}]}}  # fmt: skip
+    made.nodes.prime([], "1")
+    made._rebuild()
+
+    async def scenario() -> None:
+        for _ in range(3):  # three allocations or releases
+            await made._write_pool_statuses(api.fence)
+        assert calls == [0]
+        made.nodes.prime([node], "2")  # the watch's ADDED, as the informer hands it on
+        made._on_node(Change("ADDED", "n1", None, made.nodes.cache["n1"]))
+        await made._write_pool_statuses(api.fence)
+
+    asyncio.run(scenario())
+    assert calls == [0, 1]
+    assert any("198.18.0.9 of Node n1" in c for c in made.found["p"][1])
