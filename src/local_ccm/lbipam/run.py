@@ -115,9 +115,7 @@ class Controller:
         self.written = LastWrites()  # see _fresh
         self.pools_dirty = asyncio.Event()
         self.node_changes = 0  # Node networks changed: the pools' conflicts are looked at again
-        self.found: dict[
-            str, tuple[object, list[str]]
-        ] = {}  # pool -> (what it was from, conflicts)
+        self.overlaps: dict[str, tuple[object, list[str]]] = {}  # pool -> (basis, conflicts)
         self.outbox = event_outbox(api, clock, NAME, instance=settings.instance,
                                    namespace=settings.event_namespace)  # fmt: skip
         informer = Informers(clock, rng, metrics.watch_ended).make
@@ -409,7 +407,7 @@ class Controller:
                 self.metrics.pool_addresses.labels(pool.name, family, "used").set(taken)
                 free = pool.capacity(version) - taken
                 self.metrics.pool_addresses.labels(pool.name, family, "free").set(free)
-        self.found = {n: f for n, f in self.found.items() if n in self.pool_objects.cache}
+        self.overlaps = {n: o for n, o in self.overlaps.items() if n in self.pool_objects.cache}
         for name, entry in list(self.pool_objects.cache.items()):
             parsed = entry.parsed
             if isinstance(parsed, Pool):
@@ -426,11 +424,11 @@ class Controller:
         with a thousand Nodes that is ~40 ms of parsing their texts, and every address taken or
         freed asks for the pool's status (its counts) again."""
         basis = (pool, usable, self.node_changes)
-        kept = self.found.get(pool.name)
+        kept = self.overlaps.get(pool.name)
         if kept is None or kept[0] != basis:
             nodes = list(self.nodes.cache.values())
             kept = basis, conflicts(pool, usable, self.settings.service_cidrs, nodes)
-            self.found[pool.name] = kept
+            self.overlaps[pool.name] = kept
         return kept[1]
 
     async def _write_pool(self, name: str, entry: PoolEntry, status: Obj, fence: Fence) -> None:

@@ -11,7 +11,9 @@ import pytest
 
 from local_ccm.kube.errors import Conflict, NotFound
 from local_ccm.kube.informer import Change, ListWatch
+from local_ccm.lbipam import run as lbipam_run
 from local_ccm.lbipam.api import Obj
+from local_ccm.lbipam.core.status import conflicts
 from local_ccm.lbipam.metrics import LbMetrics
 from local_ccm.lbipam.run import Controller
 from tests.fakes.clock import FakeClock, settle
@@ -173,16 +175,13 @@ def test_a_pool_s_conflicts_are_looked_at_again_only_when_pools_or_node_networks
     """Every address taken or freed writes the pool's counts again; its overlaps with the
     Nodes' networks (a thousand Nodes: tens of ms of parsing) are computed again only after a
     Node's networks or the pools changed, and still show the overlap a new Node brings."""
-    from local_ccm.lbipam import run  # noqa: PLC0415 (the module whose `conflicts` is counted)
-    from local_ccm.lbipam.core.status import conflicts as real  # noqa: PLC0415
-
     calls: list[int] = []
 
     def counted(*args: Any) -> list[str]:
         calls.append(len(args[3]))
-        return real(*args)
+        return conflicts(*args)
 
-    monkeypatch.setattr(run, "conflicts", counted)
+    monkeypatch.setattr(lbipam_run, "conflicts", counted)
     api = PoolWrites()
     made = Controller(api, Unused(), metrics=LbMetrics(), clock=FakeClock())
     made.services.prime([], "1")
@@ -203,4 +202,4 @@ def test_a_pool_s_conflicts_are_looked_at_again_only_when_pools_or_node_networks
 
     asyncio.run(scenario())
     assert calls == [0, 1]
-    assert any("198.18.0.9 of Node n1" in c for c in made.found["p"][1])
+    assert any("198.18.0.9 of Node n1" in c for c in made.overlaps["p"][1])

@@ -55,11 +55,10 @@ def step(obj: Mapping[str, Any] | None, lb_class: str, *, classless: bool) -> St
         return "forget"
     balancer = (obj.get("spec") or {}).get("type") == "LoadBalancer"
     mine = class_matches(obj, lb_class, classless=classless)
-    if mine and balancer and not deleting(obj):
+    shown, gone = shows_ours(obj), deleting(obj)
+    if mine and balancer and not gone:
         return "allocate"
-    if not (mine or (not balancer and shows_ours(obj))):
-        return "forget"
-    if has_finalizer(obj) or (not deleting(obj) and shows_ours(obj)):
+    if (mine or (shown and not balancer)) and (has_finalizer(obj) or (shown and not gone)):
         return "cleanup"
     return "forget"
 
