@@ -82,8 +82,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(getattr(pytest.mark, tier))
         if item.get_closest_marker("timeout") is None:
             markers = [m.name for m in item.iter_markers()]
-            hypothesis = getattr(getattr(item, "obj", None), "is_hypothesis_test", False)
-            timeout = tiers.default_timeout(tier, markers, property_test=hypothesis)
+            timeout = tiers.default_timeout(tier, markers)
             item.add_marker(pytest.mark.timeout(timeout))
 
 
