@@ -153,6 +153,9 @@ BENCH_VARS := BENCH_ROUNDS BENCH_AGENT_IDLE BENCH_AGENT_CHANGES BENCH_HOUR BENCH
 # A real node's joins (tests/bench/test_compare_join.py: kubelet + containerd, root, cgroup v1,
 # the project's image from `make image`): BENCH_JOINS joins per agent (default 10).
 BENCH_VARS += BENCH_JOINS
+# Another checkout's src measured beside ours in the agent, IPAM and lifecycle rounds
+# (docs/benchmarks.md "Against an earlier commit").
+BENCH_VARS += BENCH_BASELINE
 # The whole stack side by side (tests/bench/test_compare_stack.py): BENCH_STACK_NODES kwok
 # Nodes per plane (default 100), a window of BENCH_STACK_WINDOW s (default 180; BENCH_HOUR=1
 # alone makes it the hour), BENCH_STACK_AGENTS real agents measured per side (5),

@@ -45,6 +45,7 @@ from tests.support.ipam_bench import BITS, POOL_V4, POOL_V6, create_all, list_po
 from tests.support.processes import (
     AS_SHIPPED,
     Child,
+    baseline_env,
     children_cpu_seconds,
     cpu_seconds,
     free_port,
@@ -73,6 +74,7 @@ class IpamBench:
     logs: Path
     #: How ours is started: its entry point, or that under cProfile (test_ipam_cpu.py).
     ours: Sequence[str] = (str(harness.BINARY),)
+    baseline: str = ""  # another checkout's src, run as "baseline" (BENCH_BASELINE)
 
 
 def _spawn(bench: IpamBench, impl: str, port: int, qps: Sequence[str], log: Path) -> Child:
@@ -91,6 +93,7 @@ def _spawn(bench: IpamBench, impl: str, port: int, qps: Sequence[str], log: Path
                 "--enable-leader-election=false", f"--health-probe-address=127.0.0.1:{port}",
                 *qps]  # fmt: skip
     shipped = AS_SHIPPED if impl != "go" else {}
+    shipped |= baseline_env(bench.baseline) if impl == "baseline" else {}
     return spawn(f"ipam-{impl}", argv, log, env={"PATH": "/usr/bin:/bin", **shipped})
 
 
@@ -140,7 +143,7 @@ def _wait_for_events(kube: Client, pool: str, timeout: float) -> int:
 
 def run_ipam(bench: IpamBench, impl: str, tag: str, *, qps: Sequence[str], count: int,
              timeout: float) -> dict[str, Any]:  # fmt: skip
-    """One run of `impl` ("ours", "go" or one of `FLOORS`)."""
+    """One run of `impl` ("ours", "go", "baseline" or one of `FLOORS`)."""
     pool, selects = _pool(bench, tag)
     port = free_port()
     spawned = time.monotonic()

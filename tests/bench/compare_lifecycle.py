@@ -47,7 +47,14 @@ from tests.support.lifecycle_bench import (
     read_counters,
 )
 from tests.support.lifecycle_harness import AUTOSCALER_TAINT
-from tests.support.processes import AS_SHIPPED, Child, free_port, memory_kib, spawn
+from tests.support.processes import (
+    AS_SHIPPED,
+    Child,
+    baseline_env,
+    free_port,
+    memory_kib,
+    spawn,
+)
 from tests.support.waiting import eventually
 
 SETTLE = 5.0
@@ -73,6 +80,7 @@ class LifecycleBench:
     make_node: NodeFactory
     silent: Sequence[str]  # unused addresses of the bench's /28
     logs: Path
+    baseline: str = ""  # another checkout's src, run as "baseline" (BENCH_BASELINE)
 
 
 @dataclass
@@ -83,7 +91,7 @@ class Running:
 
 def _start(bench: LifecycleBench, impl: str, lease: str, extra: Sequence[str],
            log: Path) -> Running:  # fmt: skip
-    if impl == "ours":
+    if impl != "go":
         lease = bench.namespace  # the shipped RBAC names the one Lease it may update
     common = [f"--namespace={bench.namespace}", f"--leader-elect-id={lease}", *extra]
     if impl == "go":
@@ -94,7 +102,9 @@ def _start(bench: LifecycleBench, impl: str, lease: str, extra: Sequence[str],
     health = free_port()
     argv = [str(BINARY), f"--kubeconfig={bench.kubeconfig}", *common,
             f"--health-probe-bind-address=127.0.0.1:{health}"]  # fmt: skip
-    child = spawn("lifecycle-ours", argv, log, env={"PATH": "/usr/bin:/bin", **AS_SHIPPED})
+    env = {"PATH": "/usr/bin:/bin", **AS_SHIPPED}
+    env |= baseline_env(bench.baseline) if impl == "baseline" else {}
+    child = spawn(f"lifecycle-{impl}", argv, log, env=env)
     return Running(child, lambda: _http_ok(health, "/readyz"))
 
 

@@ -13,6 +13,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 Result = Mapping[str, Any]
@@ -196,6 +197,56 @@ def _verdict_text(s: Summary) -> str:
     return v
 
 
+# ------------------------------------------------------------------ against a baseline
+def baseline_verdict(ours: Sequence[float], baseline: Sequence[float]) -> str:
+    """Every metric here is better lower: "worse" when even ours' best round is above the
+    baseline's worst, "better" when ours' worst is below its best, else "within the spread"."""
+    if not ours or not baseline:
+        return "–"
+    if min(ours) > max(baseline):
+        return "**worse** beyond the spread"
+    if max(ours) < min(baseline):
+        return "better beyond the spread"
+    return "within the spread"
+
+
+def baseline_table(rounds: Mapping[str, Mapping[str, Sequence[float | None]]]) -> str | None:
+    """Ours against BENCH_BASELINE's tree measured in the same rounds; None without it."""
+    lines = []
+    for metric in METRICS:
+        values = rounds.get(metric.key, {})
+        ours, base = (tuple(float(v) for v in values.get(impl, ()) if v is not None)
+                      for impl in ("ours", "baseline"))  # fmt: skip
+        if not base:
+            continue
+        mid = [statistics.median(v) if v else None for v in (ours, base)]
+        lines.append(
+            f"| {metric.label} | {metric.unit} | {number(mid[0])} | {number(mid[1])} | "
+            f"{ratio_text(ratio(mid[0], mid[1]))} | {span(ours)} | {span(base)} | "
+            f"{baseline_verdict(ours, base)} |"
+        )
+    if not lines:
+        return None
+    head = ["| metric | unit | ours (median) | baseline (median) | ours/baseline | ours min–max "
+            "| baseline min–max | ours against the baseline |",
+            "|---|---|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+    return "\n".join(head + lines)
+
+
+def baseline_text(results: Mapping[str, Result]) -> str | None:
+    """The baseline's table and the runs it comes from, when the newest runs have one."""
+    table = baseline_table(merged_rounds(results))
+    if table is None:
+        return None
+    runs = [
+        f"{c}: ours git {results[c]['machine'].get('git', '?')}, baseline git "
+        f"{results[c].get('baseline_git') or '?'}"
+        for c in COMPONENTS
+        if c in results and results[c].get("settings", {}).get("baseline")
+    ]
+    return table + "\n\n" + "; ".join(runs) + "."
+
+
 # ------------------------------------------------------------------ sizing
 SIZES = (100, 1000, 5000)
 MEMORY_HEADROOM = 1.25  # a request 25 % above the measured peak
@@ -366,6 +417,8 @@ def render_page(page: str, results: Mapping[str, Result]) -> str:
     page = replace_between(page, "sizing", sizing_table(sizing(summaries, settings)))
     if "join" in results:
         page = replace_between(page, "join", join_phase_table(results["join"]))
+    if (against := baseline_text(results)) is not None:
+        page = replace_between(page, "baseline", against)
     return replace_between(page, "run", machine_text(results))
 
 
@@ -435,6 +488,10 @@ class Settings:
     stack_churn_s: float = 30.0
     # Joins of a real node per agent (tests/bench/test_compare_join.py), interleaved.
     joins: int = 10
+    # Another checkout's `src` (BENCH_BASELINE, e.g. a `git worktree` of an earlier commit): the
+    # agent, IPAM and lifecycle rounds run its code too, as "baseline", in the same rounds as
+    # ours, so a change is judged against its spread on the same machine at the same time.
+    baseline: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -491,6 +548,11 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
             problems.append(f"BENCH_LB_SERVICES={services!r} is not a comma list of numbers")
         if any(n <= 0 for n in values.get("lb_services", ())):
             problems.append(f"BENCH_LB_SERVICES={services!r} must be positive")
+    if baseline := env.get("BENCH_BASELINE", "").strip():
+        if not (Path(baseline) / "local_ccm" / "__init__.py").is_file():
+            problems.append(f"BENCH_BASELINE={baseline!r} is not a checkout's src directory "
+                            "(no local_ccm/__init__.py in it)")  # fmt: skip
+        values["baseline"] = str(Path(baseline).resolve())
     if "stack_window_s" not in values and values.get("agent_hour_s"):
         values["stack_window_s"] = values["agent_hour_s"]
     if values.get("stack_window_s", 0) < values.get("agent_hour_s", 0):

@@ -25,8 +25,12 @@ def shipped_pyc() -> None:
 
 @pytest.fixture(scope="session")
 def settings() -> Settings:
-    """The scale of `make bench-compare` (its BENCH_* variables)."""
-    return settings_from_env(os.environ)
+    """The scale of `make bench-compare` (its BENCH_* variables); a baseline's tree gets its
+    level-2 .pyc files as ours does."""
+    chosen = settings_from_env(os.environ)
+    if chosen.baseline:
+        compile_optimized(chosen.baseline)
+    return chosen
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import secrets
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -52,6 +53,13 @@ from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.compare, pytest.mark.timeout(3 * 3600)]
 IMPLS = ("ours", "go")
+
+
+def impls(settings: Settings) -> tuple[str, ...]:
+    """Ours, Go's, and with BENCH_BASELINE an earlier tree of ours, interleaved in each round."""
+    return (*IMPLS, "baseline") if settings.baseline else IMPLS
+
+
 FIELD_MANAGER = "local-ccm-bench"
 EMPTY_WINDOW = 10.0  # s of CPU for the lifecycle controller that selects no Node
 
@@ -79,9 +87,18 @@ class LoadSampler:
         self._thread.join(timeout=5)
 
 
+def git_commit(tree: str) -> str | None:
+    """The short commit a checkout's tree is at (None outside a git work tree)."""
+    found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True,
+                           text=True, check=False)  # fmt: skip
+    return found.stdout.strip() or None
+
+
 def write(component: str, binaries: Binaries, plane: ControlPlane, body: dict[str, Any]) -> None:
     """test-artifacts/bench/compare-<component>-<stamp>.json, beside `make bench`'s results."""
     body = {"machine": ipam_bench.machine_facts(binaries, plane), **body}
+    if baseline := body.get("settings", {}).get("baseline"):
+        body["baseline_git"] = git_commit(baseline)
     body["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     ipam_bench.RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
@@ -110,7 +127,7 @@ def agent_plane(request: pytest.FixtureRequest, binaries: Binaries) -> Iterator[
 @contextlib.contextmanager
 def agent_bench(
     plane: ControlPlane, netns: NetnsFactory, built: originals.Built, rbac: ShippedRbac,
-    logs: Path,
+    logs: Path, *, baseline: str = "",
 ) -> Iterator[compare_agent.AgentBench]:  # fmt: skip
     """The agents' namespace, its relay to `plane` and an admin client, for one test."""
     up = node_uplink(netns)
@@ -120,7 +137,8 @@ def agent_bench(
         LoopbackRelay(up.node.name, ("127.0.0.1", port)),
     ):
         yield compare_agent.AgentBench(plane, kube, audit_log(plane), up, rbac,
-                                       built.path("go-local-ccm", "local-ccm"), logs)  # fmt: skip
+                                       built.path("go-local-ccm", "local-ccm"), logs,
+                                       baseline)  # fmt: skip
 
 
 def test_compare_agent(  # noqa: PLR0917 (pytest passes fixtures by name)
@@ -131,11 +149,18 @@ def test_compare_agent(  # noqa: PLR0917 (pytest passes fixtures by name)
     runs = []
     started = time.monotonic()
     with (
-        agent_bench(agent_plane, netns, built, shipped_agent_rbac, test_artifacts) as bench,
+        agent_bench(
+            agent_plane,
+            netns,
+            built,
+            shipped_agent_rbac,
+            test_artifacts,
+            baseline=settings.baseline,
+        ) as bench,
         LoadSampler() as load,
     ):
         for i in range(settings.rounds):
-            for impl in IMPLS:
+            for impl in impls(settings):
                 run = compare_agent.run_agent(bench, impl, f"r{i}", idle_s=settings.agent_idle_s,
                                               changes=settings.agent_changes)  # fmt: skip
                 runs.append(run)
@@ -176,7 +201,7 @@ def test_compare_ipam(  # noqa: PLR0917 (pytest passes fixtures by name)
                             lease_name=namespace, event_namespace="default")  # fmt: skip
     bench = compare_ipam.IpamBench(ipam_plane, kube, track, namespace,
                                    built.path("go-node-ipam-controller", "node-ipam-controller"),
-                                   test_artifacts)  # fmt: skip
+                                   test_artifacts, baseline=settings.baseline)  # fmt: skip
     timeout = 60 + settings.ipam_nodes * 0.5  # 5 QPS and two writes a Node, with room
     rounds: dict[str, dict[str, list[Any]]] = {}
     runs = []
@@ -186,13 +211,16 @@ def test_compare_ipam(  # noqa: PLR0917 (pytest passes fixtures by name)
             same = {
                 impl: compare_ipam.run_ipam(bench, impl, f"{impl}-r{i}", qps=compare_ipam.SAME_QPS,
                                             count=settings.ipam_nodes, timeout=timeout)
-                for impl in IMPLS
+                for impl in impls(settings)
             }  # fmt: skip
             default = compare_ipam.run_ipam(bench, "ours", f"ours-default-r{i}", qps=(),
                                             count=settings.ipam_nodes, timeout=timeout)  # fmt: skip
             runs += [same["ours"], same["go"], default]
             collect(rounds, "ours", compare_ipam.metric_values(same["ours"], default))
             collect(rounds, "go", compare_ipam.metric_values(same["go"], None))
+            if "baseline" in same:
+                runs.append(same["baseline"])
+                collect(rounds, "baseline", compare_ipam.metric_values(same["baseline"], None))
             for impl in compare_ipam.FLOORS:
                 run = compare_ipam.run_ipam(bench, impl, f"{impl}-r{i}", qps=compare_ipam.SAME_QPS,
                                             count=settings.ipam_nodes, timeout=timeout)  # fmt: skip
@@ -255,7 +283,7 @@ def test_compare_lifecycle(  # noqa: PLR0917 (pytest passes fixtures by name)
         plane, kube, namespace, controller_kubeconfig(plane, kube, namespace),
         built.path("go-node-lifecycle-controller", "node-lifecycle-controller"),
         NodeFactory(kube, track, labels, "bench-compare"),
-        [str(link.block[i]) for i in range(5, 15)], test_artifacts,
+        [str(link.block[i]) for i in range(5, 15)], test_artifacts, settings.baseline,
     )  # fmt: skip
     rounds: dict[str, dict[str, list[Any]]] = {}
     runs: list[dict[str, Any]] = []
@@ -263,7 +291,7 @@ def test_compare_lifecycle(  # noqa: PLR0917 (pytest passes fixtures by name)
     with LoadSampler() as load:
         background = compare_lifecycle.window(plane, None, settings.lifecycle_window_s)
         for i in range(settings.rounds):
-            for impl in IMPLS:
+            for impl in impls(settings):
                 empty = compare_lifecycle.run_empty(bench, impl, f"r{i}", EMPTY_WINDOW)
                 run = compare_lifecycle.run_lifecycle(
                     bench, impl, f"r{i}", window_s=settings.lifecycle_window_s,

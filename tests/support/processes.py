@@ -24,11 +24,19 @@ STOP_GRACE = 20.0
 AS_SHIPPED = {"PYTHONOPTIMIZE": "2"}
 
 
-def compile_optimized() -> None:
-    """Level-2 .pyc files for the project, its venv and the standard library (up-to-date ones
-    are skipped), so a process run AS_SHIPPED does not compile its imports at every start."""
+def baseline_env(src: str) -> dict[str, str]:
+    """What runs ours' entry point from another checkout's `src` (bench-compare's BENCH_BASELINE,
+    an earlier commit measured in the same rounds): its package ahead of the editable install."""
+    return {"PYTHONPATH": src}
+
+
+def compile_optimized(*more: str) -> None:
+    """Level-2 .pyc files for the project, its venv, the standard library and `more` trees
+    (up-to-date ones are skipped), so a process run AS_SHIPPED does not compile its imports at
+    every start."""
     paths = sysconfig.get_paths()
     roots = {str(Path(__file__).resolve().parents[2] / "src"), paths["purelib"], paths["stdlib"]}
+    roots |= set(more)
     subprocess.run(
         [sys.executable, "-m", "compileall", "-q", "-j", "0", "-o", "2", *sorted(roots)],
         check=False, capture_output=True,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.bench import compare_stats as c
@@ -174,3 +176,40 @@ def test_joins_are_a_component_of_their_own_with_their_goal_and_phase_table() ->
     assert "`BENCH_JOINS=3`" in out
     # without a join result the page needs no join markers
     assert "join" not in c.render_page(page.split(c.marker("join"))[0], {"agent": RESULT})
+
+
+@pytest.mark.parametrize(
+    ("ours", "baseline", "want"),
+    [([1.0, 1.2], [1.1, 1.3], "within the spread"),
+     ([1.4, 1.5], [1.1, 1.3], "**worse** beyond the spread"),
+     ([0.9, 1.0], [1.1, 1.3], "better beyond the spread"), ([1.3], [1.3], "within the spread"),
+     ([], [1.0], "–")],
+)  # fmt: skip
+def test_ours_is_worse_than_a_baseline_only_when_its_best_round_is_above_the_baselines_worst(
+    ours: list[float], baseline: list[float], want: str
+) -> None:
+    assert c.baseline_verdict(ours, baseline) == want
+
+
+def test_a_baseline_tree_is_a_checkouts_src_and_gets_its_own_table(tmp_path: Path) -> None:
+    (tmp_path / "local_ccm").mkdir()
+    (tmp_path / "local_ccm" / "__init__.py").write_text("")
+    assert c.settings_from_env({"BENCH_BASELINE": str(tmp_path)}).baseline == str(tmp_path)
+    with pytest.raises(ValueError, match=r"BENCH_BASELINE='/nonexistent' is not a checkout's src"):
+        c.settings_from_env({"BENCH_BASELINE": "/nonexistent"})
+    page = "\n".join(
+        f"{c.marker(name)}\nstale\n{c.marker(name, end=True)}"
+        for name in ("table", "sizing", "run", "baseline")
+    )
+    rounds = {"agent_rss_mib": {"ours": [27.0, 27.1], "go": [32.0], "baseline": [28.0, 28.1]},
+              "agent_startup_requests": {"ours": [5.0], "go": [4.0]}}  # fmt: skip
+    settings = {**RESULT["settings"], "baseline": str(tmp_path)}  # type: ignore[dict-item]
+    with_baseline = {**RESULT, "settings": settings, "rounds": rounds, "baseline_git": "3dbf06d"}
+    out = c.render_page(page, {"agent": with_baseline})
+    assert "stale" not in out
+    assert ("| agent steady RSS (metrics on) | MiB | 27.1 | 28.1 | 0.96× | 27.0–27.1 | 28.0–28.1 "
+            "| better beyond the spread |") in out  # fmt: skip
+    assert "agent start-up API requests (audit log) | requests | 5.00 | –" not in out  # no row
+    assert "agent: ours git abc1234, baseline git 3dbf06d." in out
+    # without a baseline in the results the section is left as it is
+    assert "stale" in c.render_page(page, {"agent": RESULT}).split(c.marker("baseline"))[1]
