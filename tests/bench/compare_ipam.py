@@ -92,9 +92,9 @@ def _spawn(bench: IpamBench, impl: str, port: int, qps: Sequence[str], log: Path
         argv = [*program, f"--kubeconfig={kubeconfig}",
                 "--enable-leader-election=false", f"--health-probe-address=127.0.0.1:{port}",
                 *qps]  # fmt: skip
-    shipped = AS_SHIPPED if impl != "go" else {}
-    shipped |= baseline_env(bench.baseline) if impl == "baseline" else {}
-    return spawn(f"ipam-{impl}", argv, log, env={"PATH": "/usr/bin:/bin", **shipped})
+    env = {"PATH": "/usr/bin:/bin", **(AS_SHIPPED if impl != "go" else {})}
+    env |= baseline_env(bench.baseline) if impl == "baseline" else {}
+    return spawn(f"ipam-{impl}", argv, log, env=env)
 
 
 def _ready(child: Child, port: int) -> bool:

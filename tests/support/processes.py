@@ -16,12 +16,14 @@ import sysconfig
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 log = logging.getLogger(__name__)
 STOP_GRACE = 20.0
 # The image runs every component with PYTHONOPTIMIZE=2 (scripts/image.py); benchmarks of ours
 # run so too, after `compile_optimized()` made the level-2 .pyc files.
-AS_SHIPPED = {"PYTHONOPTIMIZE": "2"}
+# Read-only: a caller that added to it in place would run every later process with its additions.
+AS_SHIPPED: Mapping[str, str] = MappingProxyType({"PYTHONOPTIMIZE": "2"})
 
 
 def baseline_env(src: str) -> dict[str, str]:
