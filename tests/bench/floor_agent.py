@@ -70,7 +70,8 @@ class Api:
         host = self.url.hostname or "localhost"
         raw = socket.create_connection((host, self.url.port or 443))
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return self.context.wrap_socket(raw, server_hostname=host)
+        # As ours: bytes, or ssl loads the idna codec (stringprep, unicodedata) for the name.
+        return self.context.wrap_socket(raw, server_hostname=host.encode("ascii"))
 
     def call(self, method: str, path: str, body: Any, content_type: str) -> Any:
         if self.requests is None:

@@ -69,7 +69,8 @@ class Api:
         host = self.url.hostname or "localhost"
         raw = socket.create_connection((host, self.url.port or 443))
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return self.context.wrap_socket(raw, server_hostname=host)
+        # As ours: bytes, or ssl loads the idna codec (stringprep, unicodedata) for the name.
+        return self.context.wrap_socket(raw, server_hostname=host.encode("ascii"))
 
     def open_watch(self) -> tuple[ssl.SSLSocket, bytes]:
         """The watch's socket and the body bytes read with its headers."""

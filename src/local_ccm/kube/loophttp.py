@@ -20,7 +20,13 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
-from local_ccm.kube.http1 import MAX_HEADERS, MAX_LINE, ProtocolError, RemoteDisconnectedError
+from local_ccm.kube.http1 import (
+    MAX_HEADERS,
+    MAX_LINE,
+    ProtocolError,
+    RemoteDisconnectedError,
+    wire_host,
+)
 
 READ_SIZE = 262144  # what one recv may take; a TLS record is at most 16 KiB of it
 _NO_BODY = frozenset({204, 304})
@@ -293,7 +299,7 @@ class Opening:
 
     async def dial(self, host: str, port: int) -> socket.socket:
         errors: list[OSError] = []
-        infos = await self.loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        infos = await self.loop.getaddrinfo(wire_host(host), port, type=socket.SOCK_STREAM)
         for family, kind, proto, _, address in infos:
             try:
                 return await self._connect(socket.socket(family, kind, proto), address)

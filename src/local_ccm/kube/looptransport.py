@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from local_ccm.kube.config import Authenticator, ClusterConfig, ConfigError, Credential
 from local_ccm.kube.errors import Unauthorized, error_from_response
+from local_ccm.kube.http1 import wire_host
 from local_ccm.kube.loophttp import (
     Connection,
     LoopStream,
@@ -103,7 +104,7 @@ class LoopTransport:
             set_keepalive(sock)
             if self._https:
                 sock = self._context(credential).wrap_socket(
-                    sock, server_hostname=self._config.tls_server_name or self._host,
+                    sock, server_hostname=wire_host(self._config.tls_server_name or self._host),
                     do_handshake_on_connect=False,
                 )  # fmt: skip
                 await opening.handshake(sock)

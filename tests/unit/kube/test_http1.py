@@ -8,6 +8,7 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
+from local_ccm.kube import http1
 from local_ccm.kube.http1 import (
     BodyTooLongError,
     Connection,
@@ -230,3 +231,10 @@ def test_the_host_header_leaves_out_the_default_port_and_brackets_ipv6() -> None
     assert Connection("h", 80, timeout=1)._host_header == "h"
     assert Connection("h", None, timeout=1).port == 80
     assert Connection("::1", 6443, timeout=1)._host_header == "[::1]:6443"
+
+
+def test_an_ascii_host_goes_to_socket_and_ssl_as_bytes_any_other_as_text() -> None:
+    assert http1.wire_host("127.0.0.1") == b"127.0.0.1"
+    assert http1.wire_host("::1") == b"::1"
+    assert http1.wire_host("kubernetes.default.svc") == b"kubernetes.default.svc"
+    assert http1.wire_host("bücher.example") == "bücher.example"  # the idna codec encodes it
