@@ -288,3 +288,14 @@ def test_a_connection_error_is_unavailable_too() -> None:
     reviewer = KubeReviewer(FailingApi(ConnectionRefusedError(111, "refused")))
     with pytest.raises(ReviewUnavailable, match="refused"):
         reviewer.authenticate("t")
+
+
+def test_the_lifecycle_and_csr_binaries_do_not_load_the_event_loop_client() -> None:
+    """Only node-ipam and service-lb-ipam talk through `kube.loopclient` (and its transport):
+    about 0.1 MiB of code the node-lifecycle-controller and the CSR approver never run."""
+    code = (
+        "import sys, local_ccm.cli.lifecycle, local_ccm.cli.csr; print(sorted(m for m in "
+        "sys.modules if m.startswith('local_ccm.kube.loop')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
