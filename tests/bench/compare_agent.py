@@ -49,7 +49,7 @@ from tests.support.audit import AuditLog
 from tests.support.chart import ShippedRbac
 from tests.support.controlplane import ControlPlane
 from tests.support.netns import Uplink
-from tests.support.processes import AS_SHIPPED, baseline_env, cpu_seconds, memory_kib, spawn
+from tests.support.processes import cpu_seconds, memory_kib, python_env, spawn
 
 STARTUP_SETTLE = 3.0  # s after the taint is removed; the Go agent's next pass is 10 s away
 WAIT = 60.0  # s for any single observation; a run that does not see it fails loudly
@@ -83,8 +83,7 @@ def _start(bench: AgentBench, impl: str, node: str, kubeconfig: Path, log: Path)
     if program is None:  # a floor: the script run as ours is, by the same interpreter
         program = [sys.executable, str(FLOOR), f"--floor-mode={impl.removeprefix('floor-')}"]
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "NODE_NAME")}
-    env |= AS_SHIPPED if impl != "go" else {}
-    env |= baseline_env(bench.baseline) if impl == "baseline" else {}
+    env |= python_env(impl, bench.baseline)
     argv = [*program, f"--kubeconfig={kubeconfig}", f"--node-name={node}"]
     started = time.monotonic()
     cmd = ["ip", "netns", "exec", bench.up.node.name, *argv]

@@ -43,13 +43,12 @@ from tests.support.cleanup import Tracker
 from tests.support.controlplane import ControlPlane
 from tests.support.ipam_bench import BITS, POOL_V4, POOL_V6, create_all, list_pod_cidrs, plain_node
 from tests.support.processes import (
-    AS_SHIPPED,
     Child,
-    baseline_env,
     children_cpu_seconds,
     cpu_seconds,
     free_port,
     memory_kib,
+    python_env,
     spawn,
 )
 from tests.support.waiting import eventually
@@ -92,8 +91,7 @@ def _spawn(bench: IpamBench, impl: str, port: int, qps: Sequence[str], log: Path
         argv = [*program, f"--kubeconfig={kubeconfig}",
                 "--enable-leader-election=false", f"--health-probe-address=127.0.0.1:{port}",
                 *qps]  # fmt: skip
-    env = {"PATH": "/usr/bin:/bin", **(AS_SHIPPED if impl != "go" else {})}
-    env |= baseline_env(bench.baseline) if impl == "baseline" else {}
+    env = {"PATH": "/usr/bin:/bin", **python_env(impl, bench.baseline)}
     return spawn(f"ipam-{impl}", argv, log, env=env)
 
 

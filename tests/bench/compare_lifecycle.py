@@ -47,14 +47,7 @@ from tests.support.lifecycle_bench import (
     read_counters,
 )
 from tests.support.lifecycle_harness import AUTOSCALER_TAINT
-from tests.support.processes import (
-    AS_SHIPPED,
-    Child,
-    baseline_env,
-    free_port,
-    memory_kib,
-    spawn,
-)
+from tests.support.processes import Child, free_port, memory_kib, python_env, spawn
 from tests.support.waiting import eventually
 
 SETTLE = 5.0
@@ -102,8 +95,7 @@ def _start(bench: LifecycleBench, impl: str, lease: str, extra: Sequence[str],
     health = free_port()
     argv = [str(BINARY), f"--kubeconfig={bench.kubeconfig}", *common,
             f"--health-probe-bind-address=127.0.0.1:{health}"]  # fmt: skip
-    env = {"PATH": "/usr/bin:/bin", **AS_SHIPPED}
-    env |= baseline_env(bench.baseline) if impl == "baseline" else {}
+    env = {"PATH": "/usr/bin:/bin", **python_env(impl, bench.baseline)}
     child = spawn(f"lifecycle-{impl}", argv, log, env=env)
     return Running(child, lambda: _http_ok(health, "/readyz"))
 

@@ -136,14 +136,18 @@ def verdict(goal: Goal | None, ours: float | None, ratio_: float | None) -> str:
     return "met" if value <= goal.limit else "missed"
 
 
+def measured(values: Mapping[str, Sequence[float | None]], impl: str) -> tuple[float, ...]:
+    """One implementation's rounds of a metric, without the rounds that could not measure it."""
+    return tuple(float(v) for v in values.get(impl, ()) if v is not None)
+
+
 def summarize(rounds: Mapping[str, Mapping[str, Sequence[float | None]]]) -> list[Summary]:
     """{metric key: {"ours": [per round], "go": [per round]}} → one Summary per known metric,
     in table order; None values (a round that could not measure) are dropped."""
     out = []
     for metric in METRICS:
         values = rounds.get(metric.key, {})
-        ours = tuple(float(v) for v in values.get("ours", ()) if v is not None)
-        go = tuple(float(v) for v in values.get("go", ()) if v is not None)
+        ours, go = measured(values, "ours"), measured(values, "go")
         if ours or go:
             out.append(Summary(metric, ours, go))
     return out
@@ -215,8 +219,7 @@ def baseline_table(rounds: Mapping[str, Mapping[str, Sequence[float | None]]]) -
     lines = []
     for metric in METRICS:
         values = rounds.get(metric.key, {})
-        ours, base = (tuple(float(v) for v in values.get(impl, ()) if v is not None)
-                      for impl in ("ours", "baseline"))  # fmt: skip
+        ours, base = measured(values, "ours"), measured(values, "baseline")
         if not base:
             continue
         mid = [statistics.median(v) if v else None for v in (ours, base)]

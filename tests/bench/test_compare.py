@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import secrets
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -53,15 +52,13 @@ from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.compare, pytest.mark.timeout(3 * 3600)]
 IMPLS = ("ours", "go")
+FIELD_MANAGER = "local-ccm-bench"
+EMPTY_WINDOW = 10.0  # s of CPU for the lifecycle controller that selects no Node
 
 
 def impls(settings: Settings) -> tuple[str, ...]:
     """Ours, Go's, and with BENCH_BASELINE an earlier tree of ours, interleaved in each round."""
     return (*IMPLS, "baseline") if settings.baseline else IMPLS
-
-
-FIELD_MANAGER = "local-ccm-bench"
-EMPTY_WINDOW = 10.0  # s of CPU for the lifecycle controller that selects no Node
 
 
 class LoadSampler:
@@ -87,18 +84,11 @@ class LoadSampler:
         self._thread.join(timeout=5)
 
 
-def git_commit(tree: str) -> str | None:
-    """The short commit a checkout's tree is at (None outside a git work tree)."""
-    found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True,
-                           text=True, check=False)  # fmt: skip
-    return found.stdout.strip() or None
-
-
 def write(component: str, binaries: Binaries, plane: ControlPlane, body: dict[str, Any]) -> None:
     """test-artifacts/bench/compare-<component>-<stamp>.json, beside `make bench`'s results."""
     body = {"machine": ipam_bench.machine_facts(binaries, plane), **body}
     if baseline := body.get("settings", {}).get("baseline"):
-        body["baseline_git"] = git_commit(baseline)
+        body["baseline_git"] = ipam_bench.git_head(baseline)
     body["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     ipam_bench.RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())

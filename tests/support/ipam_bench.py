@@ -223,6 +223,13 @@ def _node_obj(name: str, labels: Mapping[str, str], cidrs: list[str] | None = No
 
 
 # ------------------------------------------------------------------ results
+def git_head(tree: Path | str = ROOT) -> str:
+    """The short commit a checkout is at ("unknown" outside a git work tree)."""
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True,
+                         text=True, check=False)  # fmt: skip
+    return out.stdout.strip() or "unknown"
+
+
 def machine_facts(binaries: Binaries, plane: ControlPlane) -> dict[str, Any]:
     def run(*cmd: str) -> str:
         try:
@@ -233,7 +240,7 @@ def machine_facts(binaries: Binaries, plane: ControlPlane) -> dict[str, Any]:
 
     return {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "git": run("git", "rev-parse", "--short", "HEAD"),
+        "git": git_head(),
         "nproc": os.cpu_count(),
         "loadavg_start": [round(x, 2) for x in os.getloadavg()],
         "python": platform.python_version(),

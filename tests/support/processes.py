@@ -26,10 +26,13 @@ STOP_GRACE = 20.0
 AS_SHIPPED: Mapping[str, str] = MappingProxyType({"PYTHONOPTIMIZE": "2"})
 
 
-def baseline_env(src: str) -> dict[str, str]:
-    """What runs ours' entry point from another checkout's `src` (bench-compare's BENCH_BASELINE,
-    an earlier commit measured in the same rounds): its package ahead of the editable install."""
-    return {"PYTHONPATH": src}
+def python_env(impl: str, baseline: str = "") -> dict[str, str]:
+    """What a benchmark adds to the environment of `impl`: nothing for "go"; AS_SHIPPED for ours,
+    a floor and "baseline", which also gets another checkout's `src` (bench-compare's
+    BENCH_BASELINE, an earlier commit measured in the same rounds) ahead of the editable install."""
+    if impl == "go":
+        return {}
+    return {**AS_SHIPPED, **({"PYTHONPATH": baseline} if impl == "baseline" else {})}
 
 
 def compile_optimized(*more: str) -> None:
