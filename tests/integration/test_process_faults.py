@@ -287,7 +287,10 @@ def _run_to_exit(binary: Binary, argv: Sequence[str], log: Path) -> tuple[int, s
     """Start the binary, wait for it to exit by itself; its exit code and its log's tail."""
     child = _start(binary, argv, log)
     try:
-        code = eventually(child.exited, timeout=30, message=f"{binary.name} exits")
+        eventually(lambda: child.exited() is not None, timeout=30,
+                   message=f"{binary.name} exits")  # fmt: skip
+        code = child.exited()
+        assert code is not None
     finally:
         child.stop(grace=5)
     return code, tail(log)

@@ -18,8 +18,11 @@ def eventually(
 ) -> T:
     """Call `predicate` until it returns something truthy and return that value.
 
-    Exceptions from the predicate count as "not yet"; on timeout the AssertionError shows the
-    last value or exception, so a failure says what the world looked like.
+    Falsy is "not yet", whatever its type: None, False, and also an empty list, dict or string
+    and 0, so a probe may return what it read (`status.get("ipv4")`) without `or None`, and an
+    empty answer never passes as found. Exceptions from the predicate count as "not yet"; on
+    timeout the AssertionError shows the last value or exception, so a failure says what the
+    world looked like.
     """
     deadline = time.monotonic() + timeout
     last: object = None
@@ -30,7 +33,7 @@ def eventually(
             value, last = None, exc
         else:
             last = value
-        if value is not None and value is not False:
+        if value:
             return value  # type: ignore[return-value]
         if time.monotonic() >= deadline:
             raise AssertionError(
