@@ -13,18 +13,14 @@ the time, because this 2-core machine is shared.
 from __future__ import annotations
 
 import http.client
-import json
 import os
-import platform
 import queue
 import socket
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +28,14 @@ from local_ccm import names as product
 from local_ccm.kube.client import Client, WatchStream
 from local_ccm.kube.errors import ApiError
 from local_ccm.netlink.netns import run_in_netns
+from tests.support import benchrecord
 from tests.support import resources as r
 from tests.support.agent_process import RESOURCES
 from tests.support.chart import RbacTarget, ShippedRbac, bound_to_user
 from tests.support.netns import NetnsFactory, Uplink
 from tests.support.processes import AS_SHIPPED, Child, spawn
 
-ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "test-artifacts" / "bench"
+ROOT, RESULTS = benchrecord.ROOT, benchrecord.RESULTS
 LOCAL_CCM = str(Path(sys.executable).with_name("local-ccm"))
 METRICS_PORT = 8092  # the agent's default --metrics-bind-address, inside its own namespace
 NODE_V4 = ("192.0.2.10/24", "192.0.2.1/24")
@@ -81,25 +77,11 @@ def sample_value(exposition: str, name: str) -> float | None:
 
 # ------------------------------------------------------------------ machine and results
 def machine_facts() -> dict[str, Any]:
-    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                         text=True, check=False).stdout.strip()  # fmt: skip
-    return {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "git": sha or "unknown",
-        "nproc": os.cpu_count(),
-        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
-        "python": platform.python_version(),
-        "kernel": platform.release(),
-    }
+    return benchrecord.machine_facts()
 
 
 def write_result(name: str, result: dict[str, Any]) -> Path:
-    result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"agent-{name}-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\n{name}: {path}\n{json.dumps(result, indent=2)}")
-    return path
+    return benchrecord.write_result("agent", name, result)
 
 
 # ------------------------------------------------------------------ identity and topology

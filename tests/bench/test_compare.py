@@ -29,7 +29,7 @@ from tests.bench import compare_agent, compare_ipam, compare_lifecycle
 from tests.bench.agent_bench import node_uplink
 from tests.bench.compare_stats import Settings
 from tests.integration.ipam import harness as ipam_harness
-from tests.support import crds, ipam_bench, names, originals
+from tests.support import benchrecord, crds, ipam_bench, names, originals
 from tests.support import resources as r
 from tests.support.audit import audit_log, audited_plane
 from tests.support.binaries import Binaries
@@ -88,7 +88,7 @@ def write(component: str, binaries: Binaries, plane: ControlPlane, body: dict[st
     """test-artifacts/bench/compare-<component>-<stamp>.json, beside `make bench`'s results."""
     body = {"machine": ipam_bench.machine_facts(binaries, plane), **body}
     if baseline := body.get("settings", {}).get("baseline"):
-        body["baseline_git"] = ipam_bench.git_head(baseline)
+        body["baseline_git"] = benchrecord.git_head(baseline)
     body["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     ipam_bench.RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())

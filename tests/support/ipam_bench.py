@@ -11,15 +11,11 @@ same Nodes (same labels, same pool) in the same order, with `time.thread_time()`
 from __future__ import annotations
 
 import ipaddress
-import json
-import os
-import platform
 import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +24,7 @@ from local_ccm.ipam.core.model import FINALIZER, project_cluster_cidr, project_n
 from local_ccm.kube.client import Client, Obj
 from tests.integration.ipam import harness
 from tests.integration.ipam.objects import cluster_cidr
-from tests.support import names
+from tests.support import benchrecord, names
 from tests.support import resources as r
 from tests.support.binaries import Binaries
 from tests.support.cleanup import Tracker
@@ -37,8 +33,7 @@ from tests.support.kwok import create_fake_nodes
 from tests.support.processes import cpu_seconds, memory_kib
 from tests.support.waiting import eventually
 
-ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "test-artifacts" / "bench"
+ROOT, RESULTS = benchrecord.ROOT, benchrecord.RESULTS
 POOL_V4, POOL_V6, BITS = "10.128.0.0/9", "fd00:128::/104", 8
 SCALE_LABEL = {"scale": "1"}
 NODE_PATCHES_OK = ("local_ccm_ipam_node_writes_total", {"code": "200"})
@@ -223,41 +218,21 @@ def _node_obj(name: str, labels: Mapping[str, str], cidrs: list[str] | None = No
 
 
 # ------------------------------------------------------------------ results
-def git_head(tree: Path | str = ROOT) -> str:
-    """The short commit a checkout is at ("unknown" outside a git work tree)."""
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True,
-                         text=True, check=False)  # fmt: skip
-    return out.stdout.strip() or "unknown"
-
-
 def machine_facts(binaries: Binaries, plane: ControlPlane) -> dict[str, Any]:
-    def run(*cmd: str) -> str:
-        try:
-            out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
-        except OSError:
-            return "unknown"
-        return out.stdout.strip() or "unknown"
-
-    return {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "git": git_head(),
-        "nproc": os.cpu_count(),
-        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
-        "python": platform.python_version(),
-        "kernel": platform.release(),
-        "go": run("go", "version"),
-        "kube_apiserver": plane.version,
-        "pins": {"etcd": binaries.pins.etcd, "kwok": binaries.pins.kwok},
-    }
+    try:
+        go = subprocess.run(["go", "version"], capture_output=True, text=True, check=False)
+    except OSError:
+        go_version = "unknown"
+    else:
+        go_version = go.stdout.strip() or "unknown"
+    return benchrecord.machine_facts(
+        go=go_version, kube_apiserver=plane.version,
+        pins={"etcd": binaries.pins.etcd, "kwok": binaries.pins.kwok},
+    )  # fmt: skip
 
 
 def write_result(name: str, result: dict[str, Any]) -> Path:
-    result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"ipam-{name}-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\n{name}: {path}\n{json.dumps(result, indent=2)}")
-    return path
+    return benchrecord.write_result("ipam", name, result)
 
 
 def table(rows: Sequence[tuple[str, str, str]]) -> str:

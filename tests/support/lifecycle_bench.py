@@ -13,27 +13,22 @@ per run, with the shipped RBAC (a TokenRequest kubeconfig). What is read, and fr
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 import re
-import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tests.support import benchrecord
 from tests.support.controlplane import ControlPlane
 from tests.support.processes import Child, free_port, spawn
 from tests.support.waiting import eventually
 
-ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "test-artifacts" / "bench"
+ROOT, RESULTS = benchrecord.ROOT, benchrecord.RESULTS
 BINARY = Path(sys.executable).parent / "node-lifecycle-controller"
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\} ([0-9.eE+-]+|NaN)$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -167,23 +162,8 @@ class Controller:
 
 # ------------------------------------------------------------------ results
 def machine_facts(plane: ControlPlane) -> dict[str, Any]:
-    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                         text=True, check=False).stdout.strip()  # fmt: skip
-    return {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "git": sha or "unknown",
-        "nproc": os.cpu_count(),
-        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
-        "python": platform.python_version(),
-        "kernel": platform.release(),
-        "kube_apiserver": plane.version,
-    }
+    return benchrecord.machine_facts(kube_apiserver=plane.version)
 
 
 def write_result(name: str, result: dict[str, Any]) -> Path:
-    result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"lifecycle-{name}-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\n{name}: {path}\n{json.dumps(result, indent=2)}")
-    return path
+    return benchrecord.write_result("lifecycle", name, result)
