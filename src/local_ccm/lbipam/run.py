@@ -169,7 +169,9 @@ class Controller:
 
     # ------------------------------------------------------------ watches: the keys
 
-    def _ours(self, obj: Mapping[str, Any]) -> bool:
+    def _of_our_class(self, obj: Mapping[str, Any]) -> bool:
+        """Of our class (a pool change concerns these; a former LoadBalancer Service of ours
+        that still shows our condition, `writes.shows_ours`, is cleaned up on its own events)."""
         s = self.settings
         return writes.class_matches(obj, s.lb_class, classless=s.classless)
 
@@ -177,7 +179,7 @@ class Controller:
         """Every Service of our class (in `namespace`)."""
         prefix = "" if namespace is None else namespace + "/"
         return [key for key, obj in self.services.cache.items()
-                if key.startswith(prefix) and self._ours(obj)]  # fmt: skip
+                if key.startswith(prefix) and self._of_our_class(obj)]  # fmt: skip
 
     def _on_service(self, change: Change[Obj]) -> Iterable[str]:
         return [change.key] if change.type in ("ADDED", "MODIFIED", "DELETED") else []
