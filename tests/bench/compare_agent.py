@@ -102,6 +102,22 @@ def task_cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
+def task_wakeups(pid: int) -> int:
+    """How often the live threads of `pid` went to sleep and were woken since they started
+    (voluntary context switches, /proc/<pid>/task/*/status): each is a turn of work that starts
+    with cold caches when the process sleeps between events."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread ended between listing and reading
+        for line in status.splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                total += int(line.split()[1])
+    return total
+
+
 def _change(bench: AgentBench, watcher: NodeWatcher, k: int) -> float:
     old, new = FLIP[k % 2], FLIP[(k + 1) % 2]
     started = time.monotonic()

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from local_ccm.kube.client import Client
-from tests.bench.compare_agent import task_cpu_seconds
+from tests.bench.compare_agent import task_cpu_seconds, task_wakeups
 from tests.integration.ipam import harness
 from tests.integration.ipam.objects import cluster_cidr
 from tests.support import resources as r
@@ -151,6 +151,7 @@ def run_ipam(bench: IpamBench, impl: str, tag: str, *, qps: Sequence[str], count
         ready_s = time.monotonic() - spawned
         time.sleep(READY_SETTLE)
         cpu0, ticks0 = task_cpu_seconds(child.pid), cpu_seconds(child.pid)
+        wakeups0 = task_wakeups(child.pid)
         children0 = children_cpu_seconds(child.pid)
         rss_ready = memory_kib(child.pid)["VmRSS"]
         bodies = [plain_node(f"{pool}-{i:05d}", selects) for i in range(count)]
@@ -166,6 +167,7 @@ def run_ipam(bench: IpamBench, impl: str, tag: str, *, qps: Sequence[str], count
         posted = _wait_for_events(bench.kube, pool, timeout)
         drained = time.monotonic()
         cpu, ticks = spent(), cpu_seconds(child.pid) - ticks0
+        wakeups = task_wakeups(child.pid) - wakeups0
         hwm = memory_kib(child.pid)["VmHWM"]
     finally:
         child.stop(grace=15)
@@ -178,6 +180,7 @@ def run_ipam(bench: IpamBench, impl: str, tag: str, *, qps: Sequence[str], count
         "startup_cpu_ticks_s": round(ticks0, 2), "allocation_cpu_s": round(allocated, 4),
         "cpu_s": round(cpu, 4), "cpu_ticks_s": round(ticks, 2),
         "cpu_per_1000_s": round(cpu * 1000 / count, 3),
+        "wakeups_per_node": round(wakeups / count, 2),
         "events_posted": posted, "events_after_allocated_s": round(drained - done, 2),
         "create_s": round(created - start, 2), "after_last_create_s": round(done - created, 2),
         "rss_ready_mib": round(rss_ready / 1024, 1), "rss_peak_mib": round(hwm / 1024, 1),
