@@ -84,9 +84,17 @@ class LoadSampler:
         self._thread.join(timeout=5)
 
 
+# The commit the session started at (test modules are imported first): what its processes run.
+# A result is written at the end of a part, which may be an hour later.
+SESSION_GIT = benchrecord.git_head()
+
+
 def write(component: str, binaries: Binaries, plane: ControlPlane, body: dict[str, Any]) -> None:
     """test-artifacts/bench/compare-<component>-<stamp>.json, beside `make bench`'s results."""
-    body = {"machine": ipam_bench.machine_facts(binaries, plane), **body}
+    facts = ipam_bench.machine_facts(binaries, plane)
+    if facts["git"] != SESSION_GIT:  # committed during the run: the run is of the first
+        facts["git"], facts["git_end"] = SESSION_GIT, facts["git"]
+    body = {"machine": facts, **body}
     if baseline := body.get("settings", {}).get("baseline"):
         body["baseline_git"] = benchrecord.git_head(baseline)
     body["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
