@@ -13,7 +13,6 @@ taken. Scale: tests/bench/compare_stats.py `Settings` (BENCH_* variables).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import threading
@@ -97,12 +96,7 @@ def write(component: str, binaries: Binaries, plane: ControlPlane, body: dict[st
     body = {"machine": facts, **body}
     if baseline := body.get("settings", {}).get("baseline"):
         body["baseline_git"] = benchrecord.git_head(baseline)
-    body["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-    ipam_bench.RESULTS.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    path = ipam_bench.RESULTS / f"compare-{component}-{stamp}.json"
-    path.write_text(json.dumps(body, indent=2) + "\n")
-    print(f"\ncompare-{component}: {path}")
+    benchrecord.write_result("compare", component, body, echo=False)
 
 
 def collect(rounds: dict[str, dict[str, list[Any]]], impl: str, values: dict[str, Any]) -> None:

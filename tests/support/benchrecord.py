@@ -15,14 +15,18 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "test-artifacts" / "bench"
 
 
-def git_head(tree: Path | str = ROOT) -> str:
-    """The short commit a checkout is at ("unknown" outside a git work tree)."""
+def command_output(*cmd: str, cwd: Path | str = ROOT) -> str:
+    """What `cmd` printed, stripped; "unknown" when it printed nothing or could not run."""
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree,
-                             capture_output=True, text=True, check=False)  # fmt: skip
+        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
     except OSError:
         return "unknown"
     return out.stdout.strip() or "unknown"
+
+
+def git_head(tree: Path | str = ROOT) -> str:
+    """The short commit a checkout is at ("unknown" outside a git work tree)."""
+    return command_output("git", "rev-parse", "--short", "HEAD", cwd=tree)
 
 
 def machine_facts(**extra: Any) -> dict[str, Any]:
@@ -38,12 +42,13 @@ def machine_facts(**extra: Any) -> dict[str, Any]:
     }
 
 
-def write_result(kind: str, name: str, result: dict[str, Any]) -> Path:
+def write_result(kind: str, name: str, result: dict[str, Any], *, echo: bool = True) -> Path:
     """`result` with the load average at its end, as test-artifacts/bench/<kind>-<name>-<UTC
-    stamp>.json; printed too."""
+    stamp>.json; its path printed, and with `echo` its content too."""
     result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{kind}-{name}-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\n{name}: {path}\n{json.dumps(result, indent=2)}")
+    text = json.dumps(result, indent=2)
+    path.write_text(text + "\n")
+    print(f"\n{kind}-{name}: {path}" + (f"\n{text}" if echo else ""))
     return path

@@ -11,7 +11,6 @@ same Nodes (same labels, same pool) in the same order, with `time.thread_time()`
 from __future__ import annotations
 
 import ipaddress
-import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -219,14 +218,8 @@ def _node_obj(name: str, labels: Mapping[str, str], cidrs: list[str] | None = No
 
 # ------------------------------------------------------------------ results
 def machine_facts(binaries: Binaries, plane: ControlPlane) -> dict[str, Any]:
-    try:
-        go = subprocess.run(["go", "version"], capture_output=True, text=True, check=False)
-    except OSError:
-        go_version = "unknown"
-    else:
-        go_version = go.stdout.strip() or "unknown"
     return benchrecord.machine_facts(
-        go=go_version, kube_apiserver=plane.version,
+        go=benchrecord.command_output("go", "version"), kube_apiserver=plane.version,
         pins={"etcd": binaries.pins.etcd, "kwok": binaries.pins.kwok},
     )  # fmt: skip
 

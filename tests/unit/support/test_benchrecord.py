@@ -33,3 +33,8 @@ def test_a_result_is_written_under_its_kind_and_name(
     written = json.loads(path.read_text())
     assert written["nodes"] == 5000
     assert len(written["loadavg_end"]) == 3
+
+
+def test_a_command_that_cannot_run_reads_as_unknown() -> None:
+    assert benchrecord.command_output("/nonexistent/go", "version") == "unknown"
+    assert benchrecord.command_output("true") == "unknown"  # ran, printed nothing
