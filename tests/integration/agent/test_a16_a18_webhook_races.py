@@ -119,8 +119,13 @@ def test_a17_index_shift_during_removal_is_detected_and_retried(
     with remover, hook.start(probe_node=name), agent as run:
         assert run.agent is not None
         node = eventually(lambda: initialised(kube, name), timeout=10, message="untainted")
-        conflicts = metric(run.agent, WRITES, {"kind": "taint", "result": "conflict"})
-        successes = metric(run.agent, WRITES, {"kind": "taint", "result": "success"})
+        # The apiserver applies the PATCH before the agent reads the answer and counts it.
+        success = {"kind": "taint", "result": "success"}
+        running = run.agent
+        successes = eventually(
+            lambda: metric(running, WRITES, success), timeout=5, message="counted"
+        )
+        conflicts = metric(running, WRITES, {"kind": "taint", "result": "conflict"})
     assert hook.fired.is_set()
     assert hook.errors == []
     assert taint_keys(node) == [], node["spec"]
