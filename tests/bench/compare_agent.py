@@ -49,7 +49,13 @@ from tests.support.audit import AuditLog
 from tests.support.chart import ShippedRbac
 from tests.support.controlplane import ControlPlane
 from tests.support.netns import Uplink
-from tests.support.processes import cpu_seconds, memory_kib, python_env, spawn
+from tests.support.processes import (
+    cpu_seconds,
+    memory_kib,
+    python_env,
+    spawn,
+    task_cpu_seconds,
+)
 
 STARTUP_SETTLE = 3.0  # s after the taint is removed; the Go agent's next pass is 10 s away
 WAIT = 60.0  # s for any single observation; a run that does not see it fails loudly
@@ -88,34 +94,6 @@ def _start(bench: AgentBench, impl: str, node: str, kubeconfig: Path, log: Path)
     started = time.monotonic()
     cmd = ["ip", "netns", "exec", bench.up.node.name, *argv]
     return AgentProcess(spawn(f"agent-{impl}", cmd, log, env=env), bench.up.node.name, started)
-
-
-def task_cpu_seconds(pid: int) -> float:
-    """On-CPU time of every live thread of `pid` from /proc/<pid>/task/*/schedstat (ns), for
-    idle windows where utime + stime (10 ms ticks) would read 0."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # the thread ended between listing and reading
-    return total / 1e9
-
-
-def task_wakeups(pid: int) -> int:
-    """How often the live threads of `pid` went to sleep and were woken since they started
-    (voluntary context switches, /proc/<pid>/task/*/status): each is a turn of work that starts
-    with cold caches when the process sleeps between events."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            status = (task / "status").read_text()
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # the thread ended between listing and reading
-        for line in status.splitlines():
-            if line.startswith("voluntary_ctxt_switches:"):
-                total += int(line.split()[1])
-    return total
 
 
 def _change(bench: AgentBench, watcher: NodeWatcher, k: int) -> float:

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 from local_ccm.kube.client import Client
-from tests.bench.compare_agent import task_cpu_seconds, task_wakeups
 from tests.integration.ipam import harness
 from tests.integration.ipam.objects import cluster_cidr
 from tests.support import resources as r
@@ -50,6 +49,8 @@ from tests.support.processes import (
     memory_kib,
     python_env,
     spawn,
+    task_cpu_seconds,
+    task_wakeups,
 )
 from tests.support.waiting import eventually
 

@@ -34,7 +34,6 @@ from typing import Any
 
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import ApiError
-from tests.bench.compare_agent import task_cpu_seconds
 from tests.support import resources as r
 from tests.support.cleanup import NodeFactory
 from tests.support.controlplane import ControlPlane
@@ -47,7 +46,14 @@ from tests.support.lifecycle_bench import (
     read_counters,
 )
 from tests.support.lifecycle_harness import AUTOSCALER_TAINT
-from tests.support.processes import Child, free_port, memory_kib, python_env, spawn
+from tests.support.processes import (
+    Child,
+    free_port,
+    memory_kib,
+    python_env,
+    spawn,
+    task_cpu_seconds,
+)
 from tests.support.waiting import eventually
 
 SETTLE = 5.0

@@ -27,10 +27,16 @@ from typing import Any
 
 import yaml
 
-from tests.bench.compare_agent import task_cpu_seconds
 from tests.support.audit import AuditEvent
 from tests.support.controlplane import ControlPlane
-from tests.support.processes import Child, children_cpu_seconds, cpu_seconds, memory_kib, spawn
+from tests.support.processes import (
+    Child,
+    children_cpu_seconds,
+    cpu_seconds,
+    memory_kib,
+    spawn,
+    task_cpu_seconds,
+)
 from tests.support.relay import LoopbackRelay
 
 SAMPLE_S = 15.0

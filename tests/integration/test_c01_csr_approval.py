@@ -193,7 +193,7 @@ def test_c03_csr_of_a_tainted_node_is_approved_once_initialised(
 ) -> None:
     node = make_node(admin, "127.1.0.10", tainted=True)
     name = submit(plane, node, request_pem(node, ips=["127.1.0.10"]))
-    waiting = eventually(lambda: events_about(admin, name) or None, timeout=DECIDED,
+    waiting = eventually(lambda: events_about(admin, name), timeout=DECIDED,
                          message="the controller reports the CSR waiting")  # fmt: skip
     assert [e["reason"] for e in waiting] == ["KubeletServingWaiting"]
     assert conditions(admin, name) == []
@@ -240,7 +240,7 @@ def test_c06_without_deny_a_bad_csr_stays_pending_with_an_event(
     name = submit(plane, node, request_pem(node, ips=["127.1.0.16"]))
     child = start_manager(plane.admin_kubeconfig, log, "--csr-deny=false")
     try:
-        events = eventually(lambda: events_about(admin, name) or None, timeout=DECIDED,
+        events = eventually(lambda: events_about(admin, name), timeout=DECIDED,
                             message="the controller reports the CSR it would deny")  # fmt: skip
     finally:
         child.stop(grace=5)

@@ -205,7 +205,7 @@ def test_clustercidr_crd_is_refused_and_ipam_uses_its_flag_pool(
     assert "undeclared reference to 'isCIDR'" in str(refused.value), refused.value
     assert not crds.is_served(kube, "networking.x-k8s.io", "v1", "clustercidrs")
     name = make_node()["metadata"]["name"]
-    assigned = eventually(lambda: pod_cidrs(kube, name) or None, timeout=SETTLE,
+    assigned = eventually(lambda: pod_cidrs(kube, name), timeout=SETTLE,
                           message="IPAM assigns a pod CIDR")  # fmt: skip
     (block,) = assigned
     network = ipaddress.IPv4Network(block)

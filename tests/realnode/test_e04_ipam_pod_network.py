@@ -95,7 +95,7 @@ def assigned(cluster: Cluster, installed: float) -> list[str]:
         "spec": {"perNodeHostBits": PER_NODE_HOST_BITS, "ipv4": str(POOL)},
     }  # fmt: skip
     cluster.kube.create(r.CLUSTER_CIDRS, body)
-    cidrs = eventually(lambda: pod_cidrs(cluster) or None, timeout=TIMEOUT,
+    cidrs = eventually(lambda: pod_cidrs(cluster), timeout=TIMEOUT,
                        message=f"podCIDRs assigned\n{pod_states(cluster)}")  # fmt: skip
     return list(cidrs)
 

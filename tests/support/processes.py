@@ -161,6 +161,34 @@ def cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def task_cpu_seconds(pid: int) -> float:
+    """On-CPU time of every live thread of `pid` from /proc/<pid>/task/*/schedstat (ns), for
+    idle windows where utime + stime (10 ms ticks) would read 0."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread ended between listing and reading
+    return total / 1e9
+
+
+def task_wakeups(pid: int) -> int:
+    """How often the live threads of `pid` went to sleep and were woken since they started
+    (voluntary context switches, /proc/<pid>/task/*/status): each is a turn of work that starts
+    with cold caches when the process sleeps between events."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread ended between listing and reading
+        for line in status.splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                total += int(line.split()[1])
+    return total
+
+
 def children_cpu_seconds(pid: int) -> float:
     """cutime + cstime of `pid`: the CPU of its children that ended and were waited for (ours
     makes the self-signed /metrics certificate in a child process), 10 ms ticks."""

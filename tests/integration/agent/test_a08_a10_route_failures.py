@@ -44,7 +44,7 @@ def test_a08_no_route_with_a_kubelet_internal_ip_initialises_and_then_stays_quie
         agent = run.agent
         eventually(lambda: initialised(kube, name), timeout=10, message="taint removed")
         eventually(lambda: condition_is(kube, name, "False", "NoRoute"), timeout=10)
-        eventually(lambda: events_with(kube, name, "AddressDetectionFailed") or None, timeout=10)
+        eventually(lambda: events_with(kube, name, "AddressDetectionFailed"), timeout=10)
         assert patches(agent) == 2  # the status (condition + annotation) and the taint
         before = metric_total(agent, "local_ccm_agent_detections_total", **NO_ROUTE)
         hold(10, lambda: patches(agent) == 2, what="no PATCH after the first two writes")
@@ -72,9 +72,7 @@ def test_a10_route_lost_and_restored_keeps_the_external_ip(
             assert pairs(lost) == A01_ADDRESSES, lost
             ns.ip("route", "add", "default", "via", "198.51.100.1", "dev", "eth0")
             eventually(lambda: condition_is(kube, name, "True", "AddressesSynced"), timeout=10)
-            eventually(
-                lambda: events_with(kube, name, "AddressDetectionRecovered") or None, timeout=10
-            )
+            eventually(lambda: events_with(kube, name, "AddressDetectionRecovered"), timeout=10)
         written = metric_total(run.agent, "local_ccm_agent_node_writes_total", kind="addresses")
         assert written == writes
     assert recorder.address_lists() == [A01_ADDRESSES], recorder.address_lists()

@@ -101,9 +101,7 @@ def test_a21_kubelet_fight_is_detected_and_writes_pause(
             interval=0.5,
             message="condition KubeletOwnsAddresses",
         )
-        conflict = eventually(
-            lambda: events_with(kube, name, "KubeletAddressConflict") or None, timeout=10
-        )
+        conflict = eventually(lambda: events_with(kube, name, "KubeletAddressConflict"), timeout=10)
         assert "kubelet" in str(conflict[0].get("message")), conflict
         assert metric(agent, "local_ccm_agent_address_conflict") == 1
         written = metric_total(agent, "local_ccm_agent_node_writes_total", kind="addresses")
@@ -143,12 +141,10 @@ def test_a22_provided_node_ip_policies(
     with InProcessAgent(options(argv, control_plane.admin_kubeconfig), netns=up.node.name):
         if policy == "prefer":
             node = eventually(lambda: initialised(kube, name), timeout=10, message="untainted")
-            eventually(
-                lambda: events_with(kube, name, "ProvidedNodeIPMismatch") or None, timeout=10
-            )
+            eventually(lambda: events_with(kube, name, "ProvidedNodeIPMismatch"), timeout=10)
             assert pairs(node) == [("InternalIP", "192.0.2.5")], node["status"]
         elif policy == "strict":
-            eventually(lambda: events_with(kube, name, "InitializationBlocked") or None, timeout=10)
+            eventually(lambda: events_with(kube, name, "InitializationBlocked"), timeout=10)
             node = eventually(
                 lambda: condition_is(kube, name, "False", "ProvidedNodeIPMismatch"), timeout=10
             )
@@ -182,5 +178,5 @@ def test_a23_provider_id_is_set_before_the_taint_goes_and_never_overwritten(
     )["metadata"]["name"]
     with InProcessAgent(options([f"--node-name={other}", *argv], admin), netns=ns.name):
         node = eventually(lambda: initialised(kube, other), timeout=10, message="untainted")
-        eventually(lambda: events_with(kube, other, "ProviderIDMismatch") or None, timeout=10)
+        eventually(lambda: events_with(kube, other, "ProviderIDMismatch"), timeout=10)
     assert kube.get(r.NODES, other)["spec"]["providerID"] == "other://x"

@@ -50,7 +50,5 @@ def test_a28_unprivileged_agent_initialises_and_follows_route_changes(
             assert pairs(lost) == A01_ADDRESSES, lost
             ns.ip("route", "add", "default", "via", "198.51.100.1", "dev", "eth0")
             eventually(lambda: condition_is(kube, name, "True", "AddressesSynced"), timeout=10)
-            eventually(
-                lambda: events_with(kube, name, "AddressDetectionRecovered") or None, timeout=10
-            )
+            eventually(lambda: events_with(kube, name, "AddressDetectionRecovered"), timeout=10)
         assert recorder.address_lists() in ([], [A01_ADDRESSES]), recorder.address_lists()

@@ -106,7 +106,7 @@ def test_m02_a_label_someone_else_set_is_kept_and_reported(
     opts = options(agent_args(name, rules_file(tmp_path, RULES)), control_plane.admin_kubeconfig)
     with InProcessAgent(opts, netns=ns.name):
         node = eventually(lambda: initialised(kube, name), timeout=15, message="untainted")
-        conflict = eventually(lambda: events_with(kube, name, "MetadataLabelConflict") or None,
+        conflict = eventually(lambda: events_with(kube, name, "MetadataLabelConflict"),
                               timeout=10, message="MetadataLabelConflict Event")  # fmt: skip
     assert node["metadata"]["labels"][ZONE] == "theirs"
     assert node["metadata"]["labels"][RACK] == "a"  # the keys that were free are written
@@ -183,7 +183,7 @@ def test_m05_a_bad_reload_keeps_the_last_good_rules_with_an_event_and_a_metric(
         eventually(lambda: initialised(kube, name), timeout=15, message="untainted")
         replace(rules, "rules: [{name: broken, zone: 'a b c!'}]\n")
         invalid: list[Any] = eventually(
-            lambda: events_with(kube, name, "MetadataRulesInvalid") or None, timeout=15,
+            lambda: events_with(kube, name, "MetadataRulesInvalid"), timeout=15,
             message="MetadataRulesInvalid Event",
         )  # fmt: skip
         assert running.agent is not None
@@ -246,6 +246,6 @@ def test_m08_labels_the_api_server_refuses_never_hold_the_taint(
     opts = options(agent_args(name, rules_file(tmp_path, RULES)), control_plane.admin_kubeconfig)
     with InProcessAgent(opts, netns=ns.name):
         node = eventually(lambda: initialised(kube, name), timeout=20, message="untainted")
-        eventually(lambda: events_with(kube, name, "NodeUpdateRejected") or None, timeout=10,
+        eventually(lambda: events_with(kube, name, "NodeUpdateRejected"), timeout=10,
                    message="the refused write is reported")  # fmt: skip
     assert RACK not in (node["metadata"].get("labels") or {})

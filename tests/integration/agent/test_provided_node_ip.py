@@ -58,9 +58,7 @@ def test_an_unparsable_provided_node_ip_is_reported_like_a_mismatch(
             timeout=15,
             message="condition False/ProvidedNodeIPUnparsable",
         )
-        event = eventually(
-            lambda: events_with(kube, name, "ProvidedNodeIPUnparsable") or None, timeout=10
-        )
+        event = eventually(lambda: events_with(kube, name, "ProvidedNodeIPUnparsable"), timeout=10)
     condition = condition_of(node)
     assert condition is not None
     assert annotation in str(condition["message"]), condition

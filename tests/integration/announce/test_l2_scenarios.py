@@ -47,7 +47,7 @@ def answered_by(world: L2, address: IPAddress) -> Node:
     """The Node whose MAC the client resolves `address` to (arping for IPv4, the kernel's NDP
     for IPv6), checked against the Lease's holder."""
     if address.version == 4:
-        macs = eventually(lambda: arping(world.client, address, count=1) or None, timeout=30,
+        macs = eventually(lambda: arping(world.client, address, count=1), timeout=30,
                           interval=0.5, message=f"an answer for {address}")  # fmt: skip
         assert len(macs) == 1, macs
         mac = next(iter(macs))
@@ -81,7 +81,7 @@ def test_l2_01_l2_02_dual_stack_answered_by_the_holder_then_taken_over(world: L2
         announcer_annotation(v4)) == holder4.name, timeout=10, message="annotation")  # fmt: skip
     annotations = world.space.get("web")["metadata"]["annotations"]
     assert annotations[announcer_annotation(v6)] == holder6.name
-    events = eventually(lambda: service_events(world, "web") or None, timeout=10)
+    events = eventually(lambda: service_events(world, "web"), timeout=10)
     assert any(holder4.name in e["message"] and str(v4) in e["message"] for e in events)
 
     resolve(world.client, v4)

@@ -71,7 +71,7 @@ def test_i28_leader_exits_3_and_sends_no_patch_during_an_outage(
     # The Node shows its CIDR as soon as the API server has the PATCH; the controller counts it
     # when the answer is back, a moment later. Take the baseline once that one PATCH is counted.
     before = eventually(
-        lambda: proc.metric(*NODE_PATCHES) or None, timeout=10, message="the first PATCH counted"
+        lambda: proc.metric(*NODE_PATCHES), timeout=10, message="the first PATCH counted"
     )
     command = stop_apiserver(control_plane)
     stopped = time.monotonic()

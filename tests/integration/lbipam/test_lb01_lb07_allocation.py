@@ -39,7 +39,7 @@ def test_lb01_single_stack_service_gets_the_first_usable_address(
     cond = lb.condition(svc)
     assert cond is not None
     assert (cond["status"], cond["reason"]) == ("True", "Allocated")
-    reasons = eventually(lambda: {e["reason"] for e in space.events("web")} or None, timeout=10)
+    reasons = eventually(lambda: {e["reason"] for e in space.events("web")}, timeout=10)
     assert "AddressAllocated" in reasons
     want = {"total": "6", "used": "1", "free": "5"}
     eventually(lambda: lb.pool_status(kube, pool).get("ipv4") == want, timeout=SETTLE)
@@ -114,7 +114,7 @@ def test_lb04_address_outside_every_pool_is_refused_with_an_event(
     assert lb.ips(space.get("outside")) == []
     assert not lb.has_finalizer(space.get("outside"))
     warnings = eventually(
-        lambda: [e for e in space.events("outside") if e["reason"] == "AddressNotInPool"] or None,
+        lambda: [e for e in space.events("outside") if e["reason"] == "AddressNotInPool"],
         timeout=10,
     )
     assert warnings[0]["type"] == "Warning"

@@ -112,8 +112,8 @@ def test_lb13_helm_install_with_pools_and_the_controller_under_its_rbac(
     try:
         space.service("web")
         space.service("vip", annotations={"lb.local-ccm.io/ips": f"{net}.100"})
-        assert eventually(lambda: lb.ips(space.get("web")) or None, timeout=30) == [f"{net}.1"]
-        assert eventually(lambda: lb.ips(space.get("vip")) or None, timeout=30) == [f"{net}.100"]
+        assert eventually(lambda: lb.ips(space.get("web")), timeout=30) == [f"{net}.1"]
+        assert eventually(lambda: lb.ips(space.get("vip")), timeout=30) == [f"{net}.100"]
         eventually(lambda: lb.pool_status(admin, f"{namespace}-pool").get("ipv4"), timeout=30)
         assert child.exited() is None, tail(child.log_path)
     finally:

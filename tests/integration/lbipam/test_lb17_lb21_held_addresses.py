@@ -94,7 +94,7 @@ def test_lb18_a_deleted_pool_leaves_the_address_held_and_flagged_until_the_opera
     assert (status, reason) == ("True", "AddressOutsidePools"), message
     assert f"{net}.1 is in no pool's ranges" in message
     warnings = eventually(
-        lambda: [e for e in space.events("d1") if e["reason"] == "AddressOutsidePools"] or None,
+        lambda: [e for e in space.events("d1") if e["reason"] == "AddressOutsidePools"],
         timeout=10,
         message="a Warning Event on d1",
     )

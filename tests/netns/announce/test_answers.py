@@ -34,7 +34,7 @@ def test_the_client_resolves_both_families_to_the_speakers_mac(
     speaker = speakers(node).start([VIP4, VIP6])
     speaker.allow(VIP4, VIP6)
 
-    assert eventually(lambda: arping(client, VIP4, count=1) or None, timeout=10) == {mac}
+    assert eventually(lambda: arping(client, VIP4, count=1), timeout=10) == {mac}
     assert arping(client, VIP4, count=2) == {mac}
     resolve(client, VIP4)
 
@@ -52,7 +52,7 @@ def test_addresses_not_served_or_not_allowed_are_not_answered(
     capture = Capture(segment.bridge).start()
     speaker = speakers(node).start([VIP4, VIP6, OTHER4])  # OTHER4 served, its fence closed
     speaker.allow(VIP4, VIP6, OTHER6)  # OTHER6 allowed, but not served on eth0
-    assert eventually(lambda: arping(client, VIP4, count=1) or None, timeout=10) == {mac}
+    assert eventually(lambda: arping(client, VIP4, count=1), timeout=10) == {mac}
 
     assert arping(client, OTHER4, count=2) == set()
     for _ in range(3):
@@ -76,7 +76,7 @@ def test_duplicate_address_detection_probes_are_answered(
 
     # RFC 5227: arping -D probes from 0.0.0.0 and fails (exit 1) on a reply; the kernel's
     # own DAD for an address the client adds marks it dadfailed when our advertisement comes.
-    assert eventually(lambda: arping(client, VIP4, count=1, dad=True) or None, timeout=10) == {mac}
+    assert eventually(lambda: arping(client, VIP4, count=1, dad=True), timeout=10) == {mac}
 
     assert eventually(lambda: resolved(client, VIP6), timeout=10, interval=0.5) == mac
     client.sysctl("net.ipv6.conf.eth0.accept_dad=1")

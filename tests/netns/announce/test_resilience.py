@@ -26,7 +26,7 @@ def test_an_interface_that_goes_away_and_comes_back_is_served_again(
     eventually(lambda: speaker.counters.reopens["eth0"] >= 2, timeout=10, message="retries")
     mac = segment.attach(node)  # a new eth0: a new index and MAC
 
-    assert eventually(lambda: arping(client, VIP4, count=1) or None, timeout=15) == {mac}
+    assert eventually(lambda: arping(client, VIP4, count=1), timeout=15) == {mac}
 
 
 def test_a_link_going_down_and_up_is_served_again(segment: Segment, speakers: Speakers) -> None:
@@ -40,7 +40,7 @@ def test_a_link_going_down_and_up_is_served_again(segment: Segment, speakers: Sp
     eventually(lambda: speaker.counters.reopens["eth0"] >= 1, timeout=10, message="a reopen")
     node.ip("link", "set", "eth0", "up")
 
-    assert eventually(lambda: arping(client, VIP4, count=1) or None, timeout=15) == {mac}
+    assert eventually(lambda: arping(client, VIP4, count=1), timeout=15) == {mac}
 
 
 WITHOUT_NET_RAW = r"""
