@@ -13,9 +13,7 @@ taken. Scale: tests/bench/compare_stats.py `Settings` (BENCH_* variables).
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,9 +24,10 @@ import pytest
 from local_ccm.kube.client import Client
 from tests.bench import compare_agent, compare_ipam, compare_lifecycle
 from tests.bench.agent_bench import node_uplink
+from tests.bench.compare_record import LoadSampler, collect, provenance, write
 from tests.bench.compare_stats import Settings
 from tests.integration.ipam import harness as ipam_harness
-from tests.support import benchrecord, crds, ipam_bench, names, originals
+from tests.support import crds, names, originals
 from tests.support import resources as r
 from tests.support.audit import audit_log, audited_plane
 from tests.support.binaries import Binaries
@@ -58,55 +57,6 @@ EMPTY_WINDOW = 10.0  # s of CPU for the lifecycle controller that selects no Nod
 def impls(settings: Settings) -> tuple[str, ...]:
     """Ours, Go's, and with BENCH_BASELINE an earlier tree of ours, interleaved in each round."""
     return (*IMPLS, "baseline") if settings.baseline else IMPLS
-
-
-class LoadSampler:
-    """The 1/5/15-minute load average every `every` s while the block runs."""
-
-    def __init__(self, every: float = 15.0) -> None:
-        self.samples: list[list[float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(every,), daemon=True)
-
-    def _run(self, every: float) -> None:
-        while True:
-            self.samples.append([round(x, 2) for x in os.getloadavg()])
-            if self._stop.wait(every):
-                return
-
-    def __enter__(self) -> LoadSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-
-# The commit the session started at (test modules are imported first): what its processes run.
-# A result is written at the end of a part, which may be an hour later.
-SESSION_GIT = benchrecord.git_head()
-
-
-def write(component: str, binaries: Binaries, plane: ControlPlane, body: dict[str, Any]) -> None:
-    """test-artifacts/bench/compare-<component>-<stamp>.json, beside `make bench`'s results."""
-    facts = ipam_bench.machine_facts(binaries, plane)
-    if facts["git"] != SESSION_GIT:  # committed during the run: the run is of the first
-        facts["git"], facts["git_end"] = SESSION_GIT, facts["git"]
-    body = {"machine": facts, **body}
-    if baseline := body.get("settings", {}).get("baseline"):
-        body["baseline_git"] = benchrecord.git_head(baseline)
-    benchrecord.write_result("compare", component, body, echo=False)
-
-
-def collect(rounds: dict[str, dict[str, list[Any]]], impl: str, values: dict[str, Any]) -> None:
-    for key, value in values.items():
-        rounds.setdefault(key, {"ours": [], "go": []}).setdefault(impl, []).append(value)
-
-
-def provenance(built: originals.Built, name: str) -> dict[str, Any]:
-    info = built.infos[name]
-    return {k: info.get(k) for k in ("component", "version", "project", "commit", "license", "key")}
 
 
 # ------------------------------------------------------------------ agent

@@ -21,8 +21,8 @@ import pytest
 
 from tests.bench import compare_join as cj
 from tests.bench import join_phases as jp
+from tests.bench.compare_record import LoadSampler, collect, provenance, write
 from tests.bench.compare_stats import Settings
-from tests.bench.test_compare import LoadSampler, collect, provenance, write
 from tests.support import originals
 from tests.support.binaries import Binaries
 from tests.support.realnode_chart import package_chart

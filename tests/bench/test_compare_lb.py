@@ -23,9 +23,9 @@ import pytest
 
 from local_ccm.kube.client import Client
 from tests.bench import compare_lb, lb_peers
+from tests.bench.compare_record import LoadSampler, provenance, write
 from tests.bench.compare_stats import Settings
 from tests.bench.lb_watch import AuditTail
-from tests.bench.test_compare import LoadSampler, provenance, write
 from tests.support import originals
 from tests.support.audit import audit_log
 from tests.support.binaries import Binaries

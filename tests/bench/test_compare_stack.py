@@ -45,8 +45,8 @@ from local_ccm.lbipam.api import POOLS
 from tests.bench import compare_stack as cs
 from tests.bench import stack_load
 from tests.bench.agent_bench import grant_agent, is_tainted
+from tests.bench.compare_record import LoadSampler, provenance, write
 from tests.bench.compare_stats import Settings
-from tests.bench.test_compare import LoadSampler, provenance, write
 from tests.integration.ipam.objects import cluster_cidr
 from tests.support import chart, crds, nodes, originals
 from tests.support import resources as r

@@ -1,0 +1,63 @@
+"""What every part of `make bench-compare` records beside its measurements: the load average
+while it ran, the commit it ran, where each Go original came from, and the result file
+(``test-artifacts/bench/compare-<part>-<stamp>.json``) that `tests.bench.compare_report`
+turns into docs/benchmarks.md's tables."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from tests.support import benchrecord, ipam_bench, originals
+from tests.support.binaries import Binaries
+from tests.support.controlplane import ControlPlane
+
+
+class LoadSampler:
+    """The 1/5/15-minute load average every `every` s while the block runs."""
+
+    def __init__(self, every: float = 15.0) -> None:
+        self.samples: list[list[float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(every,), daemon=True)
+
+    def _run(self, every: float) -> None:
+        while True:
+            self.samples.append([round(x, 2) for x in os.getloadavg()])
+            if self._stop.wait(every):
+                return
+
+    def __enter__(self) -> LoadSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+# The commit the session started at (test modules are imported first): what its processes run.
+# A result is written at the end of a part, which may be an hour later.
+SESSION_GIT = benchrecord.git_head()
+
+
+def write(component: str, binaries: Binaries, plane: ControlPlane, body: dict[str, Any]) -> None:
+    """test-artifacts/bench/compare-<component>-<stamp>.json, beside `make bench`'s results."""
+    facts = ipam_bench.machine_facts(binaries, plane)
+    if facts["git"] != SESSION_GIT:  # committed during the run: the run is of the first
+        facts["git"], facts["git_end"] = SESSION_GIT, facts["git"]
+    body = {"machine": facts, **body}
+    if baseline := body.get("settings", {}).get("baseline"):
+        body["baseline_git"] = benchrecord.git_head(baseline)
+    benchrecord.write_result("compare", component, body, echo=False)
+
+
+def collect(rounds: dict[str, dict[str, list[Any]]], impl: str, values: dict[str, Any]) -> None:
+    for key, value in values.items():
+        rounds.setdefault(key, {"ours": [], "go": []}).setdefault(impl, []).append(value)
+
+
+def provenance(built: originals.Built, name: str) -> dict[str, Any]:
+    info = built.infos[name]
+    return {k: info.get(k) for k in ("component", "version", "project", "commit", "license", "key")}
