@@ -44,7 +44,9 @@ SESSION_GIT = benchrecord.git_head()
 
 def write(component: str, binaries: Binaries, plane: ControlPlane, body: dict[str, Any]) -> None:
     """test-artifacts/bench/compare-<component>-<stamp>.json, beside `make bench`'s results."""
-    facts = ipam_bench.machine_facts(binaries, plane)
+    facts = ipam_bench.machine_facts(binaries, plane)  # "when": the part's end
+    if samples := body.get("loadavg_samples"):  # read now, the load would be the end's
+        facts["loadavg_start"] = samples[0]
     if facts["git"] != SESSION_GIT:  # committed during the run: the run is of the first
         facts["git"], facts["git_end"] = SESSION_GIT, facts["git"]
     body = {"machine": facts, **body}
