@@ -6,35 +6,27 @@ turns into docs/benchmarks.md's tables."""
 from __future__ import annotations
 
 import os
-import threading
-from typing import Any
+from typing import Any, Self
 
 from tests.support import benchrecord, ipam_bench, originals
 from tests.support.binaries import Binaries
 from tests.support.controlplane import ControlPlane
+from tests.support.ticker import Ticker
 
 
-class LoadSampler:
-    """The 1/5/15-minute load average every `every` s while the block runs."""
+class LoadSampler(Ticker):
+    """The 1/5/15-minute load average every `every` s while the block runs, from its start."""
 
     def __init__(self, every: float = 15.0) -> None:
+        super().__init__(every)
         self.samples: list[list[float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(every,), daemon=True)
 
-    def _run(self, every: float) -> None:
-        while True:
-            self.samples.append([round(x, 2) for x in os.getloadavg()])
-            if self._stop.wait(every):
-                return
+    def __enter__(self) -> Self:
+        self.tick()
+        return super().__enter__()
 
-    def __enter__(self) -> LoadSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+    def tick(self) -> None:
+        self.samples.append([round(x, 2) for x in os.getloadavg()])
 
 
 # The commit the session started at (test modules are imported first): what its processes run.

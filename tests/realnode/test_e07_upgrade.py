@@ -29,7 +29,6 @@ the taint, then polls the Node every 0.2 s while ``helm upgrade --wait`` runs, a
 from __future__ import annotations
 
 import copy
-import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from tests.support.binaries import Binaries
 from tests.support.chart import REPO
 from tests.support.realnode_chart import NAMESPACE, node_values, package_chart, run_helm
 from tests.support.realnode_cluster import FIELD_MANAGER, Cluster, realnode_cluster
+from tests.support.ticker import Ticker
 from tests.support.waiting import eventually
 
 UPSTREAM = REPO / "tests" / "integration" / "deploy" / "upstream-charts"
@@ -166,34 +166,26 @@ def running_and_ready(pod: Mapping[str, Any]) -> bool:
     return pod["status"].get("phase") == "Running" and all(s["ready"] for s in statuses)
 
 
-class NodeWatch:
+class NodeWatch(Ticker):
     """Polls the Node every :data:`POLL` s in a thread of its own; ``lapses`` are the polls
     that saw it uninitialised (the taint back, or other addresses)."""
 
     def __init__(self, cluster: Cluster) -> None:
+        super().__init__(POLL, join=10)
         self.cluster, self.polls, self.lapses = cluster, 0, list[dict[str, Any]]()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="e07-node-watch", daemon=True)
+        self.kube = Client.from_kubeconfig(cluster.plane.admin_kubeconfig,
+                                           field_manager=FIELD_MANAGER)  # fmt: skip
 
-    def __enter__(self) -> NodeWatch:
-        self._thread.start()
-        return self
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)
+        self.kube.close()
 
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        plane, name = self.cluster.plane, self.cluster.node.spec.name
-        with Client.from_kubeconfig(plane.admin_kubeconfig, field_manager=FIELD_MANAGER) as kube:
-            while not self._stop.wait(POLL):
-                node = kube.get(r.NODES, name)
-                self.polls += 1
-                addresses = node["status"].get("addresses", [])
-                if UNINITIALIZED_TAINT in taint_keys(node) or addresses != expected_addresses(
-                    self.cluster
-                ):
-                    self.lapses.append({"taints": taint_keys(node), "addresses": addresses})
+    def tick(self) -> None:
+        node = self.kube.get(r.NODES, self.cluster.node.spec.name)
+        self.polls += 1
+        addresses = node["status"].get("addresses", [])
+        if UNINITIALIZED_TAINT in taint_keys(node) or addresses != expected_addresses(self.cluster):
+            self.lapses.append({"taints": taint_keys(node), "addresses": addresses})
 
 
 def templates(kube: Client) -> dict[str, dict[str, Any]]:

@@ -10,7 +10,6 @@ import contextlib
 import ipaddress
 import secrets
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from tests.support.cleanup import NodeFactory, Tracker
 from tests.support.controlplane import ControlPlane
 from tests.support.netns import Namespace, NetnsFactory
 from tests.support.processes import Child, stop_all
+from tests.support.ticker import Ticker
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 # uid 65532 with CAP_NET_RAW alone (ambient, so that the exec'd interpreter keeps it); the
@@ -224,30 +224,6 @@ class Record:
     holder: str
     acquired: float | None  # acquireTime, renewTime: the writer's wall clock
     renewed: float | None
-
-
-class Ticker:
-    """`tick()` every `interval` seconds in a thread, from ``with`` until its end."""
-
-    def __init__(self, interval: float) -> None:
-        self.interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=type(self).__name__, daemon=True)
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.tick()
-
-    def tick(self) -> None:
-        raise NotImplementedError
 
 
 class LeaseHistory(Ticker):

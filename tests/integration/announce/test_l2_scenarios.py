@@ -168,7 +168,7 @@ def test_l2_04_removing_l2_announcement_from_the_pool_stops_every_answer(world: 
     assert arping(world.client, vip, count=3) == set()
     name = lease_name(vip)
     deleted = eventually(lambda: [n.name for n in world.nodes
-                                  if f"Lease {name} deleted" in n.agent.log()] or None,
+                                  if f"Lease {name} deleted" in n.agent.log()],
                          timeout=10, message="the deleting agent's log")  # fmt: skip
     refused = sum(n.agent.log().count(f"Lease {name} not deleted") for n in world.nodes)
     print(
