@@ -4,7 +4,8 @@ alone and kube-vip-cloud-provider v0.0.12, each out of cluster with a kubeconfig
 user.
 
 What the peers need is made here from their own sources, at test time: MetalLB's CRDs from
-`config/crd/bases` of its pinned tarball (tests/bench/originals.toml), its namespace,
+`config/crd/bases` of its pinned tarball (tests/bench/originals.toml `keep`: copied into the
+build's cache entry, so a cached build needs no tarball), its namespace,
 ServiceAccount and its own Pod object (it reads the Pod at start-up for owner references; no
 kubelet runs it), an `IPAddressPool` per run; kube-vip-cloud-provider's `kubevip` ConfigMap in
 kube-system with a `cidr-<namespace>` key per run. Ours gets a `LoadBalancerIPPool` per run.
@@ -14,9 +15,7 @@ Every pool is the same: `POOL_V4` and `POOL_V6`.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
-import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,29 +46,22 @@ OURS_ENV = {**PATH_ONLY, **AS_SHIPPED,
 
 
 # ------------------------------------------------------------------ once per plane
-def metallb_crds() -> list[Obj]:
-    """MetalLB's CRDs as its pinned tarball ships them (config/crd/bases; the kustomize
-    patch there only adds the BGPPeer conversion webhook, which a controller alone without
-    webhooks does not serve)."""
-    original = next(o for o in originals.load_originals() if o.name == METALLB)
-    folder = originals.originals_dir(os.environ, originals.REPO_ROOT)
-    tarball = originals.verified_tarball(original, folder)
-    prefix = f"{original.top}/config/crd/bases/"
+def metallb_crds(built: originals.Built) -> list[Obj]:
+    """MetalLB's CRDs as its pinned tarball ships them (config/crd/bases, which the build keeps
+    in its cache entry; the kustomize patch there only adds the BGPPeer conversion webhook,
+    which a controller alone without webhooks does not serve)."""
     found = []
-    with tarfile.open(tarball) as tar:
-        for member in tar.getmembers():
-            if member.name.startswith(prefix) and member.name.endswith(".yaml"):
-                text = tar.extractfile(member).read().decode()  # type: ignore[union-attr]
-                found += [d for d in yaml.safe_load_all(text) if d]
+    for path in sorted(built.path(METALLB, "config/crd/bases").glob("*.yaml")):
+        found += [d for d in yaml.safe_load_all(path.read_text()) if d]
     return [d for d in found if d.get("kind") == "CustomResourceDefinition"]
 
 
-def prepare(kube: Client) -> None:
+def prepare(kube: Client, built: originals.Built) -> None:
     """What every run needs on the plane: the CRDs, MetalLB's namespace with its Pod and
     ServiceAccount, kube-vip-cloud-provider's ConfigMap, and one Ready Node (without one the
     cloud-provider's service controller posts a warning Event per Service)."""
     crds.install(kube, (crds.POOL_CRD,))
-    found = metallb_crds()
+    found = metallb_crds(built)
     for crd in found:
         crds.apply_crd(kube, crd)
     for crd in found:

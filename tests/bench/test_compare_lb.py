@@ -39,10 +39,12 @@ PEER_BINARIES = {"metallb": (lb_peers.METALLB, "metallb-controller"),
 
 
 @pytest.fixture(scope="module")
-def lb_plane(request: pytest.FixtureRequest, binaries: Binaries) -> Iterator[ControlPlane]:
+def lb_plane(
+    request: pytest.FixtureRequest, binaries: Binaries, built: originals.Built
+) -> Iterator[ControlPlane]:
     with dedicated_plane(request.config, binaries, "compare-lb", scale=True, audit=True) as plane:
         with Client.from_kubeconfig(plane.admin_kubeconfig, field_manager=FIELD_MANAGER) as kube:
-            lb_peers.prepare(kube)
+            lb_peers.prepare(kube, built)
         yield plane
 
 

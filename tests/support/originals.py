@@ -5,7 +5,9 @@ from its source tarball into the same cache as the control-plane binaries
 (`~/.cache/local-ccm-test/bin/<name>-<snapshot>-<go>-<key>/`), under the same build lock, with
 the same atomic publish (a temporary folder renamed once BUILD_INFO.json is written). The key
 covers the tarball's sha256, the Go version, the forced Go environment, the ldflags and the
-go arguments, so a new snapshot or toolchain is a new entry, never a stale hit.
+go arguments, so a new snapshot or toolchain is a new entry, never a stale hit. Source files a
+benchmark reads besides the binaries (``keep``: MetalLB's CRDs) are copied into the entry, so a
+cache hit needs no tarball.
 
 The first half is pure (pins, where the tarballs are, keys, messages); the second is the
 adapter (sha256 check, unpack, `go build`, publish).
@@ -42,6 +44,8 @@ DIR_ENV = "LOCAL_CCM_ORIGINALS_DIR"
 RECIPE = 1  # bump when the recipe changes in a way the key's other inputs do not show
 _FIELDS = ("name", "tarball", "sha256", "project", "snapshot", "commit", "license", "top",
            "ldflags", "go_args", "binaries", "help_mentions")  # fmt: skip
+_OPTIONAL = ("keep",)
+_LISTS = ("go_args", "binaries", "help_mentions", "keep")
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class Original:
     go_args: tuple[str, ...]  # after `go`; "{out}" and "{ldflags}" are filled in
     binaries: tuple[str, ...]
     help_mentions: tuple[str, ...]  # flags the bench passes: `--help` must name them
+    keep: tuple[str, ...] = ()  # source paths (files or folders) copied into the entry
 
     def command(self, out: Path) -> list[str]:
         fill = {"{out}": str(out), "{ldflags}": self.ldflags}
@@ -93,23 +98,26 @@ def _entry_problems(entry: Any) -> list[str]:
     if not isinstance(entry, dict):
         return ["not a table"]
     problems = [f"{k}: missing" for k in _FIELDS if k not in entry]
-    problems += [f"{k}: unknown key" for k in entry if k not in _FIELDS]
+    problems += [f"{k}: unknown key" for k in entry if k not in (*_FIELDS, *_OPTIONAL)]
     sha = entry.get("sha256", "")
     if not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
         problems.append(f"sha256: {sha!r} is not 64 lowercase hex digits")
-    for key in ("go_args", "binaries", "help_mentions"):
+    for key in _LISTS:
         value = entry.get(key, [])
         if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             problems.append(f"{key}: not a list of strings")
+    for path in entry.get("keep", []) if isinstance(entry.get("keep"), list) else ():
+        parts = Path(str(path)).parts
+        if not parts or Path(str(path)).is_absolute() or ".." in parts:
+            problems.append(f"keep: {path!r} is not a relative path inside the source")
     if "binaries" in entry and not entry["binaries"]:
         problems.append("binaries: empty")
     return problems
 
 
 def _original(entry: Mapping[str, Any]) -> Original:
-    lists = ("go_args", "binaries", "help_mentions")
-    fields: dict[str, Any] = {k: str(entry[k]) for k in _FIELDS if k not in lists}
-    fields.update({k: tuple(entry[k]) for k in lists})
+    fields: dict[str, Any] = {k: str(entry[k]) for k in _FIELDS if k not in _LISTS}
+    fields.update({k: tuple(entry[k]) for k in _LISTS if k in entry})
     return Original(**fields)
 
 
@@ -139,6 +147,7 @@ def key_inputs(original: Original, go: GoInfo) -> dict[str, Any]:
         "env": dict(gobuild.GO_ENV),
         "ldflags": original.ldflags,
         "go_args": list(original.go_args),
+        **({"keep": list(original.keep)} if original.keep else {}),
     }
 
 
@@ -171,6 +180,7 @@ class Built:
     infos: Mapping[str, Mapping[str, Any]]
 
     def path(self, name: str, binary: str) -> Path:
+        """A binary of the entry, or a path its `keep` copied from the source."""
         return self.entries[name] / binary
 
 
@@ -198,6 +208,8 @@ def _published(entry: Path, original: Original) -> dict[str, Any] | None:
     info = entry / "BUILD_INFO.json"
     if not info.is_file() or not all((entry / b).is_file() for b in original.binaries):
         return None  # a folder without BUILD_INFO.json is never trusted
+    if not all((entry / k).exists() for k in original.keep):
+        return None
     return dict(json.loads(info.read_text()))
 
 
@@ -227,6 +239,7 @@ def _build(
         report(f"{original.name} {original.snapshot}: building: {shlex.join(cmd)}")
         started = time.monotonic()
         gotool.run_go_streaming(cmd[1:], cwd=source, env=env, on_line=lambda _line: None)
+        _keep(original, source, tmp)
         info = _describe(original, tmp, cmd, go, time.monotonic() - started)
         (tmp / "BUILD_INFO.json").write_text(json.dumps(info, indent=2) + "\n")
         tmp.chmod(0o755)
@@ -234,6 +247,18 @@ def _build(
         return info
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _keep(original: Original, source: Path, out: Path) -> None:
+    for path in original.keep:
+        found, dest = source / path, out / path
+        if not found.exists():
+            raise BuildError(f"{original.name}: {original.tarball} has no {original.top}/{path}")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if found.is_dir():
+            shutil.copytree(found, dest)
+        else:
+            shutil.copy2(found, dest)
 
 
 def _describe(

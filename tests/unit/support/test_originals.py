@@ -78,3 +78,18 @@ def test_the_cache_key_moves_with_the_source_the_toolchain_and_the_flags() -> No
 def test_help_may_spell_a_flag_with_one_dash_or_two() -> None:
     (original,) = o.parse_originals({"original": [entry(help_mentions=["a-b", "c", "d"])]})
     assert o.missing_from_help("  -a-b string\n  --c\n  -dd\n", original) == ["d"]
+
+
+def test_kept_source_paths_are_optional_relative_and_part_of_the_key() -> None:
+    (plain,) = o.parse_originals({"original": [entry()]})
+    assert plain.keep == ()
+    assert "keep" not in o.key_inputs(plain, GO)  # entries without it keep their old keys
+    (kept,) = o.parse_originals({"original": [entry(keep=["config/crd/bases"])]})
+    assert kept.keep == ("config/crd/bases",)
+    assert o.entry_name(kept, GO) != o.entry_name(plain, GO)
+    with pytest.raises(ValueError, match=r"keep: ") as caught:
+        o.parse_originals({"original": [entry(keep=["/etc", "../x", "a/../../b", 3])]})
+    text = str(caught.value)
+    for part in ("'/etc' is not a relative path", "'../x' is not", "'a/../../b' is not",
+                 "keep: not a list of strings"):  # fmt: skip
+        assert part in text
