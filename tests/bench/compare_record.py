@@ -6,7 +6,7 @@ turns into docs/benchmarks.md's tables."""
 from __future__ import annotations
 
 import os
-from typing import Any, Self
+from typing import Any
 
 from tests.support import benchrecord, ipam_bench, originals
 from tests.support.binaries import Binaries
@@ -18,12 +18,8 @@ class LoadSampler(Ticker):
     """The 1/5/15-minute load average every `every` s while the block runs, from its start."""
 
     def __init__(self, every: float = 15.0) -> None:
-        super().__init__(every)
+        super().__init__(every, at_once=True)
         self.samples: list[list[float]] = []
-
-    def __enter__(self) -> Self:
-        self.tick()
-        return super().__enter__()
 
     def tick(self) -> None:
         self.samples.append([round(x, 2) for x in os.getloadavg()])

@@ -7,16 +7,18 @@ from typing import Self
 
 
 class Ticker:
-    """`tick()` every `interval` seconds in a daemon thread, from ``with`` until its end (the
-    first tick an interval after the start; a subclass that needs one at once calls `tick()`
-    in its ``__enter__`` first). The thread is joined for at most `join` seconds."""
+    """`tick()` every `interval` seconds in a daemon thread, from ``with`` until its end: the
+    first tick an interval after the start, or, with `at_once`, in ``with`` itself before the
+    thread starts. The thread is joined for at most `join` seconds."""
 
-    def __init__(self, interval: float, *, join: float = 5.0) -> None:
-        self.interval, self._join = interval, join
+    def __init__(self, interval: float, *, at_once: bool = False, join: float = 5.0) -> None:
+        self.interval, self._at_once, self._join = interval, at_once, join
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=type(self).__name__, daemon=True)
 
     def __enter__(self) -> Self:
+        if self._at_once:
+            self.tick()
         self._thread.start()
         return self
 

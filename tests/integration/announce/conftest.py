@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import pytest
 
@@ -232,15 +232,11 @@ class LeaseHistory(Ticker):
     each was written (``with LeaseHistory(world, address) as history:``)."""
 
     def __init__(self, world: L2, address: IPAddress, interval: float = 0.05) -> None:
-        super().__init__(interval)
+        # The version before whatever the test does next is read on entering, not a tick
+        # later: on a loaded machine the holder's release came before the thread's first read.
+        super().__init__(interval, at_once=True)
         self.world, self.name = world, lease_name(address)
         self.records: list[Record] = []
-
-    def __enter__(self) -> Self:
-        # The version before whatever the test does next is read now, not a tick later: on a
-        # loaded machine the holder's release came before the thread's first read.
-        self.tick()
-        return super().__enter__()
 
     def tick(self) -> None:
         try:
