@@ -106,9 +106,10 @@ def _entry_problems(entry: Any) -> list[str]:
         value = entry.get(key, [])
         if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             problems.append(f"{key}: not a list of strings")
-    for path in entry.get("keep", []) if isinstance(entry.get("keep"), list) else ():
-        parts = Path(str(path)).parts
-        if not parts or Path(str(path)).is_absolute() or ".." in parts:
+    keep = entry.get("keep", [])
+    for path in keep if isinstance(keep, list) else ():
+        inside = Path(str(path))
+        if inside.is_absolute() or not inside.parts or ".." in inside.parts:
             problems.append(f"keep: {path!r} is not a relative path inside the source")
     if "binaries" in entry and not entry["binaries"]:
         problems.append("binaries: empty")
