@@ -34,6 +34,7 @@ from tests.support.processes import AS_SHIPPED, Child, free_port, spawn
 IMPLS = ("ours", "metallb", "kube-vip-cp")
 POOL_V4, POOL_V6 = "10.200.0.0/16", "fd00:200::/112"
 METALLB, KUBEVIP = "go-metallb-controller", "go-kube-vip-cloud-provider"
+CRD_FOLDER = "config/crd/bases"  # in MetalLB's source; its entry in originals.toml keeps it
 METALLB_NAMESPACE, METALLB_NAME = "metallb-system", "controller"
 IPADDRESSPOOLS = Resource("metallb.io", "v1beta1", "ipaddresspools", "IPAddressPool", True)
 KUBEVIP_NAMESPACE, KUBEVIP_CONFIGMAP = "kube-system", "kubevip"
@@ -50,10 +51,15 @@ def metallb_crds(built: originals.Built) -> list[Obj]:
     """MetalLB's CRDs as its pinned tarball ships them (config/crd/bases, which the build keeps
     in its cache entry; the kustomize patch there only adds the BGPPeer conversion webhook,
     which a controller alone without webhooks does not serve)."""
+    folder = built.path(METALLB, CRD_FOLDER)
     found = []
-    for path in sorted(built.path(METALLB, "config/crd/bases").glob("*.yaml")):
+    for path in sorted(folder.glob("*.yaml")):
         found += [d for d in yaml.safe_load_all(path.read_text()) if d]
-    return [d for d in found if d.get("kind") == "CustomResourceDefinition"]
+    crds_found = [d for d in found if d.get("kind") == "CustomResourceDefinition"]
+    if not crds_found:  # else the first IPAddressPool would fail, far from the cause
+        raise AssertionError(f"no MetalLB CRDs under {folder}: {METALLB}'s `keep` in "
+                             f"tests/bench/originals.toml must name {CRD_FOLDER!r}")  # fmt: skip
+    return crds_found
 
 
 def prepare(kube: Client, built: originals.Built) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.bench import lb_peers
 from tests.support import originals as o
 from tests.support.gotool import GoInfo
 
@@ -30,6 +31,11 @@ def test_the_committed_pins_parse_and_name_every_peer() -> None:
     assert names == ["go-local-ccm", "go-node-lifecycle-controller", "go-node-ipam-controller",
                      "go-metallb-controller", "go-kube-vip-cloud-provider",
                      "go-kubelet-csr-approver"]  # fmt: skip
+
+
+def test_the_metallb_build_keeps_the_crds_the_lb_part_installs() -> None:
+    metallb = next(x for x in o.load_originals() if x.name == lb_peers.METALLB)
+    assert lb_peers.CRD_FOLDER in metallb.keep
 
 
 def test_every_problem_is_reported_at_once() -> None:
