@@ -17,8 +17,18 @@ Events, log lines, metrics. The benchmark's control plane holds only the run's N
 - ``threads``: asyncio, the watch read by a thread and handed over with
   ``call_soon_threadsafe``, each PATCH run by ``asyncio.to_thread``.
 
-Standard library and PyYAML only; ``asyncio`` is imported by the two modes that use it. Ends
-on SIGTERM; any unexpected answer ends it with a message.
+A fourth, ``decisions``, is ``loop`` plus what a controller must decide and say for each Node,
+done by ours' own pure parts (`Decisions`): every watch event projected into a cache of views,
+the watch's echo of a write told apart from news, the CIDRs from the real allocator and its
+ledger, the patch as ours builds it, the answer projected and the allocation committed, the
+allocation counter and tries histogram, and the ``assigned …`` line through ours' logging. Still
+left out: the controller kit (informer, work queue and workers, the client on the event loop
+with its retries and deadlines), leader election, the pools' status, Events. So it bounds what
+any redesign of ours' per-Node path could reach while keeping those decisions.
+
+Standard library and PyYAML only in the first three modes; ``asyncio`` is imported by the modes
+that use it, ``local_ccm`` by ``decisions``. Ends on SIGTERM; any unexpected answer ends it with
+a message.
 """
 
 from __future__ import annotations
@@ -38,16 +48,17 @@ from urllib.parse import urlsplit
 
 import yaml
 
-POOL_V4 = int(ipaddress.IPv4Address("10.128.0.0"))  # tests.support.ipam_bench.POOL_V4
-POOL_V6 = int(ipaddress.IPv6Address("fd00:128::"))  # tests.support.ipam_bench.POOL_V6
-HOST_BITS = 8  # tests.support.ipam_bench.BITS (tests/unit/test_bench_floor.py checks all three)
-MODES = ("sync", "loop", "threads")
+POOLS = ("10.128.0.0/9", "fd00:128::/104")  # tests.support.ipam_bench.POOL_V4, POOL_V6
+POOL_V4, POOL_V6 = (int(ipaddress.ip_network(p).network_address) for p in POOLS)
+HOST_BITS = 8  # tests.support.ipam_bench.BITS (tests/unit/test_bench_floor.py checks both)
+MODES = ("sync", "loop", "threads", "decisions")
 
 
 class Api:
     """Two TLS connections to the API server: the watch's and the requests'."""
 
-    def __init__(self, kubeconfig: str) -> None:
+    def __init__(self, kubeconfig: str, decisions: Decisions | None = None) -> None:
+        self.decisions = decisions
         with open(kubeconfig, encoding="utf-8") as f:
             config = yaml.safe_load(f)
         cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
@@ -82,13 +93,16 @@ class Api:
         return sock, rest
 
     def patch(self, name: str, uid: str, index: int) -> None:
-        v4 = f"{ipaddress.IPv4Address(POOL_V4 + (index << HOST_BITS))}/{32 - HOST_BITS}"
-        v6 = f"{ipaddress.IPv6Address(POOL_V6 + (index << HOST_BITS))}/{128 - HOST_BITS}"
-        body = json.dumps([
-            {"op": "test", "path": "/metadata/uid", "value": uid},
-            {"op": "add", "path": "/spec/podCIDR", "value": v4},
-            {"op": "add", "path": "/spec/podCIDRs", "value": [v4, v6]},
-        ]).encode()  # fmt: skip
+        if self.decisions is not None:
+            body = self.decisions.body(name)
+        else:
+            v4 = f"{ipaddress.IPv4Address(POOL_V4 + (index << HOST_BITS))}/{32 - HOST_BITS}"
+            v6 = f"{ipaddress.IPv6Address(POOL_V6 + (index << HOST_BITS))}/{128 - HOST_BITS}"
+            body = json.dumps([
+                {"op": "test", "path": "/metadata/uid", "value": uid},
+                {"op": "add", "path": "/spec/podCIDR", "value": v4},
+                {"op": "add", "path": "/spec/podCIDRs", "value": [v4, v6]},
+            ]).encode()  # fmt: skip
         self.requests.sendall(
             b"PATCH /api/v1/nodes/" + name.encode() + b" HTTP/1.1\r\n" + self.head
             + b"Content-Type: application/json-patch+json\r\nContent-Length: "
@@ -105,6 +119,8 @@ class Api:
         answer = json.loads(data)
         if lines[0].split()[1] != b"200":
             raise SystemExit(f"PATCH {name}: {lines[0]!r} {answer}")
+        if self.decisions is not None:
+            self.decisions.answered(answer)
 
 
 def _head(sock: ssl.SSLSocket) -> tuple[bytes, bytes]:
@@ -146,7 +162,8 @@ def _chunked(sock: ssl.SSLSocket, buf: bytes) -> bytes:
 class Watch:
     """Chunked watch bytes in, Nodes that need CIDRs out (each once)."""
 
-    def __init__(self, buf: bytes) -> None:
+    def __init__(self, buf: bytes, decisions: Decisions | None = None) -> None:
+        self.decisions = decisions
         self.buf, self.partial = buf, b""
         self.queue: list[tuple[str, str]] = []  # (name, uid)
         self.queued: set[str] = set()
@@ -168,10 +185,73 @@ class Watch:
     def _event(self, event: dict[str, Any]) -> None:
         node = event["object"]
         name = node["metadata"]["name"]
-        needs = event["type"] != "DELETED" and not (node.get("spec") or {}).get("podCIDRs")
+        if self.decisions is not None:
+            needs = self.decisions.needs(event["type"], node)
+        else:
+            needs = event["type"] != "DELETED" and not (node.get("spec") or {}).get("podCIDRs")
         if needs and name not in self.queued:
             self.queued.add(name)
             self.queue.append((name, node["metadata"]["uid"]))
+
+
+class Decisions:
+    """What ``--floor-mode=decisions`` adds per Node, with ours' pure parts (module docstring)."""
+
+    def __init__(self) -> None:
+        # Imported here: the other modes start without them.
+        import logging  # noqa: PLC0415
+
+        from local_ccm.ipam.core import allocator, model, status  # noqa: PLC0415
+        from local_ccm.ipam.metrics import IpamMetrics  # noqa: PLC0415
+        from local_ccm.logs import configure_logging, kv  # noqa: PLC0415
+
+        self.configure_logging = configure_logging
+        self.log, self.kv = logging.getLogger("floor"), kv
+        self.project, self.node_patch = model.project_node, status.node_patch
+        self.allocation = allocator.Allocation
+        families = tuple(model.PoolFamily(n, n.max_prefixlen - HOST_BITS)
+                         for n in map(ipaddress.ip_network, POOLS))  # fmt: skip
+        self.pool = model.Pool("floor", families)
+        self.allocator = allocator.Allocator()
+        self.allocator.set_pool(self.pool, ready=True, uid="floor")
+        self.metrics = IpamMetrics()
+        self.views: dict[str, Any] = {}  # name -> the Node's view as last seen
+        self.written: dict[str, Any] = {}  # uid -> the view our write's answer showed
+        self.pending: Any = None  # the Allocation being written
+
+    def log_as_ours(self) -> None:
+        """INFO lines on stderr in ours' default format."""
+        self.configure_logging(fmt="text", verbosity=0, component="floor", bound={})
+
+    def needs(self, kind: str, node: dict[str, Any]) -> bool:
+        """Cache the Node's view; whether it is news that needs CIDRs."""
+        view = self.project(node)
+        if kind == "DELETED":
+            self.views.pop(view.name, None)
+            return False
+        old, self.views[view.name] = self.views.get(view.name), view
+        if view == old or self.written.get(view.uid) == view:
+            return False  # no change, or the echo of our own write
+        return not view.has_cidrs
+
+    def body(self, name: str) -> bytes:
+        result = self.allocator.allocate(self.views[name])
+        if not isinstance(result, self.allocation):
+            raise SystemExit(f"no CIDRs for Node {name}: {result}")
+        self.pending = result
+        return json.dumps(self.node_patch(result.uid, result.cidrs)).encode()
+
+    def answered(self, answer: dict[str, Any]) -> None:
+        alloc, view = self.pending, self.project(answer)
+        self.allocator.commit(alloc.uid)
+        self.written[view.uid] = view
+        for cidr in alloc.cidrs:
+            family = self.pool.family(cidr.version)
+            self.metrics.allocations.labels(str(family.network if family else ""), alloc.pool).inc()
+        self.metrics.tries.observe(alloc.tries)
+        fields = self.kv(node=alloc.node, uid=alloc.uid, clustercidr=alloc.pool)
+        texts = ",".join(map(str, alloc.cidrs))
+        self.log.info("assigned %s from %s to Node %s", texts, alloc.pool, alloc.node, extra=fields)
 
 
 class Bucket:
@@ -227,13 +307,14 @@ async def run_async(api: Api, sock: ssl.SSLSocket, watch: Watch, bucket: Bucket,
 
     loop = asyncio.get_running_loop()
     wake = asyncio.Event()
+    threaded = mode == "threads"  # else the loop reads the watch and each PATCH blocks it
 
     def feed(data: bytes) -> None:
         watch.feed(data)
         if watch.queue:
             wake.set()
 
-    if mode == "loop":
+    if not threaded:
         sock.setblocking(False)
 
         def readable() -> None:
@@ -262,7 +343,7 @@ async def run_async(api: Api, sock: ssl.SSLSocket, watch: Watch, bucket: Bucket,
                 await asyncio.sleep(wait)
                 continue
             name, uid = watch.queue.pop(0)
-            if mode == "loop":
+            if not threaded:
                 api.patch(name, uid, index)
             else:
                 await asyncio.to_thread(api.patch, name, uid, index)
@@ -275,10 +356,13 @@ def main(argv: Sequence[str]) -> int:
     if mode not in MODES:
         print(f"--floor-mode={mode}: one of {', '.join(MODES)}", file=sys.stderr)
         return 2
-    api = Api(flags["kubeconfig"])
+    decisions = Decisions() if mode == "decisions" else None
+    if decisions is not None:
+        decisions.log_as_ours()
+    api = Api(flags["kubeconfig"], decisions)
     bucket = Bucket(float(flags.get("kube-api-qps", "5")), float(flags.get("kube-api-burst", "10")))
     sock, rest = api.open_watch()
-    watch = Watch(rest)
+    watch = Watch(rest, decisions)
     serve_health(flags["health-probe-address"])
     if mode == "sync":
         watch.feed(b"")

@@ -9,10 +9,12 @@ allocation and until the Events about the run's Nodes stopped coming (every run 
 `compare_ipam.run_ipam`), per run and their medians.
 ``BENCH_IPAM_SCRIPTS=before=/a/run.py,after=/b/run.py`` runs each of those Python entry
 points in every round instead (interleaved before/after comparisons of two source trees).
-``BENCH_IPAM_FLOOR=sync,loop,threads`` adds, in every round, `tests/bench/floor_ipam.py` in
-each of those modes: the least a Python process spends on the same Nodes (its docstring says
-what it leaves out). ``BENCH_IPAM_GO=1`` adds the Go node-ipam-controller (built from
-`tests/bench/originals.toml`) to every round, so both sides of a comparison come from one run.
+``BENCH_IPAM_FLOOR=sync,loop,threads,decisions`` adds, in every round,
+`tests/bench/floor_ipam.py` in each of those modes: the least a Python process spends on the
+same Nodes, and (``decisions``) that plus ours' per-Node decisions without the controller kit
+(its docstring says what each leaves out). ``BENCH_IPAM_GO=1`` adds the Go
+node-ipam-controller (built from `tests/bench/originals.toml`) to every round, so both sides of a
+comparison come from one run.
 """
 
 from __future__ import annotations

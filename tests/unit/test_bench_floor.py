@@ -66,6 +66,33 @@ def test_bucket_gives_its_burst_then_one_token_per_interval() -> None:
 
 def test_the_floor_allocates_from_the_benchmarks_pools() -> None:
     """Its copies of the pools (a script run alone cannot import the tests' packages) agree."""
+    assert floor_ipam.POOLS == (ipam_bench.POOL_V4, ipam_bench.POOL_V6)
     assert int(ipaddress.ip_network(ipam_bench.POOL_V4).network_address) == floor_ipam.POOL_V4
     assert int(ipaddress.ip_network(ipam_bench.POOL_V6).network_address) == floor_ipam.POOL_V6
     assert floor_ipam.HOST_BITS == ipam_bench.BITS
+
+
+def _answer(name: str, body: bytes) -> dict[str, object]:
+    """The Node as the API server answers the PATCH `body` (its test and two adds)."""
+    test, _, cidrs = json.loads(body)
+    spec = {"podCIDR": cidrs["value"][0], "podCIDRs": cidrs["value"]}
+    return {"metadata": {"name": name, "uid": test["value"]}, "spec": spec}
+
+
+def test_decisions_mode_allocates_in_order_and_takes_its_own_echo_for_no_news() -> None:
+    decisions = floor_ipam.Decisions()
+    watch = floor_ipam.Watch(b"", decisions)
+    watch.feed(_chunk(_event("ADDED", "a")) + _chunk(_event("ADDED", "b")))
+    assert watch.queue == [("a", "uid-a"), ("b", "uid-b")]
+    answers = []
+    for name, _ in watch.queue:
+        answers.append(_answer(name, decisions.body(name)))
+        decisions.answered(answers[-1])
+    assert [a["spec"]["podCIDRs"] for a in answers] == [  # type: ignore[index]
+        ["10.128.0.0/24", "fd00:128::/120"], ["10.128.1.0/24", "fd00:128::100/120"],
+    ]  # fmt: skip
+    assert decisions.needs("MODIFIED", answers[0]) is False  # the watch's echo of the write
+    watch.feed(_chunk(_event("ADDED", "c")))
+    assert watch.queue[2:] == [("c", "uid-c")]
+    # The pool's ledger holds both: the next Node gets the third block.
+    assert json.loads(decisions.body("c"))[1]["value"] == "10.128.2.0/24"
