@@ -21,7 +21,9 @@ the chart's RBAC and a ServiceAccount token.
 
 The floors (``floor-sync``, ``floor-loop``: tests/bench/floor_ipam.py) run the same way at the
 same 5 QPS with ours' token: the least a Python process spends watching Nodes and PATCHing
-their CIDRs, for the start-up row against the floor and, beside it, CPU per 1 000 Nodes.
+their CIDRs, for the start-up row against the floor and, beside it, CPU per 1 000 Nodes; and
+``floor-decisions``, the loop floor making ours' per-Node decisions without the controller kit,
+for CPU per 1 000 Nodes against what any shape of ours' per-Node path would cost.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ CREATORS = 4
 GO_CLIENT = "client-go defaults, no flag: 5 QPS, burst 10"
 POLL = 1.0
 FLOOR = Path(__file__).with_name("floor_ipam.py")
-FLOORS = ("floor-sync", "floor-loop")
+FLOORS = ("floor-sync", "floor-loop", "floor-decisions")
 
 
 @dataclass(frozen=True)

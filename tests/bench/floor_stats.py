@@ -4,7 +4,9 @@ The agent's and the IPAM controller's rounds also run a floor program (tests/ben
 tests/bench/floor_ipam.py) that makes the same requests with nothing else, in two shapes:
 ``floor-loop`` runs them inside an asyncio event loop, as every component of ours does (the
 controller kit), ``floor-sync`` without one. The goal is stated against the floor of ours'
-shape; the table shows both, so the cost of the event loop itself is visible too.
+shape; the table shows both, so the cost of the event loop itself is visible too. The IPAM
+rounds also run ``floor-decisions`` (the loop floor making ours' per-Node decisions without the
+kit), shown against ours' CPU per 1 000 Nodes on a row of its own.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 from tests.bench.compare_stats import Result, number, ratio, ratio_text, replace_between, span
 
 GOAL = 1.2  # ours ≤ 1.2× the floor of its own shape
-SHAPED, BARE = "floor-loop", "floor-sync"
+SHAPED, BARE, DECISIONS = "floor-loop", "floor-sync", "floor-decisions"
 NO_FLOORS = ("(no floor in the newest results: the agent's and the IPAM controller's rounds of "
              "`make bench-compare` write this table)")  # fmt: skip
 
@@ -29,6 +31,8 @@ class FloorRow:
     label: str
     unit: str
     goal: float | None = GOAL  # ours ≤ goal × the floor of its shape; None: shown, no goal
+    shaped: str = SHAPED  # the floor in the "with an event loop" column
+    bare: str | None = BARE  # the floor in the "without one" column; None: no such floor
 
 
 ROWS = (
@@ -37,6 +41,17 @@ ROWS = (
     # Its goal is against Go (the main table); here for what the floor of the same work costs.
     FloorRow(
         "ipam_cpu_per_1000_same_qps_s", "ipam", "IPAM CPU per 1 000 Nodes, 5 QPS", "CPU-s", None
+    ),
+    # The same CPU against the loop floor that also makes ours' per-Node decisions, without the
+    # kit's layers (floor_ipam.py --floor-mode=decisions): what any shape of the path costs.
+    FloorRow(
+        "ipam_cpu_per_1000_same_qps_s",
+        "ipam",
+        "IPAM CPU per 1 000 Nodes, 5 QPS, against ours' decisions without the kit",
+        "CPU-s",
+        None,
+        shaped=DECISIONS,
+        bare=None,
     ),
 )
 
@@ -59,7 +74,8 @@ def floor_table(results: Mapping[str, Result]) -> str:
     ]
     for row in ROWS:
         rounds = (results.get(row.component) or {}).get("rounds") or {}
-        ours, shaped, bare = (_values(rounds, row.key, impl) for impl in ("ours", SHAPED, BARE))
+        ours, shaped = _values(rounds, row.key, "ours"), _values(rounds, row.key, row.shaped)
+        bare = _values(rounds, row.key, row.bare) if row.bare else []
         if not ours or not shaped:
             continue
         to_shaped = ratio(_median(ours), _median(shaped))

@@ -45,3 +45,12 @@ def test_a_row_without_a_goal_shows_the_floor_and_no_verdict() -> None:
     (row,) = f.floor_table({"ipam": {"rounds": rounds}}).splitlines()[2:]
     assert row.startswith("| IPAM CPU per 1 000 Nodes, 5 QPS | CPU-s | 4.00 | 0.900 | 4.44× |")
     assert row.endswith("| – | – |")
+
+
+def test_the_ipam_cpu_is_shown_against_the_decisions_floor_without_a_floor_beside_it() -> None:
+    cpu = {"ours": [2.4], "go": [2.2], "floor-loop": [1.2], "floor-sync": [1.0],
+           "floor-decisions": [2.0]}  # fmt: skip
+    rows = f.floor_table({"ipam": {"rounds": {"ipam_cpu_per_1000_same_qps_s": cpu}}}).splitlines()
+    assert rows[2].startswith("| IPAM CPU per 1 000 Nodes, 5 QPS | CPU-s | 2.40 | 1.20 | 2.00× |")
+    against = "| IPAM CPU per 1 000 Nodes, 5 QPS, against ours' decisions without the kit |"
+    assert rows[3].startswith(f"{against} CPU-s | 2.40 | 2.00 | 1.20× | – | – |")
