@@ -79,7 +79,7 @@ def _answer(name: str, body: bytes) -> dict[str, object]:
     return {"metadata": {"name": name, "uid": test["value"]}, "spec": spec}
 
 
-def test_decisions_mode_allocates_in_order_and_takes_its_own_echo_for_no_news() -> None:
+def test_decisions_mode_allocates_in_order_from_its_ledger_and_caches_the_watched_views() -> None:
     decisions = floor_ipam.Decisions()
     watch = floor_ipam.Watch(b"", decisions)
     watch.feed(_chunk(_event("ADDED", "a")) + _chunk(_event("ADDED", "b")))
@@ -92,6 +92,7 @@ def test_decisions_mode_allocates_in_order_and_takes_its_own_echo_for_no_news() 
         ["10.128.0.0/24", "fd00:128::/120"], ["10.128.1.0/24", "fd00:128::100/120"],
     ]  # fmt: skip
     assert decisions.needs("MODIFIED", answers[0]) is False  # the watch's echo of the write
+    assert decisions.views["a"].pod_cidrs == decisions.written["uid-a"].pod_cidrs
     watch.feed(_chunk(_event("ADDED", "c")))
     assert watch.queue[2:] == [("c", "uid-c")]
     # The pool's ledger holds both: the next Node gets the third block.
