@@ -33,15 +33,15 @@ LEASE = ("--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s",
 
 def start(
     kubeconfig: Path, log: Path, *, run: str, credentials: str, extra: Sequence[str] = (),
-    lease: tuple[str, str] | None = None,
+    lease: tuple[str, str] | None = None, controllers: str = "node-lifecycle,node-bmc",
 ) -> bmc.Controller:  # fmt: skip
-    """The manager with node-lifecycle and node-bmc, managing the Nodes labelled `run`;
-    `lease` (namespace, name): elect a leader on it, else none."""
+    """The manager with `controllers` (node-lifecycle and node-bmc), managing the Nodes
+    labelled `run`; `lease` (namespace, name): elect a leader on it, else none."""
     port = free_port()
     election = ["--leader-elect=false"] if lease is None else [
         "--leader-elect=true", f"--leader-elect-resource-namespace={lease[0]}",
         f"--leader-elect-resource-name={lease[1]}", *LEASE]  # fmt: skip
-    argv = [str(bmc.BINARY), "--controllers=node-lifecycle,node-bmc", f"--kubeconfig={kubeconfig}",
+    argv = [str(bmc.BINARY), f"--controllers={controllers}", f"--kubeconfig={kubeconfig}",
             f"--metrics-bind-address=127.0.0.1:{port}", "--metrics-secure=false",
             "--health-probe-bind-address=0", f"--bmc-poll-interval={bmc.POLL}",
             f"--bmc-credentials-namespace={credentials}", f"--node-selector={LABEL}={run}",

@@ -52,7 +52,7 @@ from local_ccm.bmc.core.observation import (
 from local_ccm.bmc.core.poweroff import WRITES, PowerOffPlan, plan_power_off
 from local_ccm.bmc.core.service import Credentials
 from local_ccm.bmc.core.spec import BmcSpec, InvalidSpec
-from local_ccm.bmc.core.status import desired_status
+from local_ccm.bmc.core.status import desired_status, read_before
 from local_ccm.bmc.core.system import System
 from local_ccm.bmc.core.writes import taint_patch
 from local_ccm.bmc.metrics import BmcMetrics
@@ -118,6 +118,7 @@ class Track:
     last_read: str | None  # the last power state the BMC answered (for PowerStateChanged)
     warned: bool = False  # the Off-while-Ready warning was sent for this episode
     refused: str | None = None  # the power-off request last refused (its Event sent)
+    read_for: tuple[str, int] | None = None  # (uid, generation) a System was last read at
 
 
 class Controller:
@@ -264,7 +265,11 @@ class Controller:
                     system = await self.pollers.read(key, spec, credentials)
                     observation = observed(system, self.clock.now())
                 except BmcError as exc:
-                    observation = failed(exc, self.clock.now())
+                    _, current = self._current(key, bmc)
+                    seen = read_before(current["status"], bmc.generation) or (
+                        track is not None and track.read_for == (bmc.uid, bmc.generation)
+                    )
+                    observation = failed(exc, self.clock.now(), read_before=seen)
         return self._observed(key, bmc, track, observation)
 
     def _observed(
@@ -296,7 +301,9 @@ class Controller:
         log.debug("node=%s: %s", key, observation.message)
         new = Track((bmc.uid, bmc.generation), observation, self.clock.monotonic() + delay,
                     last_read, warned=track.warned if track is not None else False,
-                    refused=track.refused if track is not None else None)  # fmt: skip
+                    refused=track.refused if track is not None else None,
+                    read_for=(bmc.uid, bmc.generation) if observation.reachable
+                    else track.read_for if track is not None else None)  # fmt: skip
         self.tracks[key] = new
         self._count()
         return new

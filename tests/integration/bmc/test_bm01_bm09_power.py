@@ -37,7 +37,7 @@ from tests.support import resources as r
 from tests.support.controlplane import ControlPlane
 from tests.support.fakebmc import PASSWORD, USERNAME, FakeBmc, Reply
 from tests.support.processes import tail
-from tests.support.sushy import SushyEmulator
+from tests.support.sushy import SushyEmulator, system_uuid
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)
@@ -351,3 +351,31 @@ def test_bm09_a_removed_system_is_absent_with_events_and_the_node_is_kept(
         pytest.fail("the Node was deleted")
     assert not bmc.tainted(kube, name)
     assert scene.controller.metric("local_ccm_bmc_power_states", {"state": "Absent"}) == 1
+
+
+def test_bm09_a_system_never_read_is_unknown_not_absent_until_it_is_read_and_removed(
+    scene: Scene,
+) -> None:
+    """BM09: a NodeBMC whose address names no System (a mistyped id) answers 404 from its
+    first poll: Unknown with SystemNotFound and a message saying no System was ever read there,
+    never Absent (the lifecycle controller deletes a NotReady Node on Absent). Once the System
+    exists and was read, its removal is Absent."""
+    kube = scene.kube
+    name = f"n-{secrets.token_hex(3)}"
+    scene.node(name, "False")
+    # The address the System will have (its id is stable), before the emulator holds it.
+    address = f"redfish://127.0.0.1:{scene.sushy.port}/redfish/v1/Systems/{system_uuid(name)}"
+    bmc.nodebmc(kube, name, address, CREDENTIALS, caBundle=scene.sushy.ca_pem)
+    never = bmc.power_is(kube, name, "Unknown", "SystemNotFound")
+    assert "no System was ever read" in bmc.reachable(kube, name)["message"]
+    assert never["lastContact"]
+    assert "readGeneration" not in never
+    eventually(lambda: has_event(kube, name, "NodeBMC", "SystemNotFound"), timeout=SETTLE)
+    time.sleep(2)
+    assert bmc.status(kube, name)["powerState"] == "Unknown"  # still, poll after poll
+    assert not bmc.tainted(kube, name)
+    scene.sushy.add_system(name, "On")
+    read = bmc.power_is(kube, name, "On")
+    assert read["readGeneration"] == read["observedGeneration"]
+    scene.sushy.remove_system(name)
+    bmc.power_is(kube, name, "Absent", "SystemNotFound")

@@ -83,14 +83,24 @@ class Scene:
         self.made.append(node["metadata"]["name"])
         return node
 
-    def manager(self, *extra: str, name: str = "manager",
-                lease: tuple[str, str] | None = None) -> bmc.Controller:  # fmt: skip
+    def manager(self, *extra: str, name: str = "manager", lease: tuple[str, str] | None = None,
+                controllers: str = "node-lifecycle,node-bmc") -> bmc.Controller:  # fmt: skip
         started = fencing.start(self.plane.admin_kubeconfig, self.artifacts / f"{name}.log",
                                 run=self.run, credentials=self.namespace, extra=extra,
-                                lease=lease)  # fmt: skip
+                                lease=lease, controllers=controllers)  # fmt: skip
         self.managers.append(started)
         eventually(lambda: _serving(started), timeout=20, message=f"{name} serving")
         return started
+
+    def remove(self, *machines: Obj) -> None:
+        """Each machine's System read On by node-bmc alone (a 404 is Absent only where a System
+        was read), then removed from the emulator."""
+        reader = self.manager(name=f"reader-{len(self.managers)}", controllers="node-bmc")
+        for node in machines:
+            bmc.power_is(self.kube, node["metadata"]["name"], "On")
+        self.stop(reader)
+        for node in machines:
+            self.sushy.remove_system(node["metadata"]["name"])
 
     def stop(self, manager: bmc.Controller) -> None:
         code = manager.child.exited()
@@ -147,11 +157,10 @@ def test_bm10_a_system_removed_deletes_its_notready_node_under_the_guard_rails(
     """BM10: the System removed (404) -> powerState Absent -> the Node deleted with the BMC's
     verdict (`nodes_deleted_total{source="bmc"}`); with the breaker open, in dry-run, or
     protected, the same Node stays."""
-    kube, sushy = scene.kube, scene.sushy
+    kube = scene.kube
     # The breaker: three of three Nodes NotReady, at most one allowed.
     held = [scene.machine() for _ in range(3)]
-    for node in held:
-        sushy.remove_system(node["metadata"]["name"])
+    scene.remove(*held)
     manager = scene.manager("--max-unhealthy=1", name="breaker")
     for node in held:
         bmc.power_is(kube, node["metadata"]["name"], "Absent", "SystemNotFound")
@@ -164,8 +173,7 @@ def test_bm10_a_system_removed_deletes_its_notready_node_under_the_guard_rails(
 
     dry = scene.machine()
     protected = scene.machine(keep="true")
-    for node in (dry, protected):
-        sushy.remove_system(node["metadata"]["name"])
+    scene.remove(dry, protected)
     manager = scene.manager("--dry-run", "--protected-labels=keep", "--max-unhealthy=100%",
                             name="dry-run")  # fmt: skip
     event(scene, dry["metadata"]["name"], "NodeDeletionDryRun")

@@ -32,14 +32,16 @@ def node(ready: str, *, tainted: bool = False, others: int = 0) -> NodeView:
 
 
 FAILURES = [
-    failed(BmcError("unreachable", "connect refused"), AT),
-    failed(BmcError("timeout", "no answer"), AT),
-    failed(BmcError("tls", "certificate refused"), AT),
-    failed(BmcError("auth", "HTTP 401"), AT),
-    failed(BmcError("invalid-response", "not JSON"), AT),
-    failed(BmcError("not-found", "HTTP 404"), AT),  # Absent: this part only reports it
-    failed(BmcError("server-error", "HTTP 500"), AT),
-    failed(BmcError("rejected", "HTTP 400"), AT),
+    failed(BmcError("unreachable", "connect refused"), AT, read_before=True),
+    failed(BmcError("timeout", "no answer"), AT, read_before=True),
+    failed(BmcError("tls", "certificate refused"), AT, read_before=True),
+    failed(BmcError("auth", "HTTP 401"), AT, read_before=True),
+    failed(BmcError("invalid-response", "not JSON"), AT, read_before=True),
+    failed(
+        BmcError("not-found", "HTTP 404"), AT, read_before=True
+    ),  # Absent: this part only reports it
+    failed(BmcError("server-error", "HTTP 500"), AT, read_before=True),
+    failed(BmcError("rejected", "HTTP 400"), AT, read_before=True),
     invalid_spec("spec.address is required", AT),
     credentials_missing("Secret kube-system/x not found", AT),
 ]
@@ -83,7 +85,9 @@ def test_off_while_ready_is_a_warning_not_a_taint() -> None:
     plan = plan_taint(read("Off"), node("True"))
     assert (plan.action, plan.ready_but_off) == (None, True)
     assert not plan_taint(read("On"), node("True")).ready_but_off
-    assert not plan_taint(failed(BmcError("timeout", "x"), AT), node("True")).ready_but_off
+    assert not plan_taint(
+        failed(BmcError("timeout", "x"), AT, read_before=True), node("True")
+    ).ready_but_off
 
 
 def test_without_a_node_or_without_a_nodebmc_nothing_but_the_ready_rule_applies() -> None:

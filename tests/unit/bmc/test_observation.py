@@ -14,6 +14,7 @@ from local_ccm.bmc.core.model import project_bmc, project_node, stored_reason
 from local_ccm.bmc.core.observation import (
     FAILURES,
     HINTS,
+    NEVER_READ,
     Observation,
     credentials_missing,
     failed,
@@ -44,7 +45,7 @@ def test_a_read_system_is_its_power_state_and_a_null_one_is_unknown() -> None:
 
 @pytest.mark.parametrize("kind", ERROR_KINDS)
 def test_every_error_kind_has_its_reason_and_a_hint_and_is_unknown_but_a_404(kind: Any) -> None:
-    found = failed(BmcError(kind, "what happened"), AT)
+    found = failed(BmcError(kind, "what happened"), AT, read_before=True)
     assert found.reason in FAILURES
     assert found.message == f"what happened: {HINTS[found.reason]}"
     assert not found.reachable
@@ -52,13 +53,28 @@ def test_every_error_kind_has_its_reason_and_a_hint_and_is_unknown_but_a_404(kin
     assert found.answered == (kind == "not-found")
 
 
+def test_a_404_where_no_system_was_ever_read_is_unknown_not_absent() -> None:
+    """A mistyped System id answers 404 from the first poll: no machine went away, so it must
+    not read as one that did (the lifecycle controller deletes a NotReady Node on Absent)."""
+    never = failed(BmcError("not-found", "HTTP 404"), AT, read_before=False)
+    assert (never.power, never.reason) == ("Unknown", "SystemNotFound")
+    assert never.message == f"HTTP 404: {NEVER_READ}"
+    assert never.answered  # an answer all the same: lastContact moves, polls keep their pace
+    for kind in ERROR_KINDS:
+        if kind != "not-found":
+            other = failed(BmcError(kind, "x"), AT, read_before=False)
+            assert other == failed(BmcError(kind, "x"), AT, read_before=True)
+
+
 def test_a_failure_gives_one_warning_per_reason_change_and_recovery_one_normal_event() -> None:
-    down = failed(BmcError("unreachable", "refused"), AT)
+    down = failed(BmcError("unreachable", "refused"), AT, read_before=True)
     up = system('"On"')
     [warning] = events.poll_events(up, "Contacted", down)
     assert (warning.type, warning.reason) == ("Warning", "Unreachable")
     assert events.poll_events(down, "Unreachable", down) == []  # the same reason: no Event
-    [other] = events.poll_events(down, "Unreachable", failed(BmcError("timeout", "slow"), AT))
+    [other] = events.poll_events(
+        down, "Unreachable", failed(BmcError("timeout", "slow"), AT, read_before=True)
+    )
     assert other.reason == "Timeout"
     [back] = events.poll_events(down, "Unreachable", up)
     assert (back.type, back.reason) == ("Normal", "Contacted")

@@ -37,7 +37,7 @@ def sent(seconds_ago: float = 10.0) -> dict[str, str]:
     return {"request": REQUEST, "sentAt": rfc3339(T0 - timedelta(seconds=seconds_ago))}
 
 
-UNREACHABLE = failed(BmcError("unreachable", "refused"), T0)
+UNREACHABLE = failed(BmcError("unreachable", "refused"), T0, read_before=True)
 
 
 @pytest.mark.parametrize(

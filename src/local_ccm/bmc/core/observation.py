@@ -3,7 +3,10 @@
 The power state in a NodeBMC's status is the last poll's answer, never an older one: a poll
 that got no answer (an unreachable BMC, a refused password, an invalid spec) records
 `Unknown`, so `Off` in the status always means the BMC said Off on the last poll. `Absent` is
-an answer too: the BMC answered 404 for the System's own path.
+an answer too: the BMC answered 404 for the System's own path, where a System was read before at
+the same spec. A 404 for a path never read is `Unknown`: a mistyped System id must not read as
+a machine that is gone (the lifecycle controller deletes a NotReady Node whose System is
+Absent).
 """
 
 from __future__ import annotations
@@ -89,10 +92,21 @@ def observed(system: System, at: datetime) -> Observation:
     return Observation(power, "Contacted", f"GET {system.path}: PowerState {shown}", at)
 
 
-def failed(error: BmcError, at: datetime) -> Observation:
+NEVER_READ: Final = (
+    "no System was ever read at this address, so it counts as Unknown, not Absent: check the "
+    "System id in spec.address"
+)
+
+
+def failed(error: BmcError, at: datetime, *, read_before: bool) -> Observation:
+    """The poll's failure. A 404 is `Absent` only when `read_before` (a System was read at
+    this spec): the System went away. Otherwise the address may never have named one."""
     reason = REASON_OF_KIND[error.kind]
-    power: PowerStatus = "Absent" if reason == "SystemNotFound" else "Unknown"
-    return Observation(power, reason, f"{error.message}: {HINTS[reason]}", at)
+    if reason != "SystemNotFound":
+        return Observation("Unknown", reason, f"{error.message}: {HINTS[reason]}", at)
+    if not read_before:
+        return Observation("Unknown", reason, f"{error.message}: {NEVER_READ}", at)
+    return Observation("Absent", reason, f"{error.message}: {HINTS[reason]}", at)
 
 
 def invalid_spec(problems: str, at: datetime) -> Observation:

@@ -6,6 +6,7 @@ status:
   powerState: On | Off | PoweringOn | PoweringOff | Paused | Unknown | Absent
   lastContact: "..."        # the last answer that said something (the System, or its 404)
   lastPowerChange: "..."    # when powerState last changed
+  readGeneration: 3         # the generation a System was last read at (a 404 is Absent only then)
   conditions: [{type: Reachable, status, reason, message, lastTransitionTime, observedGeneration}]
 ```
 
@@ -43,6 +44,9 @@ def desired_status(
         else current["lastPowerChange"],
         "conditions": [_condition(current, observation, generation, stamp)],
     }  # fmt: skip
+    read = generation if observation.reachable else current.get("readGeneration")
+    if isinstance(read, int) and not isinstance(read, bool):
+        wanted["readGeneration"] = read
     contact = current.get("lastContact")
     if contact:
         wanted["lastContact"] = contact
@@ -52,6 +56,11 @@ def desired_status(
     elif same:
         return None
     return wanted
+
+
+def read_before(status: Mapping[str, Any], generation: int) -> bool:
+    """A System was read at this generation of the spec, as `status` records."""
+    return status.get("readGeneration") == generation
 
 
 def _condition(current: Mapping[str, Any], observation: Observation, generation: int,
