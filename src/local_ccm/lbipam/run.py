@@ -315,12 +315,21 @@ class Controller:
                 obj = await self._patch(key, obj, patch)
                 log.info("svc=%s: finalizer of an earlier release removed", key)
             await turn.wait()
+            before = self.ledger.entries(key)
             decision = self._decide(key, obj)
         entries = writes.ingress(decision.addresses) if isinstance(decision, Allocation) else None
         cond = writes.condition(decision, writes.generation(obj), stamp(self.clock))
         patch = writes.status_patch(obj, entries, cond)
         if patch is not None:
-            written = await self._patch(key, obj, patch, status=True)
+            try:
+                written = await self._patch(key, obj, patch, status=True)
+            except ApiError as exc:
+                if 400 <= exc.status < 500:
+                    # Refused: the write certainly did not land, so the addresses this decision
+                    # reserved go back; the retry decides again (the same address, while free).
+                    self.ledger.restore(key, before)
+                    self.pools_dirty.set()
+                raise
             self._written(key, obj, decision, entries, str(cond["message"]))
             obj = written
         if isinstance(decision, Allocation):

@@ -66,6 +66,16 @@ class Ledger:
     def held_by(self, service: str) -> tuple[IPAddress, ...]:
         return tuple(to_address(*key) for key in self._services.get(service, ()))
 
+    def entries(self, service: str) -> list[tuple[IPAddress, Holder]]:
+        """What `service` holds, as `hold` takes it (for `restore`)."""
+        return [(to_address(*key), self._holders[key][service])
+                for key in self._services.get(service, ())]  # fmt: skip
+
+    def restore(self, service: str, entries: list[tuple[IPAddress, Holder]]) -> None:
+        """`service` holds `entries` again (from `entries`), whatever it held since."""
+        self.release(service)
+        self.hold(entries)
+
     def services(self) -> list[str]:
         return sorted(self._services)
 
