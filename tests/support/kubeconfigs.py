@@ -6,7 +6,8 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-BROKEN = ("missing", "not-yaml", "ca-not-pem", "key-not-pem")
+BROKEN = ("missing", "not-yaml", "ca-not-pem", "key-not-pem", "exec-not-mapping", "bad-port",
+          "bad-ipv6-host")  # fmt: skip
 _GARBAGE = base64.b64encode(b"not PEM").decode()
 
 
@@ -37,6 +38,12 @@ def broken_kubeconfig(directory: Path, kind: str) -> Path:
     elif kind == "key-not-pem":
         user = f"client-certificate-data: {_GARBAGE}, client-key-data: {_GARBAGE}"
         path.write_text(_render(f"{server}, insecure-skip-tls-verify: true", user))
+    elif kind == "exec-not-mapping":
+        path.write_text(_render(server, "exec: foo"))
+    elif kind == "bad-port":
+        path.write_text(_render("server: 'https://127.0.0.1:abc'", "token: t"))
+    elif kind == "bad-ipv6-host":
+        path.write_text(_render("server: 'https://[::1'", "token: t"))
     elif kind != "missing":
         raise ValueError(f"unknown kind {kind!r}; one of {BROKEN}")
     return path

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from local_ccm.records import dataclass
 
@@ -107,7 +108,15 @@ def _named(doc: Mapping[str, Any], section: str, item: str, name: str) -> Mappin
     raise ConfigError(f"{item} {name!r} not found in {section}")
 
 
-def _parse_exec(spec: Mapping[str, Any], base: str) -> ExecConfig:
+def _parse_exec(spec: object, base: str) -> ExecConfig:
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"user exec must be a mapping, got {type(spec).__name__}")
+    env_entries = spec.get("env") or []
+    if not isinstance(env_entries, list) or not all(isinstance(e, Mapping) for e in env_entries):
+        raise ConfigError("user exec env must be a list of name/value mappings")
+    args = spec.get("args") or []
+    if not isinstance(args, list):
+        raise ConfigError("user exec args must be a list")
     command = str(spec.get("command") or "")
     if not command:
         raise ConfigError("exec plugin has no command")
@@ -117,10 +126,10 @@ def _parse_exec(spec: Mapping[str, Any], base: str) -> ExecConfig:
     api_version = str(spec.get("apiVersion") or "")
     if api_version not in EXEC_API_VERSIONS:
         raise ConfigError(f"exec plugin apiVersion {api_version!r} is not in {EXEC_API_VERSIONS}")
-    env = tuple((str(e["name"]), str(e.get("value", ""))) for e in spec.get("env") or [])
+    env = tuple((str(e["name"]), str(e.get("value", ""))) for e in env_entries)
     return ExecConfig(
         command=command,
-        args=tuple(str(a) for a in spec.get("args") or []),
+        args=tuple(str(a) for a in args),
         env=env,
         api_version=api_version,
         install_hint=str(spec.get("installHint") or ""),
@@ -195,9 +204,23 @@ def load_kubeconfig(path: str | os.PathLike[str], context: str | None = None) ->
 
 
 def check_server(server: str) -> None:
+    """An http(s) URL with a host and, if given, a port 1-65535: the clients split it with
+    `urlsplit`, which raises on a bad port or an unclosed IPv6 bracket."""
+    problem = f"server {server!r} is not an http(s) URL with a host"
     scheme, sep, rest = server.partition("://")
     if not sep or scheme not in {"https", "http"} or not rest.split("/")[0]:
-        raise ConfigError(f"server {server!r} is not an http(s) URL with a host")
+        raise ConfigError(problem)
+    if any(c.isspace() or not c.isprintable() for c in server):
+        raise ConfigError(f"{problem}: it contains whitespace or a control character")
+    try:
+        url = urlsplit(server)
+        host, port = url.hostname, url.port
+    except ValueError as exc:
+        raise ConfigError(f"server {server!r} is not a valid URL: {exc}") from exc
+    if not host:
+        raise ConfigError(problem)
+    if port == 0:
+        raise ConfigError(f"server {server!r} is not a valid URL: port 0")
 
 
 # ----------------------------------------------------------------------------- in-cluster
@@ -217,6 +240,10 @@ def load_incluster(
         raise ConfigError("in-cluster: KUBERNETES_SERVICE_HOST and _PORT must both be set")
     if ":" in host:  # an IPv6 service address
         host = f"[{host}]"
+    try:  # a bad port or host: named now, not a traceback at the first request
+        check_server(f"https://{host}:{port}")
+    except ConfigError as exc:
+        raise ConfigError(f"in-cluster: KUBERNETES_SERVICE_HOST and _PORT: {exc}") from exc
     token_path, ca_path = os.fspath(token_path), os.fspath(ca_path)
     _read_bytes(token_path, "service account token")  # fail now, not at the first request
     namespace = _read_text(namespace_path).strip() if os.path.isfile(namespace_path) else None

@@ -15,6 +15,7 @@ from local_ccm.kube.config import (
     ClusterConfig,
     ConfigError,
     ExecConfig,
+    check_server,
     load_incluster,
     load_kubeconfig,
     parse_exec_credential,
@@ -115,6 +116,10 @@ def test_token_file_is_read_by_the_authenticator(tmp_path: Path) -> None:
         ("- {name: u, user: {auth-provider: {name: gcp}}}\n", "unsupported"),
         ("- {name: u, user: {client-certificate-data: '!!notb64'}}\n", "base64"),
         ("- {name: u, user: {exec: {apiVersion: x/v9, command: p}}}\n", "apiVersion"),
+        ("- {name: u, user: {exec: foo}}\n", "exec must be a mapping, got str"),
+        ("- {name: u, user: {exec: [1, 2]}}\n", "exec must be a mapping, got list"),
+        ("- {name: u, user: {exec: {command: p, env: [x]}}}\n", "env must be a list"),
+        ("- {name: u, user: {exec: {command: p, args: x}}}\n", "args must be a list"),
     ],
 )
 def test_bad_user_entries_give_clear_errors(tmp_path: Path, users: str, message: str) -> None:
@@ -269,9 +274,33 @@ def test_incluster_config(tmp_path: Path) -> None:
     assert incluster(d, env6).server == "https://[2001:db8::1]:6443"
 
 
+@pytest.mark.parametrize(
+    "server",
+    ["https://127.0.0.1:abc", "https://127.0.0.1:99999", "https://127.0.0.1:0", "https://[::1",
+     "https://:1", "http://a b:1", "ftp://h", "https://", "h:443"],
+)  # fmt: skip
+def test_a_server_url_the_clients_cannot_split_is_a_config_error(
+    tmp_path: Path, server: str
+) -> None:
+    with pytest.raises(ConfigError, match="server"):
+        check_server(server)
+    clusters = f"- name: k\n  cluster:\n    server: '{server}'\n"
+    with pytest.raises(ConfigError, match="kubeconfig"):
+        load_kubeconfig(write_kubeconfig(tmp_path / "kc", CERT_USERS, clusters))
+
+
 def test_incluster_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="KUBERNETES_SERVICE_HOST"):
         incluster(tmp_path, {"KUBERNETES_SERVICE_HOST": "h"})
+    (tmp_path / "sa").mkdir()
+    sa = sa_dir(tmp_path / "sa")
+    for port in ("abc", "99999", "-1"):
+        env = {"KUBERNETES_SERVICE_HOST": "h", "KUBERNETES_SERVICE_PORT": port}
+        with pytest.raises(ConfigError, match="in-cluster: KUBERNETES_SERVICE_HOST and _PORT"):
+            incluster(sa, env)
+    env = {"KUBERNETES_SERVICE_HOST": "has space", "KUBERNETES_SERVICE_PORT": "443"}
+    with pytest.raises(ConfigError, match="whitespace"):
+        incluster(sa, env)
     with pytest.raises(ConfigError, match="service account token"):
         incluster(tmp_path, {"KUBERNETES_SERVICE_HOST": "h", "KUBERNETES_SERVICE_PORT": "1"})
 
