@@ -11,7 +11,7 @@ import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import field
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from local_ccm.ifnames import parse_glob
 from local_ccm.labels import LabelSelector, Operator, Requirement
@@ -181,15 +181,34 @@ def parse_address_text(text: str, *, allow_first_last: bool) -> AddressRange | s
     """
     text = text.strip()
     if "-" in text:
-        return _parse_range(text)
-    try:
-        network = ipaddress.ip_network(text, strict=True)
-    except ValueError as error:
-        return f"{text!r} is neither a CIDR nor a range: {error}"
-    first, last = int(network.network_address), int(network.broadcast_address)
-    if not allow_first_last and network.max_prefixlen - network.prefixlen > 1:
-        first, last = first + 1, last - 1
-    return AddressRange(network.version, first, last)
+        parsed = _parse_range(text)
+    else:
+        try:
+            network = ipaddress.ip_network(text, strict=True)
+        except ValueError as error:
+            return f"{text!r} is neither a CIDR nor a range: {error}"
+        first, last = int(network.network_address), int(network.broadcast_address)
+        if not allow_first_last and network.max_prefixlen - network.prefixlen > 1:
+            first, last = first + 1, last - 1
+        parsed = AddressRange(network.version, first, last)
+    return parsed if isinstance(parsed, str) else unusable(text, parsed) or parsed
+
+
+MAPPED_V6: Final = (0xFFFF << 32, (0xFFFF << 32) | 0xFFFFFFFF)
+"""::ffff:0:0/96, the IPv4-mapped IPv6 addresses, first and last."""
+
+
+def unusable(text: str, span: AddressRange) -> str | None:
+    """Why no Service may get an address of the entry `text` (`span`), or None. The API server
+    refuses a zone (`fe80::1%eth0`) and an IPv4-mapped IPv6 address in a Service's
+    `status.loadBalancer.ingress`, so a pool holding them would hand out addresses whose write
+    can never land."""
+    if "%" in text:
+        return f"{text!r} has a zone ('%'): a Service address cannot carry one"
+    if span.version == 6 and span.first <= MAPPED_V6[1] and span.last >= MAPPED_V6[0]:
+        return (f"{text!r} holds IPv4-mapped IPv6 addresses (::ffff:0:0/96), which the API "
+                "server refuses as Service addresses")  # fmt: skip
+    return None
 
 
 def _parse_range(text: str) -> AddressRange | str:

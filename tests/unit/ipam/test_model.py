@@ -66,6 +66,8 @@ def _spec(**spec: Any) -> dict[str, Any]:
         (_spec(perNodeHostBits=-1, ipv4="10.0.0.0/24"), "at least 0"),
         (_spec(perNodeHostBits=64, ipv6="fd00::/32"), "at most 65536 per-node blocks"),
         (_spec(perNodeHostBits=True, ipv4="10.0.0.0/24"), "must be an integer"),
+        (_spec(perNodeHostBits=4, ipv6="::ffff:10.113.0.0/120"), "IPv4-mapped"),
+        (_spec(perNodeHostBits=8, ipv6="::ffff:0:0/104"), "IPv4-mapped"),
         (
             _spec(
                 perNodeHostBits=8,
@@ -83,6 +85,14 @@ def test_unusable_cluster_cidrs_are_values_with_a_reason(obj: dict[str, Any], re
     assert isinstance(view, InvalidClusterCIDR)
     assert reason in view.reason
     assert view.name == "bad"
+
+
+def test_a_pool_over_the_ipv4_mapped_range_is_valid_when_no_block_address_is_mapped() -> None:
+    """/64 blocks of ::/48: the block over ::ffff:0:0/96 is ::/64, an address the API server
+    takes."""
+    obj = _spec(perNodeHostBits=64, ipv6="::/48")
+    obj["metadata"]["name"] = "ok"
+    assert not isinstance(project_cluster_cidr(obj), InvalidClusterCIDR)
 
 
 def test_i08_boundary_sizes_are_valid() -> None:

@@ -74,12 +74,28 @@ def test_empty_address_list_is_rejected(crd: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["10.0.0.0/24", "fd00::/120", "10.0.0.10-10.0.0.20", "fd00::5-fd00::9", "0.0.0.0/0", "::/0"],
-)
+    ["10.0.0.0/24", "fd00::/120", "10.0.0.10-10.0.0.20", "fd00::5-fd00::9", "0.0.0.0/0",
+     "2000::/3"],
+)  # fmt: skip
 def test_address_pattern_accepts_cidrs_and_ranges(crd: dict[str, Any], text: str) -> None:
     pattern = spec_schema(crd)["properties"]["addresses"]["items"]["pattern"]
     assert re.fullmatch(pattern, text)
     assert not isinstance(parse_address_text(text, allow_first_last=True), str)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [("::/0", "IPv4-mapped"), ("::ffff:0:0/120", "IPv4-mapped"), ("::ffff:0:0/96", "IPv4-mapped"),
+     ("::fffe:ffff:ffff-::ffff:0:1", "IPv4-mapped"), ("fe80::%eth0/120", "zone")],
+)  # fmt: skip
+def test_addresses_the_api_server_refuses_in_a_service_status_make_an_entry_invalid(
+    text: str, problem: str
+) -> None:
+    """Admitted by the pattern, refused by the parse: every write of such an address would be
+    refused (`status.loadBalancer.ingress[].ip`), and each retry would take another."""
+    parsed = parse_address_text(text, allow_first_last=True)
+    assert isinstance(parsed, str)
+    assert problem in parsed
 
 
 @pytest.mark.parametrize(

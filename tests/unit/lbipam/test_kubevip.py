@@ -104,6 +104,15 @@ def test_a_value_mixing_cidrs_and_ranges_lists_the_odd_entries() -> None:
     assert keys(single.problems) == ["range-global"]
 
 
+def test_ipv4_mapped_ipv6_values_are_problems_not_pools() -> None:
+    """The API server refuses them in a Service's status: every write would fail."""
+    for value in ("::ffff:10.0.0.0/120", "::ffff:10.0.0.1-::ffff:10.0.0.9"):
+        key = "cidr-global" if "/" in value else "range-global"
+        read = parse_kubevip({key: value})
+        assert keys(read.problems) == [key], value
+        assert "IPv4-mapped" in read.problems[0]
+
+
 def test_host_bits_are_masked_as_kube_vips_readme_writes_them() -> None:
     # kube-vip's README: `cidr-global: 192.168.0.210/29`.
     assert hosts(parse_kubevip({"cidr-global": "192.168.0.210/29"}).pools[0]) == [

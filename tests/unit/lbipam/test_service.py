@@ -50,6 +50,13 @@ def test_bad_address_text_is_a_problem() -> None:
     assert parse_service(svc({"lb.local-ccm.io/ips": "10.0.0.300"})).problems
 
 
+def test_a_requested_address_the_api_server_refuses_in_a_status_is_a_problem() -> None:
+    for text, problem in (("::ffff:198.51.100.9", "IPv4-mapped"), ("fe80::5%eth0", "zone")):
+        request = parse_service(svc({"lb.local-ccm.io/ips": f"10.0.0.5,{text}"}))
+        assert len(request.problems) == 1, text
+        assert problem in request.problems[0]
+
+
 def test_sharing_key_sources_and_disagreement() -> None:
     assert parse_service(svc({"metallb.universe.tf/allow-shared-ip": "k"})).sharing_key == "k"
     clash = parse_service(

@@ -23,6 +23,7 @@ DEFAULT_POOL_NAME: Final = "default-cluster-cidr"
 """The in-memory pool built from `--cluster-cidr` (the name upstream's dormant code used)."""
 
 _CIDR_TEXT = re.compile(r"[0-9A-Fa-f:.]+/[0-9]{1,3}")
+_MAPPED: Final = ipaddress.IPv6Network("::ffff:0:0/96")
 
 
 class PoolFamily(NamedTuple):
@@ -178,6 +179,14 @@ def check_family(network: IPNetwork, block_prefix: int) -> None:
         raise ValueError(
             f"perNodeHostBits must not exceed the host bits of {name}: {host_bits} > "
             f"{network.max_prefixlen - network.prefixlen} for {network}."
+        )
+    if network.version == 6 and block_prefix >= _MAPPED.prefixlen and network.overlaps(_MAPPED):
+        # The API server refuses a podCIDR whose address is IPv4-mapped, so every write of a
+        # block inside ::ffff:0:0/96 would fail (the CRD refuses such a pool; an object stored
+        # under an older CRD may hold one). A larger block's address is never mapped.
+        raise ValueError(
+            f"ipv6 {network} holds IPv4-mapped addresses (::ffff:0:0/96), which the API server "
+            f"refuses as podCIDRs of /{block_prefix}."
         )
     if network.version == 6 and 1 << (block_prefix - network.prefixlen) > IPV6_MAX_BLOCKS:
         raise ValueError(

@@ -26,7 +26,13 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 
-from local_ccm.lbipam.core.pools import AddressRange, Pool, merge, parse_address_text
+from local_ccm.lbipam.core.pools import (
+    AddressRange,
+    Pool,
+    merge,
+    parse_address_text,
+    unusable,
+)
 from local_ccm.records import dataclass
 
 GLOBAL = "global"
@@ -178,9 +184,10 @@ def _cidr(text: str) -> AddressRange | str:
         network = ipaddress.ip_network(text, strict=False)  # host bits masked, as netip does
     except ValueError as error:
         return f"{text!r} is not a CIDR: {error}"
-    return AddressRange(
+    span = AddressRange(
         network.version, int(network.network_address), int(network.broadcast_address)
     )
+    return unusable(text, span) or span
 
 
 def _range(text: str) -> AddressRange | str:

@@ -26,6 +26,7 @@ from local_ccm.lbpools import (
     parse_label_selector,
     parse_pool,
     to_address,
+    unusable,
 )
 
 __all__ = [
@@ -46,4 +47,5 @@ __all__ = [
     "parse_label_selector",
     "parse_pool",
     "to_address",
+    "unusable",
 ]

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import field
 from typing import Any
 
-from local_ccm.lbipam.core.pools import IPAddress
+from local_ccm.lbipam.core.pools import AddressRange, IPAddress, unusable
 from local_ccm.records import dataclass
 
 ADDRESS_ANNOTATIONS = (
@@ -54,9 +54,16 @@ def _addresses(text: str, where: str, problems: list[str]) -> tuple[IPAddress, .
     found = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         try:
-            found.append(ipaddress.ip_address(part))
+            address = ipaddress.ip_address(part)
         except ValueError:
             problems.append(f"{where}: {part!r} is not an IP address")
+            continue
+        span = AddressRange(address.version, int(address), int(address))
+        problem = unusable(part, span)
+        if problem is not None:
+            problems.append(f"{where}: {problem}")
+        else:
+            found.append(address)
     return tuple(dict.fromkeys(found))
 
 
