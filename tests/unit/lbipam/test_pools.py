@@ -14,7 +14,9 @@ from local_ccm.lbipam.core.pools import (
     parse_address_text,
     parse_pool,
 )
-from local_ccm.lbipam.core.status import NodeNetworks, conflicts, desired_status
+from local_ccm.lbipam.core.status import NodeNetworks, conflicts, desired_status, status_update
+
+NOW = "2026-12-05T00:00:00Z"
 
 
 def pool_obj(name: str = "p", **spec: Any) -> dict[str, Any]:
@@ -165,6 +167,24 @@ def test_status_counts_per_family_as_strings() -> None:
         ("Ready", "True"),
         ("Conflict", "False"),
     ]
+
+
+def test_counts_of_a_family_the_pool_lost_are_written_null_so_the_merge_patch_drops_them() -> None:
+    both = valid(pool_obj(addresses=["10.0.0.0/30", "fd00::/120"]))
+    current = status_update(None, desired_status(both, {}, []), NOW)
+    assert current is not None
+    assert set(current) == {"ipv4", "ipv6", "conditions"}
+    v4 = valid(pool_obj(addresses=["10.0.0.0/30"]))
+    wanted = status_update(current, desired_status(v4, {}, []), NOW)
+    assert wanted is not None
+    assert wanted["ipv6"] is None
+    assert wanted["ipv4"] == current["ipv4"]
+    written = {k: v for k, v in wanted.items() if v is not None}  # what the apiserver keeps
+    assert status_update(written, desired_status(v4, {}, []), NOW) is None
+    invalid = status_update(written, desired_status(parse_pool(pool_obj(addresses=["x"])), {}, []),
+                            NOW)  # fmt: skip
+    assert invalid is not None
+    assert invalid["ipv4"] is None
 
 
 def test_status_of_a_conflicting_pool_is_ready_with_conflict_true() -> None:

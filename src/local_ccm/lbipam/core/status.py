@@ -123,4 +123,8 @@ def status_update(current: Mapping[str, Any] | None, desired: Obj, now: str) -> 
         stamp = before.get("lastTransitionTime", now) if same and before else now
         conditions.append({**item, "lastTransitionTime": stamp})
     wanted = {**desired, "conditions": conditions}
-    return None if dict(current or {}) == wanted else wanted
+    if dict(current or {}) == wanted:
+        return None
+    # Written as a merge patch: a key the status no longer has (the counts of a family the
+    # pool lost, or of a pool now invalid) must be written as null, or it stays for ever.
+    return {**wanted, **{key: None for key in current or {} if key not in wanted}}
