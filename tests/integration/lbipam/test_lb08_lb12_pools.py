@@ -213,6 +213,25 @@ def test_lb11_what_admission_cannot_see_is_reported_in_ready(
                timeout=SETTLE)  # fmt: skip
 
 
+def test_lb11_a_pool_edited_to_fewer_families_or_made_invalid_loses_their_counts(
+    space: lb.Space, start_lb: StartLb, kube: Client
+) -> None:
+    """The status is a merge patch: counts of a family the pool no longer has go too."""
+    net = lb.block()
+    name = space.pool([f"{net}.0/30", "fd00:18:a::/120"])
+    start_lb()
+    eventually(lambda: {"ipv4", "ipv6"} <= set(lb.pool_status(kube, name)), timeout=SETTLE,
+               message="counts of both families")  # fmt: skip
+    kube.patch(POOLS, name, {"spec": {"addresses": [f"{net}.0/30"]}}, patch_type="merge")
+    eventually(lambda: "ipv6" not in lb.pool_status(kube, name), timeout=SETTLE,
+               message="the IPv6 counts gone")  # fmt: skip
+    assert lb.pool_status(kube, name)["ipv4"]["total"] == "2"
+    kube.patch(POOLS, name, {"spec": {"addresses": [f"{net}.1/30"]}}, patch_type="merge")
+    eventually(lambda: "ipv4" not in lb.pool_status(kube, name), timeout=SETTLE,
+               message="an invalid pool shows no counts")  # fmt: skip
+    assert (lb.pool_condition(kube, name, "Ready") or {}).get("reason") == "Invalid"
+
+
 def test_lb11_a_pool_announced_on_l2_allocates_as_any_other(
     space: lb.Space, start_lb: StartLb, kube: Client
 ) -> None:
