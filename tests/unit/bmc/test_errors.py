@@ -82,6 +82,14 @@ def test_the_redfish_message_is_read_when_there_is_one(body: bytes, message: str
     assert redfish_message(body) == message
 
 
+def test_control_characters_from_the_bmc_are_escaped_not_copied() -> None:
+    body = b'{"error": {"message": "Fake system \\u0000 was not found\\u001b[31m"}}'
+    said = redfish_message(body)
+    assert said == "Fake system \\x00 was not found\\x1b[31m"
+    assert said.isprintable()
+    assert shorten("caf\u00e9 ok") == "caf\u00e9 ok"  # printable text stays as it is
+
+
 def test_a_long_message_is_shortened() -> None:
     assert shorten("x" * 300) == "x" * 199 + "…"
     assert len(redfish_message(json.dumps({"error": {"message": "y" * 900}}).encode())) == 200

@@ -112,7 +112,11 @@ def redfish_message(body: bytes) -> str:
 
 
 def shorten(text: str, limit: int = MAX_MESSAGE) -> str:
+    """One line of at most `limit` characters; a control character the BMC sent (a NUL, an
+    escape) is written as its escape, never copied into a condition, an Event or a log line."""
     flat = " ".join(text.split())
+    if not flat.isprintable():
+        flat = "".join(c if c.isprintable() else repr(c)[1:-1] for c in flat)
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
