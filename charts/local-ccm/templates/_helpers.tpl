@@ -493,6 +493,83 @@ true
 {{- if and .Values.controllerManager.enabled $bmc.enabled (gt (addf 30.0 (mulf 1.1 (include "local-ccm.seconds" $bmc.pollInterval | float64))) 120.0) }}
 - controllerManager.bmc.pollInterval: {{ $bmc.pollInterval }} is too long for the lifecycle controller's --bmc-max-age (2m): a NodeBMC may be 30s + the interval + 10 % old
 {{- end -}}
+{{- if not .Values.image.repository }}
+- image.repository is empty: the pods would name no image
+{{- end -}}
+{{- if include "local-ccm.agent.enabled" . -}}
+{{- include "local-ccm.agent.timingProblems" . -}}
+{{- $l2 := .Values.l2Announcement -}}
+{{- if $l2.enabled -}}
+{{- include "local-ccm.lease.problems" (dict "key" "l2Announcement" "lease" $l2.leaseDuration "deadline" $l2.renewDeadline "period" $l2.renewPeriod "names" (list "leaseDuration" "renewDeadline" "renewPeriod")) -}}
+{{- end -}}
+{{- end -}}
+{{- $nlc := .Values.nodeLifecycleController -}}
+{{- if $nlc.enabled -}}
+{{- include "local-ccm.nlc.problems" $nlc -}}
+{{- end -}}
+{{- range $key, $part := dict "nodeLifecycleController" $nlc "nodeIpamController" .Values.nodeIpamController -}}
+{{- $le := $part.leaderElection -}}
+{{- if and $part.enabled $le.enabled -}}
+{{- include "local-ccm.lease.problems" (dict "key" (printf "%s.leaderElection" $key) "lease" $le.leaseDuration "deadline" $le.renewDeadline "period" $le.retryPeriod "names" (list "leaseDuration" "renewDeadline" "retryPeriod")) -}}
+{{- end -}}
+{{- end -}}
+{{- $lb := .Values.controllerManager.loadBalancer -}}
+{{- if and .Values.controllerManager.enabled $lb.enabled -}}
+{{- include "local-ccm.cidr.problems" (dict "key" "controllerManager.loadBalancer.serviceCIDRs" "cidrs" ($lb.serviceCIDRs | default list)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The agent's intervals as its flags check them (agent/options.py). */}}
+{{- define "local-ccm.agent.timingProblems" -}}
+{{- $c := .Values.controller -}}
+{{- $reconcile := include "local-ccm.seconds" $c.reconcileInterval | float64 -}}
+{{- $resync := include "local-ccm.seconds" $c.resyncInterval | float64 -}}
+{{- if lt $reconcile 1.0 }}
+- controller.reconcileInterval: {{ $c.reconcileInterval }} is under 1s (--reconcile-interval must be at least 1s)
+{{- end -}}
+{{- if lt $resync 60.0 }}
+- controller.resyncInterval: {{ $c.resyncInterval }} is under 1m (--resync-interval must be at least 1m)
+{{- else if lt $resync $reconcile }}
+- controller.resyncInterval: {{ $c.resyncInterval }} is shorter than controller.reconcileInterval {{ $c.reconcileInterval }}
+{{- end -}}
+{{- if gt (include "local-ccm.seconds" $c.settleTime | float64) 300.0 }}
+- controller.settleTime: {{ $c.settleTime }} is over 5m (--settle-time must be between 0s and 5m0s)
+{{- end -}}
+{{- end -}}
+
+{{/* A Lease's timing as every binary checks it: duration > deadline > 1.2 x period.
+     Arguments: key (the values' path), lease, deadline, period, names (their three keys). */}}
+{{- define "local-ccm.lease.problems" -}}
+{{- $lease := include "local-ccm.seconds" .lease | float64 -}}
+{{- $deadline := include "local-ccm.seconds" .deadline | float64 -}}
+{{- $period := include "local-ccm.seconds" .period | float64 -}}
+{{- $n := .names -}}
+{{- if not (gt $lease $deadline) }}
+- {{ .key }}: {{ index $n 0 }} {{ .lease }} must be greater than {{ index $n 1 }} {{ .deadline }}
+{{- end -}}
+{{- if not (gt $deadline (mulf 1.2 $period)) }}
+- {{ .key }}: {{ index $n 1 }} {{ .deadline }} must be greater than 1.2 x {{ index $n 2 }} {{ .period }}
+{{- end -}}
+{{- end -}}
+
+{{/* The lifecycle controller's values its flags refuse (lifecycle/options.py). */}}
+{{- define "local-ccm.nlc.problems" -}}
+{{- $c := .controller -}}
+{{- $max := toString $c.maxUnhealthy -}}
+{{- if and (hasSuffix "%" $max) (gt (trimSuffix "%" $max | float64) 100.0) }}
+- nodeLifecycleController.controller.maxUnhealthy: {{ $max }} is over 100%
+{{- end -}}
+{{- if not (gt (include "local-ccm.seconds" $c.notReadyTimeout | float64) 0.0) }}
+- nodeLifecycleController.controller.notReadyTimeout: {{ $c.notReadyTimeout }} must be more than 0
+{{- end -}}
+{{- range splitList "," ($c.probe | toString | nospace) -}}
+{{- if hasPrefix "tcp:" . -}}
+{{- $port := trimPrefix "tcp:" . | int -}}
+{{- if or (lt $port 1) (gt $port 65535) }}
+- nodeLifecycleController.controller.probe: {{ . }} needs a port 1-65535
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The seconds of a Go duration the schema accepted ("1m30s", "500ms"). */}}
@@ -506,6 +583,66 @@ true
 {{- $seconds -}}
 {{- end -}}
 
+{{/* Values that contradict each other, each a "\n- " line (empty: none). */}}
+{{- define "local-ccm.relationProblems" -}}
+{{- $agent := include "local-ccm.agent.enabled" . -}}
+{{- if and $agent .Values.admissionPolicy.enabled (not (semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version)) }}
+- admissionPolicy requires Kubernetes >= 1.30; set admissionPolicy.enabled=false
+{{- end -}}
+{{- $nlc := .Values.nodeLifecycleController -}}
+{{- if and $nlc.enabled (not $nlc.leaderElection.enabled) (gt (int $nlc.replicaCount) 1) }}
+- nodeLifecycleController.replicaCount > 1 needs nodeLifecycleController.leaderElection.enabled=true
+{{- end -}}
+{{- if and .Values.controllerManager.enabled (not $nlc.enabled) }}
+- controllerManager.enabled runs in nodeLifecycleController's place: it needs nodeLifecycleController.enabled=true
+{{- end -}}
+{{- if and .Values.controllerManager.kubeletServingApprover.enabled (not .Values.controllerManager.enabled) }}
+- controllerManager.kubeletServingApprover.enabled runs in local-ccm-controller-manager: it needs controllerManager.enabled=true
+{{- end -}}
+{{- $lb := .Values.controllerManager.loadBalancer -}}
+{{- if and $lb.enabled (not .Values.controllerManager.enabled) }}
+- controllerManager.loadBalancer.enabled runs in local-ccm-controller-manager: it needs controllerManager.enabled=true
+{{- end -}}
+{{- if and .Values.controllerManager.bmc.enabled (not .Values.controllerManager.enabled) }}
+- controllerManager.bmc.enabled runs in local-ccm-controller-manager: it needs controllerManager.enabled=true
+{{- end -}}
+{{- if and .Values.controllerManager.bmc.fencing (not .Values.controllerManager.bmc.enabled) }}
+- controllerManager.bmc.fencing asks node-bmc to power Nodes off: it needs controllerManager.bmc.enabled=true
+{{- end -}}
+{{- if and .Values.controllerManager.bmc.fencing (not $nlc.controller.outOfServiceTaint) }}
+- controllerManager.bmc.fencing powers a Node off to taint it out-of-service: it needs nodeLifecycleController.controller.outOfServiceTaint=true
+{{- end -}}
+{{- if and $lb.kubeVipConfigMap (not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?$" $lb.kubeVipConfigMap)) }}
+- {{ printf "controllerManager.loadBalancer.kubeVipConfigMap: %q is not namespace/name (empty turns it off)" $lb.kubeVipConfigMap }}
+{{- end -}}
+{{- $poolNames := list -}}
+{{- range $i, $p := $lb.pools -}}
+{{- if has $p.name $poolNames }}
+- {{ printf "controllerManager.loadBalancer.pools[%d]: the name %q is used twice" $i $p.name }}
+{{- end -}}
+{{- $poolNames = append $poolNames $p.name -}}
+{{- end -}}
+{{- $ipam := .Values.nodeIpamController -}}
+{{- if and $ipam.enabled (not (semverCompare ">=1.31.0-0" .Capabilities.KubeVersion.Version)) }}
+- nodeIpamController requires Kubernetes >= 1.31: the ClusterCIDR CRD's validation rules use the CEL CIDR library, which older API servers refuse; set nodeIpamController.enabled=false
+{{- end -}}
+{{- if and $ipam.enabled (not $ipam.leaderElection.enabled) (gt (int $ipam.replicaCount) 1) }}
+- nodeIpamController.replicaCount > 1 needs nodeIpamController.leaderElection.enabled=true
+{{- end -}}
+{{- $pm := .Values.metrics.podMonitor -}}
+{{- if $pm.enabled -}}
+{{- if and $agent (eq (toString $pm.agent) "true") (not .Values.metrics.enabled) }}
+- metrics.podMonitor.agent=true needs metrics.enabled=true: the agent's metrics listen on 127.0.0.1 only (null: a PodMonitor only while they are open)
+{{- end -}}
+{{- if and $nlc.enabled (eq (toString $pm.nodeLifecycleController) "true") (not $nlc.metrics.enabled) }}
+- metrics.podMonitor.nodeLifecycleController=true needs nodeLifecycleController.metrics.enabled=true: its metrics listen on 127.0.0.1 only
+{{- end -}}
+{{- if and $ipam.enabled (eq (toString $pm.nodeIpamController) "true") (not $ipam.metrics.enabled) }}
+- metrics.podMonitor.nodeIpamController=true needs nodeIpamController.metrics.enabled=true: its metrics listen on 127.0.0.1 only
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "local-ccm.validate" -}}
 {{- /* `helm upgrade --reuse-values` from another chart (the Go original's) renders with that
      chart's defaults instead of these (a known Helm behaviour), so whole sections are missing. */}}
@@ -515,65 +652,10 @@ true
 {{- with include "local-ccm.foreignValues" . }}
 {{- fail (printf "these values, copied from the Go original's chart or upstream node-ipam-controller's chart, would run pods that cannot start; nothing was changed. Change them and run the command again (the chart README, Migration):%s" .) }}
 {{- end }}
-{{- with include "local-ccm.refusedValues" . }}
-{{- fail (printf "values the binaries would refuse at start-up:%s" .) }}
+{{- $problems := printf "%s%s" (include "local-ccm.refusedValues" .) (include "local-ccm.relationProblems" .) -}}
+{{- with $problems }}
+{{- fail (printf "values the chart or the binaries would refuse (every one listed):%s" .) }}
 {{- end }}
-{{- $agent := include "local-ccm.agent.enabled" . -}}
-{{- if and $agent .Values.admissionPolicy.enabled (not (semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version)) -}}
-{{- fail "admissionPolicy requires Kubernetes >= 1.30; set admissionPolicy.enabled=false" -}}
-{{- end -}}
-{{- $nlc := .Values.nodeLifecycleController -}}
-{{- if and $nlc.enabled (not $nlc.leaderElection.enabled) (gt (int $nlc.replicaCount) 1) -}}
-{{- fail "nodeLifecycleController.replicaCount > 1 needs nodeLifecycleController.leaderElection.enabled=true" -}}
-{{- end -}}
-{{- if and .Values.controllerManager.enabled (not $nlc.enabled) -}}
-{{- fail "controllerManager.enabled runs in nodeLifecycleController's place: it needs nodeLifecycleController.enabled=true" -}}
-{{- end -}}
-{{- if and .Values.controllerManager.kubeletServingApprover.enabled (not .Values.controllerManager.enabled) -}}
-{{- fail "controllerManager.kubeletServingApprover.enabled runs in local-ccm-controller-manager: it needs controllerManager.enabled=true" -}}
-{{- end -}}
-{{- $lb := .Values.controllerManager.loadBalancer -}}
-{{- if and $lb.enabled (not .Values.controllerManager.enabled) -}}
-{{- fail "controllerManager.loadBalancer.enabled runs in local-ccm-controller-manager: it needs controllerManager.enabled=true" -}}
-{{- end -}}
-{{- if and .Values.controllerManager.bmc.enabled (not .Values.controllerManager.enabled) -}}
-{{- fail "controllerManager.bmc.enabled runs in local-ccm-controller-manager: it needs controllerManager.enabled=true" -}}
-{{- end -}}
-{{- if and .Values.controllerManager.bmc.fencing (not .Values.controllerManager.bmc.enabled) -}}
-{{- fail "controllerManager.bmc.fencing asks node-bmc to power Nodes off: it needs controllerManager.bmc.enabled=true" -}}
-{{- end -}}
-{{- if and .Values.controllerManager.bmc.fencing (not $nlc.controller.outOfServiceTaint) -}}
-{{- fail "controllerManager.bmc.fencing powers a Node off to taint it out-of-service: it needs nodeLifecycleController.controller.outOfServiceTaint=true" -}}
-{{- end -}}
-{{- if and $lb.kubeVipConfigMap (not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?$" $lb.kubeVipConfigMap)) -}}
-{{- fail (printf "controllerManager.loadBalancer.kubeVipConfigMap: %q is not namespace/name (empty turns it off)" $lb.kubeVipConfigMap) -}}
-{{- end -}}
-{{- $poolNames := list -}}
-{{- range $i, $p := $lb.pools -}}
-{{- if has $p.name $poolNames -}}
-{{- fail (printf "controllerManager.loadBalancer.pools[%d]: the name %q is used twice" $i $p.name) -}}
-{{- end -}}
-{{- $poolNames = append $poolNames $p.name -}}
-{{- end -}}
-{{- $ipam := .Values.nodeIpamController -}}
-{{- if and $ipam.enabled (not (semverCompare ">=1.31.0-0" .Capabilities.KubeVersion.Version)) -}}
-{{- fail "nodeIpamController requires Kubernetes >= 1.31: the ClusterCIDR CRD's validation rules use the CEL CIDR library, which older API servers refuse; set nodeIpamController.enabled=false" -}}
-{{- end -}}
-{{- if and $ipam.enabled (not $ipam.leaderElection.enabled) (gt (int $ipam.replicaCount) 1) -}}
-{{- fail "nodeIpamController.replicaCount > 1 needs nodeIpamController.leaderElection.enabled=true" -}}
-{{- end -}}
-{{- $pm := .Values.metrics.podMonitor -}}
-{{- if $pm.enabled -}}
-{{- if and $agent (eq (toString $pm.agent) "true") (not .Values.metrics.enabled) -}}
-{{- fail "metrics.podMonitor.agent=true needs metrics.enabled=true: the agent's metrics listen on 127.0.0.1 only (null: a PodMonitor only while they are open)" -}}
-{{- end -}}
-{{- if and $nlc.enabled (eq (toString $pm.nodeLifecycleController) "true") (not $nlc.metrics.enabled) -}}
-{{- fail "metrics.podMonitor.nodeLifecycleController=true needs nodeLifecycleController.metrics.enabled=true: its metrics listen on 127.0.0.1 only" -}}
-{{- end -}}
-{{- if and $ipam.enabled (eq (toString $pm.nodeIpamController) "true") (not $ipam.metrics.enabled) -}}
-{{- fail "metrics.podMonitor.nodeIpamController=true needs nodeIpamController.metrics.enabled=true: its metrics listen on 127.0.0.1 only" -}}
-{{- end -}}
-{{- end -}}
 {{- end -}}
 
 {{/* Every namespaced object names its namespace: `kubectl apply -f` of a render and Talos'

@@ -163,6 +163,48 @@ def test_d15_upstream_ipam_values_nested_fail_only_for_the_image(
             {"ipDetection": {"externalIPSubnet": "192.0.2.1/24"}},
             "ipDetection.externalIPSubnet: 192.0.2.1/24 has host bits set",
         ),
+        ({"controller": {"settleTime": "10m"}}, "controller.settleTime: 10m is over 5m"),
+        ({"controller": {"resyncInterval": "30s"}}, "controller.resyncInterval: 30s is under 1m"),
+        (
+            {"controller": {"reconcileInterval": "2h"}},
+            "controller.resyncInterval: 30m is shorter than controller.reconcileInterval 2h",
+        ),
+        ({"controller": {"reconcileInterval": "0"}}, "controller.reconcileInterval: 0 is under 1s"),
+        (
+            {"l2Announcement": {"enabled": True, "leaseDuration": "2s", "renewDeadline": "4s"}},
+            "l2Announcement: leaseDuration 2s must be greater than renewDeadline 4s",
+        ),
+        (
+            {"l2Announcement": {"enabled": True, "renewDeadline": "2s", "renewPeriod": "2s"}},
+            "l2Announcement: renewDeadline 2s must be greater than 1.2 x renewPeriod 2s",
+        ),
+        (
+            {"nodeLifecycleController": {"controller": {"maxUnhealthy": "101%"}}},
+            "maxUnhealthy: 101% is over 100%",
+        ),
+        (
+            {"nodeLifecycleController": {"controller": {"notReadyTimeout": "0s"}}},
+            "notReadyTimeout: 0s must be more than 0",
+        ),
+        (
+            {"nodeLifecycleController": {"controller": {"probe": "icmp,tcp:99999"}}},
+            "probe: tcp:99999 needs a port 1-65535",
+        ),
+        (
+            {"nodeIpamController": {"enabled": True, "leaderElection": {"leaseDuration": "5s"}}},
+            "nodeIpamController.leaderElection: leaseDuration 5s must be greater than "
+            "renewDeadline 10s",
+        ),
+        (
+            {
+                "controllerManager": {
+                    "enabled": True,
+                    "loadBalancer": {"enabled": True, "serviceCIDRs": ["10.96.0.1/12"]},
+                }
+            },
+            "controllerManager.loadBalancer.serviceCIDRs: 10.96.0.1/12 has host bits set",
+        ),
+        ({"image": {"repository": ""}}, "image.repository is empty"),
     ],
 )
 def test_d15_values_the_programs_refuse_fail_the_render(
@@ -170,8 +212,25 @@ def test_d15_values_the_programs_refuse_fail_the_render(
 ) -> None:
     code, out = _template(chart_helm, kube_version, doc, tmp_path)
     assert code != 0
-    assert "values the binaries would refuse at start-up" in out, out
+    assert "values the chart or the binaries would refuse (every one listed)" in out, out
     assert message in out, out
+
+
+def test_d15_every_refused_value_is_listed_in_one_render(
+    chart_helm: Helm, kube_version: str, tmp_path: Path
+) -> None:
+    """Not the first problem only: an operator fixes them all in one round."""
+    doc = {
+        "controller": {"settleTime": "10m"},
+        "controllerManager": {"enabled": False, "kubeletServingApprover": {"enabled": True},
+                              "loadBalancer": {"enabled": True},
+                              "bmc": {"enabled": True, "fencing": True}},
+    }  # fmt: skip
+    code, out = _template(chart_helm, kube_version, doc, tmp_path)
+    assert code != 0
+    for part in ("settleTime", "kubeletServingApprover", "loadBalancer.enabled", "bmc.enabled",
+                 "bmc.fencing"):  # fmt: skip
+        assert f"controllerManager.{part}" in out or f"controller.{part}" in out, (part, out)
 
 
 @pytest.mark.parametrize(

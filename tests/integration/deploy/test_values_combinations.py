@@ -47,7 +47,10 @@ BASE: dict[Path, Any] = {
     ("nodeLifecycleController", "replicaCount"): 1,
     ("nodeIpamController", "replicaCount"): 1,
 }
-REFUSAL = re.compile(r"execution error at \(local-ccm/templates/validate\.yaml[^)]*\): (.*)")
+REFUSAL = re.compile(
+    r"execution error at \(local-ccm/templates/validate\.yaml[^)]*\): (.*?)(?:\n\nUse --debug|\Z)",
+    re.S,
+)  # the chart lists every problem, one "- " line each, after its first line
 NEEDS = re.compile(r"needs ([A-Za-z0-9_.]+)=(true|false)\b")
 TRIGGER = re.compile(r"([A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)+)\b")  # the setting a refusal names first
 MAX_REPAIRS = 6
@@ -235,8 +238,9 @@ def _render_repaired(
         if match is None:
             outcome.broken.append(f"{_describe(row)}:\n{result.output}")
             return row, None
-        message = match.group(1).strip()
-        fix = NEEDS.search(message)
+        problems = [line.strip().removeprefix("- ") for line in match.group(1).splitlines()[1:]]
+        message = next((p for p in problems if NEEDS.search(p)), match.group(1).strip())
+        fix = NEEDS.search(message)  # one repair per render: the first problem that names one
         if fix is None:
             outcome.refused.append((row, message))
             return row, None
