@@ -17,6 +17,16 @@ from local_ccm.validate import ValidationError, dns1123_subdomain
 
 _NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def int64(text: str) -> int | None:
+    """`text` as Go's strconv.ParseInt(text, 10, 64) reads it, or None (not an integer, or
+    outside int64): what Gt and Lt compare, in a requirement and in a label."""
+    if not _INTEGER.fullmatch(text):
+        return None
+    value = int(text)
+    return value if _INT64[0] <= value <= _INT64[1] else None
 
 
 def qualified_name(value: str) -> str:
@@ -102,10 +112,11 @@ class Requirement:
             return value not in self.values  # an absent label matches, as in Kubernetes
         if self.operator in ("Exists", "DoesNotExist"):
             return (value is not None) == (self.operator == "Exists")
-        if value is None or not _INTEGER.fullmatch(value):
+        got = None if value is None else int64(value)
+        bound = int64(self.values[0])
+        if got is None or bound is None:
             return False
-        bound = int(self.values[0])
-        return int(value) > bound if self.operator == "Gt" else int(value) < bound
+        return got > bound if self.operator == "Gt" else got < bound
 
     def __str__(self) -> str:
         if self.operator in ("Exists", "DoesNotExist"):
@@ -202,8 +213,8 @@ class _SelectorParser:
             return tuple(self._value_list(key))
         token = self._peek()
         value = "" if token is None or token == (True, ",") else self._identifier("a value")
-        if operator in ("Gt", "Lt") and not _INTEGER.fullmatch(value):
-            raise ValidationError(f"{_q(key)}: '>' and '<' need an integer, not {_q(value)}")
+        if operator in ("Gt", "Lt") and int64(value) is None:
+            raise ValidationError(f"{_q(key)}: '>' and '<' need an integer that fits in 64 bits, not {_q(value)}")
         return (label_value(value),)
 
     def _value_list(self, key: str) -> list[str]:

@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 
 from local_ccm.ifnames import parse_glob
-from local_ccm.labels import LabelSelector, Operator, Requirement
+from local_ccm.labels import LabelSelector, Operator, Requirement, label_value, qualified_name
 from local_ccm.records import dataclass
 from local_ccm.validate import ValidationError
 
@@ -265,10 +265,11 @@ def parse_label_selector(raw: object, where: str, problems: list[str]) -> LabelS
     if not isinstance(raw, Mapping):
         problems.append(f"{where}: must be an object")
         return None
-    requirements = [
-        Requirement(str(key), "In", (str(value),))
-        for key, value in (raw.get("matchLabels") or {}).items()
-    ]
+    requirements = []
+    for key, value in (raw.get("matchLabels") or {}).items():
+        at = f"{where}.matchLabels[{key!r}]"
+        if _label_problem(at, str(key), (str(value),), problems):
+            requirements.append(Requirement(str(key), "In", (str(value),)))
     expressions = raw.get("matchExpressions") or []
     if not isinstance(expressions, list):
         problems.append(f"{where}.matchExpressions: must be a list")
@@ -294,9 +295,24 @@ def _expression(raw: object, where: str, problems: list[str]) -> Requirement | N
         problems.append(
             f"{where}.values: In and NotIn need values, Exists and DoesNotExist take none"
         )
+    if isinstance(key, str) and key:
+        _label_problem(where, key, tuple(str(v) for v in values), problems)
     if len(problems) > found or operator not in SELECTOR_OPERATORS:
         return None
     return Requirement(str(key), _OPERATORS[operator], tuple(str(v) for v in values))
+
+
+def _label_problem(where: str, key: str, values: tuple[str, ...], problems: list[str]) -> bool:
+    """Whether `key` and `values` are a label key and values, as the API server's selector
+    validation requires; each problem added (a bad key would select nothing, or, under
+    NotIn or DoesNotExist, everything)."""
+    before = len(problems)
+    for check, text in ((qualified_name, key), *((label_value, v) for v in values)):
+        try:
+            check(text)
+        except ValidationError as error:
+            problems.append(f"{where}: {error}")
+    return len(problems) == before
 
 
 # ---------------------------------------------------------------- the CRD object

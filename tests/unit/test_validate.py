@@ -337,6 +337,7 @@ def test_label_selector_parses_kubernetes_syntax_to_canonical_form(
         ("!", "expected a label key, found end of selector"),
         ("!a=b", "expected ',' or end of selector"),
         ("a>b", "need an integer"),
+        ("a>99999999999999999999999", "fits in 64 bits"),
         ("a=(b)", "expected a value"),
         ("a~b", "not a valid qualified name"),
         ("Bad Key=1", "expected an operator"),

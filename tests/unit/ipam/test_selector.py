@@ -90,6 +90,9 @@ def test_i14_empty_term_matches_nothing_but_everything_in_legacy_mode() -> None:
         (expr("k", "Gt", "5"), {}, False),
         (expr("k", "Lt", "5"), {"k": "-3"}, True),
         (expr("k", "Lt", "5"), {"k": "40"}, False),
+        # A label beyond int64 is no integer to Go's ParseInt: neither greater nor less.
+        (expr("k", "Gt", "5"), {"k": "100000000000000000000000"}, False),
+        (expr("k", "Lt", "5"), {"k": "-100000000000000000000000"}, False),
     ],
 )
 def test_operators_have_core_semantics(
@@ -161,6 +164,10 @@ def test_semantics_differ_flags_selectors_that_select_differently(
         ({"nodeSelectorTerms": [term(expr("k", "Exists", "a"))]}, EXPRESSION_VALUES_MESSAGE),
         ({"nodeSelectorTerms": [term(expr("k", "Gt", "1", "2"))]}, EXPRESSION_VALUES_MESSAGE),
         ({"nodeSelectorTerms": [term(expr("k", "Lt", "x"))]}, EXPRESSION_VALUES_MESSAGE),
+        (  # beyond int64: Go's ParseInt refuses it, so Kubernetes' selector does
+            {"nodeSelectorTerms": [term(expr("k", "Gt", "99999999999999999999999"))]},
+            EXPRESSION_VALUES_MESSAGE,
+        ),
         ({"nodeSelectorTerms": [term(fields=(expr("team", "In", "a"),))]}, FIELD_MESSAGE),
         (
             {"nodeSelectorTerms": [term(fields=(expr("metadata.name", "Exists"),))]},

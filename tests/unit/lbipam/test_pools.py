@@ -91,6 +91,24 @@ def test_every_problem_is_listed() -> None:
     ]
 
 
+def test_selector_keys_and_values_must_be_labels() -> None:
+    """A key the API server's selectors refuse selects nothing under matchLabels, and
+    everything under NotIn or DoesNotExist: the pool is invalid instead."""
+    parsed = parse_pool(
+        pool_obj(
+            addresses=["10.0.0.0/30"],
+            serviceSelector={"matchLabels": {"bad key!!": "x", "ok": "bad value!"}},
+            namespaceSelector={"matchExpressions": [{"key": "-x", "operator": "DoesNotExist"}]},
+        )
+    )
+    assert isinstance(parsed, InvalidPool)
+    assert [p.split(": ")[0] for p in parsed.problems] == [
+        "spec.serviceSelector.matchLabels['bad key!!']",
+        "spec.serviceSelector.matchLabels['ok']",
+        "spec.namespaceSelector.matchExpressions[0]",
+    ]
+
+
 def test_empty_address_list_is_a_problem() -> None:
     parsed = parse_pool(pool_obj(addresses=[]))
     assert isinstance(parsed, InvalidPool)

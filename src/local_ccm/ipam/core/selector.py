@@ -10,18 +10,16 @@ and read `matchFields` keys as labels (kubernetes-sigs/node-ipam-controller#36);
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from local_ccm.labels import Requirement, label_value, qualified_name
+from local_ccm.labels import Requirement, int64, label_value, qualified_name
 from local_ccm.records import dataclass
 from local_ccm.validate import ValidationError
 
 NODE_NAME_FIELD = "metadata.name"
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 FIELD_OPERATORS = ("In", "NotIn")
-_INTEGER = re.compile(r"[-+]?[0-9]+")
 
 # Messages of the CRD's rules A7-A9, reused for stored objects.
 EXPRESSION_VALUES_MESSAGE = (
@@ -187,7 +185,7 @@ def _values_fit(operator: str, values: list[str]) -> bool:
         return bool(values)
     if operator in ("Exists", "DoesNotExist"):
         return not values
-    return len(values) == 1 and bool(_INTEGER.fullmatch(values[0]))
+    return len(values) == 1 and int64(values[0]) is not None  # Go's ParseInt(…, 10, 64)
 
 
 def _field(where: str, raw: object) -> Requirement:
