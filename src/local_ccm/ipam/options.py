@@ -124,7 +124,8 @@ FLAGS = FlagSet(
         Flag("cluster-cidr", "string", "", "Default pool: at most one IPv4 and one IPv6 CIDR.",
              env=("IPAM_CLUSTER_CIDR",), metavar="CIDRs",
              value=_one_per_family("at most one IPv4 and one IPv6 CIDR")),
-        Flag("node-cidr-mask-size", "int", None, "Mask of a single-stack --cluster-cidr.",
+        Flag("node-cidr-mask-size", "int", None, "Mask of a single-stack --cluster-cidr "
+             "(not with -ipv4/-ipv6).",
              env=("IPAM_NODE_CIDR_MASK_SIZE",)),
         Flag("node-cidr-mask-size-ipv4", "int", 24, "Per-Node IPv4 mask of the default pool.",
              env=("IPAM_NODE_CIDR_MASK_SIZE_IPV4",)),
@@ -290,6 +291,10 @@ def _masks(read: Loader, cidrs: Sequence[IPNetwork]) -> tuple[int, int]:
     if single is not None and len(cidrs) > 1:
         read.reject("node-cidr-mask-size", "only for a single-stack --cluster-cidr; use "
                     "--node-cidr-mask-size-ipv4 and -ipv6")  # fmt: skip
+    elif single is not None and (read.given(flags[4]) or read.given(flags[6])):
+        # [compat] kube-controller-manager refuses the combination too; one was ignored.
+        read.reject("node-cidr-mask-size", "cannot be combined with --node-cidr-mask-size-ipv4 "
+                    "or -ipv6; give one of them")  # fmt: skip
     elif single is not None:
         version = cidrs[0].version if cidrs else 4
         masks[version], flags[version] = single, "node-cidr-mask-size"

@@ -145,6 +145,14 @@ def test_election_durations_are_checked_together() -> None:
         (["--cluster-cidr=10.0.0.0/16", "--node-cidr-mask-size-ipv4=8"], "shorter than"),
         (["--cluster-cidr=fd00::/64", "--node-cidr-mask-size-ipv6=120"], "65536"),
         (["--cluster-cidr=10.0.0.0/8,fd00::/56", "--node-cidr-mask-size=24"], "single-stack"),
+        (
+            [
+                "--cluster-cidr=10.0.0.0/16",
+                "--node-cidr-mask-size=24",
+                "--node-cidr-mask-size-ipv4=25",
+            ],
+            "cannot be combined with --node-cidr-mask-size-ipv4",
+        ),
         (["--service-cluster-ip-range=10.0.0.0/24,10.1.0.0/24"], "one per family"),
         (["--reserved-cidrs=nonsense"], "reserved-cidrs"),
         (["--concurrent-node-syncs=0"], "at least 1"),
