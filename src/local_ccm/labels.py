@@ -45,6 +45,14 @@ def qualified_name(value: str) -> str:
     return value
 
 
+def load_balancer_class(value: str) -> str:
+    """A `spec.loadBalancerClass` a controller may claim: a label-style key, as the API server
+    requires, with a domain prefix (unprefixed names are reserved for end users)."""
+    if "/" not in value:
+        raise ValidationError(f"{_q(value)} is not a prefixed name like example.com/lb")
+    return qualified_name(value)
+
+
 def _is_subdomain(text: str) -> bool:
     try:
         dns1123_subdomain(text)
@@ -214,7 +222,9 @@ class _SelectorParser:
         token = self._peek()
         value = "" if token is None or token == (True, ",") else self._identifier("a value")
         if operator in ("Gt", "Lt") and int64(value) is None:
-            raise ValidationError(f"{_q(key)}: '>' and '<' need an integer that fits in 64 bits, not {_q(value)}")
+            raise ValidationError(
+                f"{_q(key)}: '>' and '<' need an integer that fits in 64 bits, not {_q(value)}"
+            )
         return (label_value(value),)
 
     def _value_list(self, key: str) -> list[str]:

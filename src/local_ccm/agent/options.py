@@ -44,6 +44,7 @@ from local_ccm.lease.election import election_problems
 from local_ccm.records import dataclass
 from local_ccm.validate import (
     BindAddress,
+    ValidationError,
     dns1123_label,
     dns1123_subdomain,
     each,
@@ -395,9 +396,12 @@ def _l2(read: Loader, detect: bool) -> L2Options | None:
         if read(L2) and (detect or read("run-once")):
             read.reject(L2, "announcing runs in loop mode only (not detect or run-once)")
         return None
-    if "/" not in options.lb_class.strip("/"):
-        read.reject("l2-lb-class", f"{options.lb_class!r} is not a prefixed name like "
-                    "example.com/lb")  # fmt: skip
+    from local_ccm.labels import load_balancer_class  # noqa: PLC0415 (with --l2-announce only)
+
+    try:
+        load_balancer_class(options.lb_class)
+    except ValidationError as exc:
+        read.reject("l2-lb-class", str(exc))
     timings = ("l2-lease-duration", "l2-renew-deadline", "l2-renew-period")
     if not read.failed & set(timings):
         problems = election_problems(options.lease_duration, options.renew_deadline,

@@ -6,7 +6,9 @@ import ipaddress
 from typing import Final
 
 from local_ccm.flags import Flag, Parsed, Problem
+from local_ccm.labels import load_balancer_class
 from local_ccm.records import dataclass
+from local_ccm.validate import ValidationError, dns1123_label, dns1123_subdomain
 
 NAME: Final = "service-lb-ipam"
 DEFAULT_CLASS: Final = "lb.local-ccm.io/pools"
@@ -51,13 +53,20 @@ def settings_from(parsed: Parsed) -> Settings | list[Problem]:
     """The flags above read and checked; every problem listed."""
     problems: list[Problem] = []
     lb_class = parsed.get_str(CLASS_FLAG).strip()
-    if not lb_class or "/" not in lb_class:
-        text = f"{lb_class!r} is not a prefixed name like example.com/lb"
-        problems.append(Problem(CLASS_FLAG, text))
+    try:
+        load_balancer_class(lb_class)
+    except ValidationError as exc:
+        problems.append(Problem(CLASS_FLAG, str(exc)))
     where = parsed.get_str(KUBEVIP_FLAG).strip()
     namespace, _, name = where.partition("/")
     if where and not (namespace and name and "/" not in name):
         problems.append(Problem(KUBEVIP_FLAG, f"{where!r} is not namespace/name"))
+    elif where:
+        for check, part in ((dns1123_label, namespace), (dns1123_subdomain, name)):
+            try:
+                check(part)
+            except ValidationError as exc:
+                problems.append(Problem(KUBEVIP_FLAG, str(exc)))
     cidrs = tuple(c.strip() for c in parsed.get_str(SERVICE_CIDRS_FLAG).split(",") if c.strip())
     for cidr in cidrs:
         try:

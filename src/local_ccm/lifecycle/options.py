@@ -28,6 +28,7 @@ from local_ccm.validate import (
     BindAddress,
     ValidationError,
     dns1123_label,
+    dns1123_subdomain,
     each,
     parse_bind_address,
     parse_count_or_percent,
@@ -51,6 +52,11 @@ def _selector(text: str) -> LabelSelector | None:
 def _protected(text: str) -> tuple[Protection, ...]:
     """[fix] A typo in a safety list must not silently protect nothing."""
     return tuple(entry for entries in each(parse_protected)(text) for entry in entries)
+
+
+def _node_name(name: str) -> str:
+    """A Node name (empty: not given); one no Node can have would protect nothing."""
+    return dns1123_subdomain(name) if name else name
 
 
 def _probe_kinds(text: str) -> tuple[ProbeKind, ...]:
@@ -141,7 +147,7 @@ FLAGS = FlagSet(
         Flag("self-check-sample", "int", 3, "Ready peer Nodes probed by the self-check.",
              value=at_least(1)),
         Flag("node-name", "string", "", "The Node this controller runs on: never deleted, "
-             "never a self-check peer.", env=("NODE_NAME",), metavar="name"),
+             "never a self-check peer.", env=("NODE_NAME",), metavar="name", value=_node_name),
         Flag("out-of-service-taint", "bool", False, "Taint node.kubernetes.io/out-of-service "
              "before deleting."),
         Flag("out-of-service-timeout", "duration", 5 * MINUTE, "Longest wait for "
@@ -212,7 +218,7 @@ def options_from(parsed: Parsed) -> LifecycleOptions | list[Problem]:
     selector: LabelSelector | None = read("node-selector")
     metrics, health = read("metrics-bind-address"), read("health-probe-bind-address")
     check_metrics_port(read, metrics, health, "health-probe-bind-address")
-    own_node = parsed.get_str("node-name") or None
+    own_node = read("node-name") or None
     scope = Scope(selector, read("watch-autoscaler-taint"), read("protected-labels"), own_node)
     options = read.into(
         LifecycleOptions, {"verbosity": "v"}, scope=scope, settings=settings, probe=probe,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+import pytest
+
 from local_ccm.flags import FlagSet, parse
 from local_ccm.lbipam.core import writes
 from local_ccm.lbipam.core.allocator import Allocation, Placement, Problem
@@ -143,6 +145,22 @@ def test_options_list_every_problem() -> None:
     ]  # fmt: skip
     ok = settings_from(parse(TABLE, ["--lb-kubevip-configmap=", "--lb-classless=false"], {}))
     assert ok == Settings(classless=False, kubevip=None)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("lb-class", "EXAMPLE.com/lb"), ("lb-class", "example.com/"), ("lb-class", "/lb"),
+     ("lb-class", "example.com/-lb"), ("lb-class", "ex ample.com/lb"), ("lb-class", "a/b/c"),
+     ("lb-kubevip-configmap", "Bad_/x"), ("lb-kubevip-configmap", "kube-system/Bad_Name")],
+)  # fmt: skip
+def test_a_class_or_configmap_the_api_server_would_refuse_is_a_problem(
+    flag: str, value: str
+) -> None:
+    """A class no Service can carry (a label-style key with a domain prefix), a namespace or
+    name no object can have: the controller would wait for ever for what cannot exist."""
+    problems = settings_from(parse(TABLE, [f"--{flag}={value}"], {}))
+    assert isinstance(problems, list)
+    assert [p.flag for p in problems] == [flag]
 
 
 def test_annotation_patch_sets_removes_and_leaves_alone() -> None:

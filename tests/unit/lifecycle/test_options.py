@@ -70,6 +70,16 @@ def test_environment_fills_namespace_and_node_name_and_flags_win() -> None:
     assert ok("--namespace=other", env=env).election.namespace == "other"
 
 
+def test_a_node_name_no_node_can_have_is_refused_from_flag_or_environment() -> None:
+    """It names the Node never deleted: one that cannot exist would protect none."""
+    for argv, env in ((["--node-name=Bad_"], {}), ([], {"NODE_NAME": "-5"})):
+        loaded = load_options(argv, env)
+        assert isinstance(loaded, list)
+        [line] = [str(p) for p in loaded]
+        assert "NODE_NAME" in line or "--node-name" in line
+        assert "DNS-1123 subdomain" in line
+
+
 def test_the_five_problems_of_l32_are_five_lines() -> None:
     lines = problems("--ping-count=-1", "--reconcile-interval=0", "--max-unhealthy=150%",
                      "--probe=udp:1", "--bogus")  # fmt: skip
