@@ -371,6 +371,9 @@ def _metadata(read: Loader, open_rules: RulesOpener) -> MetadataOptions | None:
     domains: tuple[str, ...] = read("metadata-label-domains")
     path: str = read("metadata-rules")
     if not read("metadata"):
+        for name in ("metadata-rules", "metadata-beta-labels", "metadata-label-domains"):
+            if read.given(name):  # a setting of a feature turned off is a mistake, not a no-op
+                read.reject(name, "only used with --metadata=true")
         return None
     rules = None
     if path and "metadata-label-domains" not in read.failed:

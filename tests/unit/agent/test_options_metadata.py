@@ -34,10 +34,21 @@ def test_default_is_on_without_rules() -> None:
 
 
 def test_metadata_false_turns_the_feature_off() -> None:
-    options = load("--metadata=false", f"--metadata-rules={GOOD}")
+    options = load("--metadata=false")
     assert isinstance(options, AgentOptions)
     assert options.metadata is None
     assert startup_fields(options)["metadata"] == "off"
+
+
+def test_a_metadata_setting_with_the_feature_off_is_a_mistake_not_a_no_op() -> None:
+    """Rules given with --metadata=false would be ignored without a word."""
+    problems = load("--metadata=false", f"--metadata-rules={GOOD}", "--metadata-beta-labels",
+                    "--metadata-label-domains=a.example")  # fmt: skip
+    assert isinstance(problems, list)
+    assert len(problems) == 3
+    for flag in ("--metadata-rules", "--metadata-beta-labels", "--metadata-label-domains"):
+        [line] = [p for p in problems if flag in p]
+        assert "only used with --metadata=true" in line
 
 
 def test_rules_file_is_opened_with_the_label_domains() -> None:
