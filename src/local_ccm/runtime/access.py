@@ -156,6 +156,8 @@ async def check_access(
         try:
             return await read_missing(reviews, permissions)
         except ke.Unauthorized as exc:
+            if exc.reason == "CredentialError":  # no request was sent: the kubeconfig's doing
+                return f"no Kubernetes credentials could be obtained: {exc.message}"
             return f"the Kubernetes credentials were rejected (401): {exc.message}"
         except ke.ApiError as exc:
             delay = ACCESS_BACKOFF.next_delay(failures, exc.retry_after)

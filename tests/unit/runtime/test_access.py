@@ -76,6 +76,16 @@ def test_rejected_credentials_are_a_precondition_failure() -> None:
     assert "401" in problem
 
 
+def test_credentials_that_cannot_be_obtained_are_not_called_rejected() -> None:
+    """An exec plugin that does not run sends no request: no 401 was ever answered."""
+    error = ke.Unauthorized(401, "CredentialError", "exec plugin /nonexist failed to run")
+    problem = check(FakeReviews(errors=[error]))
+    assert (
+        problem
+        == "no Kubernetes credentials could be obtained: exec plugin /nonexist failed to run"
+    )
+
+
 def test_all_permissions_present_passes() -> None:
     assert check(FakeReviews()) == []
 
