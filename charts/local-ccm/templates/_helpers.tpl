@@ -535,6 +535,19 @@ true
 {{- if gt (include "local-ccm.seconds" $c.settleTime | float64) 300.0 }}
 - controller.settleTime: {{ $c.settleTime }} is over 5m (--settle-time must be between 0s and 5m0s)
 {{- end -}}
+{{- with $c.providerID -}}
+{{- if not (contains "://" .) }}
+- controller.providerID: {{ . | quote }} must contain :// (e.g. "local://{system_uuid}")
+{{- end -}}
+{{- range regexFindAll "\\{[^{}]*\\}" . -1 -}}
+{{- if not (has . (list "{node_name}" "{system_uuid}" "{machine_id}")) }}
+- controller.providerID: unknown placeholder {{ . }}; use {node_name}, {system_uuid}, {machine_id}
+{{- end -}}
+{{- end -}}
+{{- if regexMatch "[{}]" (regexReplaceAll "\\{[^{}]*\\}" . "") }}
+- controller.providerID: {{ . | quote }} has an unbalanced brace
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* A Lease's timing as every binary checks it: duration > deadline > 1.2 x period.

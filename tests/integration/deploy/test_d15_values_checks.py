@@ -205,6 +205,8 @@ def test_d15_upstream_ipam_values_nested_fail_only_for_the_image(
             "controllerManager.loadBalancer.serviceCIDRs: 10.96.0.1/12 has host bits set",
         ),
         ({"image": {"repository": ""}}, "image.repository is empty"),
+        ({"controller": {"providerID": "local://{bogus}"}}, "unknown placeholder {bogus}"),
+        ({"controller": {"providerID": "{system_uuid}"}}, "must contain ://"),
     ],
 )
 def test_d15_values_the_programs_refuse_fail_the_render(
