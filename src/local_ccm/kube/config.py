@@ -137,7 +137,9 @@ def _parse_exec(spec: object, base: str) -> ExecConfig:
 
 
 def _user_fields(user: Mapping[str, Any], base: str) -> dict[str, Any]:
-    unsupported = {"auth-provider", "username", "password"} & set(user)
+    # Impersonation is refused rather than dropped: requests would go out as the base identity.
+    unsupported = {"auth-provider", "username", "password", "as", "as-uid", "as-groups",
+                   "as-user-extra"} & set(user)  # fmt: skip
     if unsupported:
         raise ConfigError(f"unsupported user fields: {', '.join(sorted(unsupported))}")
     token_file = user.get("tokenFile")
@@ -165,6 +167,8 @@ def config_from_kubeconfig(
     user = _named(doc, "users", "user", str(ctx["user"])) if ctx.get("user") else {}
     server = str(cluster.get("server") or "")
     check_server(server)
+    if cluster.get("proxy-url"):  # refused rather than dropped: it would connect directly
+        raise ConfigError("unsupported cluster field: proxy-url")
     base = os.fspath(base)
     fields = _user_fields(user, base)
     if bool(fields["client_cert_data"]) != bool(fields["client_key_data"]):

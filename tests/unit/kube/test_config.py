@@ -117,6 +117,8 @@ def test_token_file_is_read_by_the_authenticator(tmp_path: Path) -> None:
         ("- {name: u, user: {client-certificate-data: '!!notb64'}}\n", "base64"),
         ("- {name: u, user: {exec: {apiVersion: x/v9, command: p}}}\n", "apiVersion"),
         ("- {name: u, user: {exec: foo}}\n", "exec must be a mapping, got str"),
+        ("- {name: u, user: {token: t, as: admin}}\n", "unsupported user fields: as"),
+        ("- {name: u, user: {token: t, as-groups: [a]}}\n", "unsupported user fields: as-groups"),
         ("- {name: u, user: {exec: [1, 2]}}\n", "exec must be a mapping, got list"),
         ("- {name: u, user: {exec: {command: p, env: [x]}}}\n", "env must be a list"),
         ("- {name: u, user: {exec: {command: p, args: x}}}\n", "args must be a list"),
@@ -286,6 +288,12 @@ def test_a_server_url_the_clients_cannot_split_is_a_config_error(
         check_server(server)
     clusters = f"- name: k\n  cluster:\n    server: '{server}'\n"
     with pytest.raises(ConfigError, match="kubeconfig"):
+        load_kubeconfig(write_kubeconfig(tmp_path / "kc", CERT_USERS, clusters))
+
+
+def test_a_proxy_is_refused_not_bypassed(tmp_path: Path) -> None:
+    clusters = "- name: k\n  cluster:\n    server: https://h:1\n    proxy-url: http://p:3128\n"
+    with pytest.raises(ConfigError, match="proxy-url"):
         load_kubeconfig(write_kubeconfig(tmp_path / "kc", CERT_USERS, clusters))
 
 
