@@ -19,6 +19,7 @@ T = TypeVar("T")
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
+_KUBE_VARIABLE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _COUNT_OR_PERCENT = re.compile(r"([0-9]+)(%?)")
@@ -44,6 +45,19 @@ def dns1123_label(value: str) -> str:
 def dns1123_subdomain(value: str) -> str:
     """RFC 1123 subdomain as Kubernetes checks it: Node names, Lease names."""
     return _dns1123(value, ("subdomain", 253, _SUBDOMAIN), "digits, '-' and '.'", "example.com")
+
+
+def parse_node_name(name: str) -> str:
+    """A Node name; a literal ``$(NODE_NAME)`` means the Pod spec lacks the variable."""
+    match = _KUBE_VARIABLE.search(name)
+    if match is not None:
+        var = match.group(1)
+        raise ValidationError(
+            f"{_q(name)} contains the unexpanded variable reference $({var}): the "
+            f"container has no environment variable {var}; add env {var} with "
+            "valueFrom.fieldRef.fieldPath: spec.nodeName to the Pod spec"
+        )
+    return dns1123_subdomain(name) if name else name  # empty: not given (each caller decides)
 
 
 def _dns1123(value: str, rule: tuple[str, int, re.Pattern[str]], chars: str, eg: str) -> str:

@@ -28,7 +28,6 @@ from local_ccm.agent.core.metadata import DEFAULT_LABEL_DOMAIN
 from local_ccm.agent.rulesfile import RulesFile
 from local_ccm.agent.values import (
     parse_family_order,
-    parse_node_name,
     parse_provider_id,
     parse_selection,
     parse_subnet,
@@ -49,6 +48,7 @@ from local_ccm.validate import (
     dns1123_subdomain,
     each,
     parse_bind_address,
+    parse_node_name,
 )
 
 PROG = names.AGENT

@@ -1,5 +1,6 @@
-"""The agent's own kinds of flag values: Node names, route-lookup targets, CIDR selections,
-family order and provider-ID templates (interface globs are `local_ccm.ifnames.parse_glob`).
+"""The agent's own kinds of flag values: route-lookup targets, CIDR selections, family order
+and provider-ID templates (Node names are `local_ccm.validate.parse_node_name`, shared with the
+lifecycle controller; interface globs are `local_ccm.ifnames.parse_glob`).
 
 Pure, no I/O. Each parser returns the value or raises `ValidationError` with every reason.
 """
@@ -12,7 +13,6 @@ from local_ccm.agent.core.config import Family, IPAddress, IPNetwork, family_nam
 from local_ccm.gosyntax import go_quote
 from local_ccm.validate import (
     ValidationError,
-    dns1123_subdomain,
     each,
     parse_cidr,
     parse_families,
@@ -21,22 +21,8 @@ from local_ccm.validate import (
 )
 
 PROVIDER_ID_PLACEHOLDERS = ("node_name", "system_uuid", "machine_id")
-_KUBE_VARIABLE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 Selection = tuple[tuple[IPNetwork, ...], tuple[IPNetwork, ...]]  # (include, exclude)
-
-
-def parse_node_name(name: str) -> str:
-    """A Node name; a literal ``$(NODE_NAME)`` means the Pod spec lacks the variable."""
-    match = _KUBE_VARIABLE.search(name)
-    if match is not None:
-        var = match.group(1)
-        raise ValidationError(
-            f"{go_quote(name)} contains the unexpanded variable reference $({var}): the "
-            f"container has no environment variable {var}; add env {var} with "
-            "valueFrom.fieldRef.fieldPath: spec.nodeName to the Pod spec"
-        )
-    return dns1123_subdomain(name) if name else name  # empty: required outside detect mode
 
 
 def parse_targets(text: str) -> tuple[IPAddress, ...]:

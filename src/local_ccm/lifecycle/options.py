@@ -28,11 +28,11 @@ from local_ccm.validate import (
     BindAddress,
     ValidationError,
     dns1123_label,
-    dns1123_subdomain,
     each,
     parse_bind_address,
     parse_count_or_percent,
     parse_families,
+    parse_node_name,
     split_list,
 )
 
@@ -52,11 +52,6 @@ def _selector(text: str) -> LabelSelector | None:
 def _protected(text: str) -> tuple[Protection, ...]:
     """[fix] A typo in a safety list must not silently protect nothing."""
     return tuple(entry for entries in each(parse_protected)(text) for entry in entries)
-
-
-def _node_name(name: str) -> str:
-    """A Node name (empty: not given); one no Node can have would protect nothing."""
-    return dns1123_subdomain(name) if name else name
 
 
 def _probe_kinds(text: str) -> tuple[ProbeKind, ...]:
@@ -147,7 +142,7 @@ FLAGS = FlagSet(
         Flag("self-check-sample", "int", 3, "Ready peer Nodes probed by the self-check.",
              value=at_least(1)),
         Flag("node-name", "string", "", "The Node this controller runs on: never deleted, "
-             "never a self-check peer.", env=("NODE_NAME",), metavar="name", value=_node_name),
+             "never a self-check peer.", env=("NODE_NAME",), metavar="name", value=parse_node_name),
         Flag("out-of-service-taint", "bool", False, "Taint node.kubernetes.io/out-of-service "
              "before deleting."),
         Flag("out-of-service-timeout", "duration", 5 * MINUTE, "Longest wait for "
