@@ -11,12 +11,12 @@ import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import field
 from types import MappingProxyType
-from typing import Any, Final, NamedTuple
+from typing import Any, NamedTuple
 
 from local_ccm.ifnames import parse_glob
 from local_ccm.labels import LabelSelector, Operator, Requirement, label_value, qualified_name
 from local_ccm.records import dataclass
-from local_ccm.validate import ValidationError
+from local_ccm.validate import IPV4_MAPPED, ValidationError
 
 GROUP = "lb.local-ccm.io"
 KIND = "LoadBalancerIPPool"
@@ -194,8 +194,7 @@ def parse_address_text(text: str, *, allow_first_last: bool) -> AddressRange | s
     return parsed if isinstance(parsed, str) else unusable(text, parsed) or parsed
 
 
-MAPPED_V6: Final = (0xFFFF << 32, (0xFFFF << 32) | 0xFFFFFFFF)
-"""::ffff:0:0/96, the IPv4-mapped IPv6 addresses, first and last."""
+_MAPPED_FIRST, _MAPPED_LAST = int(IPV4_MAPPED.network_address), int(IPV4_MAPPED.broadcast_address)
 
 
 def unusable(text: str, span: AddressRange) -> str | None:
@@ -205,7 +204,7 @@ def unusable(text: str, span: AddressRange) -> str | None:
     can never land."""
     if "%" in text:
         return f"{text!r} has a zone ('%'): a Service address cannot carry one"
-    if span.version == 6 and span.first <= MAPPED_V6[1] and span.last >= MAPPED_V6[0]:
+    if span.version == 6 and span.first <= _MAPPED_LAST and span.last >= _MAPPED_FIRST:
         return (f"{text!r} holds IPv4-mapped IPv6 addresses (::ffff:0:0/96), which the API "
                 "server refuses as Service addresses")  # fmt: skip
     return None

@@ -19,6 +19,8 @@ T = TypeVar("T")
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
+IPV4_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
+"""IPv4-mapped IPv6 addresses: the API server refuses them in Service and Node addresses."""
 _KUBE_VARIABLE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")

@@ -17,13 +17,13 @@ from typing import Any, Final, NamedTuple
 from local_ccm.ipam.core.cidrset import IPV6_MAX_BLOCKS, IPNetwork
 from local_ccm.ipam.core.selector import NodeSelector, SelectorError, parse_node_selector
 from local_ccm.records import dataclass
+from local_ccm.validate import IPV4_MAPPED
 
 FINALIZER: Final = "networking.x-k8s.io/cluster-cidr-finalizer"
 DEFAULT_POOL_NAME: Final = "default-cluster-cidr"
 """The in-memory pool built from `--cluster-cidr` (the name upstream's dormant code used)."""
 
 _CIDR_TEXT = re.compile(r"[0-9A-Fa-f:.]+/[0-9]{1,3}")
-_MAPPED: Final = ipaddress.IPv6Network("::ffff:0:0/96")
 
 
 class PoolFamily(NamedTuple):
@@ -180,7 +180,11 @@ def check_family(network: IPNetwork, block_prefix: int) -> None:
             f"perNodeHostBits must not exceed the host bits of {name}: {host_bits} > "
             f"{network.max_prefixlen - network.prefixlen} for {network}."
         )
-    if network.version == 6 and block_prefix >= _MAPPED.prefixlen and network.overlaps(_MAPPED):
+    if (
+        network.version == 6
+        and block_prefix >= IPV4_MAPPED.prefixlen
+        and network.overlaps(IPV4_MAPPED)
+    ):
         # The API server refuses a podCIDR whose address is IPv4-mapped, so every write of a
         # block inside ::ffff:0:0/96 would fail (the CRD refuses such a pool; an object stored
         # under an older CRD may hold one). A larger block's address is never mapped.
