@@ -27,6 +27,12 @@ def unused_kubeconfig(directory: Path) -> Path:
     return path
 
 
+def credentials_env(directory: Path) -> dict[str, str]:
+    """An environment whose only credentials are `unused_kubeconfig`'s, in $KUBECONFIG: a
+    command line's own problems, without a missing-credentials one."""
+    return {"HOME": str(directory), "KUBECONFIG": str(unused_kubeconfig(directory))}
+
+
 def broken_kubeconfig(directory: Path, kind: str) -> Path:
     """A kubeconfig that cannot be used: `kind` is one of `BROKEN`."""
     path = directory / f"{kind}.kubeconfig"

@@ -53,7 +53,8 @@ def test_i36_invalid_flags_exit_2_one_line_per_problem(
     assert ipam_main(argv, no_credentials) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[-1] == HELP_LINE
-    assert len(lines[:-1]) == 4, lines
+    assert len(lines[:-1]) == 5, lines  # four flags, and the missing credentials
+    assert lines[-2].startswith("no Kubernetes credentials: ")
 
 
 def loaded(env: dict[str, str]) -> tuple[IpamOptions, dict[str, object]]:
@@ -93,7 +94,7 @@ def test_no_credentials_exit_2(
     assert "no Kubernetes credentials" in capsys.readouterr().err
 
 
-def test_an_unusable_metrics_cert_dir_exits_2_in_one_line(
+def test_an_unusable_metrics_cert_dir_exits_2_before_start_up(
     capsys: pytest.CaptureFixture[str], no_credentials: dict[str, str], tmp_path: Path
 ) -> None:
     argv = [
@@ -101,5 +102,7 @@ def test_an_unusable_metrics_cert_dir_exits_2_in_one_line(
         f"--kubeconfig={unused_kubeconfig(tmp_path)}",
     ]
     assert ipam_main(argv, no_credentials) == 2
-    (line,) = [x for x in capsys.readouterr().err.splitlines() if "ERROR" in x]
+    err = capsys.readouterr().err
+    assert "starting" not in err  # refused with the flags' problems, before the start line
+    (line,) = [x for x in err.splitlines() if "metrics-cert-dir" in x]
     assert "cannot load tls.crt and tls.key" in line

@@ -7,6 +7,7 @@ node-ipam-controller's --leader-elect-id is the holder identity, --enable-leader
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,7 @@ from local_ccm.ipam.options import FLAGS as IPAM_FLAGS
 from local_ccm.lease.election import choose_identity
 from local_ccm.lifecycle import options as lifecycle
 from local_ccm.lifecycle.options import FLAGS as LIFECYCLE_FLAGS
+from tests.support.kubeconfigs import credentials_env
 from tests.support.options import load_ipam, load_lifecycle
 
 CANONICAL = (
@@ -105,8 +107,11 @@ def test_lifecycle_a_bad_value_is_reported_under_the_spelling_given() -> None:
     assert line.startswith("invalid flag --leader-elect-id: ")
 
 
-def test_lifecycle_main_exits_2_on_a_conflict(capsys: pytest.CaptureFixture[str]) -> None:
-    assert lifecycle_main.main(["--namespace=a", "--leader-elect-resource-namespace=b"], {}) == 2
+def test_lifecycle_main_exits_2_on_a_conflict(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    argv = ["--namespace=a", "--leader-elect-resource-namespace=b"]
+    assert lifecycle_main.main(argv, credentials_env(tmp_path)) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2  # the problem and where to find help
     assert "--namespace" in err[0]
@@ -146,9 +151,11 @@ def test_ipam_missing_namespace_names_both_spellings() -> None:
     assert "--leader-elect-namespace" in line
 
 
-def test_ipam_main_exits_2_on_a_conflict(capsys: pytest.CaptureFixture[str]) -> None:
+def test_ipam_main_exits_2_on_a_conflict(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     argv = ["--leader-elect-namespace=a", "--leader-elect-resource-namespace=b"]
-    assert ipam_main.main(argv, {}) == 2
+    assert ipam_main.main(argv, credentials_env(tmp_path)) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2
     assert "--leader-elect-namespace" in err[0]

@@ -185,11 +185,10 @@ def run_main(
     if isinstance(parsed, int):
         return parsed
     loaded = load(parsed, fixed, known, choose(parsed))
-    if isinstance(loaded, list):
-        return refuse(prog, loaded)
-    cluster = credentials(parsed, env)
-    if isinstance(cluster, Problem):
-        return refuse(prog, [cluster])
+    cluster = credentials(parsed, env)  # its problem is listed with the flags' ones
+    problems = loaded if isinstance(loaded, list) else serving_problems(loaded[0].shared())
+    if isinstance(loaded, list) or isinstance(cluster, Problem) or problems:
+        return refuse(prog, [*problems, *([cluster] if isinstance(cluster, Problem) else [])])
     shared = loaded[0].shared()  # the process's settings: its first controller's options
     fields = start_fields(loaded)
     chosen = {} if len(known) == 1 else {"controllers": ",".join(c.name for c in loaded)}
@@ -242,6 +241,16 @@ def load(
         else:
             found += [p for p in options if parsed.about_given(p)]
     return list({str(p): p for p in found}.values()) or tuple(loaded)
+
+
+def serving_problems(shared: Shared) -> list[Problem]:
+    """The /metrics certificate's problem, if `--metrics-cert-dir` names files that do not load:
+    listed with the flags' problems, before start-up (the servers load them again)."""
+    try:
+        metrics_tls_of(shared.serving)
+    except CertError as exc:
+        return [flags.invalid(None, str(exc))]
+    return []
 
 
 def credentials(parsed: Parsed, env: Mapping[str, str]) -> ClusterConfig | Problem:

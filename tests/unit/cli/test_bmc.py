@@ -3,6 +3,7 @@ shared options it reads, and exactly the permissions it needs."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from local_ccm.cli.central import Place
 from local_ccm.kube.config import ClusterConfig
 from local_ccm.kube.nodes import Access
 from local_ccm.runtime import host
+from tests.support.kubeconfigs import credentials_env
 
 CLUSTER = ClusterConfig("https://127.0.0.1:1")  # never dialled
 
@@ -53,10 +55,12 @@ def test_the_start_up_line_shows_them() -> None:
     }  # fmt: skip
 
 
-def test_bad_values_exit_2_listing_every_problem(capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_values_exit_2_listing_every_problem(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     argv = ["--controllers=node-bmc", "--bmc-poll-interval=500ms", "--bmc-concurrent-polls=0",
             "--bmc-credentials-namespace=Not_A_Namespace"]  # fmt: skip
-    assert manager.main(argv, {}) == 2
+    assert manager.main(argv, credentials_env(tmp_path)) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "invalid flag --bmc-poll-interval: must be at least 1s, got 500ms"
     assert err[1] == "invalid flag --bmc-concurrent-polls: must be at least 1, got 0"

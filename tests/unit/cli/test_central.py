@@ -14,7 +14,7 @@ from local_ccm import flags
 from local_ccm.agent.options import AgentOptions
 from local_ccm.cli import central, ipam, lifecycle, manager
 from local_ccm.cli.agent import agent_main
-from tests.support.kubeconfigs import BROKEN, broken_kubeconfig
+from tests.support.kubeconfigs import BROKEN, broken_kubeconfig, unused_kubeconfig
 
 Main = Callable[[Sequence[str], Mapping[str, str]], int]
 
@@ -40,6 +40,12 @@ def env(tmp_path: Path) -> dict[str, str]:
     return {"HOME": str(tmp_path), "POD_NAMESPACE": "kube-system"}
 
 
+@pytest.fixture
+def credentialed(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """Usable credentials in $KUBECONFIG (a server nothing reaches): only the flags' problems."""
+    return {**env, "KUBECONFIG": str(unused_kubeconfig(tmp_path))}
+
+
 def problems(capsys: pytest.CaptureFixture[str]) -> list[str]:
     """The problem lines of an exit 2 (the last line says where the usage is)."""
     out, err = capsys.readouterr()
@@ -61,10 +67,26 @@ def test_every_problem_is_listed_with_an_unknown_controller(
     lines = problems(capsys)
     assert lines[0].startswith("invalid flag --controllers: unknown controller 'bogus'; known:")
     assert lines[1].startswith("invalid flag --controllers: unknown controller 'nope'; known:")
-    assert lines[2:] == [
+    assert lines[2:4] == [
         'invalid flag --csr-deny: invalid boolean "sometimes" (use true or false)',
         'invalid flag --leader-elect: invalid boolean "perhaps" (use true or false)',
     ]
+    # and the credentials this environment lacks, in the same list
+    assert len(lines) == 5
+    assert lines[4].startswith("no Kubernetes credentials: ")
+
+
+@pytest.mark.parametrize("binary", list(EVERY))
+def test_a_bad_flag_and_an_unusable_kubeconfig_are_listed_together(
+    binary: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], env: dict[str, str]
+) -> None:
+    argv = [f"--kubeconfig={broken_kubeconfig(tmp_path, 'not-yaml')}", "--metrics-bind-address=0",
+            "--v=many"]  # fmt: skip
+    assert EVERY[binary](argv, env) == 2
+    lines = problems(capsys)
+    assert any(line.startswith("invalid flag --v") for line in lines), lines
+    assert any(line.startswith("invalid flag --kubeconfig: ") for line in lines), lines
+    assert len(lines) == 2, lines
 
 
 def test_select_names_every_unknown_controller() -> None:
@@ -95,9 +117,9 @@ def test_a_set_flag_of_a_controller_that_does_not_run_is_still_checked(
     extra: dict[str, str],
     named: str,
     capsys: pytest.CaptureFixture[str],
-    env: dict[str, str],
+    credentialed: dict[str, str],
 ) -> None:
-    assert manager.main(argv, {**env, **extra}) == 2
+    assert manager.main(argv, {**credentialed, **extra}) == 2
     (line,) = problems(capsys)
     assert named in line
 
@@ -118,17 +140,17 @@ def test_flags_left_unset_bother_no_controller_that_does_not_run(env: dict[str, 
 @pytest.mark.parametrize("value", ["inf", "+Inf", "-inf", "infinity", "nan", "NaN", "-1", "0"])
 @pytest.mark.parametrize("binary", ["manager", "node-ipam-controller"])
 def test_a_rate_that_is_not_a_positive_finite_number_exits_2(
-    binary: str, value: str, capsys: pytest.CaptureFixture[str], env: dict[str, str]
+    binary: str, value: str, capsys: pytest.CaptureFixture[str], credentialed: dict[str, str]
 ) -> None:
-    assert CENTRAL[binary]([f"--kube-api-qps={value}"], env) == 2
+    assert CENTRAL[binary]([f"--kube-api-qps={value}"], credentialed) == 2
     (line,) = problems(capsys)
     assert line.startswith("invalid flag --kube-api-qps:"), line
 
 
 def test_a_rate_from_the_environment_is_checked_too(
-    capsys: pytest.CaptureFixture[str], env: dict[str, str]
+    capsys: pytest.CaptureFixture[str], credentialed: dict[str, str]
 ) -> None:
-    assert ipam.main([], {**env, "IPAM_KUBE_API_QPS": "inf"}) == 2
+    assert ipam.main([], {**credentialed, "IPAM_KUBE_API_QPS": "inf"}) == 2
     (line,) = problems(capsys)
     assert line.startswith("invalid environment variable IPAM_KUBE_API_QPS:"), line
 

@@ -4,6 +4,7 @@ exactly the permissions the chart grants."""
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ from local_ccm.csr.core.model import Policy
 from local_ccm.kube.nodes import Access
 from local_ccm.lifecycle.options import LifecycleOptions
 from local_ccm.lifecycle.options import options_from as lifecycle_options
+from tests.support.kubeconfigs import credentials_env
 
 
 def load(*argv: str) -> csr.CsrOptions:
@@ -57,11 +59,11 @@ def test_the_start_up_line_shows_the_policy() -> None:
 
 
 def test_bad_prefixes_and_a_bad_bound_exit_2_listing_every_problem(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     argv = ["--controllers=kubelet-serving-approver", "--csr-ip-prefixes=10.0.0.1/8,zz,fd00::/8",
             "--csr-max-expiration=-1h"]  # fmt: skip
-    assert manager.main(argv, {}) == 2
+    assert manager.main(argv, credentials_env(tmp_path)) == 2
     assert capsys.readouterr().err.splitlines() == [
         'invalid flag --csr-ip-prefixes: invalid CIDR "10.0.0.1/8": host bits set; did you '
         "mean 10.0.0.0/8?",
