@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from local_ccm.agent.core.metadata import DEFAULT_LABEL_DOMAIN, Rules, parse_rules
 from local_ccm.records import dataclass
@@ -44,28 +45,63 @@ def load_rules(
             text = stream.read()
     except (OSError, UnicodeDecodeError) as exc:
         return [f"{path}: cannot read: {exc}"]
+    duplicates: list[str] = []
     try:
-        document = json.loads(text)
-    except ValueError:
+        document = json.loads(text, object_pairs_hook=_unique(duplicates))
+    except ValueError as exc:
         loaded = _load_yaml(path, text)
         if isinstance(loaded, list):
-            return loaded
+            json_like = text.lstrip().startswith(("{", "["))
+            return [*loaded, f"{path}: not valid JSON either: {exc}"] if json_like else loaded
         document = loaded[0]
+    if duplicates:  # the last one would win: a rule or setting silently lost
+        return [f"{path}: {d}" for d in duplicates]
     loaded_rules = parse_rules(document, label_domains=label_domains)
     if isinstance(loaded_rules, list):
         return [f"{path}: {p}" for p in loaded_rules]
     return loaded_rules
 
 
+def _unique(duplicates: list[str]) -> Callable[[list[tuple[str, object]]], dict[str, object]]:
+    """A JSON object hook that notes each key given twice in one object."""
+
+    def pairs_to_dict(pairs: list[tuple[str, object]]) -> dict[str, object]:
+        seen: dict[str, object] = {}
+        for key, value in pairs:
+            if key in seen:
+                duplicates.append(f"duplicate key {json.dumps(key)} in one object")
+            seen[key] = value
+        return seen
+
+    return pairs_to_dict
+
+
 def _load_yaml(path: str | os.PathLike[str], text: str) -> tuple[object] | list[str]:
     import yaml  # noqa: PLC0415  (lazy: only agents given YAML rules pay for the parser)
 
+    duplicates: list[str] = []
+
+    class UniqueKeys(yaml.SafeLoader):
+        """safe_load that notes a key given twice in one mapping (it keeps the last)."""
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen: set[object] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if isinstance(key, str | int | float | bool) and key in seen:
+                    mark = key_node.start_mark
+                    duplicates.append(f"duplicate key {key!r} at line {mark.line + 1}, "
+                                      f"column {mark.column + 1}")  # fmt: skip
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
     try:
-        return (yaml.safe_load(text),)
+        document = yaml.load(text, Loader=UniqueKeys)  # a SafeLoader
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
         return [f"{path}: not valid YAML{at}: {getattr(exc, 'problem', None) or exc}"]
+    return [f"{path}: {d}" for d in duplicates] if duplicates else (document,)
 
 
 @dataclass

@@ -88,3 +88,35 @@ def test_json_rules_are_read_without_loading_the_yaml_parser(tmp_path: Path) -> 
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, timeout=30)  # fmt: skip
     assert done.stdout.split() == ["r", "False"]
+
+
+def test_a_key_given_twice_in_yaml_is_refused_naming_its_line(tmp_path: Path) -> None:
+    """safe_load keeps the last of two equal keys: the first rule's zone would be lost."""
+    path = tmp_path / "rules.yaml"
+    path.write_text("rules:\n  - name: a\n    zone: z1\n    zone: z2\n")
+    problems = load_rules(path)
+    assert problems == [f"{path}: duplicate key 'zone' at line 4, column 5"]
+
+
+def test_a_key_given_twice_in_json_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "rules.json"
+    path.write_text('{"rules": [{"name": "a", "zone": "z1", "zone": "z2"}]}')
+    assert load_rules(path) == [f'{path}: duplicate key "zone" in one object']
+
+
+def test_equal_keys_in_different_mappings_are_fine(tmp_path: Path) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text("rules:\n  - name: a\n    zone: z1\n  - name: b\n    zone: z2\n")
+    rules = load_rules(path)
+    assert isinstance(rules, Rules)
+    assert [r.sets[ZONE].text for r in rules.rules] == ["z1", "z2"]
+
+
+def test_broken_json_is_reported_as_json_too(tmp_path: Path) -> None:
+    """The chart writes JSON: a broken one names the JSON error, not only YAML's."""
+    path = tmp_path / "rules.json"
+    path.write_text('{"rules": [{"name": "a",, "zone": "z1"}]}')
+    problems = load_rules(path)
+    assert isinstance(problems, list)
+    assert problems[0].startswith(f"{path}: not valid YAML")
+    assert problems[1].startswith(f"{path}: not valid JSON either: Expecting")
