@@ -29,7 +29,8 @@ FLAGS: Final = (
          env=("LB_KUBEVIP_ANNOTATION",)),
     Flag(SERVICE_CIDRS_FLAG, "string", "", "service-lb-ipam: the cluster's Service CIDRs "
          "(comma list, as kube-apiserver's --service-cluster-ip-range), reported as a pool "
-         "Conflict when a pool overlaps them.", metavar="cidrs", env=("LB_SERVICE_CIDRS",)),
+         "Conflict when a pool overlaps them and never given to a Service.", metavar="cidrs",
+         env=("LB_SERVICE_CIDRS",)),
 )  # fmt: skip
 
 

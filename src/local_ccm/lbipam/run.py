@@ -54,7 +54,13 @@ from local_ccm.lbipam.core.model import (
 )
 from local_ccm.lbipam.core.pools import Pool
 from local_ccm.lbipam.core.service import KUBEVIP_ANNOTATION, parse_service
-from local_ccm.lbipam.core.status import NodeNetworks, conflicts, desired_status, status_update
+from local_ccm.lbipam.core.status import (
+    InUse,
+    NodeNetworks,
+    conflicts,
+    desired_status,
+    status_update,
+)
 from local_ccm.lbipam.metrics import LbMetrics
 from local_ccm.lbipam.options import NAME, Settings
 from local_ccm.runtime import events as ev
@@ -116,6 +122,7 @@ class Controller:
         self.pools_dirty = asyncio.Event()
         self.node_changes = 0  # Node networks changed: the pools' conflicts are looked at again
         self.overlaps: dict[str, tuple[object, list[str]]] = {}  # pool -> (basis, conflicts)
+        self.in_use: tuple[int, InUse] | None = None  # (node_changes, what new addresses skip)
         self.outbox = event_outbox(api, clock, NAME, instance=settings.instance,
                                    namespace=settings.event_namespace)  # fmt: skip
         informer = Informers(clock, rng, metrics.watch_ended).make
@@ -205,6 +212,7 @@ class Controller:
         if change.type in ("ADDED", "MODIFIED", "DELETED") and change.old != change.new:
             self.node_changes += 1
             self.pools_dirty.set()
+            return sorted(self.waiting, key=self._age)  # an address a Node left may serve one
         return []
 
     # ------------------------------------------------------------ start
@@ -344,7 +352,7 @@ class Controller:
         assert self.ledger is not None
         request = parse_service(obj)
         labels = self.namespaces.cache.get(key.split("/", 1)[0]) or {}
-        decision = decide(request, self.pools(), self.ledger, labels)
+        decision = decide(request, self.pools(), self.ledger, labels, self._in_use())
         if isinstance(decision, Allocation):
             self.waiting.discard(key)
             self._reserve(request.key, decision, request.current, request.ports)
@@ -353,6 +361,14 @@ class Controller:
         if not request.current:
             self.first_seen.setdefault(key, self.clock.monotonic())
         return decision
+
+    def _in_use(self) -> InUse:
+        """The Service CIDRs' and the Nodes' addresses and podCIDRs, made again only when a
+        Node's networks changed (a thousand Nodes' texts take ~40 ms to parse)."""
+        if self.in_use is None or self.in_use[0] != self.node_changes:
+            nodes = list(self.nodes.cache.values())
+            self.in_use = self.node_changes, InUse.of(self.settings.service_cidrs, nodes)
+        return self.in_use[1]
 
     async def _annotate(self, key: str, obj: Obj, allocation: Allocation) -> None:
         """kube-vip's annotation names the addresses, after the status (the source of truth)."""

@@ -1,6 +1,7 @@
 """LB08–LB12: pools on a real apiserver.
 
-LB08 conflict detection (another pool, the Service CIDR, a Node's address and podCIDR);
+LB08 conflict detection (another pool, the Service CIDR, a Node's address and podCIDR), and
+those addresses passed over by new allocations;
 LB09 the kube-vip-cloud-provider ConfigMap read as pools, and kube-vip's annotation written for
 kube-vip to announce; LB10 a restart rebuilds the
 allocations from Service status (no write for what is held, a hand-made duplicate resolved
@@ -71,6 +72,33 @@ def test_lb08_conflicts_are_named_and_do_not_stop_the_pool(
     kube.delete(POOLS, second)
     eventually(lambda: (lb.pool_condition(kube, first, "Conflict") or {}).get("status") == "False",
                timeout=SETTLE, message="the conflict clears with the other pool gone")  # fmt: skip
+
+
+def test_lb08_a_nodes_addresses_in_a_pool_are_passed_over_and_freed_with_it(
+    space: lb.Space, start_lb: StartLb, kube: Client, track: Tracker, test_labels: dict[str, str]
+) -> None:
+    """A pool carved from the Nodes' subnet: its first free addresses are a Node's InternalIP
+    and podCIDR, which a Service must not get (with L2 announcement it would take the Node's
+    traffic). With the Node gone, the Service that waited for an address gets one."""
+    net = lb.block()
+    node = f"lb08-{secrets.token_hex(3)}"
+    kube.create(r.NODES, {"apiVersion": "v1", "kind": "Node",
+                          "metadata": {"name": node, "labels": test_labels},
+                          "spec": {"podCIDRs": [f"{net}.2/31"]}})  # fmt: skip
+    track(r.NODES, node)
+    kube.patch(r.NODES, node, {"status": {"addresses": [{"type": "InternalIP",
+               "address": f"{net}.1"}]}}, patch_type="merge", subresource="status")  # fmt: skip
+    pool = space.pool([f"{net}.0/29"])  # .1 to .6 without the CIDR's first and last
+    start_lb()
+    conflict_message(kube, pool, f"address {net}.1 of Node {node}", f"podCIDR {net}.2/31")
+    for name in ("one", "two", "three"):
+        space.service(name)
+    given = {name: lb.allocated(space, name)[0] for name in ("one", "two", "three")}
+    assert sorted(given.values()) == [f"{net}.4", f"{net}.5", f"{net}.6"]
+    space.service("waits")
+    lb.refused(space, "waits", "PoolExhausted")
+    kube.delete(r.NODES, node)
+    assert lb.allocated(space, "waits") == [f"{net}.1"]  # the first address freed
 
 
 @pytest.mark.parametrize(("data", "first"), [({}, ".1"), ({"search-order": "desc"}, ".3")])

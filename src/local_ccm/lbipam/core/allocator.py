@@ -17,8 +17,9 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from local_ccm.lbipam.core.ledger import Holder, Ledger, clash
-from local_ccm.lbipam.core.pools import IPAddress, Pool, ordered
+from local_ccm.lbipam.core.pools import AddressRange, IPAddress, Pool, ordered
 from local_ccm.lbipam.core.service import ServiceRequest, wanted_families
+from local_ccm.lbipam.core.status import NO_ADDRESS_IN_USE, InUse
 from local_ccm.records import dataclass
 
 REASONS = (
@@ -91,9 +92,11 @@ def decide(
     pools: Sequence[Pool],
     ledger: Ledger,
     namespace_labels: Mapping[str, str],
+    in_use: InUse = NO_ADDRESS_IN_USE,
 ) -> Decision:
     """The addresses `request` should hold: the ones it holds kept (no churn, whatever the
-    pools became), the requested ones checked, or new ones from the selecting pools in order."""
+    pools became), the requested ones checked, or new ones from the selecting pools in order,
+    passing over the addresses `in_use` outside the pools."""
     if request.problems:
         return Problem("ConflictingRequests", "; ".join(request.problems))
     every = ordered(pools)
@@ -104,7 +107,7 @@ def decide(
     elif not selecting and not held:
         return Problem("NoPool", f"no enabled pool selects {request.key}")
     else:
-        decision = _place_families(request, selecting, held, ledger)
+        decision = _place_families(request, selecting, held, ledger, in_use)
     return _noted(decision, selecting, every)
 
 
@@ -149,12 +152,13 @@ def _place_families(
     selecting: Sequence[Pool],
     held: Mapping[IPAddress, Placement],
     ledger: Ledger,
+    in_use: InUse,
 ) -> Decision:
     servable = {v for p in selecting for v in p.families} | {a.version for a in held}
     families = wanted_families(request, sorted(servable))
     if isinstance(families, str):
         return Problem("FamilyUnavailable", families)
-    placements = [_place(request, v, selecting, held, ledger) for v in families]
+    placements = [_place(request, v, selecting, held, ledger, in_use=in_use) for v in families]
     found = tuple(p for p in placements if p is not None)
     partial_ok = request.family_policy == "PreferDualStack" and found
     if len(found) < len(families) and not partial_ok:
@@ -203,11 +207,13 @@ def _place(
     selecting: Sequence[Pool],
     held: Mapping[IPAddress, Placement],
     ledger: Ledger,
+    *,
+    in_use: InUse,
 ) -> Placement | None:
     return (
         _keep_current(version, selecting, held)
         or _join_group(request, version, selecting, ledger)
-        or _first_free(request, version, selecting, ledger)
+        or _first_free(request, version, selecting, ledger, in_use)
     )
 
 
@@ -247,10 +253,15 @@ def _join_in_pool(
 
 
 def _first_free(
-    request: ServiceRequest, version: int, selecting: Sequence[Pool], ledger: Ledger
+    request: ServiceRequest,
+    version: int,
+    selecting: Sequence[Pool],
+    ledger: Ledger,
+    in_use: InUse,
 ) -> Placement | None:
     """Pools in order; in a pool that shares without a key (kube-vip's allow-share) an address
-    its Services already use comes first, as kube-vip packs them; then the first free one."""
+    its Services already use comes first, as kube-vip packs them; then the first free one that
+    is not in use outside the pools."""
     for pool in selecting:
         if pool.shares(request.namespace, version) and not request.sharing_key:
             joined = _join_in_pool(request, version, pool, ledger)
@@ -258,11 +269,25 @@ def _first_free(
                 return joined
         spans = [r for r in pool.ranges if r.version == version]
         for span in reversed(spans) if pool.descending else spans:
-            address = ledger.first_free(
-                span, descending=pool.descending, avoid_buggy=pool.avoid_buggy_ips
-            )
+            address = _free_not_in_use(ledger, span, pool, in_use)
             if address is not None:
                 return Placement(address, pool.name, _holder(request, pool, version))
+    return None
+
+
+def _free_not_in_use(
+    ledger: Ledger, span: AddressRange, pool: Pool, in_use: InUse
+) -> IPAddress | None:
+    """The ledger's first free address of `span` outside `in_use`: each step past an in-use
+    address jumps its whole range, so the steps are at most the in-use ranges in `span`."""
+    while span.first <= span.last:
+        found = ledger.first_free(span, descending=pool.descending,
+                                  avoid_buggy=pool.avoid_buggy_ips)  # fmt: skip
+        blocked = None if found is None else in_use.around(span.version, int(found))
+        if blocked is None:
+            return found
+        span = (AddressRange(span.version, span.first, blocked.first - 1) if pool.descending
+                else AddressRange(span.version, blocked.last + 1, span.last))  # fmt: skip
     return None
 
 

@@ -7,14 +7,16 @@ parameters. Counts are strings because a /64 holds more addresses than an int64.
 
 from __future__ import annotations
 
+import bisect
 import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from local_ccm.lbipam.core.pools import AddressRange, InvalidPool, Pool
+from local_ccm.lbipam.core.pools import AddressRange, InvalidPool, Pool, merge
 from local_ccm.records import dataclass
 
 Obj = dict[str, Any]
+_END = 1 << 128  # above every address: bisects to the last range starting at or below one
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,32 @@ def text_range(text: str) -> AddressRange | None:
     return AddressRange(
         network.version, int(network.network_address), int(network.broadcast_address)
     )
+
+
+@dataclass(frozen=True)
+class InUse:
+    """Addresses known to be used outside the pools, which a new allocation passes over: the
+    cluster's Service CIDRs and every Node's addresses and podCIDRs, merged into sorted
+    disjoint ranges. A Service that already holds one of them keeps it (the pool's `Conflict`
+    names it); a requested one is the operator's explicit choice and is given."""
+
+    ranges: tuple[AddressRange, ...] = ()
+
+    @classmethod
+    def of(cls, service_cidrs: Sequence[str], nodes: Sequence[NodeNetworks]) -> InUse:
+        texts = [*service_cidrs, *(t for n in nodes for t in (*n.addresses, *n.pod_cidrs))]
+        return cls(merge(r for r in map(text_range, texts) if r is not None))
+
+    def around(self, version: int, value: int) -> AddressRange | None:
+        """The in-use range holding the address, or None."""
+        index = bisect.bisect_right(self.ranges, (version, value, _END)) - 1
+        found = self.ranges[index] if index >= 0 else None
+        if found is not None and found.version == version and found.first <= value <= found.last:
+            return found
+        return None
+
+
+NO_ADDRESS_IN_USE = InUse()
 
 
 def _overlaps(pool: Pool, texts: Sequence[str]) -> list[str]:
