@@ -261,6 +261,34 @@ def test_d15_schema_refuses_malformed_cidrs_masks_and_durations(
     assert "values don't meet the specifications of the schema" in out, out
 
 
+def test_d15_a_misspelt_metadata_rule_key_fails_naming_each_rule(
+    chart_helm: Helm, kube_version: str, tmp_path: Path
+) -> None:
+    """The agent would exit 2 on every node; the schema stops it at render, every rule listed."""
+    rules = [{"name": "a", "match": {"nodeName": "^x", "dmi": {"sysVendor": "Dell"}},
+              "zone": "z1", "colour": "red"},
+             {"name": "b", "mtch": {"nodeName": "^y"}, "zone": 3},
+             {"zone": "z3"}]  # fmt: skip
+    code, out = _template(chart_helm, kube_version, {"nodeMetadata": {"rules": {"rules": rules}}},
+                          tmp_path)  # fmt: skip
+    assert code != 0
+    assert "at '/nodeMetadata/rules/rules/0': additional properties 'colour' not allowed" in out
+    assert "at '/nodeMetadata/rules/rules/1': additional properties 'mtch' not allowed" in out
+    assert "at '/nodeMetadata/rules/rules/2': missing property 'name'" in out, out
+
+
+def test_d15_the_documented_metadata_rules_render(
+    chart_helm: Helm, kube_version: str, tmp_path: Path
+) -> None:
+    rule = {"name": "rack-a", "match": {"nodeName": "^(?P<region>fra[0-9])-", "addresses": ["10.1.0.0/24"],
+            "dmi": {"sysVendor": "^Dell"}, "labels": {"node-role.kubernetes.io/storage": ""}},
+            "zone": "rack-a", "region": "{nodeName.region}", "instanceType": "{dmi.productName}",
+            "labels": {"local-ccm.io/rack": "a"}}  # fmt: skip
+    doc = {"nodeMetadata": {"rules": {"defaultInstanceType": True, "rules": [rule]}}}
+    code, out = _template(chart_helm, kube_version, doc, tmp_path)
+    assert code == 0, out
+
+
 def test_d15_default_pool_values_render_the_controller_flags(
     chart_helm: Helm, kube_version: str, tmp_path: Path
 ) -> None:
