@@ -280,8 +280,10 @@ def test_d15_a_misspelt_metadata_rule_key_fails_naming_each_rule(
 def test_d15_the_documented_metadata_rules_render(
     chart_helm: Helm, kube_version: str, tmp_path: Path
 ) -> None:
-    rule = {"name": "rack-a", "match": {"nodeName": "^(?P<region>fra[0-9])-", "addresses": ["10.1.0.0/24"],
-            "dmi": {"sysVendor": "^Dell"}, "labels": {"node-role.kubernetes.io/storage": ""}},
+    rule = {"name": "rack-a",
+            "match": {"nodeName": "^(?P<region>fra[0-9])-", "addresses": ["10.1.0.0/24"],
+                      "dmi": {"sysVendor": "^Dell"},
+                      "labels": {"node-role.kubernetes.io/storage": ""}},
             "zone": "rack-a", "region": "{nodeName.region}", "instanceType": "{dmi.productName}",
             "labels": {"local-ccm.io/rack": "a"}}  # fmt: skip
     doc = {"nodeMetadata": {"rules": {"defaultInstanceType": True, "rules": [rule]}}}
