@@ -35,7 +35,10 @@ def parse_request(data: bytes) -> Request | None:
     try:
         load = x509.load_pem_x509_csr if _PEM_MARK in data else x509.load_der_x509_csr
         return _request(load(data))
-    except (ValueError, TypeError, UnsupportedAlgorithm):
+    except (ValueError, TypeError, UnsupportedAlgorithm, x509.DuplicateExtension,
+            x509.UnsupportedGeneralNameType):  # fmt: skip
+        # The last two: a SAN extension given twice, a SAN of a type cryptography cannot
+        # read (x400Address, ediPartyName). Go's x509 reads both; denied here, never retried.
         return None
 
 

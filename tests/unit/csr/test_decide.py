@@ -233,3 +233,56 @@ def test_policy_checks_deny_before_waiting_for_the_node() -> None:
     assert decide(long, REQ, tainted).reason == "expiration"
     outside = Policy(ip_prefixes=(ipaddress.ip_network("198.51.100.0/24"),))
     assert decide(CSR, REQ, None, outside).reason == "ip_prefix"
+
+
+# ---------------------------------------------------------------- SANs as TLS compares them
+MAPPED = ipaddress.ip_address("::ffff:192.0.2.20")  # OTHER_IP, IPv4-mapped
+
+
+def test_an_ipv4_mapped_ip_san_is_denied_naming_the_ipv4_address() -> None:
+    """The signer writes it as 192.0.2.20 (Go's x509 writes 4 bytes) and clients compare it
+    as that: it would certify another Node's IPv4 address past the shared-address check."""
+    node = replace(NODE, ips=frozenset({IP, MAPPED}))
+    decision = decide(CSR, replace(REQ, ip_addresses=(IP, MAPPED)), node)
+    assert kind_reason(decision) == ("deny", "ip_san")
+    assert "IPv4-mapped" in decision.message
+    assert "certified as 192.0.2.20" in decision.message
+
+
+def test_a_node_showing_a_mapped_address_shows_its_ipv4_address() -> None:
+    thief = project_node({"metadata": {"name": "n1"}, "status": {"addresses": [
+        {"type": "Hostname", "address": "n1"}, {"type": "InternalIP", "address": str(IP)},
+        {"type": "InternalIP", "address": str(MAPPED)}]}})  # fmt: skip
+    assert OTHER_IP in thief.ips
+    owner = Node("n2", "u2", True, frozenset({OTHER_IP}), frozenset({"n2"}))
+    decision = decide(CSR, replace(REQ, ip_addresses=(IP, OTHER_IP)), thief,
+                      claims=Claims([thief, owner]))  # fmt: skip
+    assert kind_reason(decision) == ("deny", "ip_san_shared")
+
+
+@pytest.mark.parametrize("asked", ["N2.Example", "n2.example.", "N2.EXAMPLE."])
+def test_another_nodes_name_in_other_case_or_with_a_dot_is_shared(asked: str) -> None:
+    """TLS compares names case-insensitively and without the trailing dot."""
+    thief = project_node({"metadata": {"name": "n1"}, "status": {"addresses": [
+        {"type": "Hostname", "address": "n1"}, {"type": "InternalIP", "address": str(IP)},
+        {"type": "InternalDNS", "address": asked}]}})  # fmt: skip
+    owner = Node("n2", "u2", True, frozenset({OTHER_IP}), frozenset({"n2.example"}))
+    decision = decide(CSR, replace(REQ, dns_names=("n1", asked)), thief,
+                      claims=Claims([thief, owner]))  # fmt: skip
+    assert kind_reason(decision) == ("deny", "dns_san_shared")
+
+
+def test_the_nodes_own_name_in_other_case_is_its_own() -> None:
+    node = replace(NODE, dns_names=frozenset({"n1", "N1.Example"}))
+    assert decide(CSR, replace(REQ, dns_names=("n1.example.",)), node).kind == "approve"
+
+
+def test_a_wildcard_dns_san_is_denied_even_when_the_node_shows_it() -> None:
+    node = replace(NODE, dns_names=frozenset({"n1", "*.example"}))
+    decision = decide(CSR, replace(REQ, dns_names=("*.example",)), node)
+    assert kind_reason(decision) == ("deny", "dns_san")
+    assert "wildcard" in decision.message
+
+
+def test_a_request_that_is_not_a_string_is_no_request() -> None:
+    assert project_csr({"spec": {"request": 12}}).request == b""

@@ -122,3 +122,54 @@ def test_an_attribute_without_a_short_name_keeps_its_dotted_oid() -> None:
     req = parse_request(subject_request(x509.NameAttribute(private, "x")))
     assert req is not None
     assert req.other_subject == ("1.3.6.1.4.1.99999.1=x",)
+
+
+# Requests Go's x509 reads but `cryptography` refuses, built by hand and validly signed: each
+# is "not a valid PKCS#10 request" (denied), never an exception that fails every sync.
+def _tlv(tag: int, value: bytes) -> bytes:
+    n = len(value)
+    size = bytes([n]) if n < 128 else bytes([0x80 | (n.bit_length() + 7) // 8]) + n.to_bytes(
+        (n.bit_length() + 7) // 8, "big")  # fmt: skip
+    return bytes([tag]) + size + value
+
+
+def _signed(extensions: list[x509.ExtensionType], swap: tuple[bytes, bytes] | None = None) -> bytes:
+    """A request for n1 with `extensions`; `swap` rewrites its to-be-signed bytes (an OID made
+    into another) before signing them again, which the builder would not allow."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    builder = x509.CertificateSigningRequestBuilder().subject_name(x509.Name([
+        x509.NameAttribute(NameOID.COMMON_NAME, "system:node:n1"),
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes")]))  # fmt: skip
+    for extension in extensions:
+        builder = builder.add_extension(extension, critical=False)
+    csr = builder.sign(key, hashes.SHA256())
+    if swap is None:
+        return csr.public_bytes(serialization.Encoding.DER)
+    tbs = csr.tbs_certrequest_bytes.replace(*swap)
+    ecdsa_sha256 = _tlv(0x30, _tlv(0x06, bytes.fromhex("2a8648ce3d040302")))
+    signature = _tlv(0x03, b"\0" + key.sign(tbs, ec.ECDSA(hashes.SHA256())))
+    return _tlv(0x30, tbs + ecdsa_sha256 + signature)
+
+
+IP_NAME = _tlv(0x87, bytes([192, 0, 2, 10]))
+SAN_OID = x509.oid.ExtensionOID.SUBJECT_ALTERNATIVE_NAME
+
+
+def test_a_san_type_cryptography_cannot_read_is_not_a_request() -> None:
+    x400 = _tlv(0xA3, _tlv(0x30, b""))
+    edi_party = _tlv(0xA5, _tlv(0xA1, _tlv(0x0C, b"x")))
+    for extra in (x400, edi_party):
+        data = _signed([x509.UnrecognizedExtension(SAN_OID, _tlv(0x30, IP_NAME + extra))])
+        assert parse_request(data) is None
+
+
+def test_a_san_extension_given_twice_is_not_a_request() -> None:
+    stand_in = ObjectIdentifier("2.5.29.99")  # written as a second SAN extension below
+    data = _signed([x509.SubjectAlternativeName([x509.DNSName("n1")]),
+                    x509.UnrecognizedExtension(stand_in, _tlv(0x30, IP_NAME))],
+                   swap=(bytes.fromhex("0603551d63"), bytes.fromhex("0603551d11")))  # fmt: skip
+    assert parse_request(data) is None
+    one = _signed([x509.UnrecognizedExtension(SAN_OID, _tlv(0x30, IP_NAME))])
+    parsed = parse_request(one)  # the hand-made encoding itself parses when the SAN is once
+    assert parsed is not None
+    assert parsed.ip_addresses == (ipaddress.ip_address("192.0.2.10"),)

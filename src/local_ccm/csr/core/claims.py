@@ -6,9 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from local_ccm.csr.core.model import IPAddress, Node
+from local_ccm.csr.core.model import IPAddress, Node, dns_key, mapped_ipv4
 
 San = IPAddress | str  # an address (InternalIP/ExternalIP) or a name (Hostname, *DNS)
+
+
+def key_of(san: San) -> San:
+    """A SAN as a certificate's user compares it: a name case-insensitively without a trailing
+    dot, an IPv4-mapped IPv6 address as its IPv4 address."""
+    return dns_key(san) if isinstance(san, str) else mapped_ipv4(san) or san
 
 
 class Claims:
@@ -27,7 +33,7 @@ class Claims:
     def put(self, node: Node) -> None:
         """`node` as it is now: what it showed before and no longer shows is forgotten."""
         self.drop(node.name)
-        shown: frozenset[San] = node.ips | node.dns_names
+        shown: frozenset[San] = frozenset(map(key_of, node.ips | node.dns_names))
         self._shown[node.name] = shown
         for san in shown:
             self._holders.setdefault(san, set()).add(node.name)
@@ -42,4 +48,4 @@ class Claims:
 
     def others(self, san: San, name: str) -> tuple[str, ...]:
         """The Nodes other than `name` that show `san`, sorted."""
-        return tuple(sorted(self._holders.get(san, set()) - {name}))
+        return tuple(sorted(self._holders.get(key_of(san), set()) - {name}))

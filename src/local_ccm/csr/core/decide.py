@@ -28,6 +28,8 @@ from local_ccm.csr.core.model import (
     Node,
     Policy,
     Request,
+    dns_key,
+    mapped_ipv4,
 )
 from local_ccm.gosyntax import format_go_duration
 from local_ccm.records import dataclass
@@ -83,6 +85,13 @@ def check_sans(csr: Csr, req: Request) -> Decision | None:
         return _deny("uri_san", f"URI SAN {req.uris[0]!r} is not allowed")
     if not req.dns_names and not req.ip_addresses:
         return _deny("no_san", "a DNS or IP SAN is required")
+    for ip in req.ip_addresses:
+        if v4 := mapped_ipv4(ip):  # the kubelet never asks for one; the signer would write v4
+            return _deny("ip_san", f"IP SAN {ip} is an IPv4-mapped IPv6 address (certified as "
+                         f"{v4}): ask for {v4} itself")  # fmt: skip
+    for name in req.dns_names:
+        if "*" in name:  # the kubelet never asks for one; it would cover other Nodes' names
+            return _deny("dns_san", f"DNS SAN {name!r} is a wildcard: not allowed")
     return None
 
 
@@ -156,8 +165,9 @@ def check_addresses(req: Request, node: Node) -> Decision | None:
         if ip not in node.ips:
             return _deny("ip_san", f"IP SAN {ip} is not an InternalIP or ExternalIP of Node "
                          f"{node.name!r}")  # fmt: skip
+    shown = {dns_key(n) for n in node.dns_names}
     for name in req.dns_names:
-        if name not in node.dns_names:
+        if dns_key(name) not in shown:
             return _deny("dns_san", f"DNS SAN {name!r} is not a Hostname, InternalDNS or "
                          f"ExternalDNS of Node {node.name!r}")  # fmt: skip
     return None
@@ -172,8 +182,8 @@ def check_claims(req: Request, node: Node, claims: Claims) -> Decision | None:
     may still show it for a while: the denial says so, and the kubelet asks again."""
     shared = [("ip_san_shared", f"IP SAN {ip}", "an address", claims.others(ip, node.name))
               for ip in req.ip_addresses]  # fmt: skip
-    shared += [("dns_san_shared", f"DNS SAN {name!r}", "a name", claims.others(name, node.name))
-               for name in req.dns_names]  # fmt: skip
+    shared += [("dns_san_shared", f"DNS SAN {name!r}", "a name",
+                claims.others(name, node.name)) for name in req.dns_names]  # fmt: skip
     for reason, san, kind, others in shared:
         if others:
             who = _nodes(others)

@@ -63,7 +63,8 @@ class Csr:
 
 @dataclass(frozen=True)
 class Node:
-    """The requester's Node: initialised or not, and the names and addresses it may use."""
+    """The requester's Node: initialised or not, and the names and addresses it may use
+    (names as `dns_key` gives them, IPv4-mapped addresses as IPv4)."""
 
     name: str
     uid: str
@@ -94,7 +95,7 @@ def project_csr(obj: Mapping[str, Any]) -> Csr:
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
     try:
         request = base64.b64decode(spec.get("request") or "", validate=True)
-    except ValueError:
+    except (ValueError, TypeError):  # not base64, or not a string at all
         request = b""
     return Csr(
         name=str(meta.get("name", "")), uid=str(meta.get("uid", "")),
@@ -109,12 +110,27 @@ def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def mapped_ipv4(ip: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv4-mapped IPv6 address (`::ffff:10.0.0.7`) stands for: a
+    certificate carries it as that IPv4 address (Go's x509 writes it in 4 bytes), and TLS
+    clients compare it as one."""
+    return ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+
+
+def dns_key(name: str) -> str:
+    """A DNS name as TLS compares it: case-insensitive, a trailing dot ignored."""
+    return name.lower().removesuffix(".")
+
+
 def _parsed_ips(texts: Iterable[str]) -> frozenset[IPAddress]:
-    """The texts that are IP addresses, parsed (anything else is no address of the Node)."""
+    """The texts that are IP addresses, parsed (anything else is no address of the Node); an
+    IPv4-mapped one as the IPv4 address it stands for, so another Node's `::ffff:10.0.0.7`
+    counts as showing 10.0.0.7."""
     found: set[IPAddress] = set()
     for text in texts:
         with contextlib.suppress(ValueError):
-            found.add(ipaddress.ip_address(text))
+            ip = ipaddress.ip_address(text)
+            found.add(mapped_ipv4(ip) or ip)
     return frozenset(found)
 
 
@@ -124,7 +140,7 @@ def project_node(obj: Mapping[str, Any]) -> Node:
     addresses = (obj.get("status") or {}).get("addresses") or ()
     taints = {str(t.get("key", "")) for t in spec.get("taints") or ()}
     ips = _parsed_ips(str(a.get("address", "")) for a in addresses if a.get("type") in _IP_TYPES)
-    dns = {str(a.get("address", "")) for a in addresses if a.get("type") in _DNS_TYPES}
+    dns = {dns_key(str(a.get("address", ""))) for a in addresses if a.get("type") in _DNS_TYPES}
     return Node(
         name=str(meta.get("name", "")), uid=str(meta.get("uid", "")),
         initialised=names.UNINITIALIZED_TAINT not in taints,
