@@ -132,7 +132,13 @@ class Pool:
 
     def shares(self, namespace: str, version: int) -> bool:
         """Whether a Service of `namespace` may share a `version` address of this pool with
-        the pool's other sharing Services without a sharing key."""
+        the pool's other sharing Services without a sharing key: never in a namespace the pool
+        does not serve (a kube-vip namespace pool overlapping the global one must not make a
+        Service the global pool gave an address shareable)."""
+        if namespace in self.excluded_namespaces or (
+            self.namespaces is not None and namespace not in self.namespaces
+        ):
+            return False
         return version == 4 and self.allow_share != (namespace in self.allow_share_except)
 
     def selects(

@@ -224,7 +224,8 @@ class Controller:
              if writes.may_hold(obj, self.settings.lb_class, classless=self.settings.classless)),
             key=created,
         )  # fmt: skip
-        self.ledger, notes = build_ledger([parse_service(o) for o in held], self.pools())
+        self.ledger, notes = build_ledger([parse_service(o) for o in held], self.pools(),
+                                          self.namespaces.cache)  # fmt: skip
         for note in notes:
             log.warning("address claimed twice at start, the older Service keeps it: %s", note)
         log.info("allocations rebuilt from %d Services", len(held))

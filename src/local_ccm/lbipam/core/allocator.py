@@ -100,7 +100,7 @@ def decide(
     if request.problems:
         return Problem("ConflictingRequests", "; ".join(request.problems))
     every = ordered(pools)
-    selecting = [p for p in every if p.selects(request.labels, request.namespace, namespace_labels)]
+    selecting = _selecting(request, every, namespace_labels)
     held = _held(request, selecting, every, ledger)
     if request.requested:
         decision = _place_requested(request, selecting, held, ledger)
@@ -111,23 +111,51 @@ def decide(
     return _noted(decision, selecting, every)
 
 
+def _selecting(
+    request: ServiceRequest, every: Sequence[Pool], namespace_labels: Mapping[str, str]
+) -> list[Pool]:
+    return [p for p in every if p.selects(request.labels, request.namespace, namespace_labels)]
+
+
+def _home(address: IPAddress, selecting: Sequence[Pool], every: Sequence[Pool]) -> Pool | None:
+    """The pool a held address counts as in (its sharing group comes from it): a selecting
+    pool first, else any. One rule for a live decision and a ledger rebuilt at start, so a
+    restart cannot change who may share an address."""
+    return _pool_of(address, selecting) or _pool_of(address, every)
+
+
 def _held(
     request: ServiceRequest, selecting: Sequence[Pool], every: Sequence[Pool], ledger: Ledger
 ) -> dict[IPAddress, Placement]:
     """The Service's current addresses it may keep: all but those another holder may not share
     (a claim lost at start, clashing ports). Each is placed in a selecting pool, else any pool,
     else none; outside every pool it is held as the ledger has it (a kube-vip allow-share pool
-    that is gone still lets its Services share what they hold)."""
+    that is gone still lets its Services share what they hold), and so is one shared through
+    such a pool that the Service could no longer share as it is now (`_keeps_pool_sharing`)."""
     held = {}
     for address in request.current:
-        pool = _pool_of(address, selecting) or _pool_of(address, every)
+        pool = _home(address, selecting, every)
         holder = _holder(request, pool, address.version)
-        before = next((h for h in ledger.holders(address) if h.service == request.key), None)
-        if pool is None and before is not None and holder.group is None:
+        others = ledger.holders(address)
+        before = next((h for h in others if h.service == request.key), None)
+        if before is not None and (
+            (pool is None and holder.group is None) or _keeps_pool_sharing(before, holder, others)
+        ):
             holder = before
         if clash(holder, ledger.holders(address)) is None:
             held[address] = Placement(address, pool.name if pool else "", holder)
     return held
+
+
+def _keeps_pool_sharing(before: Holder, holder: Holder, others: Sequence[Holder]) -> bool:
+    """A Service sharing an address through a kube-vip allow-share pool keeps sharing it when
+    the holder it would be now clashes where the ledger's does not: one of the sharers given
+    its sharing key first, or a pool that does not share added over their range, must not
+    move it (nothing held is taken back). A sharing key that changes is the Service's own
+    choice and is never kept over (MetalLB's rule)."""
+    if before.group is None or not before.group.startswith("pool:"):
+        return False
+    return clash(holder, others) is not None and clash(before, others) is None
 
 
 def _noted(decision: Decision, selecting: Sequence[Pool], every: Sequence[Pool]) -> Decision:
@@ -302,17 +330,23 @@ def release(ledger: Ledger, service: str) -> tuple[IPAddress, ...]:
 
 
 def build_ledger(
-    requests: Sequence[ServiceRequest], pools: Sequence[Pool]
+    requests: Sequence[ServiceRequest],
+    pools: Sequence[Pool],
+    namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> tuple[Ledger, list[str]]:
     """The ledger from the Services' status at start, plus a note for each address that two
     Services claim without being allowed to share: the first in `requests` order keeps it
-    (callers pass Services oldest first), the other is re-decided like any Service."""
+    (callers pass Services oldest first), the other is re-decided like any Service. Each
+    address's pool is chosen as a live decision chooses it (`_home`), with the namespaces'
+    labels."""
     ledger, notes = Ledger(), []
     all_pools = ordered(pools)
+    labels = namespace_labels or {}
     for request in requests:
         kept = []
+        selecting = _selecting(request, all_pools, labels.get(request.namespace) or {})
         for address in request.current:
-            holder = _holder(request, _pool_of(address, all_pools), address.version)
+            holder = _holder(request, _home(address, selecting, all_pools), address.version)
             if clash(holder, ledger.holders(address)) is None:
                 kept.append((address, holder))
             else:

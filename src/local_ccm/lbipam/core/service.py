@@ -74,6 +74,20 @@ def _echo(annotations: Mapping[str, str], current: tuple[IPAddress, ...]) -> boo
     return bool(current) and text is not None and set(_addresses(text, "", [])) == set(current)
 
 
+def _beside_kubevip(annotations: Mapping[str, str], value: object) -> bool:
+    """`spec.loadBalancerIP` is one of the kube-vip annotation's addresses: what
+    kube-vip-cloud-provider writes beside the annotation (its first address, for older
+    kube-vips), so the annotation alone says what the Service asks for or holds. Read as a
+    request of its own it would drop a dual-stack Service's other address."""
+    text = annotations.get(KUBEVIP_ANNOTATION)
+    if text is None:
+        return False
+    try:
+        return ipaddress.ip_address(str(value).strip()) in _addresses(text, "", [])
+    except ValueError:
+        return False
+
+
 def _requested(
     annotations: Mapping[str, str],
     spec: Mapping[str, Any],
@@ -83,7 +97,7 @@ def _requested(
     echo = _echo(annotations, current)
     sources = [(f"annotation {k}", annotations[k]) for k in ADDRESS_ANNOTATIONS
                if k in annotations and not (echo and k == KUBEVIP_ANNOTATION)]  # fmt: skip
-    if spec.get("loadBalancerIP"):
+    if spec.get("loadBalancerIP") and not _beside_kubevip(annotations, spec["loadBalancerIP"]):
         sources.append(("spec.loadBalancerIP", str(spec["loadBalancerIP"])))
     if not sources:
         return ()
