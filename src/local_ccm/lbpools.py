@@ -154,8 +154,13 @@ class Pool:
         )
 
     def order_key(self) -> tuple[int, int, str]:
-        """Lower priority first; a namespace-scoped pool before a cluster-wide one; then name."""
-        return self.priority, 0 if self.namespaces is not None else 1, self.name
+        """Lower priority first; a pool scoped to some namespaces or Services (a kube-vip
+        namespace pool, a non-empty selector) before a cluster-wide one, as MetalLB prefers the
+        pools pinned to a Service and kube-vip a namespace's own range; then name."""
+        scoped = self.namespaces is not None or any(
+            s is not None and s.requirements for s in (self.service_selector,
+                                                        self.namespace_selector))  # fmt: skip
+        return self.priority, 0 if scoped else 1, self.name
 
 
 def _matches(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:

@@ -243,3 +243,48 @@ def test_first_free_jumps_over_a_long_run_of_held_addresses() -> None:
         ledger.first_free(AddressRange(6, base - 10, base + 4999), descending=True)
         == ip("fd00::") - 1
     )
+
+
+def test_a_named_pool_is_the_only_one_tried() -> None:
+    """MetalLB's controller tests "request IP from specific pool" and "switch to a different
+    specific pool": the annotation picks the pool, a held address of another pool stays."""
+    pools = [pool("pool1", "10.0.0.1-10.0.0.1"), pool("pool5", "10.5.0.1-10.5.0.9")]
+    assert allocated(decide(req("a", pool="pool5"), pools, Ledger(), {})) == ("10.5.0.1",)
+    assert allocated(decide(req("b"), pools, Ledger(), {})) == ("10.0.0.1",)
+    held = req("a", pool="pool1", current=(ip("10.5.0.1"),))
+    assert allocated(decide(held, pools, Ledger(), {})) == ("10.5.0.1",)  # nothing taken back
+
+
+def test_a_named_pool_must_exist_and_select_the_service() -> None:
+    parsed = parse_pool(
+        {
+            "metadata": {"name": "scoped"},
+            "spec": {
+                "addresses": ["10.5.0.1-10.5.0.9"],
+                "namespaceSelector": {"matchLabels": {"x": "y"}},
+            },
+        }
+    )
+    assert isinstance(parsed, Pool)
+    scoped = parsed
+    pools = [pool("pool1", "10.0.0.1-10.0.0.9"), scoped]
+    missing = decide(req("a", pool="nope"), pools, Ledger(), {})
+    assert reason(missing) == "NoPool"
+    assert isinstance(missing, Problem)
+    assert "pool nope, which ns/a names" in missing.message
+    assert reason(decide(req("a", pool="scoped"), pools, Ledger(), {})) == "NoPool"
+    assert allocated(decide(req("a", pool="scoped"), pools, Ledger(), {"x": "y"})) == ("10.5.0.1",)
+    asked = req("a", pool="pool1", requested=(ip("10.5.0.2"),))
+    assert reason(decide(asked, pools, Ledger(), {"x": "y"})) == "AddressNotInPool"
+
+
+def test_at_equal_priority_a_pool_with_a_selector_comes_first() -> None:
+    """MetalLB's TestControllerMutation "request IP for service from no priority namespace
+    specific ip pool": a pool pinned to the namespace wins over a general one."""
+    pinned = parse_pool({"metadata": {"name": "z-team"}, "spec": {
+        "addresses": ["10.9.0.1-10.9.0.9"],
+        "namespaceSelector": {"matchLabels": {"team": "a"}}}})  # fmt: skip
+    assert isinstance(pinned, Pool)
+    pools = [pool("a-general", "10.0.0.1-10.0.0.9"), pinned]
+    assert allocated(decide(req("x"), pools, Ledger(), {"team": "a"})) == ("10.9.0.1",)
+    assert allocated(decide(req("x"), pools, Ledger(), {})) == ("10.0.0.1",)

@@ -113,3 +113,18 @@ def test_the_kube_vip_annotation_naming_what_the_service_holds_is_no_request() -
     assert [str(a) for a in parse_service(asks).requested] == ["10.0.0.6"]
     fresh = svc(annotations={"kube-vip.io/loadbalancerIPs": "10.0.0.5"})
     assert [str(a) for a in parse_service(fresh).requested] == ["10.0.0.5"]
+
+
+def test_the_pool_annotations_name_one_pool_and_must_agree() -> None:
+    """MetalLB's `address-pool` annotations, and ours."""
+    for key in ("lb.local-ccm.io/pool", "metallb.io/address-pool",
+                "metallb.universe.tf/address-pool"):  # fmt: skip
+        obj = {"metadata": {"name": "s", "namespace": "ns", "annotations": {key: " pool5 "}},
+               "spec": {"type": "LoadBalancer"}}  # fmt: skip
+        assert parse_service(obj).pool == "pool5"
+    both = {"metadata": {"name": "s", "annotations": {"metallb.io/address-pool": "a",
+                                                      "lb.local-ccm.io/pool": "b"}}}  # fmt: skip
+    request = parse_service(both)
+    assert request.problems == (
+        "the pool annotations disagree: lb.local-ccm.io/pool, metallb.io/address-pool",
+    )

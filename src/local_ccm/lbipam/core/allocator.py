@@ -105,7 +105,7 @@ def decide(
     if request.requested:
         decision = _place_requested(request, selecting, held, ledger)
     elif not selecting and not held:
-        return Problem("NoPool", f"no enabled pool selects {request.key}")
+        return Problem("NoPool", _no_pool(request))
     else:
         decision = _place_families(request, selecting, held, ledger, in_use)
     return _noted(decision, selecting, every)
@@ -114,7 +114,9 @@ def decide(
 def _selecting(
     request: ServiceRequest, every: Sequence[Pool], namespace_labels: Mapping[str, str]
 ) -> list[Pool]:
-    return [p for p in every if p.selects(request.labels, request.namespace, namespace_labels)]
+    """The pools that select the Service, in order; only the one it names, if it names one."""
+    return [p for p in every if p.selects(request.labels, request.namespace, namespace_labels)
+            and request.pool in (None, p.name)]  # fmt: skip
 
 
 def _home(address: IPAddress, selecting: Sequence[Pool], every: Sequence[Pool]) -> Pool | None:
@@ -156,6 +158,13 @@ def _keeps_pool_sharing(before: Holder, holder: Holder, others: Sequence[Holder]
     if before.group is None or not before.group.startswith("pool:"):
         return False
     return clash(holder, others) is not None and clash(before, others) is None
+
+
+def _no_pool(request: ServiceRequest) -> str:
+    if request.pool is not None:
+        return (f"pool {request.pool}, which {request.key} names, does not exist, is disabled "
+                "or does not select it")  # fmt: skip
+    return f"no enabled pool selects {request.key}"
 
 
 def _noted(decision: Decision, selecting: Sequence[Pool], every: Sequence[Pool]) -> Decision:
@@ -210,7 +219,7 @@ def _place_requested(
             placements.append(held[address])
             continue
         if not selecting:
-            return Problem("NoPool", f"no enabled pool selects {request.key}")
+            return Problem("NoPool", _no_pool(request))
         pool = _pool_of(address, selecting)
         if pool is None:
             return Problem("AddressNotInPool", f"{address} is in no pool that selects the Service")

@@ -29,6 +29,12 @@ SHARING_ANNOTATIONS = (
     "metallb.io/allow-shared-ip",
     "metallb.universe.tf/allow-shared-ip",
 )
+POOL_ANNOTATIONS = (
+    "lb.local-ccm.io/pool",
+    "metallb.io/address-pool",
+    "metallb.universe.tf/address-pool",
+)
+"""The one pool a Service takes from (it must still select the Service)."""
 FAMILY_VERSIONS = {"IPv4": 4, "IPv6": 6}
 
 Port = tuple[str, int]  # (protocol, port)
@@ -45,6 +51,7 @@ class ServiceRequest:
     family_policy: str = "SingleStack"
     requested: tuple[IPAddress, ...] = ()
     sharing_key: str | None = None
+    pool: str | None = None  # POOL_ANNOTATIONS: only this pool, when it selects the Service
     ports: frozenset[Port] = frozenset()
     current: tuple[IPAddress, ...] = ()
     problems: tuple[str, ...] = ()
@@ -116,6 +123,13 @@ def _sharing_key(annotations: Mapping[str, str], problems: list[str]) -> str | N
     return next(iter(keys.values()), None)
 
 
+def _pool(annotations: Mapping[str, str], problems: list[str]) -> str | None:
+    names = {k: annotations[k].strip() for k in POOL_ANNOTATIONS if annotations.get(k, "").strip()}
+    if len(set(names.values())) > 1:
+        problems.append("the pool annotations disagree: " + ", ".join(sorted(names)))
+    return next(iter(names.values()), None)
+
+
 def _ports(spec: Mapping[str, Any]) -> frozenset[Port]:
     return frozenset(
         (str(p.get("protocol") or "TCP"), int(p["port"]))
@@ -154,6 +168,7 @@ def parse_service(obj: Mapping[str, Any]) -> ServiceRequest:
         family_policy=str(spec.get("ipFamilyPolicy") or "SingleStack"),
         requested=_requested(annotations, spec, problems, current),
         sharing_key=_sharing_key(annotations, problems),
+        pool=_pool(annotations, problems),
         ports=_ports(spec),
         current=current,
         problems=tuple(problems),
