@@ -17,7 +17,7 @@ from local_ccm.ipam.core.model import (
     project_cluster_cidr,
     project_node,
 )
-from tests.unit.ipam.builders import cc_obj, nets, one_term
+from tests.unit.ipam.builders import allocator, cc_obj, give, nets, node, one_term
 
 
 def test_valid_cluster_cidr_is_projected_with_normalised_ranges() -> None:
@@ -180,3 +180,27 @@ def test_default_pool_refuses_zero_blocks_and_the_ipv6_limit() -> None:
         default_pool([ipaddress.ip_network("10.0.0.0/24")], 16, 64)
     with pytest.raises(ValueError, match="empty"):
         default_pool([], 24, 64)
+
+
+@pytest.mark.parametrize(
+    ("text", "read"),
+    [("010.000.001.000/24", "10.0.1.0/24"), ("10.0.1.000/24", "10.0.1.0/24"),
+     ("10.0.0.0/08", "10.0.0.0/8"), ("fd00::/0120", "fd00::/120"), ("0010.0.0.0/8", "10.0.0.0/8"),
+     ("100.0.0.0/8", "100.0.0.0/8")],
+)  # fmt: skip
+def test_leading_zeros_read_as_kubernetes_sloppy_parser_reads_them(text: str, read: str) -> None:
+    """A podCIDR the API server stored with leading zeros (ParseCIDRSloppy reads them as
+    decimal) is that block: not reserving it gave it to a second Node."""
+    view = project_node({"metadata": {"name": "n"}, "spec": {"podCIDRs": [text]}})
+    assert view.pod_cidrs == nets(read)
+    assert view.invalid_pod_cidrs == ()
+
+
+def test_a_block_written_with_leading_zeros_is_never_given_again() -> None:
+    alloc = allocator()
+    alloc.set_pool(default_pool(nets("10.0.0.0/16"), 24, 64), ready=True)
+    held = project_node({"metadata": {"name": "old", "uid": "u-old"},
+                         "spec": {"podCIDRs": ["010.000.001.000/24"]}})  # fmt: skip
+    alloc.recover([held])
+    given = [give(alloc, node(f"new{i}")) for i in range(3)]
+    assert given == [("10.0.0.0/24",), ("10.0.2.0/24",), ("10.0.3.0/24",)]

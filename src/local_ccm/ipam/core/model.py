@@ -23,7 +23,8 @@ FINALIZER: Final = "networking.x-k8s.io/cluster-cidr-finalizer"
 DEFAULT_POOL_NAME: Final = "default-cluster-cidr"
 """The in-memory pool built from `--cluster-cidr` (the name upstream's dormant code used)."""
 
-_CIDR_TEXT = re.compile(r"[0-9A-Fa-f:.]+/[0-9]{1,3}")
+_CIDR_TEXT = re.compile(r"[0-9A-Fa-f:.]+/0*[0-9]{1,3}")
+_LEADING_ZEROS = re.compile(r"(?<![0-9A-Fa-f])0+(?=[0-9])")  # 010 -> 10, 000 -> 0, never 0x
 
 
 class PoolFamily(NamedTuple):
@@ -213,14 +214,21 @@ def _pool_cidr(raw: object, version: int) -> Any:
 
 @functools.lru_cache(maxsize=1024)
 def parse_sloppy_cidr(text: str) -> IPNetwork | None:
-    """`address/prefix`, host bits allowed and cleared (as Go's ParseCIDR); None if invalid.
+    """`address/prefix`, host bits allowed and cleared, as Kubernetes' ParseCIDRSloppy reads
+    a Node's podCIDRs: leading zeros in an IPv4 part or a prefix are decimal (`010.0.1.0/24`
+    is 10.0.1.0/24; the API server keeps such values where they were stored before strict
+    validation, and a CIDR held that way must be reserved like any). None if invalid.
     Cached: an allocated Node's CIDR is read again from the PATCH answer and its watch echo
     (networks are immutable, so the parses can be shared)."""
     if not _CIDR_TEXT.fullmatch(text):
         return None
+    address, prefix = text.split("/")
     # The family from the text: ip_network would try IPv4 first and fail (an exception) on
     # every IPv6 CIDR; only IPv6 text has a ':'.
-    family = ipaddress.IPv6Network if ":" in text else ipaddress.IPv4Network
+    family = ipaddress.IPv6Network if ":" in address else ipaddress.IPv4Network
+    if family is ipaddress.IPv4Network:
+        address = _LEADING_ZEROS.sub("", address)
+    text = f"{address}/{prefix.lstrip('0') or '0'}"
     try:
         return family(text, strict=False)
     except ValueError:
