@@ -120,3 +120,48 @@ def test_lb13_helm_install_with_pools_and_the_controller_under_its_rbac(
         child.stop(grace=5)
         admin.close()
     assert "forbidden" not in tail(child.log_path, 400).lower()
+
+
+@pytest.fixture
+def fresh_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    """A plane of its own without the pool CRD: the upgrade below is the one that creates it."""
+    binaries: Binaries = ensure(["etcd", "kube-apiserver"])
+    with dedicated_plane(request.config, binaries, "lbupgrade") as started:
+        yield started
+
+
+def test_lb13_the_upgrade_that_turns_the_allocator_on_creates_its_pools_kept_on_uninstall(
+    fresh_plane: ControlPlane, helm_binary: Path, tmp_path: Path
+) -> None:
+    """An install without the allocator, then the upgrade that turns it on (and so creates
+    the CRD): its pools exist after that one upgrade; the next upgrade adopts them (same uid);
+    uninstalling the release keeps every pool, as it keeps the CRD."""
+    namespace, net = f"lb13u-{secrets.token_hex(3)}", lb.block()
+    admin = Client.from_kubeconfig(fresh_plane.admin_kubeconfig, field_manager="lb13")
+    admin.create(r.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
+                                "metadata": {"name": namespace}})  # fmt: skip
+    off, on = tmp_path / "off.yaml", tmp_path / "on.yaml"
+    without = values(namespace, net)
+    without["controllerManager"]["loadBalancer"] = {"enabled": False}
+    off.write_text(yaml.safe_dump(without))
+    on.write_text(yaml.safe_dump(values(namespace, net)))
+    pool = f"{namespace}-pool"
+    common = ["--kubeconfig", str(fresh_plane.admin_kubeconfig), "--namespace", namespace]
+    try:
+        with chart.helm(helm_binary) as h:
+            done = h.run("install", RELEASE, str(chart.CHART), *common, "-f", str(off))
+            assert done.code == 0, done.output
+            done = h.run("upgrade", RELEASE, str(chart.CHART), *common, "-f", str(on))
+            assert done.code == 0, done.output
+            first = admin.get(POOLS, pool)  # created by this one upgrade
+            assert first["spec"]["addresses"] == [f"{net}.0/28"]
+            done = h.run("upgrade", RELEASE, str(chart.CHART), *common, "-f", str(on))
+            assert done.code == 0, done.output
+            assert f"name: {pool}" in h.run("get", "manifest", RELEASE, *common).stdout
+            assert admin.get(POOLS, pool)["metadata"]["uid"] == first["metadata"]["uid"]
+            done = h.run("uninstall", RELEASE, *common, "--wait=false")
+            assert done.code == 0, done.output
+        kept = admin.get(POOLS, pool)
+        assert kept["metadata"]["uid"] == first["metadata"]["uid"]
+    finally:
+        admin.close()
