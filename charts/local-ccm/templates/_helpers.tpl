@@ -394,11 +394,10 @@ true
 {{- $v -}}
 {{- end -}}
 
-{{/* "true" when the CIDR (address/prefix, IPv4 or IPv6 in hex groups) has host bits set. */}}
-{{- define "local-ccm.cidr.hostBits" -}}
-{{- $parts := splitList "/" (trim .) -}}
-{{- $addr := first $parts | lower -}}
-{{- $prefix := int (last $parts) -}}
+{{/* An address as fixed-width hex (8 digits for IPv4, 32 for IPv6): two of one family
+     compare as their addresses do. */}}
+{{- define "local-ccm.ip.hex" -}}
+{{- $addr := trim . | lower -}}
 {{- if contains ":" $addr -}}
 {{- $halves := splitList "::" $addr -}}
 {{- $groups := splitList ":" $addr -}}
@@ -409,8 +408,19 @@ true
 {{- range until (int (sub 8 (add (len $left) (len $right)))) -}}{{- $groups = append $groups "0" -}}{{- end -}}
 {{- $groups = concat $groups $right -}}
 {{- end -}}
-{{- $hex := "" -}}
-{{- range $groups -}}{{- $hex = printf "%s%s%s" $hex (repeat (int (sub 4 (len .))) "0") . -}}{{- end -}}
+{{- range $groups -}}{{- printf "%s%s" (repeat (int (sub 4 (len .))) "0") . -}}{{- end -}}
+{{- else -}}
+{{- range splitList "." $addr -}}{{- printf "%02x" (int .) -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the CIDR has host bits set (v4 or v6, written any way the pattern allows). */}}
+{{- define "local-ccm.cidr.hostBits" -}}
+{{- $parts := splitList "/" (trim .) -}}
+{{- $addr := first $parts | lower -}}
+{{- $prefix := int (last $parts) -}}
+{{- if contains ":" $addr -}}
+{{- $hex := include "local-ccm.ip.hex" $addr -}}
 {{- $nibble := dict "0" 0 "1" 1 "2" 2 "3" 3 "4" 4 "5" 5 "6" 6 "7" 7 "8" 8 "9" 9 "a" 10 "b" 11 "c" 12 "d" 13 "e" 14 "f" 15 -}}
 {{- $bad := false -}}
 {{- range $i, $c := splitList "" $hex -}}
@@ -432,8 +442,32 @@ true
 {{- define "local-ccm.cidr.problems" -}}
 {{- range .cidrs -}}
 {{- $cidr := trimPrefix "!" (trim .) | trim -}}
-{{- if and $cidr (include "local-ccm.cidr.hostBits" $cidr) }}
+{{- $longest := ternary 128 32 (contains ":" $cidr) -}}
+{{- if and $cidr (gt (int (last (splitList "/" $cidr))) $longest) }}
+- {{ $.key }}: {{ $cidr }} has a prefix longer than {{ $longest }} bits (the binary refuses it)
+{{- else if and $cidr (include "local-ccm.cidr.hostBits" $cidr) }}
 - {{ $.key }}: {{ $cidr }} has host bits set (the binary refuses it); use its network address
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Problems of a pool's addresses the CRD's admission cannot see (docs/loadbalancer.md):
+     a CIDR's prefix and host bits, a range that mixes families or starts after it ends (a
+     failed post-install hook would leave a failed release with its workloads created). */}}
+{{- define "local-ccm.lb.addressProblems" -}}
+{{- range .addresses -}}
+{{- $entry := trim . -}}
+{{- if contains "-" $entry -}}
+{{- $ends := splitList "-" $entry -}}
+{{- $first := trim (first $ends) -}}
+{{- $last := trim (last $ends) -}}
+{{- if ne (contains ":" $first) (contains ":" $last) }}
+- {{ $.key }}: {{ $entry }} mixes IPv4 and IPv6
+{{- else if gt (include "local-ccm.ip.hex" $first) (include "local-ccm.ip.hex" $last) }}
+- {{ $.key }}: {{ $entry }} starts after it ends
+{{- end -}}
+{{- else if contains "/" $entry -}}
+{{- include "local-ccm.cidr.problems" (dict "key" $.key "cidrs" (list $entry)) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -516,6 +550,9 @@ true
 {{- $lb := .Values.controllerManager.loadBalancer -}}
 {{- if and .Values.controllerManager.enabled $lb.enabled -}}
 {{- include "local-ccm.cidr.problems" (dict "key" "controllerManager.loadBalancer.serviceCIDRs" "cidrs" ($lb.serviceCIDRs | default list)) -}}
+{{- range $i, $pool := $lb.pools | default list -}}
+{{- include "local-ccm.lb.addressProblems" (dict "key" (printf "controllerManager.loadBalancer.pools[%d].addresses" $i) "addresses" ($pool.addresses | default list)) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 

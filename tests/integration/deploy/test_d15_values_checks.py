@@ -261,6 +261,43 @@ def test_d15_schema_refuses_malformed_cidrs_masks_and_durations(
     assert "values don't meet the specifications of the schema" in out, out
 
 
+@pytest.mark.parametrize("key", ["internalIPCIDRs", "externalIPCIDRs", "externalIPSubnet"])
+@pytest.mark.parametrize("cidr", ["10.0.0.0/33", "10.0.0.0/999", "2001:db8::/129"])
+def test_d15_a_prefix_longer_than_its_family_fails_naming_it(
+    chart_helm: Helm, kube_version: str, tmp_path: Path, key: str, cidr: str
+) -> None:
+    """/999 had ended in a division by zero inside a template, /33 had rendered."""
+    code, out = _template(chart_helm, kube_version, {"ipDetection": {key: cidr}}, tmp_path)
+    assert code != 0
+    longest = 128 if ":" in cidr else 32
+    assert f"- ipDetection.{key}: {cidr} has a prefix longer than {longest} bits" in out, out
+    assert "divide by zero" not in out
+
+
+def test_d15_pool_addresses_admission_cannot_see_fail_the_render(
+    chart_helm: Helm, kube_version: str, tmp_path: Path
+) -> None:
+    """Found at install by the pools' post-install hook, they left a failed release with its
+    workloads created; every one is listed at render now."""
+    bad = ["10.0.0.9-10.0.0.2", "10.0.0.0/33", "10.0.0.1/24", "fd00::9-fd00::1",
+           "10.0.0.1-fd00::1", "2001:db8::1/64"]  # fmt: skip
+    good = ["10.1.0.0/24", "10.2.0.1-10.2.0.9", "fd00::1-fd00::ff", "2001:db8:1::/120"]
+    doc = {"controllerManager": {"enabled": True, "loadBalancer": {"enabled": True, "pools": [
+        {"name": "a", "addresses": bad}, {"name": "b", "addresses": good}]}}}  # fmt: skip
+    code, out = _template(chart_helm, kube_version, doc, tmp_path)
+    assert code != 0
+    key = "controllerManager.loadBalancer.pools[0].addresses"
+    whys = ["starts after it ends", "has a prefix longer than 32 bits", "has host bits set",
+            "starts after it ends", "mixes IPv4 and IPv6", "has host bits set"]  # fmt: skip
+    for entry, why in zip(bad, whys, strict=True):
+        assert f"- {key}: {entry} {why}" in out, (entry, out)
+    assert "pools[1]" not in out
+    only_good = {"controllerManager": {"enabled": True, "loadBalancer": {
+        "enabled": True, "pools": [{"name": "b", "addresses": good}]}}}  # fmt: skip
+    code, out = _template(chart_helm, kube_version, only_good, tmp_path)
+    assert code == 0, out
+
+
 def test_d15_a_misspelt_metadata_rule_key_fails_naming_each_rule(
     chart_helm: Helm, kube_version: str, tmp_path: Path
 ) -> None:
