@@ -636,6 +636,17 @@ true
 {{/* Values that contradict each other, each a "\n- " line (empty: none). */}}
 {{- define "local-ccm.relationProblems" -}}
 {{- $agent := include "local-ccm.agent.enabled" . -}}
+{{- if not (or $agent .Values.nodeLifecycleController.enabled .Values.nodeIpamController.enabled) }}
+- agent, nodeLifecycleController and nodeIpamController are all off: the release would install nothing
+{{- end -}}
+{{- $host := .Values.apiServer.host | default "" -}}
+{{- if or (contains "/" $host) (contains " " $host) (eq (len (splitList ":" $host)) 2) }}
+- {{ printf "apiServer.host: %q must be a host name or address alone (no scheme, path or :port; the port is apiServer.port)" $host }}
+{{- end -}}
+{{- $actions := .Values.admissionPolicy.validationActions | default list -}}
+{{- if and (has "Deny" $actions) (has "Warn" $actions) }}
+- admissionPolicy.validationActions: Deny and Warn together are refused by the API server (use [Deny] or [Warn, Audit])
+{{- end -}}
 {{- if and $agent .Values.admissionPolicy.enabled (not (semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version)) }}
 - admissionPolicy requires Kubernetes >= 1.30; set admissionPolicy.enabled=false
 {{- end -}}

@@ -298,6 +298,34 @@ def test_d15_pool_addresses_admission_cannot_see_fail_the_render(
     assert code == 0, out
 
 
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"apiServer": {"host": "https://cp.example:6443"}}, 'apiServer.host: "https://cp.'),
+        ({"apiServer": {"host": "cp.example:6443"}}, "the port is apiServer.port"),
+        ({"admissionPolicy": {"validationActions": ["Deny", "Warn"]}}, "Deny and Warn together"),
+        ({"agent": {"enabled": False}, "nodeLifecycleController": {"enabled": False}},
+         "the release would install nothing"),
+    ],
+)  # fmt: skip
+def test_d15_values_the_api_server_or_the_pods_would_trip_on_fail_the_render(
+    chart_helm: Helm, kube_version: str, tmp_path: Path, doc: dict[str, Any], message: str
+) -> None:
+    """Each rendered, then failed at install (Deny with Warn), at bootstrap (a host with a
+    scheme or port in KUBERNETES_SERVICE_HOST), or installed nothing while NOTES said it did."""
+    code, out = _template(chart_helm, kube_version, doc, tmp_path)
+    assert code != 0
+    assert message in out, out
+
+
+@pytest.mark.parametrize("host", ["cp.example", "10.0.0.1", "fd00::1", "localhost"])
+def test_d15_a_bare_host_renders(
+    chart_helm: Helm, kube_version: str, tmp_path: Path, host: str
+) -> None:
+    code, out = _template(chart_helm, kube_version, {"apiServer": {"host": host}}, tmp_path)
+    assert code == 0, out
+
+
 def test_d15_a_misspelt_metadata_rule_key_fails_naming_each_rule(
     chart_helm: Helm, kube_version: str, tmp_path: Path
 ) -> None:
