@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.kubeconfigs import BROKEN, broken_kubeconfig
+from tests.support.kubeconfigs import BROKEN, broken_kubeconfig, unused_kubeconfig
 
 BIN = Path(sys.executable).parent
 MANAGER, LIFECYCLE, IPAM, AGENT = (
@@ -38,6 +38,11 @@ def run(
     return done.returncode, done.stderr.splitlines()
 
 
+def usable(home: Path) -> dict[str, str]:
+    """Credentials in $KUBECONFIG for a server nothing reaches: only the flags' problems."""
+    return {"KUBECONFIG": str(unused_kubeconfig(home))}
+
+
 def problems(lines: list[str], binary: str) -> list[str]:
     assert lines, "nothing on stderr"
     assert lines[-1] == f"run '{binary} --help' for usage", lines
@@ -49,10 +54,11 @@ def test_an_unknown_controller_and_every_other_problem_in_one_run(tmp_path: Path
     code, lines = run(MANAGER, argv, tmp_path)
     assert code == 2, lines
     found = problems(lines, MANAGER)
-    assert len(found) == 3, found
+    assert len(found) == 4, found
     assert found[0].startswith("invalid flag --controllers: unknown controller 'bogus'")
     assert found[1].startswith("invalid flag --csr-deny: ")
     assert found[2].startswith("invalid flag --leader-elect: ")
+    assert found[3].startswith("no Kubernetes credentials: ")  # in the same list
 
 
 @pytest.mark.parametrize(
@@ -70,7 +76,7 @@ def test_a_set_flag_of_a_controller_that_is_off_exits_2(
     argv: list[str], env: dict[str, str], named: str, tmp_path: Path
 ) -> None:
     """`*` runs node-lifecycle and node-ipam: the approver and the allocator are off."""
-    code, lines = run(MANAGER, argv, tmp_path, env)
+    code, lines = run(MANAGER, argv, tmp_path, {**env, **usable(tmp_path)})
     assert code == 2, lines
     (problem,) = problems(lines, MANAGER)
     assert named in problem
@@ -81,7 +87,7 @@ def test_a_set_flag_of_a_controller_that_is_off_exits_2(
 def test_a_rate_that_is_not_a_positive_finite_number_exits_2(
     binary: str, value: str, tmp_path: Path
 ) -> None:
-    code, lines = run(binary, [f"--kube-api-qps={value}"], tmp_path)
+    code, lines = run(binary, [f"--kube-api-qps={value}"], tmp_path, usable(tmp_path))
     assert code == 2, lines
     (problem,) = problems(lines, binary)
     assert problem.startswith("invalid flag --kube-api-qps: "), problem

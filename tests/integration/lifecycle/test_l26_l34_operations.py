@@ -257,9 +257,10 @@ def test_l32_invalid_flags() -> None:
                           check=False, env={"PATH": "/usr/bin:/bin"})  # fmt: skip
     assert done.returncode == 2
     lines = [line for line in done.stderr.splitlines() if "--help" not in line]
-    assert len(lines) == 5, done.stderr
+    assert len(lines) == 6, done.stderr  # the five flags, and the credentials, in one list
     for flag in ("--ping-count", "--reconcile-interval", "--max-unhealthy", "--probe", "--bogus"):
         assert sum(flag in line for line in lines) == 1
+    assert lines[-1].startswith("no Kubernetes credentials: ")
 
 
 def test_l34_family_selection(
