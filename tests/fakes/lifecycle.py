@@ -157,6 +157,7 @@ class Sim:
     wall: datetime = NOW
     state: PipelineState = field(default_factory=PipelineState)
     episodes: Mapping[str, Episode] = field(default_factory=dict)
+    ready_seen: Mapping[str, float] = field(default_factory=dict)
     rng: random.Random = field(default_factory=lambda: random.Random(7))
     deleted: list[tuple[float, str]] = field(default_factory=list)
     dry_runs: list[str] = field(default_factory=list)
@@ -173,8 +174,10 @@ class Sim:
 
     def evaluate(self) -> Plan:
         """Assess and plan once (no probes finish)."""
-        assessment = assess(self.nodes, self.scope, self.episodes, self.wall, self.timeout)
+        assessment = assess(self.nodes, self.scope, self.episodes, self.wall, self.timeout,
+                            mono=self.mono, ready_seen=self.ready_seen)  # fmt: skip
         self.episodes = assessment.episodes.episodes
+        self.ready_seen = assessment.episodes.ready_seen
         state = forget(self.state, assessment.episodes.ended)
         plan = plan_deletions(
             assessment, nodes=self.nodes, scope=self.scope, state=state,
@@ -211,6 +214,7 @@ class Sim:
             abort = recheck(
                 fresh, action.uid, self.scope, episode=self.episodes.get(action.uid),
                 now=self.wall, timeout=self.timeout, breaker_open=plan.breaker.open,
+                mono=self.mono,
             )  # fmt: skip
             if abort is not None:
                 self.aborts.append((action.name, abort.check))

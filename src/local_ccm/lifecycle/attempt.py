@@ -104,6 +104,7 @@ class Attempt:
             None if obj is None else host.project(obj), action.uid, host.config.scope,
             episode=host.episode(action.uid), now=host.clock.now(),
             timeout=host.config.timeout, breaker_open=host.breaker_open,
+            mono=host.clock.monotonic(),
         )  # fmt: skip
         if abort is None and obj is not None:
             return await self.recheck_bmc(obj)

@@ -46,6 +46,7 @@ class FenceRequest:
         abort = recheck(
             host.project(node), action.uid, host.config.scope, episode=host.episode(action.uid),
             now=host.clock.now(), timeout=host.config.timeout, breaker_open=host.breaker_open,
+            mono=host.clock.monotonic(),
         )  # fmt: skip
         if abort is not None:
             return self.abort(abort.check)

@@ -220,7 +220,8 @@ def options_from(parsed: Parsed) -> LifecycleOptions | list[Problem]:
         election=election_from(read), node_selector=str(selector or ""), metrics_bind=metrics,
         health_bind=health, metrics_address=parsed.get_str("metrics-bind-address"),
         health_address=parsed.get_str("health-probe-bind-address"),
-        ignored_klog=parsed.ignored_klog, warnings=_warnings(probe, settings.kinds),
+        ignored_klog=parsed.ignored_klog,
+        warnings=_warnings(probe, settings.kinds) + _own_node_warning(settings, own_node),
     )  # fmt: skip
     return read.result(options)
 
@@ -264,6 +265,16 @@ def _warnings(probe: ProbeConfig, kinds: Sequence[ProbeKind]) -> tuple[str, ...]
             "never sent",
         )
     return ()
+
+
+def _own_node_warning(settings: PipelineSettings, own_node: str | None) -> tuple[str, ...]:
+    """Without --node-name the self-check may pick this controller's own Node as a peer, which
+    always answers: a partition of the controller alone would then go unseen."""
+    if own_node or not settings.self_check or not settings.kinds:
+        return ()
+    return ("--node-name (NODE_NAME) is not set: the self-check may probe this controller's own "
+            "Node, which always answers, and miss a partition of the controller alone; set "
+            "NODE_NAME from the downward API (fieldRef spec.nodeName)",)  # fmt: skip
 
 
 # ---------------------------------------------------------------- start-up line [compat]

@@ -149,6 +149,7 @@ class Controller:
             name="NodeBMCs", errors=BMC_ERRORS, on_end=self._bmc_stream_ended,
         )  # fmt: skip
         self.episodes: dict[str, Episode] = {}
+        self.ready_seen: dict[str, float] = {}  # uid -> monotonic time last seen Ready
         self.state = pl.PipelineState()
         self._breaker_was_open = False  # for logging its transitions
         self.next_wake = config.interval
@@ -266,8 +267,10 @@ class Controller:
         mono = self.clock.monotonic()
         nodes = tuple(self.cache.values())
         previous = self.episodes
-        assessment = assess(nodes, self.config.scope, previous, now, self.config.timeout)
+        assessment = assess(nodes, self.config.scope, previous, now, self.config.timeout,
+                            mono=mono, ready_seen=self.ready_seen)  # fmt: skip
         self.episodes = dict(assessment.episodes.episodes)
+        self.ready_seen = dict(assessment.episodes.ready_seen)
         self._log_episodes(assessment, previous)
         state = pl.forget(self.state, assessment.episodes.ended)
         plan = plan_deletions(

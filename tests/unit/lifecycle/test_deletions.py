@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from local_ccm.labels import parse_label_selector
 from local_ccm.lifecycle.core.deletions import (
     breaker,
     breaker_threshold,
@@ -57,6 +58,48 @@ def test_breaker_opens_only_above_the_threshold() -> None:
     limit = parse_count_or_percent("40%")
     assert not breaker(limit, 10, 4).open
     assert breaker(limit, 10, 5).open
+
+
+@pytest.mark.parametrize(
+    ("limit", "cluster", "why"),
+    [("40%", (1, 1, 1), "every Node NotReady (1)"),
+     ("40%", (4, 4, 0), "every Node NotReady (4)"),  # autoscaler's or not: a shared fault
+     ("40%", (13, 10, 10), "cluster U=10 T=5 N=13"),
+     ("40%", (4, 1, 1), ""), ("100%", (1, 1, 1), ""), ("3", (3, 3, 3), ""),
+     ("2", (3, 3, 3), "every Node NotReady (3)")],
+)  # fmt: skip
+def test_the_whole_cluster_opens_the_breaker_too(
+    limit: str, cluster: tuple[int, int, int], why: str
+) -> None:
+    """A population of one (one worker, or the Nodes a --node-selector picks) could never open
+    it on its own counts; every Node NotReady, or the cluster's unhealthy count over the same
+    limit, does. A limit that allows every Node to be unhealthy turns both off."""
+    opened = breaker(parse_count_or_percent(limit), 1, 1, cluster)
+    assert (opened.open, opened.why) == (bool(why), why)
+
+
+def test_a_lone_worker_of_a_cluster_all_notready_is_not_deleted() -> None:
+    """A hosted control plane and one worker, cut off from each other: no peer for the
+    self-check, a population of one; nothing is deleted."""
+    settings = replace(FAST, max_unhealthy=parse_count_or_percent("40%"), self_check=True)
+    s = sim(node("w1", taints=()), settings=settings, scope=Scope(watch_autoscaler_taint=False))
+    s.run(3)
+    assert (s.deleted, s.probe_batches) == ([], 0)
+    assert str(s.plans[-1].breaker) == "U=1 T=1 N=1; every Node NotReady (1)"
+
+
+def test_a_selected_pool_of_one_is_not_deleted_while_most_of_the_cluster_is_down() -> None:
+    pool = {"pool": "a"}
+    workers = [node("a0", taints=(), labels=pool)]
+    workers += [node(f"b{i}", taints=(), labels={"pool": "b"}) for i in range(9)]
+    control_plane = {"node-role.kubernetes.io/control-plane": ""}
+    planes = [node(f"cp{i}", taints=(), ready="True", labels=control_plane) for i in range(3)]
+    settings = replace(FAST, max_unhealthy=parse_count_or_percent("40%"))
+    scope = Scope(watch_autoscaler_taint=False, selector=parse_label_selector("pool=a"))
+    s = sim(*workers, *planes, settings=settings, scope=scope)
+    s.run(3)
+    assert s.deleted == []
+    assert str(s.plans[-1].breaker) == "U=1 T=1 N=1; cluster U=10 T=5 N=13"
 
 
 # ------------------------------------------------------------------ probe scheduling
@@ -318,10 +361,66 @@ def test_events_are_sent_once_per_episode_and_again_in_a_new_one() -> None:
     s.run(3)
     s.replace("w1", node("w1", ready="True", addresses=[("Hostname", "w1")]))
     s.tick(1)
-    s.replace("w1", node("w1", since=s.wall - timedelta(seconds=60),
-                         addresses=[("Hostname", "w1")]))  # fmt: skip
-    s.run(3)
+    s.replace("w1", node("w1", since=s.wall, addresses=[("Hostname", "w1")]))
+    s.run(12)  # past the 10 s timeout of the new episode
     assert s.event_reasons() == ["NoProbeAddress", "NoProbeAddress"]
+
+
+def test_a_node_seen_ready_is_credited_no_more_than_since_then() -> None:
+    """Its Ready condition says NotReady for 60 s, but this process saw it Ready 1 s ago: the
+    writer's clock is ahead of this host's (or this host's behind). It waits the timeout from
+    what this process saw, not from the skewed timestamp."""
+    s = sim(node("w1", ready="True"))
+    s.tick(1)
+    s.replace("w1", node("w1", since=s.wall - timedelta(seconds=60)))
+    s.tick(1)
+    assert [d.step for d in s.plans[-1].decisions] == []  # waiting: not eligible yet
+    s.run(8)
+    assert s.probe_batches == 0
+    s.run(3)
+    assert s.probe_batches >= 1  # eligible once 10 s have passed since it was seen Ready
+
+
+def test_a_ready_condition_that_appears_later_credits_its_older_transition() -> None:
+    """First seen without a Ready condition (just registered), then with Ready=Unknown since
+    60 s: the older reading counts, as the earliest of the two times did before."""
+    s = sim(node("w1", ready=None, created=NOW))
+    s.tick(1)
+    assert s.probe_batches == 0
+    s.replace("w1", node("w1", since=s.wall - timedelta(seconds=60), created=NOW))
+    s.tick(1)
+    assert s.probe_batches >= 1
+
+
+def test_a_false_to_unknown_transition_keeps_the_countdown() -> None:
+    s = sim(node("w1", ready="False", since=NOW - timedelta(seconds=8)))
+    s.tick(1)
+    s.replace("w1", node("w1", ready="Unknown", since=s.wall))
+    s.tick(1)
+    assert s.probe_batches >= 1  # 8 + 2 s: the timeout (10 s) is reached, not restarted
+
+
+def test_a_wall_clock_step_does_not_shorten_the_countdown() -> None:
+    s = sim(node("w1", since=NOW))
+    s.tick(1)
+    s.wall += timedelta(hours=1)  # NTP steps the wall clock; the monotonic clock does not
+    s.tick(1)
+    assert s.probe_batches == 0
+    assert [d.step for d in s.plans[-1].decisions] == []
+
+
+def test_a_ready_stretch_missed_between_two_sightings_starts_a_new_episode() -> None:
+    """Seen NotReady 20 s ago, then (unseen) Ready, now NotReady again with a transition 2 s
+    old: the countdown starts again at that transition."""
+    s = sim(node("w1", since=NOW))
+    s.tick(1)
+    s.advance(20)
+    s.replace("w1", node("w1", since=s.wall - timedelta(seconds=2)))
+    s.tick(0)
+    assert s.probe_batches == 0
+    assert [d.step for d in s.plans[-1].decisions] == []
+    s.run(9)
+    assert s.probe_batches >= 1
 
 
 def test_record_attempt_precondition_failure_returns_the_token_and_allows_retry() -> None:

@@ -69,6 +69,13 @@ def test_parse_protected_trims_drops_empty_and_splits_on_first_equals() -> None:
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("entry", ["tier = gold", "tier =gold", "tier= gold"])
+def test_parse_protected_refuses_spaces_around_the_equals_sign(entry: str) -> None:
+    """The value " gold" matches no label: the entry would protect nothing, silently."""
+    with pytest.raises(ValidationError, match=r"no spaces around '=' \(write tier=gold\)"):
+        parse_protected(f"a,{entry}")
+
+
 def test_parse_protected_rejects_an_invalid_key() -> None:
     with pytest.raises(ValidationError, match="Bad Key"):
         parse_protected("ok,Bad Key=1")

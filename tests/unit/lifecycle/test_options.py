@@ -164,10 +164,20 @@ def test_go_flag_syntax_and_klog_flags() -> None:
 
 
 def test_echoes_that_do_not_fit_the_timeout_are_a_warning_only() -> None:
-    o = ok("--ping-count=6", "--ping-interval=1s", "--ping-timeout=5s")
+    o = ok("--ping-count=6", "--ping-interval=1s", "--ping-timeout=5s", "--node-name=me")
     assert len(o.warnings) == 1
     assert "--ping-timeout" in o.warnings[0]
-    assert ok().warnings == ()
+    assert ok("--node-name=me").warnings == ()
+
+
+def test_without_its_node_name_the_self_check_warns_that_it_may_probe_itself() -> None:
+    """The Go original's manifests set no NODE_NAME: its own Node, which always answers, may
+    then be a self-check peer."""
+    (warning,) = ok().warnings
+    assert warning.startswith("--node-name (NODE_NAME) is not set: the self-check may probe")
+    assert ok(env={"NODE_NAME": "me"}).warnings == ()
+    assert ok("--self-check=false").warnings == ()
+    assert ok("--ping-count=0").warnings == ()  # unprobed mode: no self-check
 
 
 def test_startup_line_names_the_effective_configuration() -> None:

@@ -57,9 +57,30 @@ def breaker_threshold(limit: CountOrPercent, population: int) -> int:
     return max(1, limit.value * population // 100)
 
 
-def breaker(limit: CountOrPercent, population: int, unhealthy: int) -> Breaker:
+def breaker(
+    limit: CountOrPercent,
+    population: int,
+    unhealthy: int,
+    cluster: tuple[int, int, int] | None = None,
+) -> Breaker:
+    """Open while the population's unhealthy count is above the threshold. `cluster` (every
+    Node, NotReady ones, unhealthy ones) opens it too: its unhealthy count above the same limit
+    of all Nodes (a shared fault outside the population: other Node pools, the control plane),
+    or every Node NotReady, as kube-controller-manager stops evicting when every zone is fully
+    disrupted (a one-Node population could never open it on its own counts) — unless the limit
+    allows every Node to be unhealthy (100 %, or a count of at least every Node): the
+    operator's way to turn the breaker off."""
     threshold = breaker_threshold(limit, population)
-    return Breaker(unhealthy > threshold, unhealthy, threshold, population)
+    why = ""
+    if cluster is not None and unhealthy <= threshold:  # else its own counts say why
+        total, not_ready, sick = cluster
+        over = breaker_threshold(limit, total)
+        allows_all = limit.value >= (100 if limit.percent else total)
+        if total and not_ready == total and not allows_all:
+            why = f"every Node NotReady ({total})"
+        elif sick > over:
+            why = f"cluster U={sick} T={over} N={total}"
+    return Breaker(unhealthy > threshold or bool(why), unhealthy, threshold, population, why)
 
 
 def is_fresh(record: ProbeRecord | None, now: float, interval: float) -> bool:
@@ -134,7 +155,8 @@ class _Walk:
                  readings: Mapping[str, BmcReading]) -> None:  # fmt: skip
         self.nodes, self.scope, self.settings, self.now, self.rng = nodes, scope, settings, now, rng
         self.bmcs, self.readings = bmcs, readings
-        self.breaker = breaker(settings.max_unhealthy, assessment.population, assessment.unhealthy)
+        self.breaker = breaker(settings.max_unhealthy, assessment.population, assessment.unhealthy,
+                               assessment.cluster)  # fmt: skip
         closed_at = now if state.breaker_open and not self.breaker.open else state.breaker_closed_at
         eligible = {h.node.uid for h in assessment.eligible}
         # A verdict counts only if its probe started after the Node became eligible:

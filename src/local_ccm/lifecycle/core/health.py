@@ -8,6 +8,7 @@ sighting of each NotReady episode) is passed in and returned, keyed by Node uid.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import field, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -44,6 +45,11 @@ def parse_protected(text: str) -> tuple[Protection, ...]:
     entries = []
     for item in split_list(text):
         key, equals, value = item.partition("=")
+        if equals and (key != key.strip() or value != value.strip()):
+            # `tier = gold` would look for the value " gold", which no label has: a typo in a
+            # safety list must not silently protect nothing.
+            raise ValidationError(f"entry {item!r}: no spaces around '=' (write "
+                                  f"{key.strip()}={value.strip()})")  # fmt: skip
         try:
             qualified_name(key.strip())
         except ValidationError as err:
@@ -129,13 +135,24 @@ def is_unhealthy(node: NodeView) -> bool:
 # ------------------------------------------------------------------ episodes
 @dataclass(frozen=True)
 class Episode:
-    """One uninterrupted NotReady period of one uid. `first_observed` is when this process
-    first saw it: a False -> Unknown transition moves `lastTransitionTime` although the Node
-    never became Ready, so NotReady-since is the earliest of the two."""
+    """One uninterrupted NotReady period of one uid, as this process counts it. At its first
+    sighting (`first_observed`, wall; `first_mono`, monotonic) the API's time of the
+    transition gives a `credit`: how long the Node had already been NotReady, so the countdown
+    survives restarts and failovers. From then on only the monotonic clock counts, so a step
+    of the wall clock changes nothing; and a Node this process saw Ready `mono - ready` seconds
+    before is credited no more than that, so a clock skew between the API's writers and this
+    host cannot make a fresh transition look old. `status` and `stored` are the Ready status
+    and transition time last seen: the same NotReady status with a newer transition means a
+    Ready stretch this process missed, and a new episode (a False -> Unknown transition moves
+    `lastTransitionTime` although the Node never became Ready, and keeps the episode)."""
 
     uid: str
     name: str
     first_observed: datetime
+    first_mono: float | None = None
+    credit: float = 0.0
+    status: str | None = None
+    stored: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -143,31 +160,95 @@ class EpisodeUpdate:
     episodes: Mapping[str, Episode]
     started: tuple[str, ...]
     ended: tuple[str, ...]  # the loop drops every piece of state of these uids
+    ready_seen: Mapping[str, float] = field(default_factory=dict)  # uid -> mono seen Ready
+
+
+def _stored(node: NodeView) -> datetime | None:
+    """The API's time of the Node's NotReady transition (creationTimestamp without a Ready
+    condition)."""
+    return node.ready_since if node.ready is not None else node.creation_timestamp
 
 
 def track_episodes(
-    previous: Mapping[str, Episode], nodes: Iterable[NodeView], now: datetime
+    previous: Mapping[str, Episode],
+    nodes: Iterable[NodeView],
+    now: datetime,
+    mono: float | None = None,
+    ready_seen: Mapping[str, float] | None = None,
 ) -> EpisodeUpdate:
     """Episodes of every NotReady Node in `nodes`. An episode ends when its Node is Ready,
-    gone, or its name now carries another uid (a recycled name is a new episode)."""
+    gone, or its name now carries another uid (a recycled name is a new episode), or when the
+    Node shows the same NotReady status with a newer transition (a Ready stretch missed).
+    `mono` (the monotonic clock) and `ready_seen` (when each uid was last seen Ready) make the
+    countdown monotonic and bound its credit (see `Episode`)."""
     current: dict[str, Episode] = {}
+    seen = dict(ready_seen or {})
     started = []
+    nodes = tuple(nodes)
     for node in nodes:
-        if not is_not_ready(node) or not node.uid:
+        if not node.uid:
+            continue
+        if not is_not_ready(node):
+            if mono is not None:
+                seen[node.uid] = mono
             continue
         episode = previous.get(node.uid)
-        if episode is None:
-            episode = Episode(node.uid, node.name, now)
+        stored = _stored(node)
+        if episode is None or _missed_ready(episode, node):
+            episode = _first_sighting(node, stored, now, mono, seen.get(node.uid))
             started.append(node.uid)
+        elif (episode.status, episode.stored) != (node.ready, stored):
+            episode = _restated(episode, node, stored, now, mono=mono, ready_at=seen.get(node.uid))
         current[node.uid] = episode
+    alive = {n.uid for n in nodes}
     ended = tuple(sorted(uid for uid in previous if uid not in current))
-    return EpisodeUpdate(current, tuple(started), ended)
+    seen = {uid: at for uid, at in seen.items() if uid in alive}
+    return EpisodeUpdate(current, tuple(started), ended, seen)
 
 
-def not_ready_since(node: NodeView, episode: Episode | None, now: datetime) -> datetime:
-    """The earliest of lastTransitionTime (or creationTimestamp without a Ready
-    condition) and this process's first sighting; a future time counts as `now`."""
-    stored = node.ready_since if node.ready is not None else node.creation_timestamp
+def _missed_ready(episode: Episode, node: NodeView) -> bool:
+    """The same NotReady status with a newer transition: the Node was Ready in between."""
+    stored, before = _stored(node), episode.stored
+    if stored is None or before is None:
+        return False
+    return episode.status == node.ready and stored > before
+
+
+def _restated(
+    episode: Episode, node: NodeView, stored: datetime | None, now: datetime, *,
+    mono: float | None, ready_at: float | None,
+) -> Episode:  # fmt: skip
+    """The same episode under a new status or transition time (False -> Unknown, or a Ready
+    condition on a Node that had none): its age is the older of the two readings, as the
+    earliest of the two times was before."""
+    again = _first_sighting(node, stored, now, mono, ready_at)
+    if mono is None or episode.first_mono is None:
+        return replace(episode, status=node.ready, stored=stored)
+    age = max(episode.credit + max(0.0, mono - episode.first_mono), again.credit)
+    return replace(episode, first_mono=mono, credit=age, status=node.ready, stored=stored)
+
+
+def _first_sighting(
+    node: NodeView, stored: datetime | None, now: datetime, mono: float | None,
+    ready_at: float | None,
+) -> Episode:  # fmt: skip
+    credit = max(0.0, (now - stored).total_seconds()) if stored is not None else 0.0
+    if mono is not None and ready_at is not None:
+        credit = min(credit, max(0.0, mono - ready_at))  # it was Ready then
+    return Episode(node.uid, node.name, now, mono, credit, node.ready, stored)
+
+
+def not_ready_since(
+    node: NodeView, episode: Episode | None, now: datetime, mono: float | None = None
+) -> datetime:
+    """When the Node became NotReady, on this host's wall clock: `now` minus the episode's
+    monotonic age (`Episode`) when both clocks are known; else the earliest of the stored
+    transition time and this process's first sighting, a future time counting as `now`."""
+    same = episode is not None and episode.uid == node.uid
+    if same and mono is not None and episode is not None and episode.first_mono is not None:
+        age = episode.credit + max(0.0, mono - episode.first_mono)
+        return now - timedelta(seconds=age)
+    stored = _stored(node)
     candidates = [min(t, now) for t in (stored,) if t is not None]
     if episode is not None and episode.uid == node.uid:
         candidates.append(min(episode.first_observed, now))
@@ -195,7 +276,13 @@ class Health:
 
 
 def classify(
-    node: NodeView, scope: Scope, episode: Episode | None, now: datetime, timeout: float
+    node: NodeView,
+    scope: Scope,
+    episode: Episode | None,
+    now: datetime,
+    timeout: float,
+    *,
+    mono: float | None = None,
 ) -> Health:
     """Scope, exclusions, protection, readiness, then NotReady age ≥ timeout."""
     if not in_scope(node, scope):
@@ -208,7 +295,7 @@ def classify(
         return Health(node, "protected", str(protected))
     if not is_not_ready(node):
         return Health(node, "ready")
-    t0 = not_ready_since(node, episode, now)
+    t0 = not_ready_since(node, episode, now, mono)
     age = (now - t0).total_seconds()
     return Health(node, "eligible" if age >= timeout else "waiting", t0=t0, age=age)
 
@@ -226,6 +313,7 @@ class Assessment:
 
     population: int
     unhealthy: int
+    cluster: tuple[int, int, int]  # every Node not terminating: (all, NotReady, unhealthy)
     managed: int
     managed_unhealthy: int
     protected: int
@@ -240,23 +328,34 @@ def assess(
     episodes: Mapping[str, Episode],
     now: datetime,
     timeout: float,
+    *,
+    mono: float | None = None,
+    ready_seen: Mapping[str, float] | None = None,
 ) -> Assessment:
     """Classify every Node and count the population for the circuit breaker."""
     nodes = tuple(nodes)
-    update = track_episodes(episodes, nodes, now)
+    update = track_episodes(episodes, nodes, now, mono, ready_seen)
     population = [n for n in nodes if in_population(n, scope)]
     managed = tuple(
         h
-        for h in (classify(n, scope, update.episodes.get(n.uid), now, timeout) for n in nodes)
+        for h in (
+            classify(n, scope, update.episodes.get(n.uid), now, timeout, mono=mono) for n in nodes
+        )
         if h.managed
     )
     eligible = sorted(
         (h for h in managed if h.status == "eligible"),
         key=lambda h: (h.t0, h.node.name),
     )
+    alive = [n for n in nodes if n.deletion_timestamp is None]
     return Assessment(
         population=len(population),
         unhealthy=sum(1 for n in population if is_unhealthy(n)),
+        cluster=(
+            len(alive),
+            sum(1 for n in alive if is_not_ready(n)),
+            sum(1 for n in alive if is_unhealthy(n)),
+        ),
         managed=len(managed),
         managed_unhealthy=sum(1 for h in managed if is_not_ready(h.node)),
         protected=sum(1 for h in managed if h.status == "protected"),
@@ -284,6 +383,7 @@ def recheck(
     now: datetime,
     timeout: float,
     breaker_open: bool,
+    mono: float | None = None,
 ) -> Abort | None:
     """The re-check on the quorum-read Node (the cache may be seconds old and probing takes
     seconds); None means: DELETE with this object's uid and
@@ -292,7 +392,9 @@ def recheck(
         return Abort("gone", "the Node no longer exists")
     if fresh.uid != uid:
         return Abort("aborted", f"uid changed from {uid} to {fresh.uid}")
-    health = classify(fresh, scope, episode, now, timeout)
+    if episode is not None and _missed_ready(episode, fresh):
+        return Abort("aborted", "it was Ready since: a newer NotReady transition")
+    health = classify(fresh, scope, episode, now, timeout, mono=mono)
     problem = {
         "out_of_scope": "no longer in scope",
         "excluded": f"excluded ({health.reason})",

@@ -50,13 +50,18 @@ Step = Literal[
 # ------------------------------------------------------------------ circuit breaker
 @dataclass(frozen=True)
 class Breaker:
+    """The population's counts (U, T, N); `why` says what else opened it: the whole cluster's
+    counts over the same limit, or every Node NotReady."""
+
     open: bool
     unhealthy: int
     threshold: int
     population: int
+    why: str = ""
 
     def __str__(self) -> str:
-        return f"U={self.unhealthy} T={self.threshold} N={self.population}"
+        counts = f"U={self.unhealthy} T={self.threshold} N={self.population}"
+        return f"{counts}; {self.why}" if self.why else counts
 
 
 # ------------------------------------------------------------------ probes
