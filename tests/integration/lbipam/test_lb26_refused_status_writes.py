@@ -15,7 +15,8 @@ from collections.abc import Iterator
 import pytest
 
 from local_ccm.kube.client import Client, Obj
-from local_ccm.kube.errors import NotFound
+from local_ccm.kube.errors import ApiError, NotFound
+from local_ccm.lbipam.api import SERVICES
 from tests.integration.lbipam.conftest import StartLb
 from tests.support import lb
 from tests.support import resources as r
@@ -60,10 +61,33 @@ def refusing(kube: Client, space: lb.Space) -> Iterator[str]:
     policy, binding = _policy(name, space.name)
     kube.create(r.VALIDATING_ADMISSION_POLICIES, policy)
     kube.create(r.VALIDATING_ADMISSION_POLICY_BINDINGS, binding)
+    _in_effect(kube, space)
     yield name
     for res in (r.VALIDATING_ADMISSION_POLICY_BINDINGS, r.VALIDATING_ADMISSION_POLICIES):
         with contextlib.suppress(NotFound):
             kube.delete(res, name)
+
+
+def _in_effect(kube: Client, space: lb.Space) -> None:
+    """The API server applies a new policy a moment later (its informer): a status write of a
+    stand-in `REFUSED` Service (no LoadBalancer, nothing allocates for it) is tried until it
+    is refused, so the controller's first write is refused too; then the stand-in goes."""
+    body = {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": REFUSED, "namespace": space.name},
+            "spec": {"ports": [{"port": 80}]}}  # fmt: skip
+    kube.create(SERVICES, body, namespace=space.name)
+
+    def refused() -> bool:
+        try:
+            kube.patch(SERVICES, REFUSED, {"status": {"conditions": []}}, namespace=space.name,
+                       patch_type="merge", subresource="status")  # fmt: skip
+        except ApiError as exc:
+            return "status writes of this Service are refused" in str(exc)
+        return False
+
+    eventually(refused, timeout=30, message="the admission policy in effect")
+    kube.delete(SERVICES, REFUSED, namespace=space.name)
+    eventually(lambda: lb.gone(kube, space.name, REFUSED), timeout=30, message="stand-in gone")
 
 
 def _refusals(child: Child) -> int:

@@ -313,7 +313,9 @@ class Assessment:
 
     population: int
     unhealthy: int
-    cluster: tuple[int, int, int]  # every Node not terminating: (all, NotReady, unhealthy)
+    # Every Node not terminating: (all, NotReady, unhealthy); None with --node-selector, whose
+    # watch sees only the selected Nodes (the cluster beyond them is not known).
+    cluster: tuple[int, int, int] | None
     managed: int
     managed_unhealthy: int
     protected: int
@@ -351,7 +353,9 @@ def assess(
     return Assessment(
         population=len(population),
         unhealthy=sum(1 for n in population if is_unhealthy(n)),
-        cluster=(
+        cluster=None
+        if scope.selector is not None
+        else (
             len(alive),
             sum(1 for n in alive if is_not_ready(n)),
             sum(1 for n in alive if is_unhealthy(n)),
