@@ -119,9 +119,9 @@ FLAGS = FlagSet(
              metavar="globs", value=_GLOBS),
         Flag("include-vips", "bool", False, "Allow host-prefix VIPs and IPv4 secondary "
              "addresses as candidates."),
-        Flag("ip-family-order", "string", "", "ipv4,ipv6 or ipv6,ipv4. Empty: the order of "
-             "the provided-node-ip annotation, else ipv4 first.", metavar="families",
-             value=parse_family_order),
+        Flag("ip-family-order", "string", "", "ipv4,ipv6 or ipv6,ipv4. Empty: the family of "
+             "the provided-node-ip annotation's first address first, else ipv4 first.",
+             metavar="families", value=parse_family_order),
         Flag("provided-node-ip-policy", "string", "prefer", "prefer, strict or ignore.",
              metavar="policy", value=choice("prefer", "strict", "ignore")),
         Flag("dedupe-external-ip", "bool", True, "Do not write an ExternalIP equal to an "

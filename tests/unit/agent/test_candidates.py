@@ -265,3 +265,41 @@ def test_cidr_only_detector_without_candidates_fails_a09() -> None:
     result = choose_address(INTERNAL, 4, config, None, [cand("198.51.100.1/24")])
     assert isinstance(result, Failed)
     assert result.reason == "no_eligible_address"
+
+
+@pytest.mark.parametrize(
+    "main",
+    [cand("2001:db8::10/64", flags=frozenset({"tentative"})),
+     cand("2001:db8::10/64", preferred_lft=0),  # deprecated
+     cand("2001:db8::10/64", flags=frozenset({"temporary"}))],
+)  # fmt: skip
+def test_a_vip_stays_a_vip_while_its_interfaces_own_address_is_no_candidate(
+    main: Candidate,
+) -> None:
+    """kube-vip's /128 beside an address that is tentative or deprecated is still a VIP: the
+    route's source must not become the Node's address."""
+    vip = cand("2001:db8::100/128")
+    assert why(vip, CIDR_ALL, main) == "vip"
+    config = internal(targets=(ip_address("2001:db8::1"),))
+    lookup = RouteLookup(ip_address("2001:db8::1"), "unicast", vip.ip, 3, "eth1")
+    result = choose_address(INTERNAL, 6, config, lookup, [main, vip])
+    assert isinstance(result, Failed), result
+
+
+def test_a_vip_beside_an_address_outside_the_cidrs_is_still_a_vip() -> None:
+    config = internal(include=(ip_network("192.0.2.0/25"),))
+    vip, main = cand("192.0.2.100/32"), cand("192.0.2.200/24")
+    assert why(vip, config, main) == "vip"
+
+
+def test_a_leased_host_prefix_address_is_no_vip() -> None:
+    """A DHCPv6 address is a /128 with a lifetime; a VIP is added without one."""
+    leased = cand("2001:db8::abcd/128", preferred_lft=3600)
+    assert why(leased, CIDR_ALL, cand("2001:db8::5054:ff:fe12:3456/64")) is None
+
+
+def test_no_route_to_the_target_falls_back_to_the_cidrs_as_a_refused_source_does() -> None:
+    config = internal(targets=(ip_address("10.0.0.1"),), include=(ip_network("10.0.0.0/8"),))
+    lookup = LookupFailed(ip_address("10.0.0.1"), "no_route", "no route to 10.0.0.1")
+    result = choose_address(INTERNAL, 4, config, lookup, [cand("10.0.0.10/24")])
+    assert result == Found(ip_address("10.0.0.10"), "cidr", "eth1")

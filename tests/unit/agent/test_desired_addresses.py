@@ -99,6 +99,30 @@ def test_example_7_provided_mismatch_keeps_the_kubelet_address() -> None:
     assert findings == ["provided_mismatch"]
 
 
+def test_a_migrated_node_gets_the_kubelets_node_ip_back() -> None:
+    """The Go original overwrote the kubelet's InternalIP with its detection (192.0.2.20). The
+    detection contradicts --node-ip and is dropped; the kubelet's 192.0.2.10 is put back as
+    the kubelet's entry (never the agent's to remove), so the Node keeps an InternalIP: the
+    kubelet, with an external cloud provider, does not write its addresses again."""
+    out, owned, findings = _run(
+        "Hostname n1, Int 192.0.2.20, Ext 203.0.113.5",
+        detections(int4=found("192.0.2.20"), ext4=found("203.0.113.5")),
+        provided="192.0.2.10",
+    )
+    assert out == addrs("Int 192.0.2.10, Ext 203.0.113.5, Hostname n1")
+    assert owned == addrs("Ext 203.0.113.5")
+    assert findings == ["provided_mismatch"]
+
+
+def test_a_single_ipv6_node_ip_stays_the_primary_beside_a_detected_ipv4() -> None:
+    out, _, _ = _run(
+        "Int 2001:db8::10, Hostname n1", detections(int4=found("192.0.2.10")),
+        provided="2001:db8::10",
+        policy=AddressPolicy(resolve_family_order((), [ip_address("2001:db8::10")])),
+    )  # fmt: skip
+    assert out == addrs("Int 2001:db8::10, Int 192.0.2.10, Hostname n1")
+
+
 def test_example_8_foreign_external_stays_after_ours() -> None:
     # The example lists only Ext4; the owned InternalIP implies Int4 found that same address.
     out, owned, _ = _run(
@@ -341,7 +365,7 @@ def test_unparsable_ip_entries_sort_after_both_families() -> None:
     ("configured", "provided", "expected"),
     [
         ((), "", (4, 6)),
-        ((), "2001:db8::1", (4, 6)),
+        ((), "2001:db8::1", (6, 4)),  # a single-family IPv6 --node-ip stays the primary
         ((), "2001:db8::1,192.0.2.1", (6, 4)),
         ((), "192.0.2.1,2001:db8::1", (4, 6)),
         ((6,), "192.0.2.1,2001:db8::1", (6, 4)),

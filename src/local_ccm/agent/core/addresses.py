@@ -127,11 +127,12 @@ class AddressPolicy:
 def resolve_family_order(
     configured: Sequence[Family], provided: Sequence[IPAddress]
 ) -> tuple[Family, Family]:
-    """--ip-family-order; empty: the annotation's order when it has two families."""
+    """--ip-family-order; empty: the family of the annotation's first address (the kubelet's
+    --node-ip decides the Node's primary family, one address or two), else IPv4."""
     first: Family
     if configured:
         first = configured[0]
-    elif len({ip.version for ip in provided}) == 2:
+    elif provided:
         first = 4 if provided[0].version == 4 else 6
     else:
         first = 4
@@ -178,6 +179,7 @@ def desired_addresses(
     """The ordered list to write and what the agent owns in it. Missing keys = Disabled."""
     provided_ips = () if policy.provided == "ignore" else tuple(provided)
     entries = _classify(current, provided_ips, detected, owned)
+    entries += _missing_provided(current, provided_ips)
     fixed = [e for e in entries if e.cls != MANAGED]
     findings: list[Finding] = []
     managed: list[_Entry] = []
@@ -222,6 +224,19 @@ def _classify(
             cls = FOREIGN
         entries.append(_Entry(addr, cls, seq))
     return entries
+
+
+def _missing_provided(
+    current: Sequence[NodeAddress], provided_ips: Sequence[IPAddress]
+) -> list[_Entry]:
+    """The kubelet's --node-ip addresses the Node does not show as InternalIPs, put back as the
+    kubelet's entries (never the agent's to remove): the Go original overwrote them with its
+    detection, and an InternalIP it wrote that differs from --node-ip is dropped under the
+    default policy, which would leave a migrated Node without any InternalIP (the kubelet,
+    with an external cloud provider, does not write its addresses again)."""
+    shown = {a.ip for a in current if a.type == INTERNAL}
+    return [_Entry(NodeAddress(INTERNAL, str(ip)), PROVIDED, len(current) + i)
+            for i, ip in enumerate(provided_ips) if ip not in shown]  # fmt: skip
 
 
 @dataclass(frozen=True)

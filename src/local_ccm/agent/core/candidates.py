@@ -108,8 +108,11 @@ def evaluate_candidates(
 ) -> tuple[Verdict, ...]:
     """Every candidate with the first hygiene rule it breaks for ``kind``, in input order."""
     base = [(c, _base_rejection(c, kind, config)) for c in candidates]
-    eligible = [c for c, why in base if why is None]
-    return tuple(Verdict(c, why or _vip_rejection(c, eligible, config)) for c, why in base)
+    # A VIP's sibling may itself be no candidate (deprecated, tentative, outside the CIDRs): it
+    # still shows the /32 or /128 beside it is not the interface's own address. Link-local and
+    # loopback siblings do not count (every IPv6 interface has an fe80::/64).
+    siblings = [c for c, _ in base if _scope_rejection(c) is None]
+    return tuple(Verdict(c, why or _vip_rejection(c, siblings, config)) for c, why in base)
 
 
 def _base_rejection(c: Candidate, kind: AddressType, config: AgentConfig) -> str | None:
@@ -173,17 +176,24 @@ def _cidr_rejection(ip: IPAddress, kind: AddressType, settings: TypeSettings) ->
     return None
 
 
-def _vip_rejection(c: Candidate, eligible: Sequence[Candidate], config: AgentConfig) -> str | None:
-    """Rule 6: kube-vip / keepalived VIPs, but keep a host whose only address is a /32."""
+def _vip_rejection(c: Candidate, siblings: Sequence[Candidate], config: AgentConfig) -> str | None:
+    """Rule 6: kube-vip / keepalived VIPs (a /32 or /128 added for good beside the interface's
+    own, shorter-prefix address), but keep a host whose only address is a /32, and a /128 with
+    a lease (a DHCPv6 address has a finite lifetime; a VIP is added without one)."""
     if config.include_vips:
         return None
     if c.family == 4 and "secondary" in c.flags:
         return "vip (secondary address)"
-    if c.interface.network.prefixlen == c.interface.max_prefixlen and any(
-        o.ifindex == c.ifindex
-        and o.family == c.family
-        and o.interface.network.prefixlen < c.interface.network.prefixlen
-        for o in eligible
+    leased = c.preferred_lft is not None and c.preferred_lft > 0
+    if (
+        c.interface.network.prefixlen == c.interface.max_prefixlen
+        and not leased
+        and any(
+            o.ifindex == c.ifindex
+            and o.family == c.family
+            and o.interface.network.prefixlen < c.interface.network.prefixlen
+            for o in siblings
+        )
     ):
         return "vip"
     return None
@@ -226,6 +236,8 @@ def choose_address(
         return _first(eligible, "cidr", f"no eligible {family_name(family)} address")
     if lookup is None or isinstance(lookup, LookupFailed):
         detail = lookup.detail if lookup is not None else "no route lookup was made"
+        if lookup is not None and lookup.reason == "no_route" and settings.positive_cidrs(family):
+            return _first(eligible, "cidr", detail)  # as when the route's source is refused
         return Failed(lookup.reason if lookup is not None else "netlink_error", detail)
     return _from_route(lookup, verdicts, eligible, settings, family)
 
