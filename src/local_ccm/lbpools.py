@@ -250,6 +250,25 @@ def parse_addresses(
     return merge(ranges), problems
 
 
+POOL_ANNOTATIONS = (
+    "lb.local-ccm.io/pool",
+    "metallb.io/address-pool",
+    "metallb.universe.tf/address-pool",
+)
+"""The one pool a Service takes from (it must still select the Service); the allocator and the
+L2 announcer read it alike, so both put an address in the same pool."""
+
+
+def named_pool(annotations: Mapping[str, str]) -> tuple[str | None, list[str]]:
+    """The pool the Service's annotations name (None: any), and a problem if they disagree."""
+    names = {k: str(annotations[k]).strip() for k in POOL_ANNOTATIONS
+             if str(annotations.get(k) or "").strip()}  # fmt: skip
+    problems = []
+    if len(set(names.values())) > 1:
+        problems.append("the pool annotations disagree: " + ", ".join(sorted(names)))
+    return next(iter(names.values()), None), problems
+
+
 def merge(ranges: Iterable[AddressRange]) -> tuple[AddressRange, ...]:
     """Sorted (IPv4 first), with overlapping or adjacent ranges joined."""
     merged: list[AddressRange] = []

@@ -25,7 +25,10 @@ ETHERNET_MAC = 6
 
 def node_interfaces(links: Iterable[Link], addresses: Iterable[Address]) -> Interfaces:
     """Each link: up (IFF_UP and a carrier), answering ARP (an Ethernet MAC, IFF_NOARP clear,
-    not loopback) and its addresses' prefixes; sorted by name."""
+    not loopback, no master: a bond's slave or a bridge's port answers through its master, as
+    MetalLB skips them; answering on an active-backup bond's backup slave too would teach the
+    switch the bond's MAC on a port whose frames the bond drops) and its addresses' prefixes;
+    sorted by name."""
     prefixes: dict[int, set[IPNetwork]] = {}
     for address in addresses:
         prefixes.setdefault(address.ifindex, set()).add(address.address.network)
@@ -35,7 +38,8 @@ def node_interfaces(links: Iterable[Link], addresses: Iterable[Address]) -> Inte
             up={"up", "lower_up"} <= link.flags,
             arp=link.mac is not None
             and len(link.mac) == ETHERNET_MAC
-            and not link.flags & {"noarp", "loopback"},
+            and not link.flags & {"noarp", "loopback"}
+            and link.master is None,
             prefixes=tuple(sorted(prefixes.get(link.index, ()), key=str)),
         )
         for link in links

@@ -40,7 +40,7 @@ from local_ccm.clock import Clock
 from local_ccm.kube.errors import ApiError, Conflict, NotFound, Transient
 from local_ccm.kube.informer import Change, ErrorKinds, Informer
 from local_ccm.kube.resources import LEASES
-from local_ccm.lbpools import InvalidPool, Pool, parse_pool
+from local_ccm.lbpools import POOL_ANNOTATIONS, InvalidPool, Pool, parse_pool
 from local_ccm.lease.election import (
     lease_for_create,
     lease_for_update,
@@ -133,7 +133,8 @@ def project_service(obj: Obj) -> Obj:
     """What `desired_targets` and the annotation read of a Service."""
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
-                   if k.startswith(names.ANNOTATION_PREFIX + hold.LEASE_PREFIX)}  # fmt: skip
+                   if k.startswith(names.ANNOTATION_PREFIX + hold.LEASE_PREFIX)
+                   or k in POOL_ANNOTATIONS}  # fmt: skip
     return {
         "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "labels")}
         | {"annotations": annotations, "annotated": bool(meta.get("annotations"))},

@@ -80,6 +80,18 @@ def test_a_node_is_projected_from_its_ready_condition_and_exclusion_label() -> N
     assert choice.project_node(labelled).excluded  # any value, as the service controller
 
 
+def test_a_node_whose_network_is_unavailable_may_not_announce() -> None:
+    """MetalLB's e2e "should not be announced from a node with a NetworkUnavailable
+    condition": Ready, but its pod network is not set up."""
+    raw = node()
+    raw["status"]["conditions"].append({"type": "NetworkUnavailable", "status": "True"})
+    view = choice.project_node(raw)
+    assert view.network_unavailable
+    assert choice.ineligible_reason(view, None, {"n1"}, Traffic()) == "NetworkUnavailable"
+    raw["status"]["conditions"][-1]["status"] = "False"
+    assert choice.ineligible_reason(choice.project_node(raw), None, {"n1"}, Traffic()) == ""
+
+
 def test_ready_endpoints_name_their_nodes() -> None:
     slices: list[dict[str, Any]] = [
         {"endpoints": [

@@ -7,6 +7,8 @@ import ipaddress
 import pytest
 
 from local_ccm.announce.core.interfaces import NodeInterface, desired_interfaces, is_on_link
+from local_ccm.announce.links import node_interfaces
+from local_ccm.netlink.model import Link
 
 
 def net(*texts: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
@@ -71,3 +73,17 @@ def test_on_link_compares_within_a_family_and_ignores_host_prefixes() -> None:
     assert not is_on_link(ip("::ffff:192.0.2.1"), eth)
     point = NodeInterface("p2p", up=True, arp=True, prefixes=net("192.0.2.0/31"))
     assert is_on_link(ip("192.0.2.1"), point)
+
+
+def test_a_bond_slave_or_a_bridge_port_does_not_answer_its_master_does() -> None:
+    """MetalLB skips any interface with a master: a reply from an active-backup bond's backup
+    slave teaches the switch the bond's MAC on a port whose frames the bond drops."""
+    mac, up = b"\x02\x00\x00\x00\x00\x01", frozenset({"up", "lower_up", "running"})
+
+    def link(index: int, name: str, kind: str | None, master: int | None) -> Link:
+        return Link(index, name, up, kind, "up", 1500, master, mac)
+
+    links = [link(2, "eth0", None, 4), link(3, "eth1", None, 4), link(4, "bond0", "bond", None),
+             link(5, "eth2", None, 6), link(6, "br0", "bridge", None)]  # fmt: skip
+    found = {i.name: i.arp for i in node_interfaces(links, [])}
+    assert found == {"bond0": True, "br0": True, "eth0": False, "eth1": False, "eth2": False}

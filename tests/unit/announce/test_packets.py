@@ -225,6 +225,14 @@ def test_a_solicited_answer_goes_to_the_source_link_layer_option() -> None:
     assert na[58] & 0xE0 == 0x60  # S and O, not R
 
 
+def test_a_group_address_in_the_source_option_is_refused_as_an_arp_sender_is() -> None:
+    """A solicited answer to a broadcast MAC would go to every host on the link."""
+    broadcast = b"\x01\x01" + b"\xff" * 6
+    assert packets.parse_solicitation(ns_frame(options=broadcast)) is None
+    multicast = b"\x01\x01" + bytes.fromhex("333300000001")
+    assert packets.parse_solicitation(ns_frame(options=multicast)) is None
+
+
 def test_a_dad_answer_goes_to_all_nodes_without_s() -> None:
     ns = packets.parse_solicitation(ns_frame(src=bytes(16), options=b""))
     assert ns is not None

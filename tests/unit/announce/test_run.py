@@ -24,6 +24,7 @@ from local_ccm.announce.run import (
     announcer_annotation,
     lease_address,
     plan_annotations,
+    project_service,
 )
 from local_ccm.announce.speaker import Counters
 from local_ccm.kube.errors import Conflict, NotFound, Transient
@@ -478,3 +479,19 @@ async def test_a_lease_of_a_still_announced_address_is_never_deleted() -> None:
         assert await world.sync() == rc.DONE
         world.clock.step(60.0)
     assert world.api.calls == []
+
+
+def test_the_projection_keeps_the_pool_annotations_and_the_announcers_only() -> None:
+    obj = {
+        "metadata": {
+            "name": "s",
+            "namespace": "ns",
+            "annotations": {
+                "metallb.io/address-pool": "b",
+                "local-ccm.io/l2-192.0.2.1": "n1",
+                "other": "x",
+            },
+        }
+    }
+    kept = project_service(obj)["metadata"]["annotations"]
+    assert kept == {"metallb.io/address-pool": "b", "local-ccm.io/l2-192.0.2.1": "n1"}

@@ -170,6 +170,21 @@ def test_overlapping_pools_follow_the_allocator_placement() -> None:
     assert targets([quiet, high], services) == {}  # the address's pool is not announced
 
 
+def test_the_pool_a_service_names_is_its_addresses_pool_as_for_the_allocator() -> None:
+    """`lb.local-ccm.io/pool` (or MetalLB's `address-pool`) picks the pool the allocator took
+    the address from: the announcer must read the same pool, announced or not."""
+    quiet = pool("a", "192.0.2.0/24", priority=0)
+    loud = pool("b", "192.0.2.0/24", priority=1, l2Announcement={})
+    named = service("x", "192.0.2.1")
+    named["metadata"]["annotations"] = {"lb.local-ccm.io/pool": "b"}
+    assert targets([quiet, loud], [named])[ip("192.0.2.1")].pool == "b"
+    edge = pool("a", "192.0.2.0/24", priority=0,
+                l2Announcement={"nodeSelector": {"matchLabels": {"edge": "true"}}})  # fmt: skip
+    silent = pool("b", "192.0.2.0/24", priority=1)
+    named["metadata"]["annotations"] = {"metallb.io/address-pool": "b"}
+    assert targets([edge, silent], [named]) == {}  # its pool is not announced
+
+
 def test_sharing_services_placed_in_different_pools_take_the_first_in_order() -> None:
     low = pool("low", "192.0.2.0/24", l2Announcement={"interfaces": ["low"]},
                serviceSelector={"matchLabels": {"app": "web"}})  # fmt: skip

@@ -31,6 +31,7 @@ class NodeView:
     name: str
     ready: bool  # the Ready condition is True
     excluded: bool  # labelled EXCLUDE_LABEL
+    network_unavailable: bool = False  # the NetworkUnavailable condition is True
 
 
 @dataclass(frozen=True)
@@ -46,14 +47,16 @@ def project_node(node: Mapping[str, Any]) -> NodeView:
     """The `NodeView` of a Node object."""
     metadata = node.get("metadata") or {}
     conditions = (node.get("status") or {}).get("conditions") or ()
-    ready = any(
-        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
-        for c in conditions
-    )
+
+    def true(kind: str) -> bool:
+        return any(isinstance(c, Mapping) and c.get("type") == kind and c.get("status") == "True"
+                   for c in conditions)  # fmt: skip
+
     return NodeView(
         name=str(metadata.get("name") or ""),
-        ready=ready,
+        ready=true("Ready"),
         excluded=EXCLUDE_LABEL in (metadata.get("labels") or {}),
+        network_unavailable=true("NetworkUnavailable"),
     )
 
 
@@ -87,8 +90,8 @@ def ineligible_reason(
     `selected`: the Nodes the pool's node selector matches (None: the pool has none);
     `announcing`: the Nodes whose agent runs its announcing loop.
     """
-    if not node.ready:
-        return "not Ready"
+    if not node.ready or node.network_unavailable:  # no pod network yet: MetalLB's rule too
+        return "not Ready" if not node.ready else "NetworkUnavailable"
     if node.excluded:
         return f"labelled {EXCLUDE_LABEL}"
     if selected is not None and node.name not in selected:

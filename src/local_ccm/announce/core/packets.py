@@ -210,6 +210,8 @@ def _source_lla(icmp: bytes) -> bytes | str | None:
             if icmp[at + 1] != 1:  # RFC 2464 8: one unit of 8 bytes on Ethernet
                 return "source link-layer address option is not Ethernet's"
             found = icmp[at + 2 : at + 8]
+            if found[0] & 1:  # a group MAC is no host's: refused as the ARP sender's is
+                return "source link-layer address is a group address"
         at = end
     return found
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from local_ccm.announce.core.choice import IPAddress, Traffic, shared
 from local_ccm.labels import LabelSelector
-from local_ccm.lbpools import InvalidPool, L2Announcement, Pool, ordered
+from local_ccm.lbpools import InvalidPool, L2Announcement, Pool, named_pool, ordered
 from local_ccm.records import dataclass
 
 
@@ -76,7 +76,11 @@ def desired_targets(
             continue
         key, namespace, labels = _identity(obj)
         space = namespace_labels.get(namespace) or {}
-        selecting = [p for p in every if p.selects(labels, namespace, space)]
+        # The pools that select the Service, narrowed to the one it names, as the allocator
+        # chose them: both must put an address in the same pool.
+        named, _ = named_pool((obj.get("metadata") or {}).get("annotations") or {})
+        selecting = [p for p in every if p.selects(labels, namespace, space)
+                     and named in (None, p.name)]  # fmt: skip
         traffic = _traffic(obj, endpoints.get(key, frozenset()))
         for address in ingress_addresses(obj):
             pool = _pool_of(address, selecting) or _pool_of(address, every)

@@ -11,6 +11,7 @@ from dataclasses import field
 from typing import Any
 
 from local_ccm.lbipam.core.pools import AddressRange, IPAddress, unusable
+from local_ccm.lbpools import named_pool
 from local_ccm.records import dataclass
 
 ADDRESS_ANNOTATIONS = (
@@ -29,12 +30,6 @@ SHARING_ANNOTATIONS = (
     "metallb.io/allow-shared-ip",
     "metallb.universe.tf/allow-shared-ip",
 )
-POOL_ANNOTATIONS = (
-    "lb.local-ccm.io/pool",
-    "metallb.io/address-pool",
-    "metallb.universe.tf/address-pool",
-)
-"""The one pool a Service takes from (it must still select the Service)."""
 FAMILY_VERSIONS = {"IPv4": 4, "IPv6": 6}
 
 Port = tuple[str, int]  # (protocol, port)
@@ -124,10 +119,9 @@ def _sharing_key(annotations: Mapping[str, str], problems: list[str]) -> str | N
 
 
 def _pool(annotations: Mapping[str, str], problems: list[str]) -> str | None:
-    names = {k: annotations[k].strip() for k in POOL_ANNOTATIONS if annotations.get(k, "").strip()}
-    if len(set(names.values())) > 1:
-        problems.append("the pool annotations disagree: " + ", ".join(sorted(names)))
-    return next(iter(names.values()), None)
+    name, disagree = named_pool(annotations)
+    problems += disagree
+    return name
 
 
 def _ports(spec: Mapping[str, Any]) -> frozenset[Port]:
