@@ -39,6 +39,20 @@ def conflict_message(kube: Client, pool: str, *parts: str) -> str:
     return eventually(check, timeout=SETTLE, message=f"{pool}: Conflict naming {parts}")
 
 
+def _node(kube: Client, track: Tracker, labels: dict[str, str], pod_cidr: str, address: str) -> str:
+    """A Node with a podCIDR and an InternalIP. The run's labels: the tracker deletes only what
+    carries them (an unlabelled Node was left behind, and node IPAM's tests after it on the
+    same plane counted its podCIDR)."""
+    node = f"lb08-{secrets.token_hex(3)}"
+    kube.create(r.NODES, {"apiVersion": "v1", "kind": "Node",
+                          "metadata": {"name": node, "labels": labels},
+                          "spec": {"podCIDRs": [pod_cidr]}})  # fmt: skip
+    track(r.NODES, node)
+    kube.patch(r.NODES, node, {"status": {"addresses": [{"type": "InternalIP",
+               "address": address}]}}, patch_type="merge", subresource="status")  # fmt: skip
+    return node
+
+
 def test_lb08_conflicts_are_named_and_do_not_stop_the_pool(
     space: lb.Space, start_lb: StartLb, kube: Client, track: Tracker, test_labels: dict[str, str]
 ) -> None:
@@ -46,15 +60,7 @@ def test_lb08_conflicts_are_named_and_do_not_stop_the_pool(
     first = space.pool([f"{net}.0/28"])
     second = space.pool([f"{net}.8/29"])
     service_range = space.pool(["10.96.255.240/28"], priority=10)  # tried after the first two
-    node = f"lb08-{secrets.token_hex(3)}"
-    # The run's labels: the tracker deletes only what carries them (an unlabelled Node was left
-    # behind, and node IPAM's tests after it on the same plane counted its podCIDR).
-    kube.create(r.NODES, {"apiVersion": "v1", "kind": "Node",
-                          "metadata": {"name": node, "labels": test_labels},
-                          "spec": {"podCIDRs": [f"{other}.128/25"]}})  # fmt: skip
-    track(r.NODES, node)
-    kube.patch(r.NODES, node, {"status": {"addresses": [{"type": "InternalIP",
-               "address": f"{other}.5"}]}}, patch_type="merge", subresource="status")  # fmt: skip
+    node = _node(kube, track, test_labels, f"{other}.128/25", f"{other}.5")
     near_node = space.pool([f"{other}.0/24"], priority=10)
     start_lb("--lb-service-cidrs=10.96.0.0/16,fd00:5e::/112")
     conflict_message(kube, first, f"overlaps pool {second}")
@@ -81,13 +87,7 @@ def test_lb08_a_nodes_addresses_in_a_pool_are_passed_over_and_freed_with_it(
     and podCIDR, which a Service must not get (with L2 announcement it would take the Node's
     traffic). With the Node gone, the Service that waited for an address gets one."""
     net = lb.block()
-    node = f"lb08-{secrets.token_hex(3)}"
-    kube.create(r.NODES, {"apiVersion": "v1", "kind": "Node",
-                          "metadata": {"name": node, "labels": test_labels},
-                          "spec": {"podCIDRs": [f"{net}.2/31"]}})  # fmt: skip
-    track(r.NODES, node)
-    kube.patch(r.NODES, node, {"status": {"addresses": [{"type": "InternalIP",
-               "address": f"{net}.1"}]}}, patch_type="merge", subresource="status")  # fmt: skip
+    node = _node(kube, track, test_labels, f"{net}.2/31", f"{net}.1")
     pool = space.pool([f"{net}.0/29"])  # .1 to .6 without the CIDR's first and last
     start_lb()
     conflict_message(kube, pool, f"address {net}.1 of Node {node}", f"podCIDR {net}.2/31")
