@@ -229,14 +229,17 @@ def _classify(
 def _missing_provided(
     current: Sequence[NodeAddress], provided_ips: Sequence[IPAddress]
 ) -> list[_Entry]:
-    """The kubelet's --node-ip addresses the Node does not show as InternalIPs, put back as the
-    kubelet's entries (never the agent's to remove): the Go original overwrote them with its
-    detection, and an InternalIP it wrote that differs from --node-ip is dropped under the
-    default policy, which would leave a migrated Node without any InternalIP (the kubelet,
-    with an external cloud provider, does not write its addresses again)."""
-    shown = {a.ip for a in current if a.type == INTERNAL}
+    """The kubelet's --node-ip addresses the Node does not show, where it shows another
+    InternalIP of that family instead: put back as the kubelet's entries (never the agent's to
+    remove). The Go original overwrote the kubelet's entry with its detection, and an
+    InternalIP that differs from --node-ip is dropped under the default policy, which would
+    leave a migrated Node without any InternalIP (the kubelet, with an external cloud
+    provider, writes its addresses only while the list is empty). A Node that never showed an
+    InternalIP of the family is left to the kubelet and to the warning about it."""
+    shown = [a.ip for a in current if a.type == INTERNAL and a.ip is not None]
     return [_Entry(NodeAddress(INTERNAL, str(ip)), PROVIDED, len(current) + i)
-            for i, ip in enumerate(provided_ips) if ip not in shown]  # fmt: skip
+            for i, ip in enumerate(provided_ips)
+            if ip not in shown and any(o.version == ip.version for o in shown)]  # fmt: skip
 
 
 @dataclass(frozen=True)
