@@ -269,6 +269,32 @@ def named_pool(annotations: Mapping[str, str]) -> tuple[str | None, list[str]]:
     return next(iter(names.values()), None), problems
 
 
+def selecting_pools(
+    every: Iterable[Pool],
+    labels: Mapping[str, str],
+    namespace: str,
+    namespace_labels: Mapping[str, str],
+    named: str | None,
+) -> list[Pool]:
+    """The pools of `every` (in order) that select a Service with these labels in this
+    namespace, narrowed to the one it names (`named_pool`) if it names one. With `home_pool`,
+    the one rule the allocator and the L2 announcer place an address by, so that they never
+    disagree about an address's pool."""
+    wanted = [p for p in every if named in (None, p.name)]
+    return [p for p in wanted if p.selects(labels, namespace, namespace_labels)]
+
+
+def pool_of(address: IPAddress, pools: Iterable[Pool]) -> Pool | None:
+    """The first of `pools` whose ranges hold the address."""
+    return next((p for p in pools if p.contains(address)), None)
+
+
+def home_pool(address: IPAddress, selecting: Sequence[Pool], every: Sequence[Pool]) -> Pool | None:
+    """The pool a held address counts as in: a selecting pool first, else any pool holding it
+    (its sharing group, and whether it is announced, come from that pool)."""
+    return pool_of(address, selecting) or pool_of(address, every)
+
+
 def merge(ranges: Iterable[AddressRange]) -> tuple[AddressRange, ...]:
     """Sorted (IPv4 first), with overlapping or adjacent ranges joined."""
     merged: list[AddressRange] = []

@@ -19,7 +19,15 @@ from typing import Any
 
 from local_ccm.announce.core.choice import IPAddress, Traffic, shared
 from local_ccm.labels import LabelSelector
-from local_ccm.lbpools import InvalidPool, L2Announcement, Pool, named_pool, ordered
+from local_ccm.lbpools import (
+    InvalidPool,
+    L2Announcement,
+    Pool,
+    home_pool,
+    named_pool,
+    ordered,
+    selecting_pools,
+)
 from local_ccm.records import dataclass
 
 
@@ -76,14 +84,11 @@ def desired_targets(
             continue
         key, namespace, labels = _identity(obj)
         space = namespace_labels.get(namespace) or {}
-        # The pools that select the Service, narrowed to the one it names, as the allocator
-        # chose them: both must put an address in the same pool.
         named, _ = named_pool((obj.get("metadata") or {}).get("annotations") or {})
-        selecting = [p for p in every if p.selects(labels, namespace, space)
-                     and named in (None, p.name)]  # fmt: skip
+        selecting = selecting_pools(every, labels, namespace, space, named)  # as the allocator
         traffic = _traffic(obj, endpoints.get(key, frozenset()))
         for address in ingress_addresses(obj):
-            pool = _pool_of(address, selecting) or _pool_of(address, every)
+            pool = home_pool(address, selecting, every)
             if pool is not None and pool.l2_announcement is not None:
                 holding = _Holding(pool, pool.l2_announcement, key, traffic)
                 found.setdefault(address, []).append(holding)
@@ -102,10 +107,6 @@ def _target(address: IPAddress, held: Sequence[_Holding], every: Sequence[Pool])
         services=tuple(sorted({h.service for h in held})),
         traffic=shared(h.traffic for h in held),
     )
-
-
-def _pool_of(address: IPAddress, pools: Sequence[Pool]) -> Pool | None:
-    return next((p for p in pools if p.contains(address)), None)
 
 
 def _served(obj: Mapping[str, Any], lb_class: str, *, classless: bool) -> bool:

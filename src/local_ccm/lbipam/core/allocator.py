@@ -20,6 +20,7 @@ from local_ccm.lbipam.core.ledger import Holder, Ledger, clash
 from local_ccm.lbipam.core.pools import AddressRange, IPAddress, Pool, ordered
 from local_ccm.lbipam.core.service import ServiceRequest, wanted_families
 from local_ccm.lbipam.core.status import NO_ADDRESS_IN_USE, InUse
+from local_ccm.lbpools import home_pool, pool_of, selecting_pools
 from local_ccm.records import dataclass
 
 REASONS = (
@@ -83,10 +84,6 @@ def _holder(request: ServiceRequest, pool: Pool | None, version: int) -> Holder:
     return Holder(request.key, None, request.ports)
 
 
-def _pool_of(address: IPAddress, pools: Sequence[Pool]) -> Pool | None:
-    return next((p for p in pools if p.contains(address)), None)
-
-
 def decide(
     request: ServiceRequest,
     pools: Sequence[Pool],
@@ -114,16 +111,8 @@ def decide(
 def _selecting(
     request: ServiceRequest, every: Sequence[Pool], namespace_labels: Mapping[str, str]
 ) -> list[Pool]:
-    """The pools that select the Service, in order; only the one it names, if it names one."""
-    return [p for p in every if p.selects(request.labels, request.namespace, namespace_labels)
-            and request.pool in (None, p.name)]  # fmt: skip
-
-
-def _home(address: IPAddress, selecting: Sequence[Pool], every: Sequence[Pool]) -> Pool | None:
-    """The pool a held address counts as in (its sharing group comes from it): a selecting
-    pool first, else any. One rule for a live decision and a ledger rebuilt at start, so a
-    restart cannot change who may share an address."""
-    return _pool_of(address, selecting) or _pool_of(address, every)
+    return selecting_pools(every, request.labels, request.namespace, namespace_labels,
+                           request.pool)  # fmt: skip
 
 
 def _held(
@@ -136,7 +125,7 @@ def _held(
     such a pool that the Service could no longer share as it is now (`_keeps_pool_sharing`)."""
     held = {}
     for address in request.current:
-        pool = _home(address, selecting, every)
+        pool = home_pool(address, selecting, every)
         holder = _holder(request, pool, address.version)
         others = ledger.holders(address)
         before = next((h for h in others if h.service == request.key), None)
@@ -220,7 +209,7 @@ def _place_requested(
             continue
         if not selecting:
             return Problem("NoPool", _no_pool(request))
-        pool = _pool_of(address, selecting)
+        pool = pool_of(address, selecting)
         if pool is None:
             return Problem("AddressNotInPool", f"{address} is in no pool that selects the Service")
         holder = _holder(request, pool, address.version)
@@ -346,7 +335,8 @@ def build_ledger(
     """The ledger from the Services' status at start, plus a note for each address that two
     Services claim without being allowed to share: the first in `requests` order keeps it
     (callers pass Services oldest first), the other is re-decided like any Service. Each
-    address's pool is chosen as a live decision chooses it (`_home`), with the namespaces'
+    address's pool is chosen as a live decision chooses it (`home_pool`: one rule for both, so a
+    restart cannot change who may share an address), with the namespaces'
     labels."""
     ledger, notes = Ledger(), []
     all_pools = ordered(pools)
@@ -355,7 +345,7 @@ def build_ledger(
         kept = []
         selecting = _selecting(request, all_pools, labels.get(request.namespace) or {})
         for address in request.current:
-            holder = _holder(request, _home(address, selecting, all_pools), address.version)
+            holder = _holder(request, home_pool(address, selecting, all_pools), address.version)
             if clash(holder, ledger.holders(address)) is None:
                 kept.append((address, holder))
             else:
