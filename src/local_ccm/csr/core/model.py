@@ -64,7 +64,7 @@ class Csr:
 @dataclass(frozen=True)
 class Node:
     """The requester's Node: initialised or not, and the names and addresses it may use
-    (names as `dns_key` gives them, IPv4-mapped addresses as IPv4)."""
+    (names as its status writes them, compared by `dns_key`; IPv4-mapped addresses as IPv4)."""
 
     name: str
     uid: str
@@ -140,7 +140,7 @@ def project_node(obj: Mapping[str, Any]) -> Node:
     addresses = (obj.get("status") or {}).get("addresses") or ()
     taints = {str(t.get("key", "")) for t in spec.get("taints") or ()}
     ips = _parsed_ips(str(a.get("address", "")) for a in addresses if a.get("type") in _IP_TYPES)
-    dns = {dns_key(str(a.get("address", ""))) for a in addresses if a.get("type") in _DNS_TYPES}
+    dns = {str(a.get("address", "")) for a in addresses if a.get("type") in _DNS_TYPES}
     return Node(
         name=str(meta.get("name", "")), uid=str(meta.get("uid", "")),
         initialised=names.UNINITIALIZED_TAINT not in taints,
