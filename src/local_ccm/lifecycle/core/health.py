@@ -154,6 +154,12 @@ class Episode:
     status: str | None = None
     stored: datetime | None = None
 
+    def age(self, mono: float) -> float | None:
+        """Seconds NotReady at monotonic time `mono` (None: first seen without that clock)."""
+        if self.first_mono is None:
+            return None
+        return self.credit + max(0.0, mono - self.first_mono)
+
 
 @dataclass(frozen=True)
 class EpisodeUpdate:
@@ -221,10 +227,10 @@ def _restated(
     """The same episode under a new status or transition time (False -> Unknown, or a Ready
     condition on a Node that had none): its age is the older of the two readings, as the
     earliest of the two times was before."""
-    again = _first_sighting(node, stored, now, mono, ready_at)
-    if mono is None or episode.first_mono is None:
+    age = None if mono is None else episode.age(mono)
+    if mono is None or age is None:
         return replace(episode, status=node.ready, stored=stored)
-    age = max(episode.credit + max(0.0, mono - episode.first_mono), again.credit)
+    age = max(age, _credit(stored, now, mono, ready_at))
     return replace(episode, first_mono=mono, credit=age, status=node.ready, stored=stored)
 
 
@@ -232,10 +238,19 @@ def _first_sighting(
     node: NodeView, stored: datetime | None, now: datetime, mono: float | None,
     ready_at: float | None,
 ) -> Episode:  # fmt: skip
+    credit = _credit(stored, now, mono, ready_at)
+    return Episode(node.uid, node.name, now, mono, credit, node.ready, stored)
+
+
+def _credit(
+    stored: datetime | None, now: datetime, mono: float | None, ready_at: float | None
+) -> float:
+    """How long the API says the Node has been NotReady, no longer than since this process
+    last saw it Ready."""
     credit = max(0.0, (now - stored).total_seconds()) if stored is not None else 0.0
     if mono is not None and ready_at is not None:
         credit = min(credit, max(0.0, mono - ready_at))  # it was Ready then
-    return Episode(node.uid, node.name, now, mono, credit, node.ready, stored)
+    return credit
 
 
 def not_ready_since(
@@ -244,10 +259,10 @@ def not_ready_since(
     """When the Node became NotReady, on this host's wall clock: `now` minus the episode's
     monotonic age (`Episode`) when both clocks are known; else the earliest of the stored
     transition time and this process's first sighting, a future time counting as `now`."""
-    same = episode is not None and episode.uid == node.uid
-    if same and mono is not None and episode is not None and episode.first_mono is not None:
-        age = episode.credit + max(0.0, mono - episode.first_mono)
-        return now - timedelta(seconds=age)
+    if episode is not None and episode.uid == node.uid and mono is not None:
+        age = episode.age(mono)
+        if age is not None:
+            return now - timedelta(seconds=age)
     stored = _stored(node)
     candidates = [min(t, now) for t in (stored,) if t is not None]
     if episode is not None and episode.uid == node.uid:
