@@ -156,6 +156,9 @@ BENCH_VARS += BENCH_JOINS
 # Another checkout's src measured beside ours in the agent, IPAM and lifecycle rounds
 # (docs/benchmarks.md "Against an earlier commit").
 BENCH_VARS += BENCH_BASELINE
+# BENCH_RESUME=1: a run stopped midway goes on where it stopped; every part whose newest result
+# in test-artifacts/bench is of this (clean) commit at these settings is kept, not run again.
+BENCH_VARS += BENCH_RESUME
 # The whole stack side by side (tests/bench/test_compare_stack.py): BENCH_STACK_NODES kwok
 # Nodes per plane (default 100), a window of BENCH_STACK_WINDOW s (default 180; BENCH_HOUR=1
 # alone makes it the hour), BENCH_STACK_AGENTS real agents measured per side (5),

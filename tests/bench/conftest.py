@@ -10,6 +10,7 @@ import pytest
 
 from local_ccm.kube.client import Client
 from tests.bench.agent_bench import AgentIdentity, Tracker, grant_agent
+from tests.bench.compare_record import resumed_parts
 from tests.bench.compare_stats import Settings, settings_from_env
 from tests.support import originals
 from tests.support.chart import ShippedRbac
@@ -54,3 +55,16 @@ def agent_identity(
     grant_agent(kube, user, test_labels, track, shipped_agent_rbac)
     port = int(control_plane.api_url.rsplit(":", 1)[1])
     return AgentIdentity(user, control_plane.user_kubeconfig(user, []), port, control_plane.version)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """BENCH_RESUME=1: a `make bench-compare` stopped midway goes on where it stopped; each part
+    whose newest result in test-artifacts/bench is of this commit at these settings is kept."""
+    if os.environ.get("BENCH_RESUME", "").strip() not in {"1", "true", "yes"}:
+        return
+    kept = resumed_parts(settings_from_env(os.environ).as_dict())
+    for item in items:
+        part = getattr(item, "originalname", item.name).removeprefix("test_compare_")
+        if part in kept:
+            reason = f"BENCH_RESUME: {kept[part]} holds this part, of this commit and settings"
+            item.add_marker(pytest.mark.skip(reason=reason))
