@@ -178,13 +178,24 @@ app.kubernetes.io/component: {{ .component }}
      ::1: KubePrism or a node's own proxy) answers only in the node's network namespace, so a Pod
      with a network namespace of its own keeps the in-cluster `kubernetes` Service instead. */}}
 {{- define "local-ccm.apiServerEnv" -}}
-{{- $host := .root.Values.apiServer.host | toString -}}
+{{- $host := include "local-ccm.apiServer.host" .root -}}
 {{- if and $host (or .hostNetwork (not (include "local-ccm.apiServer.nodeLocal" $host))) }}
 - name: KUBERNETES_SERVICE_HOST
   value: {{ $host | quote }}
 - name: KUBERNETES_SERVICE_PORT
   value: {{ .root.Values.apiServer.port | toString | quote }}
 {{- end }}
+{{- end -}}
+
+{{/* apiServer.host as KUBERNETES_SERVICE_HOST takes it: an IPv6 address without the brackets
+     a URL would put around it (`[fd00::1]` is `fd00::1`; the components add them, as for the
+     kubelet's variable, which has none). */}}
+{{- define "local-ccm.apiServer.host" -}}
+{{- $host := .Values.apiServer.host | default "" | toString -}}
+{{- if and (hasPrefix "[" $host) (hasSuffix "]" $host) -}}
+{{- $host = $host | trimPrefix "[" | trimSuffix "]" -}}
+{{- end -}}
+{{- $host -}}
 {{- end -}}
 
 {{/* "true" when the host (a name or an address) is the node's own loopback. */}}
@@ -639,9 +650,10 @@ true
 {{- if not (or $agent .Values.nodeLifecycleController.enabled .Values.nodeIpamController.enabled) }}
 - agent, nodeLifecycleController and nodeIpamController are all off: the release would install nothing
 {{- end -}}
-{{- $host := .Values.apiServer.host | default "" -}}
-{{- if or (contains "/" $host) (contains " " $host) (eq (len (splitList ":" $host)) 2) }}
-- {{ printf "apiServer.host: %q must be a host name or address alone (no scheme, path or :port; the port is apiServer.port)" $host }}
+{{- $given := .Values.apiServer.host | default "" | toString -}}
+{{- $host := include "local-ccm.apiServer.host" . -}}
+{{- if or (contains "/" $host) (contains " " $host) (eq (len (splitList ":" $host)) 2) (contains "[" $host) (contains "]" $host) }}
+- {{ printf "apiServer.host: %q must be a host name or address alone (no scheme, path or :port; the port is apiServer.port)" $given }}
 {{- end -}}
 {{- $actions := .Values.admissionPolicy.validationActions | default list -}}
 {{- if and (has "Deny" $actions) (has "Warn" $actions) }}

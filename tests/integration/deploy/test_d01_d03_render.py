@@ -260,7 +260,10 @@ def test_a_node_local_api_server_stays_with_the_pods_on_the_host_network(
     local = {"apiServer.host": host, "apiServer.port": "7445",
              "nodeIpamController.enabled": "true"}  # fmt: skip
     objs = render(chart_helm, kube_version, set_values=local)
-    expected = {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": "7445"}
+    # In brackets as in a URL, it is given without them: the components add them, as for the
+    # kubelet's own variable, which has none.
+    bare = host.removeprefix("[").removesuffix("]")
+    expected = {"KUBERNETES_SERVICE_HOST": bare, "KUBERNETES_SERVICE_PORT": "7445"}
     assert api_env(objs, "agent") == expected
     assert api_env(objs, "node-ipam-controller") == expected  # hostNetwork by default
     assert api_env(objs, "node-lifecycle-controller") == dict.fromkeys(expected)

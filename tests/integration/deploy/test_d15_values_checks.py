@@ -303,6 +303,11 @@ def test_d15_pool_addresses_admission_cannot_see_fail_the_render(
     [
         ({"apiServer": {"host": "https://cp.example:6443"}}, 'apiServer.host: "https://cp.'),
         ({"apiServer": {"host": "cp.example:6443"}}, "the port is apiServer.port"),
+        ({"apiServer": {"host": "[fd00::1]:6443"}}, 'apiServer.host: "[fd00::1]:6443" must'),
+        ({"image": {"tag": "v1.0 "}}, "at '/image/tag'"),
+        ({"nodeLifecycleController": {"image": {"tag": "@sha256:" + "0" * 64}}},
+         "at '/nodeLifecycleController/image/tag'"),
+        ({"nodeIpamController": {"image": {"tag": "v1:2"}}}, "at '/nodeIpamController/image/tag'"),
         ({"admissionPolicy": {"validationActions": ["Deny", "Warn"]}}, "Deny and Warn together"),
         ({"agent": {"enabled": False}, "nodeLifecycleController": {"enabled": False}},
          "the release would install nothing"),
@@ -312,10 +317,21 @@ def test_d15_values_the_api_server_or_the_pods_would_trip_on_fail_the_render(
     chart_helm: Helm, kube_version: str, tmp_path: Path, doc: dict[str, Any], message: str
 ) -> None:
     """Each rendered, then failed at install (Deny with Warn), at bootstrap (a host with a
-    scheme or port in KUBERNETES_SERVICE_HOST), or installed nothing while NOTES said it did."""
+    scheme or port in KUBERNETES_SERVICE_HOST), at pull (a tag no registry takes), or installed
+    nothing while NOTES said it did."""
     code, out = _template(chart_helm, kube_version, doc, tmp_path)
     assert code != 0
     assert message in out, out
+
+
+def test_d15_a_tag_with_a_digest_renders_as_the_image_reference(
+    chart_helm: Helm, kube_version: str, tmp_path: Path
+) -> None:
+    digest = "@sha256:" + "a" * 64
+    code, out = _template(chart_helm, kube_version, {"image": {"tag": "v9.9.9" + digest}},
+                          tmp_path)  # fmt: skip
+    assert code == 0, out
+    assert f"image: ghcr.io/local-ccm/local-ccm:v9.9.9{digest}" in out.replace('"', "")
 
 
 @pytest.mark.parametrize("host", ["cp.example", "10.0.0.1", "fd00::1", "localhost"])
