@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 
 from local_ccm.agent.core import events as ev
 from local_ccm.agent.core.labels import LabelSetup
-from local_ccm.agent.core.metadata import Rules
+from local_ccm.agent.core.metadata import DEFAULT_LABEL_DOMAIN, Rules
 from local_ccm.agent.metrics import AgentMetrics
 from local_ccm.agent.rulesfile import RulesFile
 from local_ccm.runtime.events import EventSpec
@@ -25,9 +25,10 @@ class NodeMetadata:
 
     def __init__(
         self, source: RulesFile | Rules, facts: Mapping[str, str], *, beta: bool,
-        metrics: AgentMetrics,
+        metrics: AgentMetrics, domains: tuple[str, ...] = (DEFAULT_LABEL_DOMAIN,),
     ) -> None:  # fmt: skip
         self._source, self.facts, self.beta, self._metrics = source, dict(facts), beta, metrics
+        self.domains = domains
 
     @property
     def rules(self) -> Rules:
@@ -47,4 +48,4 @@ class NodeMetadata:
                     log.warning("metadata rules not reloaded, the last good rules stay: %s",
                                 "; ".join(problems))  # fmt: skip
                     emit(ev.rules_invalid(problems))
-        return LabelSetup(self.rules, self.facts, self.beta)
+        return LabelSetup(self.rules, self.facts, self.beta, self.domains)

@@ -235,4 +235,5 @@ def node_metadata(options: AgentOptions, metrics: AgentMetrics) -> NodeMetadata 
         return None
     facts = read_facts().values()
     source = chosen.rules or Rules()
-    return NodeMetadata(source, facts, beta=chosen.beta_labels, metrics=metrics)
+    return NodeMetadata(source, facts, beta=chosen.beta_labels, metrics=metrics,
+                        domains=chosen.label_domains)  # fmt: skip

@@ -91,5 +91,5 @@ def _metadata(
         source=str(rules.path) if rules else "none (instance type from DMI only)",
         rules=rules.rules if rules else Rules(), facts=facts.values(),
         dmi_missing=facts.dmi_missing, node_name=options.node_name or "",
-        addresses=addresses, node=node, beta=chosen.beta_labels,
+        addresses=addresses, node=node, beta=chosen.beta_labels, domains=chosen.label_domains,
     )  # fmt: skip

@@ -70,3 +70,16 @@ def test_beta_twins_mirror_the_ga_keys() -> None:
     assert got["failure-domain.beta.kubernetes.io/zone"] == "a"
     assert got["beta.kubernetes.io/instance-type"] == "x"
     assert len(got) == 5
+
+
+def test_an_owned_key_outside_the_domains_now_is_disowned_not_removed() -> None:
+    owned = {ZONE: "a", "hw.example.org/rack": "1", ROLE: "r"}
+    plan = plan_labels(dict(owned), owned, {ZONE: "a"}, ("local-ccm.io",))
+    assert plan.remove == (ROLE,)
+    assert plan.owned == {ZONE: "a"}
+
+
+def test_beta_twins_are_removed_after_beta_labels_were_turned_off() -> None:
+    owned = {ZONE: "a", "failure-domain.beta.kubernetes.io/zone": "a"}
+    plan = plan_labels(dict(owned), owned, {ZONE: "a"}, ("local-ccm.io",))
+    assert plan.remove == ("failure-domain.beta.kubernetes.io/zone",)

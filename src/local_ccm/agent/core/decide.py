@@ -466,7 +466,7 @@ def _main(memory: Memory, view: _View, out: _Out) -> tuple[Memory, Write | None]
     if setup.labels is not None and setup.labels != memory.labels_refused:
         mine = setup.labels
         labels = plan_node_labels(node, address_ips(plan.addresses), mine.rules, mine.facts,
-                                  beta=mine.beta)  # fmt: skip
+                                  beta=mine.beta, domains=mine.domains)  # fmt: skip
         events, reported = label_conflicts(labels.conflicts, memory.label_conflicts)
         for spec in events:
             out.say("warning", f"{spec.reason}: {spec.message}", spec)

@@ -18,7 +18,14 @@ from dataclasses import field
 from local_ccm.agent.core.addresses import NodeAddress
 from local_ccm.agent.core.config import IPAddress
 from local_ccm.agent.core.events import METADATA_LABEL_CONFLICT
-from local_ccm.agent.core.metadata import BETA_TWINS, NodeView, Rules, desired_labels
+from local_ccm.agent.core.metadata import (
+    BETA_TWINS,
+    DEFAULT_LABEL_DOMAIN,
+    NodeView,
+    Rules,
+    desired_labels,
+    is_removable_key,
+)
 from local_ccm.agent.core.writes import Obj, Patch, test_rv
 from local_ccm.kube.request import pointer
 from local_ccm.names import OWNED_LABELS_ANNOTATION
@@ -28,11 +35,13 @@ from local_ccm.runtime.events import EventSpec
 
 @dataclass(frozen=True)
 class LabelSetup:
-    """--metadata: the rules in force, the machine's facts and --metadata-beta-labels."""
+    """--metadata: the rules in force, the machine's facts, --metadata-beta-labels and
+    --metadata-label-domains."""
 
     rules: Rules
     facts: Mapping[str, str] = field(default_factory=dict)
     beta: bool = False
+    domains: tuple[str, ...] = (DEFAULT_LABEL_DOMAIN,)
 
 
 @dataclass(frozen=True)
@@ -73,9 +82,17 @@ def with_beta_twins(wanted: Mapping[str, str]) -> dict[str, str]:
 
 
 def plan_labels(
-    labels: Mapping[str, str], owned: Mapping[str, str], wanted: Mapping[str, str]
+    labels: Mapping[str, str],
+    owned: Mapping[str, str],
+    wanted: Mapping[str, str],
+    domains: Sequence[str] = (DEFAULT_LABEL_DOMAIN,),
 ) -> LabelPlan:
-    """Set what is wanted and free; update or remove what is still ours; keep the rest."""
+    """Set what is wanted and free; update or remove what is still ours; keep the rest.
+
+    An owned key no longer wanted is removed only when the agent may still remove it (see
+    ``is_removable_key``); one under a domain since dropped from ``domains`` is left on the
+    Node and leaves the record: removing it would be refused by the admission policy, and
+    the refusal would hold every other label change."""
     mine = {k: v for k, v in owned.items() if labels.get(k) == v}
     to_set: dict[str, str] = {}
     conflicts = []
@@ -85,7 +102,7 @@ def plan_labels(
                 conflicts.append(Conflict(key, labels[key], value))
         elif labels.get(key) != value:
             to_set[key] = value
-    remove = tuple(sorted(k for k in mine if k not in wanted))
+    remove = tuple(sorted(k for k in mine if k not in wanted and is_removable_key(k, domains)))
     new_owned = {k: v for k, v in mine.items() if k in wanted} | to_set
     return LabelPlan(to_set, remove, dict(sorted(new_owned.items())), tuple(conflicts))
 
@@ -138,6 +155,7 @@ def plan_node_labels(
     facts: Mapping[str, str],
     *,
     beta: bool,
+    domains: Sequence[str] = (DEFAULT_LABEL_DOMAIN,),
 ) -> LabelPlan:
     """The label plan for ``node``: the rules evaluated against its name, the addresses the
     agent is about to write and its current labels, then ``plan_labels`` against the record."""
@@ -146,7 +164,7 @@ def plan_node_labels(
     view = NodeView(str(metadata.get("name", "")), tuple(addresses), labels)
     wanted = {k: d.value for k, d in desired_labels(rules, facts, view).items()}
     wanted = with_beta_twins(wanted) if beta else wanted
-    return plan_labels(labels, read_owned(metadata.get("annotations") or {}), wanted)
+    return plan_labels(labels, read_owned(metadata.get("annotations") or {}), wanted, domains)
 
 
 def with_labels(main: Patch | None, labels: Patch | None) -> Patch | None:

@@ -342,7 +342,19 @@ def _owned_key(key: str, domains: Sequence[str]) -> str | None:
     """Extra labels only under the allowed domains: the agent may not write anything else."""
     if key in WELL_KNOWN.values() or key in BETA_TWINS.values():
         return f"{key!r} is set by zone, region or instanceType, not under labels"
-    prefix = key.rpartition("/")[0]
-    if any(prefix == d or prefix.endswith("." + d) for d in domains):
+    if is_in_domains(key, domains):
         return None
     return f"{key!r} is outside the allowed label domains ({', '.join(domains)})"
+
+
+def is_in_domains(key: str, domains: Sequence[str]) -> bool:
+    """`key`'s prefix is one of `domains` or a subdomain of one."""
+    prefix = key.rpartition("/")[0]
+    return any(prefix == d or prefix.endswith("." + d) for d in domains)
+
+
+def is_removable_key(key: str, domains: Sequence[str]) -> bool:
+    """A label the agent may remove: zone, region, instance type, their beta twins (also
+    after --metadata-beta-labels was turned off) and keys under the allowed domains. The
+    chart's admission policy admits the same removals."""
+    return key in WELL_KNOWN.values() or key in BETA_TWINS.values() or is_in_domains(key, domains)

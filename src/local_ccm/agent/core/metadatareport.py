@@ -11,7 +11,14 @@ from typing import Any
 
 from local_ccm.agent.core.config import IPAddress
 from local_ccm.agent.core.labels import LabelPlan, plan_node_labels, with_beta_twins
-from local_ccm.agent.core.metadata import Decided, NodeView, Rules, desired_labels, matching_rules
+from local_ccm.agent.core.metadata import (
+    DEFAULT_LABEL_DOMAIN,
+    Decided,
+    NodeView,
+    Rules,
+    desired_labels,
+    matching_rules,
+)
 from local_ccm.agent.core.writes import Obj
 from local_ccm.records import dataclass
 
@@ -29,6 +36,7 @@ class MetadataReport:
 def metadata_report(
     *, source: str, rules: Rules, facts: Mapping[str, str], dmi_missing: str | None,
     node_name: str, addresses: Sequence[IPAddress], node: Obj | None, beta: bool,
+    domains: Sequence[str] = (DEFAULT_LABEL_DOMAIN,),
 ) -> MetadataReport:  # fmt: skip
     """What the rules give for this machine; `node` (when read) supplies labels and the plan."""
     labels = (node or {}).get("metadata", {}).get("labels") or {}
@@ -37,7 +45,9 @@ def metadata_report(
     if beta:
         twins = with_beta_twins({k: d.value for k, d in decided.items()})
         decided = {k: decided.get(k) or Decided(v, "(beta twin)") for k, v in twins.items()}
-    plan = None if node is None else plan_node_labels(node, addresses, rules, facts, beta=beta)
+    plan = None
+    if node is not None:
+        plan = plan_node_labels(node, addresses, rules, facts, beta=beta, domains=domains)
     return MetadataReport(source, dict(facts), dmi_missing,
                           tuple(matching_rules(rules, facts, view)), decided, plan)  # fmt: skip
 
