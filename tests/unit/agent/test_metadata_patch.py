@@ -8,7 +8,9 @@ from typing import Any
 import yaml
 
 from local_ccm.agent.core.labels import (
+    LabelPlan,
     label_conflicts,
+    owned_annotation,
     plan_label_patch,
     plan_labels,
     plan_node_labels,
@@ -120,3 +122,33 @@ def test_labels_go_first_in_the_write_that_removes_the_taint() -> None:
     assert patch_kinds(merged) == ["labels", "taint", "provider_id"]
     assert with_labels(taint, None) == taint
     assert with_labels(None, labels) == labels
+
+
+def applied(n: dict[str, Any], plan: LabelPlan) -> dict[str, Any]:
+    """``n`` as the API server stores it after ``plan``'s write."""
+    labels = {k: v for k, v in (n["metadata"].get("labels") or {}).items() if k not in plan.remove}
+    labels |= plan.set
+    annotations = {OWNED_LABELS_ANNOTATION: owned_annotation(plan)}
+    return node(labels, annotations)
+
+
+def test_rules_on_labels_the_agent_wrote_settle_after_one_write() -> None:
+    """A rule meant to refine the default instance type must not see the default it set:
+    matching on the agent's own output flips the label on every pass."""
+    rules = parse_rules(yaml.safe_load("""
+rules:
+  - name: dell
+    match: {labels: {node.kubernetes.io/instance-type: '^PowerEdge'}}
+    instanceType: 'dell-{cpu.count}c'
+  - name: copy
+    labels: {local-ccm.io/type: '{label.node.kubernetes.io/instance-type}'}
+"""))  # fmt: skip
+    assert isinstance(rules, Rules)
+    facts = {"dmi.productName": "PowerEdge R650", "cpu.count": "64"}
+    n = node(None, None)
+    seen = []
+    for _ in range(4):
+        plan = plan_node_labels(n, [], rules, facts, beta=False)
+        seen.append(dict(plan.set))
+        n = applied(n, plan)
+    assert seen == [{"node.kubernetes.io/instance-type": "PowerEdge-R650"}, {}, {}, {}]

@@ -81,6 +81,22 @@ def with_beta_twins(wanted: Mapping[str, str]) -> dict[str, str]:
     return {**wanted, **{BETA_TWINS[k]: v for k, v in wanted.items() if k in BETA_TWINS}}
 
 
+def mine_of(labels: Mapping[str, str], owned: Mapping[str, str]) -> dict[str, str]:
+    """The owned labels the Node still carries with the value the agent wrote."""
+    return {k: v for k, v in owned.items() if labels.get(k) == v}
+
+
+def input_labels(node: Obj) -> dict[str, str]:
+    """The labels the rules may look at: the Node's labels but the agent's own. A rule that
+    saw its own output (``match.labels`` or ``{label.<key>}`` on a key the rules set) could
+    match on one pass and not on the next, and the agent would rewrite the label on every
+    pass, without end."""
+    metadata = node.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    mine = mine_of(labels, read_owned(metadata.get("annotations") or {}))
+    return {k: v for k, v in labels.items() if k not in mine}
+
+
 def plan_labels(
     labels: Mapping[str, str],
     owned: Mapping[str, str],
@@ -93,7 +109,7 @@ def plan_labels(
     ``is_removable_key``); one under a domain since dropped from ``domains`` is left on the
     Node and leaves the record: removing it would be refused by the admission policy, and
     the refusal would hold every other label change."""
-    mine = {k: v for k, v in owned.items() if labels.get(k) == v}
+    mine = mine_of(labels, owned)
     to_set: dict[str, str] = {}
     conflicts = []
     for key, value in wanted.items():
@@ -158,10 +174,11 @@ def plan_node_labels(
     domains: Sequence[str] = (DEFAULT_LABEL_DOMAIN,),
 ) -> LabelPlan:
     """The label plan for ``node``: the rules evaluated against its name, the addresses the
-    agent is about to write and its current labels, then ``plan_labels`` against the record."""
+    agent is about to write and the labels it did not write (``input_labels``), then
+    ``plan_labels`` against the record."""
     metadata = node.get("metadata") or {}
     labels = metadata.get("labels") or {}
-    view = NodeView(str(metadata.get("name", "")), tuple(addresses), labels)
+    view = NodeView(str(metadata.get("name", "")), tuple(addresses), input_labels(node))
     wanted = {k: d.value for k, d in desired_labels(rules, facts, view).items()}
     wanted = with_beta_twins(wanted) if beta else wanted
     return plan_labels(labels, read_owned(metadata.get("annotations") or {}), wanted, domains)

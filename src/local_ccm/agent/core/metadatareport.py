@@ -10,7 +10,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from local_ccm.agent.core.config import IPAddress
-from local_ccm.agent.core.labels import LabelPlan, plan_node_labels, with_beta_twins
+from local_ccm.agent.core.labels import (
+    LabelPlan,
+    input_labels,
+    plan_node_labels,
+    with_beta_twins,
+)
 from local_ccm.agent.core.metadata import (
     DEFAULT_LABEL_DOMAIN,
     Decided,
@@ -39,8 +44,7 @@ def metadata_report(
     domains: Sequence[str] = (DEFAULT_LABEL_DOMAIN,),
 ) -> MetadataReport:  # fmt: skip
     """What the rules give for this machine; `node` (when read) supplies labels and the plan."""
-    labels = (node or {}).get("metadata", {}).get("labels") or {}
-    view = NodeView(node_name, tuple(addresses), labels)
+    view = NodeView(node_name, tuple(addresses), input_labels(node or {}))
     decided = desired_labels(rules, facts, view)
     if beta:
         twins = with_beta_twins({k: d.value for k, d in decided.items()})
