@@ -115,6 +115,21 @@ def test_m02_a_label_someone_else_set_is_kept_and_reported(
     assert len(conflict) == 1
 
 
+def test_m11_no_beta_twin_contradicts_a_label_someone_else_set(
+    control_plane: ControlPlane, kube: Client, make_node: NodeFactory, netns: NetnsFactory,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    ns = a01_network(netns)
+    name = make_node(uninitialized=True, labels={ZONE: "theirs"})["metadata"]["name"]
+    args = [*agent_args(name, rules_file(tmp_path, RULES)), "--metadata-beta-labels"]
+    with InProcessAgent(options(args, control_plane.admin_kubeconfig), netns=ns.name):
+        node = eventually(lambda: initialised(kube, name), timeout=15, message="untainted")
+    labels = node["metadata"]["labels"]
+    assert labels[ZONE] == "theirs"
+    assert "failure-domain.beta.kubernetes.io/zone" not in labels  # not the rules' "rack-a"
+    assert labels["failure-domain.beta.kubernetes.io/region"] == labels[REGION]
+
+
 def test_m03_a_rule_change_updates_owned_labels_only(
     control_plane: ControlPlane, kube: Client, make_node: NodeFactory, netns: NetnsFactory,
     tmp_path: Path,

@@ -83,3 +83,10 @@ def test_beta_twins_are_removed_after_beta_labels_were_turned_off() -> None:
     owned = {ZONE: "a", "failure-domain.beta.kubernetes.io/zone": "a"}
     plan = plan_labels(dict(owned), owned, {ZONE: "a"}, ("local-ccm.io",))
     assert plan.remove == ("failure-domain.beta.kubernetes.io/zone",)
+
+
+def test_no_beta_twin_contradicts_a_key_someone_else_holds() -> None:
+    theirs = {ZONE: "theirs", INSTANCE_TYPE: "x"}
+    got = with_beta_twins({ZONE: "a", INSTANCE_TYPE: "x"}, theirs)
+    assert "failure-domain.beta.kubernetes.io/zone" not in got
+    assert got["beta.kubernetes.io/instance-type"] == "x"  # the same value: no contradiction

@@ -76,9 +76,17 @@ def read_owned(annotations: Mapping[str, str]) -> dict[str, str]:
     return {str(k): v for k, v in value.items() if isinstance(v, str)}
 
 
-def with_beta_twins(wanted: Mapping[str, str]) -> dict[str, str]:
-    """`wanted` plus the deprecated beta keys of zone, region and instance type."""
-    return {**wanted, **{BETA_TWINS[k]: v for k, v in wanted.items() if k in BETA_TWINS}}
+def with_beta_twins(
+    wanted: Mapping[str, str], others: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """`wanted` plus the deprecated beta keys of zone, region and instance type. A key that
+    someone else holds with another value in ``others`` (the Node's labels the agent did not
+    write) keeps theirs, so its twin is left out too: a twin must never contradict the key it
+    stands for (topology spreading on the old keys would see another zone)."""
+    held = others or {}
+    return {**wanted, **{
+        BETA_TWINS[k]: v for k, v in wanted.items() if k in BETA_TWINS and held.get(k, v) == v
+    }}  # fmt: skip
 
 
 def mine_of(labels: Mapping[str, str], owned: Mapping[str, str]) -> dict[str, str]:
@@ -180,7 +188,7 @@ def plan_node_labels(
     labels = metadata.get("labels") or {}
     view = NodeView(str(metadata.get("name", "")), tuple(addresses), input_labels(node))
     wanted = {k: d.value for k, d in desired_labels(rules, facts, view).items()}
-    wanted = with_beta_twins(wanted) if beta else wanted
+    wanted = with_beta_twins(wanted, view.labels) if beta else wanted
     return plan_labels(labels, read_owned(metadata.get("annotations") or {}), wanted, domains)
 
 

@@ -47,7 +47,7 @@ def metadata_report(
     view = NodeView(node_name, tuple(addresses), input_labels(node or {}))
     decided = desired_labels(rules, facts, view)
     if beta:
-        twins = with_beta_twins({k: d.value for k, d in decided.items()})
+        twins = with_beta_twins({k: d.value for k, d in decided.items()}, view.labels)
         decided = {k: decided.get(k) or Decided(v, "(beta twin)") for k, v in twins.items()}
     plan = None
     if node is not None:
