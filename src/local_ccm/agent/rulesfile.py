@@ -79,10 +79,21 @@ def _unique(duplicates: list[str]) -> Callable[[list[tuple[str, object]]], dict[
 def _load_yaml(path: str | os.PathLike[str], text: str) -> tuple[object] | list[str]:
     import yaml  # noqa: PLC0415  (lazy: only agents given YAML rules pay for the parser)
 
-    duplicates: list[str] = []
+    problems: list[str] = []
 
     class UniqueKeys(yaml.SafeLoader):
-        """safe_load that notes a key given twice in one mapping (it keeps the last)."""
+        """safe_load that notes a key given twice in one mapping (it keeps the last), and an
+        unquoted number YAML reads as another one (07 is 7, 010 is 8, 0x1F is 31, 1:30 is 90):
+        the label value would silently differ from what the file says."""
+
+        def construct_yaml_int(self, node: Any) -> int:
+            value: int = super().construct_yaml_int(node)
+            if node.value != str(value):
+                mark = node.start_mark
+                problems.append(f"{node.value} at line {mark.line + 1}, column "
+                                  f"{mark.column + 1} is read by YAML as the number {value}; "
+                                  f"quote it ('{node.value}')")  # fmt: skip
+            return value
 
         def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
             seen: set[object] = set()
@@ -90,18 +101,19 @@ def _load_yaml(path: str | os.PathLike[str], text: str) -> tuple[object] | list[
                 key = self.construct_object(key_node, deep=True)
                 if isinstance(key, str | int | float | bool) and key in seen:
                     mark = key_node.start_mark
-                    duplicates.append(f"duplicate key {key!r} at line {mark.line + 1}, "
+                    problems.append(f"duplicate key {key!r} at line {mark.line + 1}, "
                                       f"column {mark.column + 1}")  # fmt: skip
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
+    UniqueKeys.add_constructor("tag:yaml.org,2002:int", UniqueKeys.construct_yaml_int)
     try:
         document = yaml.load(text, Loader=UniqueKeys)  # a SafeLoader
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
         return [f"{path}: not valid YAML{at}: {getattr(exc, 'problem', None) or exc}"]
-    return [f"{path}: {d}" for d in duplicates] if duplicates else (document,)
+    return [f"{path}: {d}" for d in problems] if problems else (document,)
 
 
 @dataclass

@@ -358,6 +358,22 @@ def test_d15_a_misspelt_metadata_rule_key_fails_naming_each_rule(
     assert "at '/nodeMetadata/rules/rules/2': missing property 'name'" in out, out
 
 
+def test_d15_unquoted_numbers_in_metadata_rules_fail_the_render(
+    chart_helm: Helm, kube_version: str, tmp_path: Path
+) -> None:
+    """Helm reads an unquoted `zone: 07` as 7 and `010` as 8: the label would silently differ
+    from the values file, so label values and patterns must be strings."""
+    values = tmp_path / "values.yaml"
+    rule = "{name: a, zone: 07, labels: {local-ccm.io/rack: 010}}"
+    values.write_text(f"nodeMetadata:\n  rules:\n    rules:\n      - {rule}\n")
+    result = chart_helm.template_result(kube_version=kube_version, values=[values])
+    assert result.code != 0
+    assert "at '/nodeMetadata/rules/rules/0/zone': got number, want string" in result.output
+    assert "/nodeMetadata/rules/rules/0/labels/local-ccm.io~1rack" in result.output, result.output
+    values.write_text("nodeMetadata:\n  rules:\n    rules: [{name: a, zone: '07'}]\n")
+    assert chart_helm.template_result(kube_version=kube_version, values=[values]).code == 0
+
+
 def test_d15_the_documented_metadata_rules_render(
     chart_helm: Helm, kube_version: str, tmp_path: Path
 ) -> None:

@@ -120,3 +120,19 @@ def test_broken_json_is_reported_as_json_too(tmp_path: Path) -> None:
     assert isinstance(problems, list)
     assert problems[0].startswith(f"{path}: not valid YAML")
     assert problems[1].startswith(f"{path}: not valid JSON either: Expecting")
+
+
+def test_an_unquoted_number_yaml_reads_as_another_is_refused_naming_its_line(
+    tmp_path: Path,
+) -> None:
+    """YAML 1.1 reads 07 as 7, 010 as 8 and 1:30 as 90: rack 07 would become rack 7."""
+    path = tmp_path / "rules.yaml"
+    path.write_text("rules:\n  - {name: a, zone: 07, region: 1:30}\n  - {name: b, zone: 7}\n")
+    assert load_rules(path) == [
+        f"{path}: 07 at line 2, column 21 is read by YAML as the number 7; quote it ('07')",
+        f"{path}: 1:30 at line 2, column 33 is read by YAML as the number 90; quote it ('1:30')",
+    ]
+    path.write_text("rules: [{name: a, zone: '07'}, {name: b, zone: 7}]\n")
+    rules = load_rules(path)
+    assert isinstance(rules, Rules)
+    assert [r.sets[ZONE].text for r in rules.rules] == ["07", "7"]
