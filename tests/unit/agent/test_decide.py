@@ -372,3 +372,18 @@ def test_a_label_write_that_is_refused_never_holds_the_taint() -> None:
     assert ops(third.write) == ["remove /spec/taints/0"]
     fresh = decide(current, dict(BOTH), later, replace(setup, labels=rules("z2")), NOW)
     assert "add /metadata/labels" in ops(fresh.write)  # new rules: the labels are tried again
+
+
+def test_a_label_conflict_is_reported_again_on_a_recreated_node() -> None:
+    """The Event belongs to the Node object: `kubectl describe` of a new one must show it."""
+    setup = replace(SETUP, labels=rules("z1"))
+    current = initialised()
+    current["metadata"]["labels"] = {ZONE: "theirs"}
+    first = decide(current, dict(BOTH), seen(), setup, NOW)
+    assert [e.reason for e in first.events] == ["MetadataLabelConflict"]
+    again = decide(current, dict(BOTH), first.memory, setup, NOW)
+    assert again.events == ()
+    recreated = initialised()
+    recreated["metadata"] |= {"uid": "u-2", "labels": {ZONE: "theirs"}}
+    anew = decide(recreated, dict(BOTH), first.memory, setup, NOW)
+    assert [e.reason for e in anew.events] == ["MetadataLabelConflict"]

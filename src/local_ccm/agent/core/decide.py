@@ -120,6 +120,7 @@ class NodeMemory:
     conflict_manager: str | None = None  # set while address writes pause for a fight
     settle: Settle | None = None
     rejected: object = None  # the key of a write the API rejected as invalid
+    label_conflicts: frozenset[Conflict] = frozenset()  # reported on this Node object
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,6 @@ class Memory:
     annotation_on_main: bool = False  # the apiserver dropped the annotation from a status write
     initialized: frozenset[str] = frozenset()  # uids whose taint removal was seen
     no_ip_warned_at: float | None = None
-    label_conflicts: frozenset[Conflict] = frozenset()
     labels_refused: LabelSetup | None = None  # the label setup the API refused: paused until new
 
     def answered(self, refusal: Refusal | None) -> Memory:
@@ -467,10 +467,10 @@ def _main(memory: Memory, view: _View, out: _Out) -> tuple[Memory, Write | None]
         mine = setup.labels
         labels = plan_node_labels(node, address_ips(plan.addresses), mine.rules, mine.facts,
                                   beta=mine.beta, domains=mine.domains)  # fmt: skip
-        events, reported = label_conflicts(labels.conflicts, memory.label_conflicts)
+        events, reported = label_conflicts(labels.conflicts, memory.node.label_conflicts)
         for spec in events:
             out.say("warning", f"{spec.reason}: {spec.message}", spec)
-        memory = replace(memory, label_conflicts=reported)
+        memory = replace(memory, node=replace(memory.node, label_conflicts=reported))
         patch = with_labels(patch, plan_label_patch(node, labels))
     key = ("main", remove, value, labels and (labels.set, labels.remove, labels.owned))
     if patch is None or key == memory.node.rejected:
