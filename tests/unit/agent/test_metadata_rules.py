@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
+import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
@@ -85,6 +86,17 @@ rules:
     assert desired_labels(loaded, FACTS.values(), node())[INSTANCE_TYPE] == Decided(
         "dell-PowerEdge-R650-64c", "dell"
     )
+
+
+@pytest.mark.parametrize(
+    "placeholder",
+    ["To Be Filled By O.E.M.", "To be filled by O.E.M", "To Be Defined By O.E.M", "O.E.M.",
+     "OEM", "System Name", "System Product Name", "Default String", " Not  Specified \n"],
+)  # fmt: skip
+def test_firmware_placeholders_are_no_instance_type(placeholder: str) -> None:
+    facts = machine_facts({"product_name": placeholder, "board_name": "X570D4U"}, "", "", "", 1)
+    assert facts.dmi == {"boardName": "X570D4U"}
+    assert INSTANCE_TYPE not in desired_labels(Rules(), facts.values(), node())
 
 
 def test_no_dmi_gives_no_default_instance_type_and_a_reason() -> None:

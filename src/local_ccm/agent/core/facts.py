@@ -41,12 +41,17 @@ _CHASSIS = (
     "blade blade-enclosure tablet convertible detachable iot-gateway embedded-pc mini-pc stick-pc"
 )
 
-# Firmware placeholders that mean "the vendor left this empty" (seen on white-box boards).
+# Firmware placeholders that mean "the vendor left this empty" (seen on white-box boards; the
+# list systemd's hwdb.d/20-dmi-id.hwdb marks as rubbish, and AMI's "To Be Defined By O.E.M.").
+# Compared without case and without a trailing dot, which firmware writes either way.
 _PLACEHOLDERS = frozenset(
-    s.casefold()
+    s.casefold().rstrip(".")
     for s in (
         "To Be Filled By O.E.M.",
-        "To be filled by O.E.M.",
+        "To Be Defined By O.E.M.",
+        "O.E.M.",
+        "OEM",
+        "System Name",
         "System Product Name",
         "System manufacturer",
         "System Version",
@@ -131,7 +136,7 @@ def dmi_fields(texts: Mapping[str, str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for file, name in DMI_FILES.items():
         value = " ".join(texts.get(file, "").split())
-        if value.casefold() in _PLACEHOLDERS:
+        if value.casefold().rstrip(".") in _PLACEHOLDERS:
             continue
         if name == "chassisType":
             value = chassis_name(value)
