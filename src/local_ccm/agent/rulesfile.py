@@ -45,41 +45,45 @@ def load_rules(
             text = stream.read()
     except (OSError, UnicodeDecodeError) as exc:
         return [f"{path}: cannot read: {exc}"]
-    duplicates: list[str] = []
+    # Keys given twice (the last one would win: a rule or setting silently lost) and numbers
+    # YAML reads as other numbers; listed with the rules' own problems.
+    problems: list[str] = []
     try:
-        document = json.loads(text, object_pairs_hook=_unique(duplicates))
+        document = json.loads(text, object_pairs_hook=_unique(problems))
     except ValueError as exc:
-        loaded = _load_yaml(path, text)
+        loaded = _load_yaml(path, text, problems)
         if isinstance(loaded, list):
             json_like = text.lstrip().startswith(("{", "["))
             return [*loaded, f"{path}: not valid JSON either: {exc}"] if json_like else loaded
         document = loaded[0]
-    if duplicates:  # the last one would win: a rule or setting silently lost
-        return [f"{path}: {d}" for d in duplicates]
     loaded_rules = parse_rules(document, label_domains=label_domains)
     if isinstance(loaded_rules, list):
-        return [f"{path}: {p}" for p in loaded_rules]
+        problems += loaded_rules
+    if problems:
+        return [f"{path}: {p}" for p in problems]
     return loaded_rules
 
 
-def _unique(duplicates: list[str]) -> Callable[[list[tuple[str, object]]], dict[str, object]]:
+def _unique(problems: list[str]) -> Callable[[list[tuple[str, object]]], dict[str, object]]:
     """A JSON object hook that notes each key given twice in one object."""
 
     def pairs_to_dict(pairs: list[tuple[str, object]]) -> dict[str, object]:
         seen: dict[str, object] = {}
         for key, value in pairs:
             if key in seen:
-                duplicates.append(f"duplicate key {json.dumps(key)} in one object")
+                problems.append(f"duplicate key {json.dumps(key)} in one object")
             seen[key] = value
         return seen
 
     return pairs_to_dict
 
 
-def _load_yaml(path: str | os.PathLike[str], text: str) -> tuple[object] | list[str]:
+def _load_yaml(
+    path: str | os.PathLike[str], text: str, problems: list[str]
+) -> tuple[object] | list[str]:
+    """The document, noting what it cannot say unambiguously in ``problems``; or a syntax
+    error."""
     import yaml  # noqa: PLC0415  (lazy: only agents given YAML rules pay for the parser)
-
-    problems: list[str] = []
 
     class UniqueKeys(yaml.SafeLoader):
         """safe_load that notes a key given twice in one mapping (it keeps the last), and an
@@ -91,8 +95,8 @@ def _load_yaml(path: str | os.PathLike[str], text: str) -> tuple[object] | list[
             if node.value != str(value):
                 mark = node.start_mark
                 problems.append(f"{node.value} at line {mark.line + 1}, column "
-                                  f"{mark.column + 1} is read by YAML as the number {value}; "
-                                  f"quote it ('{node.value}')")  # fmt: skip
+                                f"{mark.column + 1} is read by YAML as the number {value}; "
+                                f"quote it ('{node.value}')")  # fmt: skip
             return value
 
         def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
@@ -102,7 +106,7 @@ def _load_yaml(path: str | os.PathLike[str], text: str) -> tuple[object] | list[
                 if isinstance(key, str | int | float | bool) and key in seen:
                     mark = key_node.start_mark
                     problems.append(f"duplicate key {key!r} at line {mark.line + 1}, "
-                                      f"column {mark.column + 1}")  # fmt: skip
+                                    f"column {mark.column + 1}")  # fmt: skip
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
@@ -113,7 +117,7 @@ def _load_yaml(path: str | os.PathLike[str], text: str) -> tuple[object] | list[
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
         return [f"{path}: not valid YAML{at}: {getattr(exc, 'problem', None) or exc}"]
-    return [f"{path}: {d}" for d in problems] if problems else (document,)
+    return (document,)
 
 
 @dataclass

@@ -136,3 +136,20 @@ def test_an_unquoted_number_yaml_reads_as_another_is_refused_naming_its_line(
     rules = load_rules(path)
     assert isinstance(rules, Rules)
     assert [r.sets[ZONE].text for r in rules.rules] == ["07", "7"]
+
+
+def test_a_duplicate_key_is_listed_with_the_rules_own_problems(tmp_path: Path) -> None:
+    """Every problem at once: fixing the duplicate must not reveal a second round."""
+    path = tmp_path / "rules.yaml"
+    path.write_text(
+        "rules:\n  - name: a\n    zone: z1\n    zone: z2\n  - {name: b, zone: 'x y!'}\n"
+    )
+    assert load_rules(path) == [
+        f"{path}: duplicate key 'zone' at line 4, column 5",
+        f"{path}: rules[1] (b).zone: 'x y!' is not a valid label value",
+    ]
+    json_path = tmp_path / "rules.json"
+    json_path.write_text('{"rules": [{"name": "a", "zone": "z1", "zone": "z2"}, {"name": "b!"}]}')
+    problems = load_rules(json_path)
+    assert isinstance(problems, list)
+    assert len(problems) == 3  # the duplicate, the name, and "sets nothing"
