@@ -268,7 +268,7 @@ CASES = [
     Case(
         "metadata labels refused by the API: paused while the rules stay the same",
         initialised(),
-        memory=seen(labels_refused=rules("z1")),
+        memory=seen(node=NodeMemory(uid="u-1", labels_refused=rules("z1"))),
         setup=replace(SETUP, labels=rules("z1")),
         outcome="noop",
     ),
@@ -366,12 +366,16 @@ def test_a_label_write_that_is_refused_never_holds_the_taint() -> None:
     refused = first.memory.answered(Refusal("forbidden", "label not allowed"))
     second = decide(current, dict(BOTH), refused, setup, NOW)
     assert second.outcome == "failed"
-    assert second.memory.labels_refused == rules("z1")
+    assert second.memory.node.labels_refused == rules("z1")
     later = replace(second.memory, retry_at=0.0)
     third = decide(current, dict(BOTH), later, setup, NOW)
     assert ops(third.write) == ["remove /spec/taints/0"]
     fresh = decide(current, dict(BOTH), later, replace(setup, labels=rules("z2")), NOW)
     assert "add /metadata/labels" in ops(fresh.write)  # new rules: the labels are tried again
+    recreated = node(SYNCED, owned=OWNED, conditions=[TRUE], taints=[UNINITIALIZED])
+    recreated["metadata"]["uid"] = "u-2"
+    anew = decide(recreated, dict(BOTH), later, setup, NOW)
+    assert "add /metadata/labels" in ops(anew.write)  # a new Node object: tried once again
 
 
 def test_a_label_conflict_is_reported_again_on_a_recreated_node() -> None:

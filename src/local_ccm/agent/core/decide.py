@@ -121,6 +121,9 @@ class NodeMemory:
     settle: Settle | None = None
     rejected: object = None  # the key of a write the API rejected as invalid
     label_conflicts: frozenset[Conflict] = frozenset()  # reported on this Node object
+    # The label setup the API refused for this Node object: paused until the setup changes (a
+    # re-created Node is tried again; the refusal may have been about the old one's labels).
+    labels_refused: LabelSetup | None = None
 
 
 @dataclass(frozen=True)
@@ -138,7 +141,6 @@ class Memory:
     annotation_on_main: bool = False  # the apiserver dropped the annotation from a status write
     initialized: frozenset[str] = frozenset()  # uids whose taint removal was seen
     no_ip_warned_at: float | None = None
-    labels_refused: LabelSetup | None = None  # the label setup the API refused: paused until new
 
     def answered(self, refusal: Refusal | None) -> Memory:
         """The API's answer to the write in flight (``None``: it was stored)."""
@@ -335,7 +337,7 @@ def _refused(
         if write.labels is not None and labels is not None:  # never hold the taint for them
             out.say("error", "metadata labels refused by the API server, paused until the "
                     f"rules change: {refusal.message}")  # fmt: skip
-            memory = replace(memory, labels_refused=labels)
+            memory = replace(memory, node=replace(memory.node, labels_refused=labels))
     if refusal.kind == "invalid":
         out.say("warning", f"write rejected: {refusal.message}")
         return replace(memory, node=replace(memory.node, rejected=write.key)), True
@@ -463,7 +465,7 @@ def _main(memory: Memory, view: _View, out: _Out) -> tuple[Memory, Write | None]
     value = gates.provider.value if gates.provider.kind == "set" else None
     patch = pl.plan_taint_patch(node, remove_taint=remove, provider_id=value)
     labels = None
-    if setup.labels is not None and setup.labels != memory.labels_refused:
+    if setup.labels is not None and setup.labels != memory.node.labels_refused:
         mine = setup.labels
         labels = plan_node_labels(node, address_ips(plan.addresses), mine.rules, mine.facts,
                                   beta=mine.beta, domains=mine.domains)  # fmt: skip
