@@ -101,6 +101,12 @@ REJECTED = [
     ("redfish://my-.examplehost.com/redfish/v1/Systems/1", [
         "'my-.examplehost.com' is neither an IPv4 address nor a DNS name"]),
     ("redfish:///redfish/v1/Systems/1", ["the host is missing"]),
+    # Numbers the resolver reads as another IPv4 address than written (inet_aton).
+    *((f"redfish://{host}/redfish/v1/Systems/1", [
+        f"{host!r} is not an IPv4 address as four decimal numbers 0-255 without leading zeros, "
+        "e.g. 10.0.0.5 (the resolver reads 010 as octal, 0x0a as hex and 10.1 as 10.0.0.1)"])
+      for host in ("010.010.010.010", "10.0.0.05", "0x0a.0.0.1", "10.1", "167772161",
+                   "10.0.0.256", "bmc.0x1f", "bmc.42.")),
     ("redfish://192.0.2.5:0/redfish/v1/Systems/1", [
         "the port '0' is not a number from 1 to 65535"]),
     ("redfish://192.0.2.5:/redfish/v1/Systems/1", ["the port '' is not a number from 1 to 65535"]),

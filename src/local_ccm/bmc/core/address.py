@@ -37,6 +37,9 @@ EXAMPLE: Final = "redfish://bmc.example/redfish/v1/Systems/1"
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://(.*)", re.S)
 _DNS_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 _PORT = re.compile(r"[0-9]{1,5}")
+# A last label the resolver reads as a number (WHATWG URL's "ends in a number"): inet_aton takes
+# 010 as octal, 0x0a as hex and 10.1 or 167772161 as 10.0.0.1.
+_NUMERIC_LABEL = re.compile(r"[0-9]+|0[xX][0-9A-Fa-f]*")
 _USERINFO = re.compile(r"//[^/?#]*@")
 # RFC 3986 pchar, as one path segment: unreserved, percent-encoded, sub-delims, ":" and "@".
 _SEGMENT = re.compile(r"(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})+")
@@ -162,6 +165,16 @@ def _hostname(text: str, problems: list[str]) -> str | None:
     except ValueError:
         pass
     labels = text.rstrip(".").split(".")
+    if _NUMERIC_LABEL.fullmatch(labels[-1]):
+        # Not a DNS name (a top-level label is never all-numeric, RFC 3696 section 2), and the
+        # resolver would read it as another IPv4 address than the one written (010.0.0.5 is
+        # 8.0.0.5): the credentials and a ForceOff would go to that machine.
+        problems.append(
+            f"{text!r} is not an IPv4 address as four decimal numbers 0-255 without leading "
+            "zeros, e.g. 10.0.0.5 (the resolver reads 010 as octal, 0x0a as hex and 10.1 as "
+            "10.0.0.1)"
+        )
+        return None
     if len(text) > 253 or not all(_DNS_LABEL.fullmatch(label) for label in labels):
         problems.append(f"{text!r} is neither an IPv4 address nor a DNS name")
         return None
