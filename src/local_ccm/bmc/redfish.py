@@ -464,6 +464,7 @@ class RedfishClient:
             gone_on_404=gone_on_404,
             retry_after=answer.headers.get("retry-after"),
             now=self._clock.now(),
+            location=answer.headers.get("location"),
         )
 
 

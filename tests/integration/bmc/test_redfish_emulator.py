@@ -226,3 +226,16 @@ def test_each_answer_closes_the_connection_so_each_request_dials(sushy: SushyEmu
 
     assert asyncio.run(run()) == 6  # the service root and five GETs
     assert all(e.new_connection for e in seen)
+
+
+def test_a_system_named_by_its_name_is_a_redirect_that_says_where_it_points(
+    sushy: SushyEmulator,
+) -> None:
+    # The emulator answers 307 to its UUID path; the client follows no redirect (the
+    # credentials would go along), so the operator reads which address to write instead.
+    address = parse_address(f"redfish://127.0.0.1:{sushy.port}/redfish/v1/Systems/bmc-0")
+    creds = Credentials(sushy.username, sushy.password)
+    error = failure(RedfishClient(address, creds, ca_pem=sushy.ca_pem))
+    assert (error.kind, error.status) == ("invalid-response", 307)
+    assert sushy.system_path("bmc-0") in error.message
+    assert error.message.endswith("not followed: write the address it names in spec.address")

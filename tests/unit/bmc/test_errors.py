@@ -64,6 +64,24 @@ def test_the_message_names_the_request_and_quotes_the_bmc() -> None:
 
 
 @pytest.mark.parametrize(
+    ("location", "message"),
+    [
+        # sushy-tools' answer to a System named by its name instead of its UUID.
+        ("/redfish/v1/Systems/3f1e", "GET /s: HTTP 307: a redirect to '/redfish/v1/Systems/3f1e', "
+         "not followed: write the address it names in spec.address"),
+        ("https://bmc.example/redfish/v1/Systems/1", "GET /s: HTTP 307: a redirect to "
+         "'https://bmc.example/redfish/v1/Systems/1', not followed: write the address it names "
+         "in spec.address"),
+        (None, "GET /s: HTTP 307 (not an answer a Redfish client expects)"),
+    ],
+)  # fmt: skip
+def test_a_redirect_says_where_it_points(location: str | None, message: str) -> None:
+    error = error_of_status(307, b"", what="GET /s", gone_on_404=True, retry_after=None,
+                            now=NOW, location=location)  # fmt: skip
+    assert (error.kind, error.message) == ("invalid-response", message)
+
+
+@pytest.mark.parametrize(
     ("body", "message"),
     [
         (SUSHY_401, "Incorrect username or password"),

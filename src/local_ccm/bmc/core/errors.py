@@ -8,7 +8,7 @@ Each kind is a condition reason and a metric label value, so it is a short, stab
 | ``tls`` | the TLS handshake failed: certificate refused (unknown CA, wrong name, expired) |
 | ``auth`` | 401 or 403: credentials rejected or not allowed |
 | ``not-found`` | 404 on the System's own path: the System is gone |
-| ``invalid-response`` | an answer that is not HTTP, not JSON, not an object, a wrong type |
+| ``invalid-response`` | not HTTP, not JSON, not an object, a wrong type; a redirect |
 | ``server-error`` | 5xx, or 429; ``retry_after`` carries the BMC's Retry-After as a hint |
 | ``timeout`` | connected, but no answer (or no TLS handshake) within the read timeout |
 | ``rejected`` | any other 4xx: the BMC refused this request (a reset type it does not offer) |
@@ -73,11 +73,12 @@ def error_of_status(
     gone_on_404: bool,
     retry_after: str | None,
     now: datetime,
+    location: str | None = None,
 ) -> BmcError:
     """The error an HTTP answer other than 2xx means. ``what`` names the request for the
     message ("GET /redfish/v1/Systems/1"); ``gone_on_404`` is true only for the System's own
     path, where 404 means the System is gone (elsewhere it is the BMC refusing the request);
-    ``retry_after`` is the answer's header, read against ``now``."""
+    ``retry_after`` is the answer's header, read against ``now``; ``location`` a redirect's."""
     said = redfish_message(body)
     message = f"{what}: HTTP {status}" + (f": {said}" if said else "")
     if status in (401, 403):
@@ -89,6 +90,13 @@ def error_of_status(
         return BmcError("server-error", message, status=status, retry_after=hint)
     if 400 <= status < 500:
         return BmcError("rejected", message, status=status)
+    if 300 <= status < 400 and location:
+        # Not followed: the credentials would go along to wherever it points. sushy-tools
+        # answers 307 for a System named by its name rather than its UUID, and some BMCs
+        # redirect http to https; the operator fixes the address once, so say where it points.
+        return BmcError("invalid-response", f"{message}: a redirect to {shorten(location)!r}, "
+                        "not followed: write the address it names in spec.address",
+                        status=status)  # fmt: skip
     return BmcError("invalid-response", f"{message} (not an answer a Redfish client expects)",
                     status=status)  # fmt: skip
 
