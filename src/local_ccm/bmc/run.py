@@ -46,6 +46,7 @@ from local_ccm.bmc.core.observation import (
     Observation,
     credentials_missing,
     failed,
+    failure_delay,
     invalid_spec,
     observed,
 )
@@ -297,7 +298,7 @@ class Controller:
                                                    * self.settings.jitter)  # fmt: skip
         else:
             self.metrics.errors.labels(observation.reason).inc()
-            delay = self.settings.backoff[0]
+            delay = failure_delay(observation, *self.settings.backoff)
         log.debug("node=%s: %s", key, observation.message)
         new = Track((bmc.uid, bmc.generation), observation, self.clock.monotonic() + delay,
                     last_read, warned=track.warned if track is not None else False,

@@ -13,7 +13,8 @@ recovers without a restart (and no password in the log); BM05 a certificate from
 that never answers -> InvalidResponse and Timeout, while the other BMCs are still polled;
 BM07 an invalid address -> InvalidSpec and nothing contacted (admission refuses the rest);
 BM08 power flapping faster than the poll -> the taint follows the last state read, at most one
-write per poll; BM09 the System removed -> Absent, Events, the Node kept.
+write per poll; BM09 the System removed -> Absent, Events, the Node kept; BM15 a BMC answering
+503 with Retry-After is not asked again sooner.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from local_ccm.names import SHUTDOWN_TAINT
 from tests.support import bmc, pki
 from tests.support import resources as r
 from tests.support.controlplane import ControlPlane
-from tests.support.fakebmc import PASSWORD, USERNAME, FakeBmc, Reply
+from tests.support.fakebmc import PASSWORD, SYSTEM_PATH, USERNAME, FakeBmc, Reply
 from tests.support.processes import tail
 from tests.support.sushy import SushyEmulator, system_uuid
 from tests.support.waiting import eventually
@@ -269,6 +270,22 @@ def test_bm06_garbage_and_a_silent_bmc_are_reported_and_the_others_still_polled(
         scene.alive()
         assert not bmc.tainted(kube, bad)
         assert not bmc.tainted(kube, hung)
+
+
+def test_bm15_a_busy_bmc_is_asked_again_no_sooner_than_its_retry_after(scene: Scene) -> None:
+    """BM15: a BMC answering 503 with Retry-After: 30 -> ServerError, and no second GET of the
+    System within 12 s (the backoff alone would ask after 5 s and 15 s)."""
+    kube = scene.kube
+    bmc.secret(kube, scene.namespace, "fake", USERNAME, PASSWORD)
+    with FakeBmc() as busy:
+        busy.script.reply = Reply(503, b'{"error": {"message": "busy"}}', (("Retry-After", "30"),))
+        name = f"busy-{secrets.token_hex(3)}"
+        scene.node(name, "False")
+        bmc.nodebmc(kube, name, busy.address(), "fake")
+        bmc.power_is(kube, name, "Unknown", "ServerError")
+        time.sleep(12)
+        assert len(busy.requests("GET", SYSTEM_PATH)) == 1
+        scene.alive()
 
 
 def test_bm07_an_invalid_address_is_invalid_spec_and_nothing_is_contacted(

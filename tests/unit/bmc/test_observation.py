@@ -18,6 +18,7 @@ from local_ccm.bmc.core.observation import (
     Observation,
     credentials_missing,
     failed,
+    failure_delay,
     observed,
 )
 from local_ccm.bmc.core.spec import BmcSpec, InvalidSpec
@@ -119,3 +120,19 @@ def test_a_heartbeat_is_not_news_but_readiness_and_the_taint_are() -> None:
     conditions = [{"type": "Ready", "status": "False"}]
     not_ready = project_node({**obj, "status": {"conditions": conditions}})
     assert not one.decides_alike(not_ready)
+
+
+@pytest.mark.parametrize(
+    ("error", "delay"),
+    [
+        (BmcError("server-error", "busy", status=503, retry_after=60.0), 60.0),
+        (BmcError("server-error", "busy", status=429, retry_after=1.0), 5.0),  # never sooner
+        (BmcError("server-error", "busy", status=503, retry_after=86400.0), 300.0),  # capped
+        (BmcError("server-error", "busy", status=500), 5.0),
+        (BmcError("unreachable", "refused"), 5.0),
+    ],
+)
+def test_a_failed_poll_waits_for_the_retry_after_the_bmc_asked_within_the_backoff(
+    error: BmcError, delay: float
+) -> None:
+    assert failure_delay(failed(error, AT, read_before=True), 5.0, 300.0) == delay

@@ -72,6 +72,7 @@ class Observation:
     reason: Reason
     message: str
     at: datetime
+    retry_after: float | None = None  # the seconds a 429 or 5xx asked to wait, when it said
 
     @property
     def reachable(self) -> bool:
@@ -103,7 +104,8 @@ def failed(error: BmcError, at: datetime, *, read_before: bool) -> Observation:
     this spec): the System went away. Otherwise the address may never have named one."""
     reason = REASON_OF_KIND[error.kind]
     if reason != "SystemNotFound":
-        return Observation("Unknown", reason, f"{error.message}: {HINTS[reason]}", at)
+        return Observation("Unknown", reason, f"{error.message}: {HINTS[reason]}", at,
+                           retry_after=error.retry_after)  # fmt: skip
     if not read_before:
         return Observation("Unknown", reason, f"{error.message}: {NEVER_READ}", at)
     return Observation("Absent", reason, f"{error.message}: {HINTS[reason]}", at)
@@ -116,3 +118,11 @@ def invalid_spec(problems: str, at: datetime) -> Observation:
 def credentials_missing(problem: str, at: datetime) -> Observation:
     return Observation("Unknown", "CredentialsMissing",
                        f"{problem}: {HINTS['CredentialsMissing']}", at)  # fmt: skip
+
+
+def failure_delay(observation: Observation, first: float, longest: float) -> float:
+    """The earliest next poll after a failed one: the backoff's first step, or the BMC's
+    Retry-After when it asked for longer (RFC 9110 10.2.3: a busy or restarting BMC says when
+    to come back), never past the backoff's longest step (a Retry-After of a day would leave
+    the Node unwatched)."""
+    return min(longest, max(first, observation.retry_after or 0.0))
