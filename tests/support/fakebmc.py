@@ -79,6 +79,7 @@ class Script:
     raw: bytes | None = None  # written instead of an HTTP answer, then the connection closes
     delay: float = 0.0
     hang: bool = False
+    trickle: float = 0.0  # > 0: the status line, then one byte every this many seconds, forever
     drop_idle: bool = False
     power_state: str = "On"
     tokens: set[str] = field(default_factory=set)
@@ -146,6 +147,11 @@ class FakeBmc:
             if script.hang:
                 self.stopping.wait()
                 handler.close_connection = True
+                return
+            if script.trickle:
+                handler.wfile.write(b"HTTP/1.1 200 OK\r\n")
+                while not self.stopping.wait(script.trickle):
+                    handler.wfile.write(b"X")
                 return
             if script.delay:
                 time.sleep(script.delay)

@@ -12,7 +12,8 @@ itself, run in a worker thread (the executor given, else the event loop's defaul
 - **One request in flight**: an `asyncio.Lock` queues the callers, a `threading.Lock` keeps
   the wire to one thread even when a cancelled caller's thread is still finishing.
 - **Bounded waits**: TCP connect and the TLS handshake within ``connect_timeout``, each read
-  within ``read_timeout``; cancelling a call shuts the socket down, so its thread ends at once.
+  within ``read_timeout``, a whole call within ``call_timeout``; cancelling a call, or its
+  running out of time, shuts the socket down, so its thread ends at once.
 - **Auth "auto"**: the service root (readable without credentials) names a sessions
   collection -> a Redfish session (``X-Auth-Token``, made again once on a 401, DELETEd by
   `close`); no session service, or one that will not make a session -> HTTP Basic on every
@@ -57,6 +58,9 @@ T = TypeVar("T")
 MAX_BODY: Final = 1 << 20  # a System is a few KiB; anything past this is not one
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 DEFAULT_READ_TIMEOUT: Final = 10.0
+# A whole call (the service root, a login, the request, a login again): a BMC that trickles its
+# answer a byte at a time never trips the read timeout, which bounds each read only.
+DEFAULT_CALL_TIMEOUT: Final = 30.0
 USER_AGENT: Final = f"local-ccm/{__version__}"
 JSON: Final = "application/json"
 # Failures that mean the peer closed or reset the connection (http.client's RemoteDisconnected
@@ -125,6 +129,10 @@ class _Wire:
     def exchange(
         self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]
     ) -> _Answer:
+        if self.cancelled.is_set():
+            # The call was cancelled or ran out of time while an earlier request of it was
+            # answered: none of its later requests (a login, the System, a reset) goes out.
+            raise _failure("timeout", f"{method} {path}: not sent, the call was given up")
         for _ in range(2):
             self.fresh = self._conn is None
             conn = self._conn or self._open()
@@ -243,6 +251,7 @@ class RedfishClient:
         auth: AuthMode = "auto",
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
+        call_timeout: float = DEFAULT_CALL_TIMEOUT,
         clock: Clock | None = None,
         on_exchange: Callable[[Exchange], None] | None = None,
         executor: Executor | None = None,
@@ -256,6 +265,7 @@ class RedfishClient:
         context = tls_context(ca_pem, verify=verify) if address.scheme == "https" else None
         self._wire = _Wire(address, context, connect_timeout, read_timeout)
         self._credentials = credentials
+        self._call_timeout = call_timeout
         self._auth: AuthMode = auth
         self._in_use: Literal["basic", "session"] | None = None
         self._sessions: str | None = None
@@ -308,11 +318,17 @@ class RedfishClient:
             try:
                 blocking = functools.partial(self._guarded, work, exchanges, call)
                 loop = asyncio.get_running_loop()
-                return await loop.run_in_executor(self._executor, blocking)
+                running = loop.run_in_executor(self._executor, blocking)
+                return await asyncio.wait_for(running, self._call_timeout)
             except asyncio.CancelledError:
                 call.set()
                 self._wire.interrupt()
                 raise
+            except TimeoutError:  # wait_for's: the thread's own timeouts are BmcErrors
+                call.set()
+                self._wire.interrupt()
+                raise BmcError("timeout", f"no complete answer within {self._call_timeout:g}s "
+                               "(the BMC answers too slowly)") from None  # fmt: skip
             finally:
                 if self._on_exchange is not None:
                     for exchange in list(exchanges):

@@ -102,6 +102,23 @@ def test_never_two_requests_in_flight_to_one_bmc() -> None:
         assert bmc.connections == 1
 
 
+def test_a_bmc_trickling_its_answer_is_a_timeout_of_the_whole_call() -> None:
+    with FakeBmc() as bmc:
+        bmc.script.trickle = 0.2  # every read gets a byte well within the read timeout
+        redfish = client(bmc, read_timeout=1.0, call_timeout=3.0)
+        start = time.monotonic()
+        error = failure(redfish)
+        assert time.monotonic() - start < 6.0
+        assert (error.kind, error.message) == (
+            "timeout",
+            "no complete answer within 3s (the BMC answers too slowly)",
+        )
+        # The service root was trickled; the System was never asked for after the call gave up.
+        assert [(s.method, s.path) for s in bmc.requests()] == [("GET", "/redfish/v1/")]
+        bmc.script.trickle = 0.0
+        assert use(client(bmc), lambda c: c.get_system()).power_state == "On"
+
+
 def test_a_cancelled_call_ends_its_request_at_once_and_is_not_sent_again() -> None:
     with FakeBmc() as bmc:
         redfish = client(bmc, read_timeout=30.0)
