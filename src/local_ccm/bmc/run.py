@@ -120,6 +120,7 @@ class Track:
     warned: bool = False  # the Off-while-Ready warning was sent for this episode
     refused: str | None = None  # the power-off request last refused (its Event sent)
     read_for: tuple[str, int] | None = None  # (uid, generation) a System was last read at
+    node_uuid: str = ""  # the Node's systemUUID the last poll's System was compared with
 
 
 class Controller:
@@ -228,6 +229,7 @@ class Controller:
             return await self._gone(key)
         track = self.tracks.get(key)
         if track is None or track.polled_for != (bmc.uid, bmc.generation) or \
+                track.node_uuid != self._node_uuid(key) or \
                 self.clock.monotonic() >= track.due:  # fmt: skip
             track = await self._poll(key, bmc, track)
         await self._write_status(key, bmc, track)
@@ -264,7 +266,7 @@ class Controller:
             else:
                 try:
                     system = await self.pollers.read(key, spec, credentials)
-                    observation = observed(system, self.clock.now())
+                    observation = observed(system, self.clock.now(), self._node_uuid(key))
                 except BmcError as exc:
                     _, current = self._current(key, bmc)
                     seen = read_before(current["status"], bmc.generation) or (
@@ -272,6 +274,12 @@ class Controller:
                     )
                     observation = failed(exc, self.clock.now(), read_before=seen)
         return self._observed(key, bmc, track, observation)
+
+    def _node_uuid(self, key: str) -> str:
+        """The systemUUID of the Node of the NodeBMC's name ("" without one): a System that is
+        another machine's says nothing about this Node (`observation.is_other_machine`)."""
+        node = self.nodes.cache.get(key)
+        return node.system_uuid if node is not None else ""
 
     def _observed(
         self, key: str, bmc: NodeBmc, track: Track | None, observation: Observation
@@ -304,7 +312,8 @@ class Controller:
                     last_read, warned=track.warned if track is not None else False,
                     refused=track.refused if track is not None else None,
                     read_for=(bmc.uid, bmc.generation) if observation.reachable
-                    else track.read_for if track is not None else None)  # fmt: skip
+                    else track.read_for if track is not None else None,
+                    node_uuid=self._node_uuid(key))  # fmt: skip
         self.tracks[key] = new
         self._count()
         return new

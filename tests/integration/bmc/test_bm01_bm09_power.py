@@ -14,7 +14,8 @@ that never answers -> InvalidResponse and Timeout, while the other BMCs are stil
 BM07 an invalid address -> InvalidSpec and nothing contacted (admission refuses the rest);
 BM08 power flapping faster than the poll -> the taint follows the last state read, at most one
 write per poll; BM09 the System removed -> Absent, Events, the Node kept; BM15 a BMC answering
-503 with Retry-After is not asked again sooner.
+503 with Retry-After is not asked again sooner; BM16 a System whose UUID is not the Node's
+systemUUID (another machine's) is SystemMismatch, no taint.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from local_ccm.bmc.api import NODEBMCS
 from local_ccm.kube.client import Client
 from local_ccm.kube.errors import Invalid, NotFound
 from local_ccm.names import SHUTDOWN_TAINT
-from tests.support import bmc, pki
+from tests.support import bmc, nodes, pki
 from tests.support import resources as r
 from tests.support.controlplane import ControlPlane
 from tests.support.fakebmc import PASSWORD, SYSTEM_PATH, USERNAME, FakeBmc, Reply
@@ -286,6 +287,30 @@ def test_bm15_a_busy_bmc_is_asked_again_no_sooner_than_its_retry_after(scene: Sc
         time.sleep(12)
         assert len(busy.requests("GET", SYSTEM_PATH)) == 1
         scene.alive()
+
+
+def test_bm16_a_system_of_another_machine_neither_taints_nor_reads_off(scene: Scene) -> None:
+    """BM16: node A's NodeBMC names machine B's System (a swapped address), B is Off and A is
+    not Ready: A's kubelet reported its own machine's SMBIOS UUID, which is not B's, so the
+    NodeBMC reads Unknown with reason SystemMismatch (not the Off the lifecycle controller would
+    fence or taint out-of-service on) and A gets no taint; the address fixed, it does."""
+    kube, sushy = scene.kube, scene.sushy
+    name, other = f"n-{secrets.token_hex(3)}", f"n-{secrets.token_hex(3)}"
+    sushy.add_system(name, "Off")
+    own_uuid = sushy.systems[name]  # the emulator's System UUID is its id
+    sushy.add_system(other, "Off")
+    scene.node(name, "False")
+    patch = nodes.status_patch(node_info={"systemUUID": own_uuid})
+    kube.patch(r.NODES, name, patch, patch_type="merge", subresource="status")
+    bmc.nodebmc(kube, name, sushy.address(other), CREDENTIALS, caBundle=sushy.ca_pem)
+    bmc.power_is(kube, name, "Unknown", "SystemMismatch")
+    assert f"is not the Node's systemUUID {own_uuid}" in bmc.reachable(kube, name)["message"]
+    eventually(lambda: has_event(kube, name, "NodeBMC", "SystemMismatch"), timeout=SETTLE)
+    time.sleep(2)
+    assert not bmc.tainted(kube, name)
+    kube.patch(NODEBMCS, name, {"spec": {"address": sushy.address(name)}}, patch_type="merge")
+    bmc.power_is(kube, name, "Off")
+    eventually(lambda: bmc.tainted(kube, name), timeout=SETTLE, message="tainted once it matches")
 
 
 def test_bm07_an_invalid_address_is_invalid_spec_and_nothing_is_contacted(

@@ -19,6 +19,7 @@ from local_ccm.bmc.core.observation import (
     credentials_missing,
     failed,
     failure_delay,
+    is_other_machine,
     observed,
 )
 from local_ccm.bmc.core.spec import BmcSpec, InvalidSpec
@@ -136,3 +137,23 @@ def test_a_failed_poll_waits_for_the_retry_after_the_bmc_asked_within_the_backof
     error: BmcError, delay: float
 ) -> None:
     assert failure_delay(failed(error, AT, read_before=True), 5.0, 300.0) == delay
+
+
+@pytest.mark.parametrize(
+    ("node", "system", "other"),
+    [
+        ("4c4c4544-0042-3510-8052-b4c04f564433", "4c4c4544-0042-3510-8052-b4c04f564433", False),
+        ("4c4c4544-0042-3510-8052-b4c04f564433", "4C4C4544-0042-3510-8052-B4C04F564433", False),
+        # Firmware before SMBIOS 2.6: the first three fields in the other byte order.
+        ("00112233-4455-6677-8899-aabbccddeeff", "33221100-5544-7766-8899-aabbccddeeff", False),
+        ("4c4c4544-0042-3510-8052-b4c04f564433", "4c4c4544-0042-3510-8052-b4c04f56ffff", True),
+        # No evidence either way: no Node, a Node without it, a BMC without it or garbage.
+        ("", "4c4c4544-0042-3510-8052-b4c04f564433", False),
+        ("4c4c4544-0042-3510-8052-b4c04f564433", None, False),
+        ("4c4c4544-0042-3510-8052-b4c04f564433", "not-a-uuid", False),
+    ],
+)
+def test_another_machine_is_two_known_uuids_that_differ(
+    node: str, system: str | None, other: bool
+) -> None:
+    assert is_other_machine(node, system) is other

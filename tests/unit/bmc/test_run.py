@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import json
 import random
 from collections.abc import Callable
 from dataclasses import replace
@@ -102,6 +103,7 @@ class FakeReaders:
 
     def __init__(self) -> None:
         self.answers: dict[str, str | BmcError] = {}
+        self.uuids: dict[str, str] = {}  # the System's UUID by NodeBMC name (none: not sent)
         self.reads: list[tuple[str, Credentials]] = []
         self.dropped: list[str] = []
         self.resets: list[tuple[str, str]] = []
@@ -113,7 +115,8 @@ class FakeReaders:
         answer = self.answers.get(key, "On")
         if isinstance(answer, BmcError):
             raise answer
-        system = parse_system(f'{{"PowerState": "{answer}"}}', spec.address.system_path)
+        doc = {"PowerState": answer, **({"UUID": self.uuids[key]} if key in self.uuids else {})}
+        system = parse_system(json.dumps(doc), spec.address.system_path)
         assert isinstance(system, System)
         return system
 
@@ -144,11 +147,13 @@ def nodebmc(name: str = "n1", generation: int = 1, **spec: Any) -> Obj:
             "spec": {"address": ADDRESS, "credentialsName": "creds", **spec}}  # fmt: skip
 
 
-def node(name: str = "n1", ready: str = "False", *, tainted: bool = False) -> Obj:
+def node(name: str = "n1", ready: str = "False", *, tainted: bool = False,
+         system_uuid: str = "") -> Obj:  # fmt: skip
     taints = [{"key": SHUTDOWN_TAINT, "effect": "NoSchedule"}] if tainted else []
     return {"metadata": {"name": name, "uid": f"u-{name}", "resourceVersion": "10"},
             "spec": {"taints": taints},
-            "status": {"conditions": [{"type": "Ready", "status": ready}]}}  # fmt: skip
+            "status": {"conditions": [{"type": "Ready", "status": ready}],
+                       "nodeInfo": {"systemUUID": system_uuid}}}  # fmt: skip
 
 
 class Harness:
@@ -218,6 +223,45 @@ def test_a_node_change_decides_again_on_the_last_poll_without_asking_the_bmc() -
     h.sync()
     assert len(h.readers.reads) == 2
     assert h.taints() == []
+
+
+MACHINE = "4c4c4544-0042-3510-8052-b4c04f564433"
+OTHER = "4c4c4544-0042-3510-8052-b4c04f56ffff"
+
+
+def test_a_system_of_another_machine_says_nothing_about_the_node() -> None:
+    h = Harness([nodebmc()], [node(ready="False", system_uuid=MACHINE)])
+    h.readers.answers["n1"], h.readers.uuids["n1"] = "Off", OTHER
+    assert isinstance(h.sync(), Retry)
+    assert h.taints() == []
+    status = h.api.statuses["n1"]
+    assert status["powerState"] == "Unknown"
+    assert status["conditions"][0]["reason"] == "SystemMismatch"
+    assert (
+        f"the System's UUID {OTHER} is not the Node's systemUUID {MACHINE}"
+        in (status["conditions"][0]["message"])
+    )
+    assert ("NodeBMC", "Warning", "SystemMismatch") in h.events()
+    h.readers.uuids["n1"] = MACHINE.upper()  # the address fixed; Redfish writes it in capitals
+    h.clock.step(6.0)
+    h.sync()
+    assert (h.api.statuses["n1"]["powerState"], h.taints()) == ("Off", [SHUTDOWN_TAINT])
+
+
+def test_a_node_registering_on_another_machine_is_compared_again_before_the_last_poll_acts() -> (
+    None
+):
+    # The NodeBMC is written before its Node registers (a machine being installed): the System
+    # read Off with no Node to compare. The Node then comes up on another machine.
+    h = Harness([nodebmc()], [])
+    h.readers.answers["n1"], h.readers.uuids["n1"] = "Off", OTHER
+    h.sync()
+    assert h.api.statuses["n1"]["powerState"] == "Off"
+    h.api.nodes["n1"] = node(ready="False", system_uuid=MACHINE)
+    h.refresh_node()
+    h.sync()
+    assert len(h.readers.reads) == 2  # not due, but the Node's machine is news
+    assert (h.api.statuses["n1"]["powerState"], h.taints()) == ("Unknown", [])
 
 
 def test_the_off_while_ready_warning_is_sent_once_per_episode() -> None:

@@ -45,6 +45,7 @@ class NodeView:
     resource_version: str
     ready: str  # the Ready condition's status; "Unknown" without one, as upstream defaults it
     taints: tuple[tuple[str, str], ...]  # (key, effect), in the Node's order
+    system_uuid: str = ""  # status.nodeInfo.systemUUID: its machine's SMBIOS UUID, "" unknown
 
     @property
     def is_ready(self) -> bool:
@@ -57,9 +58,10 @@ class NodeView:
 
     def decides_alike(self, other: NodeView | None) -> bool:
         """What the controller decides on is the same in `other` (a heartbeat is not news)."""
-        return other is not None and (self.ready, self.is_shut_down) == (
+        return other is not None and (self.ready, self.is_shut_down, self.system_uuid) == (
             other.ready,
             other.is_shut_down,
+            other.system_uuid,
         )
 
 
@@ -82,14 +84,16 @@ def _request(value: object) -> str | None:
 
 
 def project_node(obj: Obj) -> NodeView:
-    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-    conditions = (obj.get("status") or {}).get("conditions") or ()
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    conditions = status.get("conditions") or ()
+    info = status.get("nodeInfo") or {}
     ready = next((str(c.get("status")) for c in conditions if c.get("type") == "Ready"),
                  "Unknown")  # fmt: skip
     taints = tuple((str(t.get("key", "")), str(t.get("effect", "")))
                    for t in spec.get("taints") or ())  # fmt: skip
     return NodeView(str(meta.get("name", "")), str(meta.get("uid", "")),
-                    str(meta.get("resourceVersion", "")), ready, taints)  # fmt: skip
+                    str(meta.get("resourceVersion", "")), ready, taints,
+                    str(info.get("systemUUID") or ""))  # fmt: skip
 
 
 def stored_reason(status: Mapping[str, Any]) -> str | None:

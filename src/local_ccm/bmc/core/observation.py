@@ -6,11 +6,15 @@ that got no answer (an unreachable BMC, a refused password, an invalid spec) rec
 an answer too: the BMC answered 404 for the System's own path, where a System was read before at
 the same spec. A 404 for a path never read is `Unknown`: a mistyped System id must not read as
 a machine that is gone (the lifecycle controller deletes a NotReady Node whose System is
-Absent).
+Absent). A System whose UUID is not the Node's `systemUUID` is another machine: its power state
+says nothing about this Node, so it is `Unknown` with reason `SystemMismatch` (the lifecycle
+controller would otherwise fence or taint out-of-service on another machine's Off, or power off
+another machine that is On).
 """
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Final, Literal, get_args
 
@@ -28,6 +32,7 @@ Reason = Literal[
     "AuthFailed",
     "InvalidResponse",
     "SystemNotFound",
+    "SystemMismatch",
     "ServerError",
     "Rejected",
     "InvalidSpec",
@@ -56,6 +61,9 @@ HINTS: Final[dict[Reason, str]] = {
     "InvalidResponse": "spec.address may not name a Redfish System",
     "SystemNotFound": "the BMC has no System at this path: check the System id in "
     "spec.address, or the machine was removed",
+    "SystemMismatch": "spec.address names another machine's System: fix the System id or the "
+    "host in spec.address (or delete the NodeBMC); nothing is done to the Node or the System "
+    "until they match",
     "ServerError": "the BMC reported an error of its own; polls back off",
     "Rejected": "the BMC refused the request",
     "InvalidSpec": "fix the NodeBMC's spec; nothing is contacted until then",
@@ -86,7 +94,13 @@ class Observation:
         return self.reason in ("Contacted", "SystemNotFound")
 
 
-def observed(system: System, at: datetime) -> Observation:
+def observed(system: System, at: datetime, node_uuid: str = "") -> Observation:
+    """The System read; `SystemMismatch` when it is not the machine of the Node's `node_uuid`
+    (its `status.nodeInfo.systemUUID`; "" when there is no Node or it reports none)."""
+    if is_other_machine(node_uuid, system.uuid):
+        return Observation("Unknown", "SystemMismatch", f"GET {system.path}: the System's UUID "
+                           f"{system.uuid} is not the Node's systemUUID {node_uuid}: "
+                           f"{HINTS['SystemMismatch']}", at)  # fmt: skip
     power: PowerStatus = "Unknown" if system.power_state == "unknown" else system.power_state
     said = system.reported_power_state
     shown = power if said is None else f"{power} (the BMC said {said!r})"
@@ -126,3 +140,15 @@ def failure_delay(observation: Observation, first: float, longest: float) -> flo
     to come back), never past the backoff's longest step (a Retry-After of a day would leave
     the Node unwatched)."""
     return min(longest, max(first, observation.retry_after or 0.0))
+
+
+def is_other_machine(node_uuid: str, system_uuid: str | None) -> bool:
+    """Both UUIDs known and not the same machine's. The kubelet reports SMBIOS's UUID
+    (/sys/class/dmi/id/product_uuid) and Redfish the same one, in any case; firmware that
+    predates SMBIOS 2.6 stores its first three fields in the other byte order, so either
+    reading of them matches. Anything unreadable is no evidence: not another machine."""
+    try:
+        node, system = uuid.UUID(node_uuid), uuid.UUID(system_uuid or "")
+    except ValueError:
+        return False
+    return system not in (node, uuid.UUID(bytes_le=node.bytes))

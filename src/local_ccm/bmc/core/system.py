@@ -35,6 +35,7 @@ class System:
     power_state: PowerState
     reported_power_state: str | None  # the text the BMC sent, when it is not one of ours
     id: str | None
+    uuid: str | None  # the System's UUID: SMBIOS's, which the kubelet reports as systemUUID
     name: str | None
     manufacturer: str | None
     model: str | None
@@ -66,6 +67,7 @@ def parse_system(body: bytes | str, path: str) -> System | BmcError:
         power_state=power,
         reported_power_state=raw if raw is not None and power == "unknown" else None,
         id=_text(doc.get("Id")),
+        uuid=_text(doc.get("UUID")),
         name=_text(doc.get("Name")),
         manufacturer=_text(doc.get("Manufacturer")),
         model=_text(doc.get("Model")),
