@@ -83,6 +83,10 @@ REJECTED = [
     ("redfish://192.0.2.5/redfish/v1/Systems/1/Bios", [
         "the System id '1/Bios' must be one path segment of URL characters (percent-encode "
         "others)"]),
+    # Dot-segments: a server resolves them, /redfish/v1/Systems/.. is the service root.
+    *((f"redfish://192.0.2.5/redfish/v1/Systems/{dots}", [
+        f"the System id {dots!r} is a dot-segment, not a System's id"])
+      for dots in (".", "..", "%2e%2E", "%2E")),
     # Not Redfish.
     ("ipmi://192.0.2.5:623", [
         "ipmi:// is not a Redfish scheme: use redfish://, redfish+http:// or redfish+https:// (or "

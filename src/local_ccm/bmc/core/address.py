@@ -207,6 +207,11 @@ def _system_path(path: str, problems: list[str]) -> str | None:
             "(percent-encode others)"
         )
         return None
+    if system_id.lower().replace("%2e", ".") in (".", ".."):
+        # A dot-segment (RFC 3986 5.2.4): servers resolve it before routing, so
+        # /redfish/v1/Systems/.. is the service root, not a System.
+        problems.append(f"the System id {system_id!r} is a dot-segment, not a System's id")
+        return None
     return trimmed
 
 
