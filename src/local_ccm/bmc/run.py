@@ -272,7 +272,8 @@ class Controller:
                     seen = read_before(current["status"], bmc.generation) or (
                         track is not None and track.read_for == (bmc.uid, bmc.generation)
                     )
-                    observation = failed(exc, self.clock.now(), read_before=seen)
+                    observation = failed(exc, self.clock.now(), read_before=seen,
+                                         padded=credentials.padded)  # fmt: skip
         return self._observed(key, bmc, track, observation)
 
     def _node_uuid(self, key: str) -> str:

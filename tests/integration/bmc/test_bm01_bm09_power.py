@@ -15,7 +15,8 @@ BM07 an invalid address -> InvalidSpec and nothing contacted (admission refuses 
 BM08 power flapping faster than the poll -> the taint follows the last state read, at most one
 write per poll; BM09 the System removed -> Absent, Events, the Node kept; BM15 a BMC answering
 503 with Retry-After is not asked again sooner; BM16 a System whose UUID is not the Node's
-systemUUID (another machine's) is SystemMismatch, no taint.
+systemUUID (another machine's) is SystemMismatch, no taint; BM17 a password with echo's
+newline is AuthFailed with a message that says so.
 """
 
 from __future__ import annotations
@@ -226,6 +227,23 @@ def test_bm04_a_wrong_password_is_auth_failed_until_the_secret_is_rotated(
     text = scene.log.read_text()
     assert wrong not in text
     assert scene.sushy.password not in text
+
+
+def test_bm17_a_password_with_the_newline_of_echo_is_refused_and_the_status_says_why(
+    scene: Scene,
+) -> None:
+    """BM17: a Secret made with `echo <password> | base64`: the BMC refuses the password with
+    its newline (sent as it is, as Metal3 does), and the AuthFailed message points at the
+    whitespace without showing the password; written without it, the System is read."""
+    kube, sushy = scene.kube, scene.sushy
+    bmc.secret(kube, scene.namespace, "echoed", sushy.username, sushy.password + "\n")
+    name = scene.machine(ready="False", power="On", credentials="echoed")
+    bmc.power_is(kube, name, "Unknown", "AuthFailed")
+    message = bmc.reachable(kube, name)["message"]
+    assert "begins or ends with whitespace" in message
+    assert sushy.password not in message
+    bmc.secret(kube, scene.namespace, "echoed", sushy.username, sushy.password)
+    bmc.power_is(kube, name, "On")
 
 
 def test_bm05_a_certificate_of_another_ca_is_a_tls_error_unless_verification_is_off(

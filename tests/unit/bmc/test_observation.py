@@ -22,6 +22,7 @@ from local_ccm.bmc.core.observation import (
     is_other_machine,
     observed,
 )
+from local_ccm.bmc.core.service import Credentials
 from local_ccm.bmc.core.spec import BmcSpec, InvalidSpec
 from local_ccm.bmc.core.system import parse_system
 
@@ -157,3 +158,18 @@ def test_another_machine_is_two_known_uuids_that_differ(
     node: str, system: str | None, other: bool
 ) -> None:
     assert is_other_machine(node, system) is other
+
+
+@pytest.mark.parametrize(
+    ("username", "password", "said"),
+    [("admin", "s3cr3t\n", True), (" admin", "s3cr3t", True), ("admin", "s3cr3t", False)],
+)
+def test_refused_credentials_with_whitespace_at_an_end_are_pointed_out(
+    username: str, password: str, said: bool
+) -> None:
+    padded = Credentials(username, password).padded
+    refused = failed(BmcError("auth", "GET /s: HTTP 401"), AT, read_before=True, padded=padded)
+    assert ("begins or ends with whitespace" in refused.message) is said
+    assert "s3cr3t" not in refused.message
+    other = failed(BmcError("unreachable", "refused"), AT, read_before=True, padded=padded)
+    assert "whitespace" not in other.message  # only a refusal is about the credentials

@@ -113,12 +113,23 @@ NEVER_READ: Final = (
 )
 
 
-def failed(error: BmcError, at: datetime, *, read_before: bool) -> Observation:
+PADDED: Final = (
+    "; the username or the password in the Secret begins or ends with whitespace, which is sent "
+    "as it is: a newline from `echo pw | base64`? (use `echo -n`, or kubectl create secret "
+    "--from-literal)"
+)
+
+
+def failed(
+    error: BmcError, at: datetime, *, read_before: bool, padded: bool = False
+) -> Observation:
     """The poll's failure. A 404 is `Absent` only when `read_before` (a System was read at
-    this spec): the System went away. Otherwise the address may never have named one."""
+    this spec): the System went away. Otherwise the address may never have named one.
+    `padded`: the credentials sent begin or end with whitespace (said when they were refused)."""
     reason = REASON_OF_KIND[error.kind]
     if reason != "SystemNotFound":
-        return Observation("Unknown", reason, f"{error.message}: {HINTS[reason]}", at,
+        hint = HINTS[reason] + (PADDED if padded and reason == "AuthFailed" else "")
+        return Observation("Unknown", reason, f"{error.message}: {hint}", at,
                            retry_after=error.retry_after)  # fmt: skip
     if not read_before:
         return Observation("Unknown", reason, f"{error.message}: {NEVER_READ}", at)

@@ -32,6 +32,13 @@ class Credentials:
     username: str
     password: str = field(repr=False)
 
+    @property
+    def padded(self) -> bool:
+        """The username or the password begins or ends with whitespace: sent as it is (Metal3
+        does the same), but most likely the newline `echo` adds when a Secret is made with
+        `echo pw | base64`, the first thing to look at when the BMC refuses them."""
+        return any(text != text.strip() for text in (self.username, self.password))
+
 
 @dataclass(frozen=True)
 class Session:
