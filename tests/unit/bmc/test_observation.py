@@ -152,6 +152,10 @@ def test_a_failed_poll_waits_for_the_retry_after_the_bmc_asked_within_the_backof
         ("", "4c4c4544-0042-3510-8052-b4c04f564433", False),
         ("4c4c4544-0042-3510-8052-b4c04f564433", None, False),
         ("4c4c4544-0042-3510-8052-b4c04f564433", "not-a-uuid", False),
+        # A placeholder many boards share says nothing about which machine it is.
+        ("03000200-0400-0500-0006-000700080009", "4c4c4544-0042-3510-8052-b4c04f564433", False),
+        ("4c4c4544-0042-3510-8052-b4c04f564433", "00000000-0000-0000-0000-000000000000", False),
+        ("FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF", "4c4c4544-0042-3510-8052-b4c04f564433", False),
     ],
 )
 def test_another_machine_is_two_known_uuids_that_differ(

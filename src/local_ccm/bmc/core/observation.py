@@ -157,9 +157,23 @@ def is_other_machine(node_uuid: str, system_uuid: str | None) -> bool:
     """Both UUIDs known and not the same machine's. The kubelet reports SMBIOS's UUID
     (/sys/class/dmi/id/product_uuid) and Redfish the same one, in any case; firmware that
     predates SMBIOS 2.6 stores its first three fields in the other byte order, so either
-    reading of them matches. Anything unreadable is no evidence: not another machine."""
+    reading of them matches. Anything unreadable is no evidence: not another machine; nor is
+    a placeholder that firmware writes on many machines alike (all zeros, all ones, the
+    white-box boards' 03000200-0400-0500-0006-000700080009)."""
     try:
         node, system = uuid.UUID(node_uuid), uuid.UUID(system_uuid or "")
     except ValueError:
         return False
+    if node in _PLACEHOLDER_UUIDS or system in _PLACEHOLDER_UUIDS:
+        return False
     return system not in (node, uuid.UUID(bytes_le=node.bytes))
+
+
+_PLACEHOLDER_UUIDS: Final = frozenset(
+    uuid.UUID(u)
+    for u in (
+        "00000000-0000-0000-0000-000000000000",
+        "ffffffff-ffff-ffff-ffff-ffffffffffff",
+        "03000200-0400-0500-0006-000700080009",
+    )
+)
