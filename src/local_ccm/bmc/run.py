@@ -22,7 +22,7 @@ import asyncio
 import logging
 import random
 from collections import Counter
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, Final, Protocol
@@ -42,6 +42,7 @@ from local_ccm.bmc.core.model import (
     stored_reason,
 )
 from local_ccm.bmc.core.observation import (
+    ABSENT_AFTER,
     POWER_STATUSES,
     Observation,
     credentials_missing,
@@ -121,6 +122,17 @@ class Track:
     refused: str | None = None  # the power-off request last refused (its Event sent)
     read_for: tuple[str, int] | None = None  # (uid, generation) a System was last read at
     node_uuid: str = ""  # the Node's systemUUID the last poll's System was compared with
+
+
+def _not_found(bmc: NodeBmc, current: Mapping[str, Any], track: Track | None) -> int:
+    """This poll's place in a row of 404s, if it is one: one more than the last poll's at the
+    same spec. A status already Absent at this generation (an earlier term confirmed it) is
+    the whole row: the System stays Absent through a restart of the controller."""
+    status = current.get("status") or {}
+    if status.get("powerState") == "Absent" and status.get("observedGeneration") == bmc.generation:
+        return ABSENT_AFTER
+    same = track is not None and track.polled_for == (bmc.uid, bmc.generation)
+    return (track.observation.not_found if track is not None and same else 0) + 1
 
 
 class Controller:
@@ -273,7 +285,8 @@ class Controller:
                         track is not None and track.read_for == (bmc.uid, bmc.generation)
                     )
                     observation = failed(exc, self.clock.now(), read_before=seen,
-                                         padded=credentials.padded)  # fmt: skip
+                                         padded=credentials.padded,
+                                         not_found=_not_found(bmc, current, track))  # fmt: skip
         return self._observed(key, bmc, track, observation)
 
     def _node_uuid(self, key: str) -> str:

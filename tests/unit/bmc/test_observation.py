@@ -177,3 +177,10 @@ def test_refused_credentials_with_whitespace_at_an_end_are_pointed_out(
     assert "s3cr3t" not in refused.message
     other = failed(BmcError("unreachable", "refused"), AT, read_before=True, padded=padded)
     assert "whitespace" not in other.message  # only a refusal is about the credentials
+
+
+def test_a_404_for_a_system_read_before_is_absent_from_the_third_in_a_row() -> None:
+    gone = BmcError("not-found", "HTTP 404")
+    seen = [failed(gone, AT, read_before=True, not_found=n).power for n in (1, 2, 3, 4)]
+    assert seen == ["Unknown", "Unknown", "Absent", "Absent"]
+    assert failed(gone, AT, read_before=False, not_found=5).power == "Unknown"  # never read

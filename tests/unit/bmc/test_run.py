@@ -299,6 +299,33 @@ def test_a_failed_poll_is_recorded_then_retried_and_changes_nothing_on_the_node(
     assert ("NodeBMC", "Normal", "Contacted") in h.events()
 
 
+def test_a_system_read_before_is_absent_only_after_404s_on_three_polls_in_a_row() -> None:
+    """One 404 can be a BMC starting its Redfish service; Absent lets the lifecycle controller
+    delete the NotReady Node and count the machine as off, so it needs the 404 to stay."""
+    h = Harness([nodebmc()], [node(ready="False")])
+    h.sync()
+    assert h.api.statuses["n1"]["powerState"] == "On"
+
+    def poll(answer: str | BmcError) -> str:
+        h.clock.step(34.0)
+        h.readers.answers["n1"] = answer
+        h.made.bmcs.prime([{**nodebmc(), "status": h.api.statuses["n1"]}], "2")
+        h.sync()
+        return str(h.api.statuses["n1"]["powerState"])
+
+    gone = BmcError("not-found", "HTTP 404")
+    assert [poll(gone), poll(gone)] == ["Unknown", "Unknown"]
+    assert "1 of the 3 answers in a row" not in h.api.statuses["n1"]["conditions"][0]["message"]
+    assert "2 of the 3 answers in a row" in h.api.statuses["n1"]["conditions"][0]["message"]
+    assert poll("On") == "On"  # the BMC is back: the row starts over
+    assert [poll(gone), poll(gone), poll(gone)] == ["Unknown", "Unknown", "Absent"]
+    # A new term (a restart or another leader) keeps what the last one confirmed.
+    again = Harness([{**nodebmc(), "status": h.api.statuses["n1"]}], [node(ready="False")])
+    again.readers.answers["n1"] = gone
+    again.sync()
+    assert again.api.statuses["n1"]["powerState"] == "Absent"
+
+
 def test_a_failing_bmc_is_not_asked_again_before_the_first_backoff() -> None:
     h = Harness([nodebmc()], [node(ready="False")])
     h.readers.answers["n1"] = BmcError("timeout", "no answer")

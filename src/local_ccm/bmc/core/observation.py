@@ -81,6 +81,7 @@ class Observation:
     message: str
     at: datetime
     retry_after: float | None = None  # the seconds a 429 or 5xx asked to wait, when it said
+    not_found: int = 0  # 404s for a System read before, in a row up to this poll
 
     @property
     def reachable(self) -> bool:
@@ -107,6 +108,12 @@ def observed(system: System, at: datetime, node_uuid: str = "") -> Observation:
     return Observation(power, "Contacted", f"GET {system.path}: PowerState {shown}", at)
 
 
+# A System read before is Absent once the BMC has answered 404 for it on this many polls in a
+# row: one 404 can be a BMC still starting its Redfish service or one that glitched, and Absent
+# lets the lifecycle controller delete the NotReady Node and count the machine as off for the
+# out-of-service taint.
+ABSENT_AFTER: Final = 3
+
 NEVER_READ: Final = (
     "no System was ever read at this address, so it counts as Unknown, not Absent: check the "
     "System id in spec.address"
@@ -121,11 +128,14 @@ PADDED: Final = (
 
 
 def failed(
-    error: BmcError, at: datetime, *, read_before: bool, padded: bool = False
-) -> Observation:
+    error: BmcError, at: datetime, *, read_before: bool, padded: bool = False,
+    not_found: int = ABSENT_AFTER,
+) -> Observation:  # fmt: skip
     """The poll's failure. A 404 is `Absent` only when `read_before` (a System was read at
-    this spec): the System went away. Otherwise the address may never have named one.
-    `padded`: the credentials sent begin or end with whitespace (said when they were refused)."""
+    this spec): the System went away; and only once `not_found` (the 404s in a row, this one
+    included) reaches `ABSENT_AFTER`, before which it is `Unknown`. Without `read_before` the
+    address may never have named a System. `padded`: the credentials sent begin or end with
+    whitespace (said when they were refused)."""
     reason = REASON_OF_KIND[error.kind]
     if reason != "SystemNotFound":
         hint = HINTS[reason] + (PADDED if padded and reason == "AuthFailed" else "")
@@ -133,7 +143,13 @@ def failed(
                            retry_after=error.retry_after)  # fmt: skip
     if not read_before:
         return Observation("Unknown", reason, f"{error.message}: {NEVER_READ}", at)
-    return Observation("Absent", reason, f"{error.message}: {HINTS[reason]}", at)
+    if not_found < ABSENT_AFTER:
+        return Observation("Unknown", reason, f"{error.message}: {not_found} of the "
+                           f"{ABSENT_AFTER} answers in a row that make it Absent (a BMC "
+                           f"starting or glitching can answer 404 once): {HINTS[reason]}", at,
+                           not_found=not_found)  # fmt: skip
+    return Observation("Absent", reason, f"{error.message}: {HINTS[reason]}", at,
+                       not_found=not_found)  # fmt: skip
 
 
 def invalid_spec(problems: str, at: datetime) -> Observation:
