@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from local_ccm.csr.api import Obj
+from local_ccm.csr.core.decide import REASONS
 from local_ccm.csr.core.model import Policy, project_node
 from local_ccm.csr.metrics import CsrMetrics
 from local_ccm.csr.options import Settings
@@ -100,6 +101,16 @@ def conditions(obj: Obj) -> list[Any]:
     return list((obj.get("status") or {}).get("conditions") or [])
 
 
+def test_every_decision_and_reason_is_exposed_at_zero_before_the_first() -> None:
+    """A series that appears at 1 has no increase(): LocalCcmCsrDenied would miss the first
+    denial of a process."""
+    made = controller(FakeCsrApi(), [])
+    assert "requester" in REASONS["deny"]
+    for decision, reasons in REASONS.items():
+        for reason in reasons:
+            assert decisions(made, decision, reason) == 0, (decision, reason)
+
+
 def test_a_matching_csr_gets_one_approved_condition_and_is_counted() -> None:
     api = FakeCsrApi()
     made = controller(api, [a_csr()])
@@ -119,7 +130,7 @@ def test_a_conflict_is_raised_for_the_worker_to_retry_and_is_no_write_failure() 
     with pytest.raises(Conflict):
         asyncio.run(made.sync("c1"))
     assert api.writes == []
-    assert decisions(made, "approve", "matches_node") is None
+    assert decisions(made, "approve", "matches_node") == 0
     assert write_failures(made, "409") is None
 
 

@@ -17,7 +17,7 @@ certified for it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 from local_ccm.csr.core.claims import Claims
 from local_ccm.csr.core.model import (
@@ -35,6 +35,20 @@ from local_ccm.gosyntax import format_go_duration
 from local_ccm.records import dataclass
 
 Kind = Literal["approve", "deny", "wait", "skip"]
+# Every reason a decision can carry, per kind: the metric exposes each at zero from the start,
+# so that an alert on increase() sees the first denial of a process (a series that appears
+# already at 1 has no increase).
+DenyReason = Literal[
+    "requester", "subject", "email_san", "uri_san", "no_san", "ip_san", "dns_san", "usages",
+    "key", "signature", "ip_prefix", "expiration", "ip_san_shared", "dns_san_shared",
+    "invalid_request",
+]  # fmt: skip
+WaitReason = Literal["node_missing", "node_uninitialized"]
+REASONS: Final = {
+    "approve": ("matches_node",),
+    "deny": get_args(DenyReason),
+    "wait": get_args(WaitReason),
+}
 SERVER_USAGES: Final = frozenset({"digital signature", "server auth"})
 RSA_USAGES: Final = SERVER_USAGES | {"key encipherment"}
 CURVES: Final = frozenset({"secp256r1", "secp384r1"})
@@ -53,7 +67,7 @@ class Decision:
     message: str
 
 
-def _deny(reason: str, message: str) -> Decision:
+def _deny(reason: DenyReason, message: str) -> Decision:
     return Decision("deny", reason, message)
 
 
@@ -180,6 +194,7 @@ def _nodes(names: Sequence[str]) -> str:
 def check_claims(req: Request, node: Node, claims: Claims) -> Decision | None:
     """Deny a SAN another Node also shows. When an address moved legitimately the old Node
     may still show it for a while: the denial says so, and the kubelet asks again."""
+    shared: list[tuple[DenyReason, str, str, Sequence[str]]]
     shared = [("ip_san_shared", f"IP SAN {ip}", "an address", claims.others(ip, node.name))
               for ip in req.ip_addresses]  # fmt: skip
     shared += [("dns_san_shared", f"DNS SAN {name!r}", "a name",
