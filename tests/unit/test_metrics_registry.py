@@ -7,13 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from local_ccm.agent.metrics import AgentMetrics
+from local_ccm.announce.metrics import AnnounceMetrics
+from local_ccm.announce.speaker import Counters
 from local_ccm.bmc.metrics import BmcMetrics
 from local_ccm.csr.metrics import CsrMetrics
 from local_ccm.ipam.metrics import IpamMetrics
 from local_ccm.lbipam.metrics import LbMetrics
 from local_ccm.lifecycle.metrics import LifecycleMetrics
-from local_ccm.runtime.metrics import Metrics, counter, gauge, histogram
-from local_ccm.runtime.promtext import Registry
+from local_ccm.runtime.metrics import LeaderMetrics, Metrics, counter, gauge, histogram
+from local_ccm.runtime.procmetrics import ProcessCollector, PythonCollector
+from local_ccm.runtime.promtext import Counter, Gauge, Histogram, Registry
 
 NAMES = Path(__file__).with_name("metric_names.txt")
 
@@ -39,23 +42,43 @@ def test_declared_metrics_are_per_instance_with_their_series_at_zero() -> None:
     assert one.registry.get_sample_value("process_open_fds") is not None
 
 
-def describe(metrics: Metrics) -> list[str]:
+def describe(registry: Registry) -> list[str]:
+    """One line per family of `registry` but the process and Python ones: the declared
+    metrics, and the families of its other collectors (the work queue's in-flight gauges,
+    the L2 speaker's counters) as a scrape shows them."""
     lines = []
-    for metric in metrics.registry.metrics():
-        buckets = getattr(metric, "bounds", None)
-        more = f" buckets={list(buckets[:-1])}" if buckets else ""
-        labels = list(metric.labelnames)
-        lines.append(f"{metric.name} {metric.kind} {labels} {metric.documentation!r}{more}")
+    for collector in registry.collectors():
+        if isinstance(collector, Counter | Gauge | Histogram):
+            buckets = getattr(collector, "bounds", None)
+            more = f" buckets={list(buckets[:-1])}" if buckets else ""
+            labels = list(collector.labelnames)
+            doc = collector.documentation
+            lines.append(f"{collector.name} {collector.kind} {labels} {doc!r}{more}")
+        elif not isinstance(collector, ProcessCollector | PythonCollector):
+            for family in collector.collect():
+                labels = list(family.samples[0].labels) if family.samples else []
+                lines.append(f"{family.name} {family.type} {labels} {family.documentation!r}")
     return sorted(lines)
+
+
+def l2_registry() -> Registry:
+    """The agent's L2 families, each with a sample (the speaker's appear once counted)."""
+    registry, counters = Registry(), Counters()
+    counters.replies[("eth0", "ipv4")] = counters.announcements[("eth0", "ipv4")] = 1
+    counters.dropped[("eth0", "rate_limit")] = counters.reopens["eth0"] = 1
+    AnnounceMetrics(registry, counters)
+    return registry
 
 
 def test_metric_names_types_labels_and_help_are_unchanged() -> None:
     found = [
-        *describe(AgentMetrics()),
-        *describe(IpamMetrics()),
-        *describe(LifecycleMetrics()),
-        *describe(CsrMetrics()),
-        *describe(LbMetrics()),
-        *describe(BmcMetrics()),
+        *describe(AgentMetrics().registry),
+        *describe(l2_registry()),
+        *describe(IpamMetrics().registry),
+        *describe(LifecycleMetrics().registry),
+        *describe(CsrMetrics().registry),
+        *describe(LbMetrics().registry),
+        *describe(BmcMetrics().registry),
+        *describe(LeaderMetrics("lease").registry),
     ]
     assert found == NAMES.read_text().splitlines()
