@@ -61,6 +61,18 @@ def test_an_unknown_controller_and_every_other_problem_in_one_run(tmp_path: Path
     assert found[3].startswith("no Kubernetes credentials: ")  # in the same list
 
 
+def test_repeated_controllers_flags_add_up_as_in_kube_controller_manager(tmp_path: Path) -> None:
+    """kube-controller-manager --controllers=foo --controllers=bar,baz names all three unknown
+    controllers: its flag is a string slice, whose repeats add up."""
+    argv = ["--controllers=bogus", "--controllers=nope,node-ipam"]
+    code, lines = run(MANAGER, argv, tmp_path, usable(tmp_path))
+    assert code == 2, lines
+    assert [line.split(";")[0] for line in problems(lines, MANAGER)] == [
+        "invalid flag --controllers: unknown controller 'bogus'",
+        "invalid flag --controllers: unknown controller 'nope'",
+    ]
+
+
 @pytest.mark.parametrize(
     ("argv", "env", "named"),
     [

@@ -705,3 +705,18 @@ def test_problem_lines_escape_control_characters_in_user_text() -> None:
         '"1\\n" (ns, us, ms, s, m, h)',
     ]
     assert str(invalid("v", "a\nb")) == "invalid flag --v: a\\nb"
+
+
+def test_an_accumulating_flag_adds_its_repeats_up() -> None:
+    """pflag's string slices: kube-controller-manager's `--controllers=a --controllers=b` is
+    `a,b`; any other flag keeps Go's last-one-wins."""
+    table = FlagSet("prog", [Flag("list", "string", "*", "x", accumulates=True),
+                             Flag("one", "string", "", "x")])  # fmt: skip
+    parsed = run(table, "--list=a", "-list", "b,c", "--one=x", "--one=y")
+    assert (parsed.values["list"], parsed.values["one"]) == ("a,b,c", "y")
+    assert run(table).values["list"] == "*"
+
+
+def test_only_a_string_flag_accumulates() -> None:
+    with pytest.raises(TypeError, match="only a string flag"):
+        Flag("n", "int", 0, "x", accumulates=True)

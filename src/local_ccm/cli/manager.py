@@ -1,8 +1,9 @@
 """`local-ccm-controller-manager --controllers=…`: the central controllers in one process, on
 the path of `local_ccm.cli.central`.
 
-`--controllers` reads as kube-controller-manager's: a comma list, `*` for every controller on
-by default, `-name` turns one off. A controller joins with one `CONTROLLERS` entry.
+`--controllers` reads as kube-controller-manager's: a comma list (given twice, the lists add
+up), `*` for every controller on by default, `-name` turns one off. A controller joins with one
+`CONTROLLERS` entry.
 
 One process, one set of servers: /healthz and /readyz on `--health-probe-bind-address`
 (:8091), /metrics on `--metrics-bind-address` (:8090), whichever controllers run.
@@ -95,9 +96,9 @@ def select(spec: str, known: Mapping[str, bool]) -> tuple[str, ...] | list[str]:
 def manager_flags() -> FlagSet:
     """The union of the controllers' tables, `--controllers`, the manager's own Lease and one
     health-probe flag; `--help` in sections: the process's flags, then each controller's."""
-    own = Flag("controllers", "string", "*", "Controllers to run: a comma list, * for every "
-               "controller on by default, -name to turn one off; known: "
-               + ", ".join(CONTROLLERS) + ".", metavar="list")  # fmt: skip
+    own = Flag("controllers", "string", "*", "Controllers to run: a comma list (repeats add "
+               "up), * for every controller on by default, -name to turn one off; known: "
+               + ", ".join(CONTROLLERS) + ".", metavar="list", accumulates=True)  # fmt: skip
     owned = [(f"{name} flags", CONTROLLERS[name]().flags().flags) for name in CONTROLLERS]
     united = unite(PROG, [[own], *(table for _, table in owned)], version=__version__).flags
     flags = [_manager_flag(f) for f in united if f.name not in IPAM_WEB_FLAGS]

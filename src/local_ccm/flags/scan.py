@@ -130,6 +130,8 @@ class _Acc:
         except GoSyntaxError as err:
             self.problems.append(invalid(spelling, str(err)))
             return
+        if flag.accumulates and flag.name in self.values:
+            value = f"{self.values[flag.name]},{value}"
         self.values[flag.name] = value
         self.spelled.setdefault(flag.name, {})[spelling] = (raw, value)
 

@@ -20,7 +20,9 @@ class Flag:
     """One flag. `default` is typed: str, bool, int, float, or float seconds for a duration;
     `None` means "unset". `env` lists fallback variables in priority order. `value` turns the
     Go-typed value into what the options hold (a bind address, a tuple of CIDRs...), raising
-    `ValidationError` or `GoSyntaxError` with the reason; it must accept the default."""
+    `ValidationError` or `GoSyntaxError` with the reason; it must accept the default.
+    `accumulates`: a comma list whose repeats on the command line add up (pflag's string
+    slices, kube-controller-manager's `--controllers`) instead of the last one winning."""
 
     name: str
     kind: FlagKind
@@ -30,8 +32,11 @@ class Flag:
     aliases: tuple[str, ...] = ()
     metavar: str | None = None
     value: Callable[[Any], object] | None = None
+    accumulates: bool = False
 
     def __post_init__(self) -> None:
+        if self.accumulates and self.kind != "string":
+            raise TypeError(f"flag {self.name}: only a string flag accumulates")
         for name in (self.name, *self.aliases):
             if not _NAME.fullmatch(name):
                 raise ValueError(f"bad flag name {name!r}")

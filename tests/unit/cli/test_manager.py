@@ -107,6 +107,17 @@ def test_help_lists_the_controllers(capsys: pytest.CaptureFixture[str]) -> None:
         assert text in out
 
 
+def test_repeated_controllers_flags_add_up_like_kube_controller_manager() -> None:
+    """pflag's string slice: the lists of every `--controllers` count, not the last one alone
+    (a manifest with one list item per controller ran only the last controller)."""
+    defaults = {name: make().default_on for name, make in manager.CONTROLLERS.items()}
+    argv = ["--controllers=node-lifecycle", "--controllers", "service-lb-ipam,node-bmc"]
+    parsed = flags.parse(manager.manager_flags(), argv, {})
+    assert manager.select(parsed.get_str("controllers"), defaults) == (
+        "node-lifecycle", "service-lb-ipam", "node-bmc"
+    )  # fmt: skip
+
+
 def test_a_bad_controllers_flag_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert manager.main(["--controllers=node-dns"], {}) == 2
     assert "unknown controller 'node-dns'" in capsys.readouterr().err
