@@ -92,6 +92,19 @@ def test_lifecycle_identity_lock_and_defaults() -> None:
     ]
 
 
+def test_lifecycle_durations_are_ordered_only_with_leader_election() -> None:
+    """kube-controller-manager validates the durations only with --leader-elect, and the
+    originals use them only then."""
+    argv = ("--leader-elect-renew-deadline=20s", "--leader-elect-retry-period=30s")
+    assert not nlc("--leader-elect=false", *argv).election.enabled
+    assert nlc_problems(*argv) == [
+        "invalid flag --leader-elect-lease-duration: must be greater than "
+        "--leader-elect-renew-deadline (20s), got 15s",
+        "invalid flag --leader-elect-renew-deadline: must be greater than 1.2 × "
+        "--leader-elect-retry-period (30s), got 20s",
+    ]
+
+
 def test_lifecycle_alias_and_canonical_with_different_values_is_one_line() -> None:
     assert nlc_problems("--leader-elect-id=a", "--leader-elect-resource-name=b") == [
         "invalid flag --leader-elect-resource-name: given with different values: "

@@ -82,14 +82,15 @@ def election_flags(
 
 
 def election_from(read: Loader) -> Election:
-    """The group's values, checked together: client-go's ordering of the durations, and a
-    namespace whenever leader election is on."""
+    """The group's values, checked together whenever leader election is on: client-go's
+    ordering of the durations, and a namespace. Off, neither is used, and the originals (and
+    kube-controller-manager) accept any durations then: so does this."""
     durations = [read(name) for name in DURATIONS]
     enabled = read("leader-elect")
     namespace = read(NAMESPACE)
     if enabled and not namespace and NAMESPACE not in read.failed:
         _no_namespace(read)
-    if not read.failed.intersection(DURATIONS):
+    if enabled and not read.failed.intersection(DURATIONS):
         _check_order(read, *durations)
     return Election(
         enabled=enabled,

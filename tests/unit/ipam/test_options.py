@@ -137,6 +137,17 @@ def test_election_durations_are_checked_together() -> None:
     assert "must be > 0" in problems("--leader-elect-retry-period=0s")[0]
 
 
+def test_election_durations_are_not_ordered_when_election_is_off() -> None:
+    """node-ipam-controller never builds its elector with --enable-leader-election=false, so
+    leftover IPAM_* durations in any order start it; they are still parsed."""
+    env = {"IPAM_LEASE_DURATION": "5s", "IPAM_RENEW_DEADLINE": "20s"}
+    o = ok("--enable-leader-election=false", env=env)
+    assert (o.election.enabled, o.election.renew_deadline) == (False, 20.0)
+    assert problems("--enable-leader-election=false", "--leader-elect-retry-period=2") == [
+        'invalid flag --leader-elect-retry-period: missing unit in duration "2"; did you mean 2s?'
+    ]
+
+
 @pytest.mark.parametrize(
     ("argv", "fragment"),
     [
