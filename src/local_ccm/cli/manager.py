@@ -86,11 +86,17 @@ def select(spec: str, known: Mapping[str, bool]) -> tuple[str, ...] | list[str]:
     unknown = [i.removeprefix("-") for i in items if i != "*" and i.removeprefix("-") not in known]
     if unknown:
         return [f"unknown controller {name!r}; known: {', '.join(known)}" for name in unknown]
-    chosen = tuple(
-        name for name, on in known.items()
-        if f"-{name}" not in items and (name in items or ("*" in items and on))
-    )  # fmt: skip
+    chosen = tuple(name for name, on in known.items() if is_enabled(name, on, items))
     return chosen or ["no controller selected"]
+
+
+def is_enabled(name: str, on_by_default: bool, items: Sequence[str]) -> bool:
+    """kube-controller-manager's rule: the first item naming the controller (`name` or
+    `-name`) decides; without one, `*` turns on those on by default."""
+    for item in items:
+        if item in (name, f"-{name}"):
+            return item == name
+    return "*" in items and on_by_default
 
 
 def manager_flags() -> FlagSet:

@@ -23,6 +23,10 @@ KNOWN = {"node-lifecycle": True, "node-ipam": True, "later": False}
         ("*,later", ("node-lifecycle", "node-ipam", "later")),
         ("later,node-lifecycle", ("node-lifecycle", "later")),
         (" node-ipam , ", ("node-ipam",)),
+        # the first item naming a controller decides, wherever `*` is
+        ("node-ipam,-node-ipam", ("node-ipam",)),
+        ("-node-ipam,node-ipam,*", ("node-lifecycle",)),
+        ("-node-ipam,*", ("node-lifecycle",)),
     ],
 )
 def test_controllers_select_like_kube_controller_manager(
