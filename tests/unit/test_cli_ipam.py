@@ -12,10 +12,11 @@ import pytest
 
 from local_ccm import flags
 from local_ccm.cli import central
-from local_ccm.cli.ipam import controller
+from local_ccm.cli.ipam import controller, shared_of
 from local_ccm.cli.ipam import main as ipam_main
 from local_ccm.ipam.options import FLAGS, IpamOptions
 from tests.support.kubeconfigs import unused_kubeconfig
+from tests.support.options import load_ipam
 
 HELP_LINE = "run 'node-ipam-controller --help' for usage"
 
@@ -106,3 +107,11 @@ def test_an_unusable_metrics_cert_dir_exits_2_before_start_up(
     assert "starting" not in err  # refused with the flags' problems, before the start line
     (line,) = [x for x in err.splitlines() if "metrics-cert-dir" in x]
     assert "cannot load tls.crt and tls.key" in line
+
+
+def test_klog_flags_are_named_in_the_start_up_warning_as_in_the_other_binaries() -> None:
+    """The process's settings carry the klog flags given, so `start_logging` warns that they
+    are ignored (node-ipam-controller alone, or first in the manager)."""
+    options = load_ipam(["--vmodule=x=2", "--logtostderr=false"], {"POD_NAMESPACE": "ns"})
+    assert isinstance(options, IpamOptions), options
+    assert shared_of(options).ignored_klog == ("vmodule", "logtostderr")

@@ -62,7 +62,7 @@ def serving_of(options: IpamOptions) -> Serving:
 def shared_of(options: IpamOptions) -> Shared:
     """The process's settings as node-ipam-controller's flags give them."""
     return Shared(serving_of(options), lease_of(options), options.log_format, options.verbosity,
-                  options.event_namespace, warnings=options.warnings)  # fmt: skip
+                  options.event_namespace, options.ignored_klog, options.warnings)  # fmt: skip
 
 
 def permissions(options: IpamOptions) -> list[Access]:

@@ -183,6 +183,7 @@ class IpamOptions:
     qps: float = 50.0
     burst: int = 100
     event_namespace: str = "default"
+    ignored_klog: tuple[str, ...] = ()  # klog flags given (accepted and ignored)
     warnings: tuple[str, ...] = field(default=(), compare=False)  # logged after start-up
 
 
@@ -237,7 +238,7 @@ def options_from(
         metrics_secure=read("metrics-secure") and mode == "separate",
         pod_name=env.get("POD_NAME", ""), cluster_cidrs=cluster, mask_v4=masks[0],
         mask_v6=masks[1], reserved=read("service-cluster-ip-range") + read("reserved-cidrs"),
-        warnings=(*warnings, *_notes(parsed)),
+        ignored_klog=parsed.ignored_klog, warnings=(*warnings, *_notes(parsed)),
     )  # fmt: skip
     return read.result(options)
 
