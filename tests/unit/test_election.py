@@ -98,6 +98,11 @@ def test_config_validation_follows_client_go(
 def test_config_validation_reports_every_problem_at_once() -> None:
     problems = election_problems(0, 0, 0)
     assert len(problems) == 3, problems
+    # a value refused for itself does not hide the other pair's order (client-go's validation
+    # lists both)
+    assert election_problems(5, 10, 0) == [
+        "retry period must be > 0", "lease duration must be greater than renew deadline"
+    ]  # fmt: skip
 
 
 def test_config_needs_an_identity() -> None:

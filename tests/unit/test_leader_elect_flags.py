@@ -105,6 +105,15 @@ def test_lifecycle_durations_are_ordered_only_with_leader_election() -> None:
     ]
 
 
+def test_every_duration_problem_is_listed_at_once() -> None:
+    """A duration refused for itself does not hide the order of the other two."""
+    assert nlc_problems("--leader-elect-lease-duration=5s", "--leader-elect-retry-period=0s") == [
+        "invalid flag --leader-elect-retry-period: must be > 0, got 0s",
+        "invalid flag --leader-elect-lease-duration: must be greater than "
+        "--leader-elect-renew-deadline (10s), got 5s",
+    ]
+
+
 def test_lifecycle_alias_and_canonical_with_different_values_is_one_line() -> None:
     assert nlc_problems("--leader-elect-id=a", "--leader-elect-resource-name=b") == [
         "invalid flag --leader-elect-resource-name: given with different values: "

@@ -44,11 +44,22 @@ def election_problems(
         )
         if not value > 0
     ]
-    if problems:
-        return problems
-    if not lease_duration > renew_deadline:
+    positive = [value if value > 0 else None
+                for value in (lease_duration, renew_deadline, retry_period)]  # fmt: skip
+    return problems + order_problems(*positive)
+
+
+def order_problems(
+    lease_duration: float | None, renew_deadline: float | None, retry_period: float | None
+) -> list[str]:
+    """client-go's ordering of the durations, each pair whose values are both known (None: a
+    value already refused for itself, which does not hide the other pair's problem)."""
+    problems = []
+    if lease_duration is not None and renew_deadline is not None \
+            and not lease_duration > renew_deadline:  # fmt: skip
         problems.append("lease duration must be greater than renew deadline")
-    if not renew_deadline > JITTER_FACTOR * retry_period:
+    if renew_deadline is not None and retry_period is not None \
+            and not renew_deadline > JITTER_FACTOR * retry_period:  # fmt: skip
         problems.append(f"renew deadline must be greater than {JITTER_FACTOR} × retry period")
     return problems
 

@@ -3,7 +3,7 @@ names, and their loader into an `Election`.
 
 Pure, no I/O. Each binary builds the group with its own Lease defaults, environment variables
 and the aliases its original had (kept with their original meanings); the durations follow
-client-go's rules (`election_problems`).
+client-go's rules (`order_problems`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from local_ccm.flags import Flag, Loader, invalid
 from local_ccm.flags.table import customize
 from local_ccm.flags.values import duration
 from local_ccm.gosyntax import format_go_duration, go_quote
-from local_ccm.lease.election import JITTER_FACTOR, election_problems
+from local_ccm.lease.election import JITTER_FACTOR, order_problems
 from local_ccm.records import dataclass
 from local_ccm.validate import ValidationError, dns1123_label, dns1123_subdomain
 
@@ -90,8 +90,10 @@ def election_from(read: Loader) -> Election:
     namespace = read(NAMESPACE)
     if enabled and not namespace and NAMESPACE not in read.failed:
         _no_namespace(read)
-    if enabled and not read.failed.intersection(DURATIONS):
-        _check_order(read, *durations)
+    if enabled:
+        valid = [None if name in read.failed else value
+                 for name, value in zip(DURATIONS, durations, strict=True)]  # fmt: skip
+        _check_order(read, *valid)
     return Election(
         enabled=enabled,
         lease_name=read("leader-elect-resource-name"),
@@ -114,17 +116,20 @@ def _no_namespace(read: Loader) -> None:
                 "replicas in different namespaces)")  # fmt: skip
 
 
-def _check_order(read: Loader, lease: float, renew: float, retry: float) -> None:
-    """When variables may set the durations the problem names what they mean (the flags were
-    perhaps not given); otherwise it names the flags to change."""
+def _check_order(
+    read: Loader, lease: float | None, renew: float | None, retry: float | None
+) -> None:
+    """Each pair of valid durations (None: refused already, which does not hide the other
+    pair's problem). When variables may set the durations the problem names what they mean
+    (the flags were perhaps not given); otherwise it names the flags to change."""
     if any(read.parsed.flag(name).env for name in DURATIONS):
-        for text in election_problems(lease, renew, retry):
+        for text in order_problems(lease, renew, retry):
             read.problems.append(invalid(None, f"invalid leader election durations: {text}"))
         return
     fmt = format_go_duration
-    if not lease > renew:
+    if lease is not None and renew is not None and not lease > renew:
         read.reject(DURATIONS[0], f"must be greater than --{DURATIONS[1]} ({fmt(renew)}), "
                     f"got {fmt(lease)}")  # fmt: skip
-    if not renew > JITTER_FACTOR * retry:
+    if renew is not None and retry is not None and not renew > JITTER_FACTOR * retry:
         read.reject(DURATIONS[1], f"must be greater than {JITTER_FACTOR} × --{DURATIONS[2]} "
                     f"({fmt(retry)}), got {fmt(renew)}")  # fmt: skip
