@@ -248,12 +248,14 @@ _UPSTREAM_WEB_FLAGS = ("webserver-bind-address", "health-probe-address")
 
 def _web_flag(read: Loader) -> str:
     """The flag of the web server (health probes): upstream's two in node-ipam-controller, the
-    deprecated one when it was given; in local-ccm-controller-manager, whose table makes both
-    aliases of the process's health flag, that flag."""
+    deprecated one when it was given a value (empty is upstream's default: unset, as an empty
+    variable is); in local-ccm-controller-manager, whose table makes both aliases of the
+    process's health flag, that flag."""
     declared = read.parsed.flag("webserver-bind-address").name
     if declared != "webserver-bind-address":
         return declared
-    return "health-probe-address" if read.given("health-probe-address") else declared
+    deprecated = read.given("health-probe-address") and read.parsed.get_str("health-probe-address")
+    return "health-probe-address" if deprecated else declared
 
 
 def _notes(parsed: Parsed) -> list[str]:

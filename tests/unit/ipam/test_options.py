@@ -191,6 +191,14 @@ def test_health_probe_address_wins_over_webserver_bind_address() -> None:
     assert ok("--webserver-bind-address=127.0.0.1:9000").web_bind.port == 9000  # type: ignore[union-attr]
 
 
+def test_an_empty_health_probe_address_is_upstreams_default_not_an_address() -> None:
+    """Upstream uses --health-probe-address only when it is not empty (its default is empty),
+    so `--health-probe-address=` leaves the web server on --webserver-bind-address."""
+    o = ok("--webserver-bind-address=127.0.0.1:9000", "--health-probe-address=")
+    assert (o.web_flag, o.web_bind.port) == ("webserver-bind-address", 9000)  # type: ignore[union-attr]
+    assert ok("--health-probe-address=").web_bind.port == 8081  # type: ignore[union-attr]
+
+
 def test_metrics_on_the_web_server_separately_or_off() -> None:
     assert ok("--metrics-bind-address=0").metrics_mode == "off"
     separate = ok("--metrics-bind-address=127.0.0.1:9090")
