@@ -233,7 +233,8 @@ def options_from(
     web, mode, metrics = _web(read, web_flag)
     masks = _masks(read, cluster)
     options = read.into(
-        IpamOptions, _OPTIONS_FLAGS, election=election_from(read), web_bind=web, web_flag=web_flag,
+        IpamOptions, _OPTIONS_FLAGS, web_bind=web, web_flag=web_flag,
+        election=election_from(read, empty_namespace=_upstream_empty_namespace(parsed, env)),
         metrics_bind=metrics, metrics_mode=mode,
         metrics_secure=read("metrics-secure") and mode == "separate",
         pod_name=env.get("POD_NAME", ""), cluster_cidrs=cluster, mask_v4=masks[0],
@@ -244,6 +245,13 @@ def options_from(
 
 
 _UPSTREAM_WEB_FLAGS = ("webserver-bind-address", "health-probe-address")
+
+
+def _upstream_empty_namespace(parsed: Parsed, env: Mapping[str, str]) -> str:
+    """Upstream reads its --leader-elect-namespace given empty as POD_NAMESPACE's (it is the
+    flag's default there); the canonical spelling given empty stays empty (refused)."""
+    given = parsed.given_as("leader-elect-resource-namespace")
+    return env.get("POD_NAMESPACE", "") if given == "leader-elect-namespace" else ""
 
 
 def _web_flag(read: Loader) -> str:

@@ -81,13 +81,15 @@ def election_flags(
     return customize(flags, env, aliases)
 
 
-def election_from(read: Loader) -> Election:
+def election_from(read: Loader, *, empty_namespace: str = "") -> Election:
     """The group's values, checked together whenever leader election is on: client-go's
     ordering of the durations, and a namespace. Off, neither is used, and the originals (and
-    kube-controller-manager) accept any durations then: so does this."""
+    kube-controller-manager) accept any durations then: so does this. `empty_namespace` is what
+    a namespace flag given empty means (node-ipam-controller's POD_NAMESPACE); by default,
+    none."""
     durations = [read(name) for name in DURATIONS]
     enabled = read("leader-elect")
-    namespace = read(NAMESPACE)
+    namespace = read(NAMESPACE) or empty_namespace
     if enabled and not namespace and NAMESPACE not in read.failed:
         _no_namespace(read)
     if enabled:

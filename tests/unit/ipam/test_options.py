@@ -199,6 +199,16 @@ def test_an_empty_health_probe_address_is_upstreams_default_not_an_address() -> 
     assert ok("--health-probe-address=").web_bind.port == 8081  # type: ignore[union-attr]
 
 
+def test_an_empty_leader_elect_namespace_is_pod_namespace_as_upstream() -> None:
+    """Upstream's lockNamespace: an empty --leader-elect-namespace falls back to
+    POD_NAMESPACE; without one it is still refused."""
+    assert ok("--leader-elect-namespace=").election.namespace == NS["POD_NAMESPACE"]
+    loaded = load_options(["--leader-elect-namespace="], {})
+    assert isinstance(loaded, list)
+    assert "required with leader election" in str(loaded[0])
+    assert "required with leader election" in problems("--leader-elect-resource-namespace=")[0]
+
+
 def test_metrics_on_the_web_server_separately_or_off() -> None:
     assert ok("--metrics-bind-address=0").metrics_mode == "off"
     separate = ok("--metrics-bind-address=127.0.0.1:9090")
