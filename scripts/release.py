@@ -13,19 +13,26 @@
   manifest digest;
 - SHA256SUMS over all of it, in the format ``sha256sum -c`` reads.
 
+Reproducible, like the image: every time stamp in the chart and the sdist is SOURCE_DATE_EPOCH
+(the last commit's date), whatever the worktree's file times, so two releases of one commit
+have the same SHA256SUMS and a chart pushed again is the chart that was signed.
+
 Needs no network once `make image` has run. Bad input exits 2 with a message.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
@@ -105,6 +112,24 @@ def sbom(listing: Mapping[str, Any], image_name: str) -> dict[str, Any]:
     }
 
 
+def normalized_tar_gz(data: bytes, epoch: int) -> bytes:
+    """A .tar.gz with the same members, sorted by name, each mtime ``epoch`` (no access or
+    change times), and a gzip header without a name or time: the build's clock leaves no
+    trace (setuptools writes the sdist with the current time, in the tar and in gzip)."""
+    out = io.BytesIO()
+    with (
+        tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as source,
+        gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as compressed,
+        tarfile.open(fileobj=compressed, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        for member in sorted(source.getmembers(), key=lambda m: m.name):
+            member.mtime = epoch
+            member.pax_headers = {k: v for k, v in member.pax_headers.items()
+                                  if k not in {"mtime", "atime", "ctime"}}  # fmt: skip
+            tar.addfile(member, source.extractfile(member) if member.isfile() else None)
+    return out.getvalue()
+
+
 def sums(files: Sequence[Path], root: Path) -> str:
     lines = []
     for f in sorted(files):
@@ -131,11 +156,15 @@ def read_version() -> str:
     return found.group(1)
 
 
-def python_dists(out: Path) -> list[Path]:
+def source_date_epoch() -> int:
+    """The last commit's date, every time stamp of the release."""
+    return int(run(["git", "-C", str(REPO), "log", "-1", "--format=%ct"]).strip())
+
+
+def python_dists(out: Path, epoch: int) -> list[Path]:
     """Wheel and sdist, offline, with .venv's locked setuptools (no build isolation)."""
-    epoch = run(["git", "-C", str(REPO), "log", "-1", "--format=%ct"]).strip()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    env |= {"SOURCE_DATE_EPOCH": epoch, "PIP_CONFIG_FILE": os.devnull}
+    env |= {"SOURCE_DATE_EPOCH": str(epoch), "PIP_CONFIG_FILE": os.devnull}
     with tempfile.TemporaryDirectory(prefix="local-ccm-release-") as work:
         # A copy, so the build's egg-info and build/ stay out of the worktree.
         for name in ("pyproject.toml", "README.md", "LICENSE", "src"):
@@ -148,14 +177,22 @@ def python_dists(out: Path) -> list[Path]:
                 shutil.copy2(src, dest)
         run([sys.executable, "-m", "build", "--no-isolation", "--sdist", "--wheel",
              "--outdir", str(out), work], env=env)  # fmt: skip
+    for sdist in out.glob("local_ccm-*.tar.gz"):
+        sdist.write_bytes(normalized_tar_gz(sdist.read_bytes(), epoch))
     return sorted([*out.glob("local_ccm-*.whl"), *out.glob("local_ccm-*.tar.gz")])
 
 
-def chart(out: Path, helm: Path) -> Path:
+def chart(out: Path, helm: Path, epoch: int) -> Path:
+    """`helm package` of a copy of the chart whose files all carry ``epoch``: helm writes each
+    file's own mtime into the .tgz, which in a worktree is when git last wrote it."""
     with tempfile.TemporaryDirectory(prefix="local-ccm-helm-") as home:
         env = {"PATH": "/usr/bin:/bin", "HOME": home}
         env |= {v: f"{home}/{v}" for v in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME")}
-        run([str(helm), "package", str(REPO / "charts" / "local-ccm"), "-d", str(out)], env=env)
+        source = Path(home) / "chart" / "local-ccm"
+        shutil.copytree(REPO / "charts" / "local-ccm", source)
+        for path in [source, *source.rglob("*")]:
+            os.utime(path, (epoch, epoch), follow_symlinks=False)
+        run([str(helm), "package", str(source), "-d", str(out)], env=env)
     (packaged,) = out.glob("local-ccm-*.tgz")
     return packaged
 
@@ -198,7 +235,8 @@ def release(out: Path, helm: Path) -> list[Path]:
             raise ReleaseError(f"{out} is not empty and not an earlier release: not replacing it")
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    files = [*python_dists(out), chart(out, helm), *manifests(out)]
+    epoch = source_date_epoch()
+    files = [*python_dists(out, epoch), chart(out, helm, epoch), *manifests(out)]
     image_files, listing = image(out, version)
     files += image_files
     bom = out / f"local-ccm-{version}.oci.tar.cdx.json"

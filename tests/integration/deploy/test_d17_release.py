@@ -4,6 +4,7 @@ verifies them with ``sha256sum -c`` (offline, from the image `make test` built f
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -66,6 +67,20 @@ def test_d17_sha256sums_covers_everything_and_verifies(dist: Path) -> None:
     listed = {line.split("  ", 1)[1] for line in (dist / "SHA256SUMS").read_text().splitlines()}
     files = {p.relative_to(dist).as_posix() for p in dist.rglob("*") if p.is_file()}
     assert listed == files - {"SHA256SUMS"}
+
+
+def test_d17_two_releases_of_one_commit_are_identical(
+    dist: Path, helm_binary: Path, tmp_path: Path
+) -> None:
+    """The chart and the sdist carry the commit's time, not the worktree's file times or the
+    clock's: a chart packaged again (a second `make release`, another clone) is the one that
+    was signed. The worktree's times are moved forward first, as a checkout does."""
+    later = int(os.stat(SCRIPT).st_mtime) + 3600
+    for path in (REPO / "charts" / "local-ccm" / "Chart.yaml", REPO / "README.md"):
+        os.utime(path, (later, later))
+    done = release(tmp_path / "dist", helm_binary)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "dist" / "SHA256SUMS").read_text() == (dist / "SHA256SUMS").read_text()
 
 
 def test_d17_sbom_names_the_image_its_debian_packages_and_locked_wheels(dist: Path) -> None:
