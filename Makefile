@@ -57,7 +57,8 @@ release: image manifests ## write dist/: wheel, sdist, image archive, chart, man
 # Push dist/ (`make release`) to your registry and sign it: make publish REGISTRY=host/path
 # COSIGN_KEY=cosign.key (COSIGN_PASSWORD in the environment); REGISTRY_CA=ca.pem for a private
 # CA, REGISTRY_INSECURE=1 for plain HTTP (tests); REGISTRY_USER/REGISTRY_PASSWORD to log in;
-# DIST=<dir> for a release written elsewhere (scripts/release.py --out).
+# DIST=<dir> for a release written elsewhere (scripts/release.py --out); REPLACE=1 to push over a
+# tag or chart version that holds other content (refused otherwise).
 # helm and cosign are the tests' own builds. docs/install.md, "Push to your own registry".
 TOOL = $$($(PY) -c 'from tests.support.binaries import ensure; \
 	print(ensure(["$(1)"], report=lambda _: None).path("$(1)"))')
@@ -66,6 +67,7 @@ PUBLISH_FLAGS = --registry "$(REGISTRY)" $(if $(REGISTRY_CA),--ca-file "$(REGIST
 .PHONY: publish
 publish: $(VENV)/bin/local-ccm ## push dist/ to REGISTRY=host/path, signed with COSIGN_KEY (image: every platform)
 	$(PY) scripts/publish.py publish $(PUBLISH_FLAGS) --key "$(COSIGN_KEY)" \
+		$(if $(filter-out 0,$(REPLACE)),--replace) \
 		--helm "$(call TOOL,helm)" --cosign "$(call TOOL,cosign)"
 
 .PHONY: verify

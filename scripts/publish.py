@@ -11,6 +11,12 @@ signatures (`make verify`).
 - `verify` checks both signatures with the public key (``--insecure-ignore-tlog``: there is
   no log entry to check).
 
+Before anything is pushed, every file of dist/ must match its SHA256SUMS line (a dist/ carried
+to another machine, or changed since `make release`, is refused), and a tag or chart version
+the registry already holds must hold this release: a published version is never replaced by
+other content (``--replace`` does it on purpose); the same release again is pushed and signed
+again. The pushed image must have the digest of the archive's ``.digest`` file.
+
 The registry is spoken to over TLS, verified against the system's CAs or ``--ca-file``;
 ``--insecure`` is for a registry without TLS (plain HTTP), a test registry only. Credentials
 come from ``REGISTRY_USER`` and ``REGISTRY_PASSWORD`` (a temporary auth file every tool
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
 import json
 import os
 import re
@@ -40,6 +47,8 @@ REPO = Path(__file__).resolve().parent.parent
 NAME = "local-ccm"
 IMAGE_DIGEST_PLACEHOLDER = "<image digest>"
 CHART_DIGEST_PLACEHOLDER = "<chart digest>"
+SUMS = "SHA256SUMS"
+CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
 # host[:port] then lower-case path components, as the distribution spec allows them; no scheme,
 # no tag, no digest.
 _HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*|\[[0-9A-Fa-f:]+\])(?::[0-9]{1,5})?"  # noqa: E501
@@ -96,6 +105,11 @@ class Release:
     @property
     def image_tag(self) -> str:
         return f"v{self.version}"
+
+    @property
+    def digest_file(self) -> Path:
+        """The image index's digest, as `make image` wrote it next to the archive."""
+        return Path(f"{self.image_archive}.digest")
 
 
 def registry_problems(registry: str) -> list[str]:
@@ -185,6 +199,11 @@ def push_chart(tools: Tools, target: Target, release: Release) -> list[str]:
             f"oci://{target.charts}"]  # fmt: skip
 
 
+def inspect_raw(tools: Tools, target: Target, reference: str) -> list[str]:
+    """What the registry holds under a tag already (the manifest's bytes), if anything."""
+    return [tools.skopeo, "inspect", "--raw", *_skopeo_tls(target, ""), f"docker://{reference}"]
+
+
 def sign(tools: Tools, target: Target, key: str, reference: str) -> list[str]:
     return [
         tools.cosign, "sign", "--yes", f"--key={key}", "--tlog-upload=false",
@@ -209,6 +228,8 @@ def publish_commands(
 ) -> list[list[str]]:
     """Every command `make publish` runs, in order (the digests known once pushed)."""
     return [
+        inspect_raw(tools, target, f"{target.image}:{release.image_tag}"),
+        inspect_raw(tools, target, f"{target.chart}:{release.version}"),
         push_image(tools, target, release, digest_file),
         push_chart(tools, target, release),
         sign(tools, target, key, f"{target.image}@{image_digest}"),
@@ -233,6 +254,71 @@ def chart_digest(helm_output: str) -> str:
     return found.group(1)
 
 
+def sha256(data: bytes) -> str:
+    return f"sha256:{hashlib.sha256(data).hexdigest()}"
+
+
+def replaced(what: str, reference: str, held: str, ours: str) -> str:
+    return (
+        f"{reference} already holds another {what} ({held}, this release's is {ours}): a "
+        "published version is not replaced. Bump the version (`make bump VERSION=x.y.z`, then "
+        "`make release`), or replace it on purpose with REPLACE=1"
+    )
+
+
+def image_conflict(reference: str, held: bytes | None, digest: str) -> str | None:
+    """Why pushing the image to ``reference`` would replace another one, or None."""
+    if held is None or sha256(held) == digest:
+        return None
+    return replaced("image", reference, sha256(held), digest)
+
+
+def chart_conflict(reference: str, held: bytes | None, chart: bytes) -> str | None:
+    """Why pushing the chart would replace another one: the held manifest's chart layer is
+    not this .tgz (the manifest itself differs on every push: helm stamps the time)."""
+    if held is None:
+        return None
+    try:
+        manifest = json.loads(held)
+    except ValueError:
+        manifest = None
+    layers = manifest.get("layers") if isinstance(manifest, dict) else None
+    found = [layer.get("digest") for layer in layers or [] if isinstance(layer, dict)
+             and layer.get("mediaType") == CHART_LAYER]  # fmt: skip
+    if found == [sha256(chart)]:
+        return None
+    return replaced("chart", reference, ", ".join(map(str, found)) or "no chart", sha256(chart))
+
+
+def checksum_problems(dist: Path, required: Sequence[Path]) -> list[str]:
+    """dist/ against its SHA256SUMS: every listed file present and unchanged, and the files
+    published among them."""
+    sums = dist / SUMS
+    if not sums.is_file():
+        return [f"no {SUMS} in {dist}/: run `make release` again (or copy all of dist/)"]
+    listed: dict[str, str] = {}
+    problems = []
+    for line in sums.read_text().splitlines():
+        digest, sep, name = line.partition("  ")
+        if not sep or not re.fullmatch(r"[0-9a-f]{64}", digest):
+            problems.append(f"{sums}: not a `sha256sum` line: {line!r}")
+            continue
+        listed[name] = digest
+    for name, digest in sorted(listed.items()):
+        path = dist / name
+        if not path.is_file():
+            problems.append(f"{path}: listed in {SUMS}, missing")
+        elif hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            problems.append(
+                f"{path}: its sha256 is not the one in {SUMS}: changed or damaged since "
+                "`make release`; write or copy dist/ again"
+            )
+    for path in required:
+        if path.is_file() and path.relative_to(dist).as_posix() not in listed:
+            problems.append(f"{path}: not in {SUMS}: run `make release` again")
+    return problems
+
+
 def read_version(init_text: str) -> str | None:
     found = re.search(r"^__version__(?:: *\w+)? *= *[\"']([^\"']+)[\"']", init_text, re.M)
     return found.group(1) if found else None
@@ -242,10 +328,11 @@ def release_problems(release: Release, dist: Path) -> list[str]:
     problems = []
     if not dist.is_dir():
         return [f"no {dist}/: run `make release` first"]
-    for path in (release.image_archive, release.chart):
+    required = (release.image_archive, release.digest_file, release.chart)
+    for path in required:
         if not path.is_file():
             problems.append(f"no {path} in {dist}/: run `make release` again")
-    return problems
+    return problems + checksum_problems(dist, required)
 
 
 # ---------------------------------------------------------------- adapters
@@ -259,6 +346,18 @@ def run(argv: Sequence[str], env: Mapping[str, str]) -> str:
     if done.returncode != 0:
         raise PublishError(f"{shown}: exit {done.returncode}\n{done.stdout}{done.stderr}")
     return done.stdout + done.stderr
+
+
+def held(argv: Sequence[str], env: Mapping[str, str]) -> bytes | None:
+    """The manifest ``skopeo inspect --raw`` prints, or None when the registry has none to
+    give (no such tag or repository yet; a registry may also answer that as denied)."""
+    print(f"$ {shlex.join(argv)}", flush=True)
+    done = subprocess.run(argv, capture_output=True, check=False, env=dict(env),
+                          stdin=subprocess.DEVNULL)  # fmt: skip
+    if done.returncode != 0:
+        print(f"  nothing there: {done.stderr.decode(errors='replace').strip()}", flush=True)
+        return None
+    return done.stdout
 
 
 def find_release(dist: Path) -> Release:
@@ -294,15 +393,35 @@ def tool_env(environ: Mapping[str, str], target: Target) -> dict[str, str]:
     return env
 
 
-def do_publish(tools: Tools, given: Target, release: Release, key: str) -> None:
+def do_publish(
+    tools: Tools, given: Target, release: Release, key: str, *, replace_held: bool = False
+) -> None:
     with (
         prepared(given, os.environ) as target,
         tempfile.TemporaryDirectory(prefix="local-ccm-publish-") as work,
     ):
         env = tool_env(os.environ, target)
+        digest = release.digest_file.read_text().strip()
+        image_ref = f"{target.image}:{release.image_tag}"
+        chart_ref = f"{target.chart}:{release.version}"
+        conflicts = [
+            image_conflict(image_ref, held(inspect_raw(tools, target, image_ref), env), digest),
+            chart_conflict(chart_ref, held(inspect_raw(tools, target, chart_ref), env),
+                           release.chart.read_bytes()),
+        ]  # fmt: skip
+        found = [c for c in conflicts if c]
+        if found and not replace_held:
+            raise PublishError("nothing was pushed:\n" + "\n".join(f"  - {c}" for c in found))
+        for conflict in found:
+            print(f"REPLACE=1, pushing anyway: {conflict}", flush=True)
         digest_file = f"{work}/image.digest"
         run(push_image(tools, target, release, digest_file), env)
         image_digest = Path(digest_file).read_text().strip()
+        if image_digest != digest:
+            raise PublishError(
+                f"the registry stored {image_ref} as {image_digest}, not {digest} "
+                f"({release.digest_file.name}); nothing was signed"
+            )
         print(f"image {target.image}:{release.image_tag}@{image_digest}", flush=True)
         pushed_chart = chart_digest(run(push_chart(tools, target, release), env))
         print(f"chart oci://{target.chart}:{release.version}@{pushed_chart}", flush=True)
@@ -345,6 +464,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--helm", default="helm")
     parser.add_argument("--cosign", default="cosign")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run none")
+    parser.add_argument(
+        "--replace",
+        action="store_true",
+        help="publish: push even over a tag or chart version holding other content (REPLACE=1)",
+    )
     args = parser.parse_args(argv)
 
     tools = Tools(args.skopeo, args.helm, args.cosign)
@@ -379,7 +503,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         if signing:
-            do_publish(tools, target, release, args.key)
+            do_publish(tools, target, release, args.key, replace_held=args.replace)
         else:
             do_verify(tools, target, release, args.key)
     except PublishError as exc:

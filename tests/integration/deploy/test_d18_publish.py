@@ -6,12 +6,16 @@ The targets are called exactly as docs/install.md shows them (plus REGISTRY_CA a
 the registry holds the image under the archive's own digest, every platform of the archive; both
 signatures verify with the key pair's public key and fail with another key pair's; and the
 chart installs from ``oci://`` into the real apiserver (``--dry-run=server``) with the pushed
-image's repository.
+image's repository. A published version is not replaced by other content, and the same release
+can be published again.
 """
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
+import shutil
 import tarfile
 import tempfile
 import time
@@ -165,3 +169,37 @@ def test_d18_the_chart_installs_from_the_registry(
     images = {c["image"] for obj in parse(manifest) if obj["kind"] in {"DaemonSet", "Deployment"}
               for c in obj["spec"]["template"]["spec"]["containers"]}  # fmt: skip
     assert images == {f"{published.name}/local-ccm:v{__version__}"}
+
+
+def test_d18_a_published_version_is_not_replaced(published: Published, tmp_path: Path) -> None:
+    """Another chart under the published version (here the same chart compressed with another
+    gzip header, a valid chart with other bytes, as a release of a later commit without
+    `make bump` would be) is refused before anything is pushed; the same release again is
+    published. The registry's chart stays the signed one."""
+    assert published.registry.ca_file is not None
+    chart_repo = f"{PATH}/charts/local-ccm"
+    before = published.registry.manifest(chart_repo, __version__)
+    other = tmp_path / "dist"
+    shutil.copytree(published.dist, other)
+    chart = other / f"local-ccm-{__version__}.tgz"
+    chart.write_bytes(gzip.compress(gzip.decompress(chart.read_bytes()), mtime=1))
+    sums = other / "SHA256SUMS"
+    sums.write_text("".join(
+        f"{hashlib.sha256(chart.read_bytes()).hexdigest()}  {chart.name}\n"
+        if line.endswith(f"  {chart.name}") else f"{line}\n"
+        for line in sums.read_text().splitlines()
+    ))  # fmt: skip
+    variables = {"REGISTRY": published.name, "COSIGN_KEY": str(published.keys.private),
+                 "REGISTRY_CA": str(published.registry.ca_file)}  # fmt: skip
+    code, output = make("publish", {**variables, "DIST": str(other)}, tool_env(tmp_path))
+    assert code != 0, output
+    assert f"{published.name}/charts/local-ccm:{__version__} already holds another chart" in output
+    assert "nothing was pushed" in output
+    assert "skopeo copy" not in output
+    assert "REPLACE=1" in output
+    after = published.registry.manifest(chart_repo, __version__)
+    assert after.body["layers"] == before.body["layers"]
+
+    code, output = make("publish", {**variables, "DIST": str(published.dist)}, tool_env(tmp_path))
+    assert code == 0, output
+    assert f"signed {published.name}/charts/local-ccm@" in output

@@ -4,6 +4,7 @@ the ones the script runs, and bad input is refused with every problem listed, ex
 from __future__ import annotations
 
 import base64
+import hashlib
 import importlib.util
 import json
 import re
@@ -11,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -141,9 +143,13 @@ def test_tls_options_per_tool() -> None:
     tools = publish.Tools()
     target = publish.Target("r.example/x", insecure=True, ca_file="/ca.pem",
                             auth_file="/a/config.json", cert_dir="/certs")  # fmt: skip
-    skopeo, helm, image_sign, _ = publish.publish_commands(
+    inspect_image, inspect_chart, skopeo, helm, image_sign, _ = publish.publish_commands(
         tools, target, release, "k", digest_file="d", image_digest="sha256:1"
     )
+    assert inspect_image == ["skopeo", "inspect", "--raw", "--tls-verify=false",
+                             "--cert-dir=/certs", "--authfile=/a/config.json",
+                             "docker://r.example/x/local-ccm:v1.2.3"]  # fmt: skip
+    assert inspect_chart[-1] == "docker://r.example/x/charts/local-ccm:1.2.3"
     assert skopeo[:6] == ["skopeo", "copy", "--all", "--preserve-digests", "--digestfile=d",
                           "--dest-tls-verify=false"]  # fmt: skip
     assert "--dest-cert-dir=/certs" in skopeo
@@ -181,3 +187,77 @@ def test_bad_input_lists_every_problem_and_exits_2(tmp_path: Path) -> None:
                      "`skopeo`", "`helm`", "`cosign`", "run `make release` first"):  # fmt: skip
         assert expected in done.stderr, (expected, done.stderr)
     assert done.stdout == ""
+
+
+def dist_with_sums(dist: Path) -> Any:
+    """A dist/ holding the published files and a SHA256SUMS over them."""
+    dist.mkdir()
+    release = publish.Release(
+        "1.2.3", dist / "local-ccm-1.2.3.oci.tar", dist / "local-ccm-1.2.3.tgz"
+    )
+    files = {release.image_archive: b"archive", release.digest_file: b"sha256:00\n",
+             release.chart: b"chart", dist / "deploy" / "x.yaml": b"x: 1\n"}  # fmt: skip
+    lines = []
+    for path, data in files.items():
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(data)
+        lines.append(f"{hashlib.sha256(data).hexdigest()}  {path.relative_to(dist).as_posix()}\n")
+    (dist / "SHA256SUMS").write_text("".join(sorted(lines)))
+    return release
+
+
+def test_dist_must_match_its_sha256sums(tmp_path: Path) -> None:
+    release = dist_with_sums(tmp_path / "dist")
+    dist = tmp_path / "dist"
+    assert publish.release_problems(release, dist) == []
+    release.chart.write_bytes(b"another chart")
+    (dist / "deploy" / "x.yaml").unlink()
+    problems = publish.release_problems(release, dist)
+    assert len(problems) == 2, problems
+    assert "local-ccm-1.2.3.tgz: its sha256 is not the one in SHA256SUMS" in problems[1]
+    assert "x.yaml: listed in SHA256SUMS, missing" in problems[0]
+    (dist / "SHA256SUMS").write_text("")
+    assert len(publish.release_problems(release, dist)) == 3  # the published three, unlisted
+    (dist / "SHA256SUMS").unlink()
+    (only,) = publish.release_problems(release, dist)
+    assert "no SHA256SUMS" in only
+
+
+def test_a_changed_dist_is_refused_before_anything_is_pushed(tmp_path: Path) -> None:
+    release = dist_with_sums(tmp_path / "dist")
+    release.image_archive.write_bytes(b"another archive")
+    key = tmp_path / "cosign.key"
+    key.write_text("x")
+    done = script("publish", "--registry", "r.example/x", "--key", str(key),
+                  "--dist", str(tmp_path / "dist"), "--skopeo", "/bin/false",
+                  "--helm", "/bin/false", "--cosign", "/bin/false",
+                  env={"PATH": "/usr/bin:/bin", "COSIGN_PASSWORD": ""})  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"{release.image_archive}: its sha256 is not the one in SHA256SUMS" in done.stderr
+    assert done.stdout == ""
+
+
+def test_a_tag_holding_another_image_or_chart_is_a_conflict() -> None:
+    index = b'{"schemaVersion":2}'
+    ours = publish.sha256(index)
+    assert publish.image_conflict("r/x:v1", None, ours) is None
+    assert publish.image_conflict("r/x:v1", index, ours) is None
+    other = publish.image_conflict("r/x:v1", b'{"schemaVersion":2 }', ours)
+    assert other is not None
+    assert other.startswith("r/x:v1 already holds another image")
+    assert "REPLACE=1" in other
+    assert "make bump" in other
+
+    def chart_manifest(content: bytes) -> bytes:
+        layer = {"mediaType": publish.CHART_LAYER, "digest": publish.sha256(content)}
+        config = {"mediaType": "application/vnd.cncf.helm.config.v1+json", "digest": "x"}
+        return json.dumps({"config": config, "layers": [layer]}).encode()
+
+    assert publish.chart_conflict("r/c:1", None, b"tgz") is None
+    assert publish.chart_conflict("r/c:1", chart_manifest(b"tgz"), b"tgz") is None
+    conflict = publish.chart_conflict("r/c:1", chart_manifest(b"other"), b"tgz")
+    assert conflict is not None
+    assert publish.sha256(b"other") in conflict
+    assert publish.chart_conflict("r/c:1", index, b"tgz") is not None  # not a chart at all
+    assert publish.chart_conflict("r/c:1", b"<html>", b"tgz") is not None
+    assert publish.chart_conflict("r/c:1", b"[]", b"tgz") is not None
