@@ -18,6 +18,11 @@ Reproducible, like the image: every time stamp in the chart and the sdist is SOU
 have the same SHA256SUMS and a chart pushed again is the chart that was signed.
 
 Needs no network once `make image` has run. Bad input exits 2 with a message.
+
+``--tag vX.Y.Z`` (`make release TAG=...`, the release workflow passes the pushed git tag) first
+checks that the tag names this version and that CHANGELOG.md has its ``## [X.Y.Z]`` section:
+a tag pushed before `make bump` would otherwise publish the old version's tag again, with the
+new content.
 """
 
 from __future__ import annotations
@@ -62,6 +67,22 @@ def asset_names(version: str, manifests: Sequence[str]) -> frozenset[str]:
         f"local-ccm-{version}.oci.tar.digest", f"local-ccm-{version}.oci.tar.cdx.json",
         TALOS_ASSET, "SHA256SUMS", *manifests,
     })  # fmt: skip
+
+
+def tag_problems(tag: str, version: str, changelog: str) -> list[str]:
+    """Why a release for the git tag ``tag`` must not be made of ``version``."""
+    problems = []
+    if tag != f"v{version}":
+        problems.append(
+            f"the tag {tag} is not this version's (v{version}, src/local_ccm/__init__.py): "
+            "`make bump VERSION=x.y.z`, commit, then tag that commit"
+        )
+    if not re.search(rf"^## \[{re.escape(version)}\]", changelog, re.M):
+        problems.append(
+            f"CHANGELOG.md has no `## [{version}]` section: move [Unreleased] into it before "
+            "tagging"
+        )
+    return problems
 
 
 def deb_purl(p: Mapping[str, str]) -> str:
@@ -226,8 +247,12 @@ def manifests(out: Path) -> list[Path]:
     return copies
 
 
-def release(out: Path, helm: Path) -> list[Path]:
+def release(out: Path, helm: Path, tag: str | None = None) -> list[Path]:
     version = read_version()
+    if tag is not None:
+        problems = tag_problems(tag, version, (REPO / "CHANGELOG.md").read_text())
+        if problems:
+            raise ReleaseError("; ".join(problems))
     if not helm.is_file():
         raise ReleaseError(f"no helm binary at {helm}")
     if out.exists():
@@ -250,9 +275,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "dist", help="default: dist/")
     parser.add_argument("--helm", type=Path, required=True, help="the helm binary")
+    parser.add_argument("--tag", help="the git tag being released (vX.Y.Z): checked first")
     args = parser.parse_args(argv)
     try:
-        files = release(args.out, args.helm)
+        files = release(args.out, args.helm, args.tag)
     except ReleaseError as exc:
         print(f"release: {exc}", file=sys.stderr)
         return 2

@@ -91,3 +91,16 @@ def test_the_talos_asset_is_the_talos_manifest_under_the_docs_name() -> None:
     assert (REPO / release.TALOS).is_file()
     install = (REPO / "docs" / "install.md").read_text()
     assert f"releases/download/v<version>/{release.TALOS_ASSET}" in install
+
+
+def test_a_release_tag_must_name_the_version_and_its_changelog_section() -> None:
+    tag_problems = load_release().tag_problems
+    changelog = "## [Unreleased]\n\n## [1.2.3]\n\n## [1.2.0]\n"
+    assert tag_problems("v1.2.3", "1.2.3", changelog) == []
+    (wrong,) = tag_problems("v1.3.0", "1.2.3", changelog)
+    assert "the tag v1.3.0 is not this version's (v1.2.3" in wrong
+    assert "make bump" in wrong
+    (unlisted,) = tag_problems("v1.2.4", "1.2.4", changelog)
+    assert "no `## [1.2.4]` section" in unlisted
+    assert len(tag_problems("1.2.3", "1.2.3", changelog)) == 1  # the tag has its v
+    assert len(tag_problems("v1.2", "1.2", changelog)) == 1  # 1.2 is not 1.2.0 or 1.2.3

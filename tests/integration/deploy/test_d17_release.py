@@ -25,8 +25,8 @@ pytestmark = pytest.mark.timeout(180)
 SCRIPT = REPO / "scripts" / "release.py"
 
 
-def release(out: Path, helm: Path) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, str(SCRIPT), "--out", str(out), "--helm", str(helm)]
+def release(out: Path, helm: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, str(SCRIPT), "--out", str(out), "--helm", str(helm), *extra]
     return subprocess.run(argv, capture_output=True, text=True, timeout=150, check=False)
 
 
@@ -112,6 +112,16 @@ def test_d17_release_without_helm_is_a_clear_error(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "no helm binary" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_d17_a_tag_of_another_version_releases_nothing(helm_binary: Path, tmp_path: Path) -> None:
+    later = f"v{__version__}1"  # 0.4.0 -> v0.4.01: a tag of another version
+    done = release(tmp_path / "dist", helm_binary, "--tag", later)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"is not this version's (v{__version__}" in done.stderr
+    assert not (tmp_path / "dist").exists()
+    done = release(tmp_path / "dist", helm_binary, "--tag", f"v{__version__}")
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_d17_wheel_and_sdist_carry_the_license(dist: Path) -> None:

@@ -49,5 +49,7 @@ def test_the_release_workflow_runs_only_make_targets() -> None:
     ]  # fmt: skip
     for line in runs:
         assert line.startswith('sudo -E env "PATH=$PATH" make '), line
+    # A tag pushed before `make bump` stops there, before anything is built or pushed.
+    assert runs[2].endswith('make release TAG="${GITHUB_REF_NAME}"'), runs[2]
     uses = [step["uses"].split("@")[0] for step in job["steps"] if "uses" in step]
     assert uses == ["actions/checkout", "actions/setup-go"]
