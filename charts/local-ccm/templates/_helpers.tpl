@@ -716,11 +716,87 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/* Every section of values.yaml the templates read keys of (a map with defaults; not the
+     Kubernetes objects passed through whole, such as resources or securityContext, which a
+     user may set to null), one dotted path a line. A test compares it with values.yaml. */}}
+{{- define "local-ccm.valueSections" -}}
+image
+apiServer
+rbac
+rbac.clusterRoleNames
+events
+admissionPolicy
+metrics
+metrics.podMonitor
+metrics.podMonitor.bearerTokenSecret
+metrics.reader
+metrics.reader.serviceAccount
+monitoring
+monitoring.prometheusRule
+monitoring.prometheusRule.alerts
+monitoring.prometheusRule.alerts.nodeUninitialized
+monitoring.prometheusRule.alerts.addressDetectionFailing
+monitoring.prometheusRule.alerts.lbPoolNearlyExhausted
+monitoring.prometheusRule.alerts.lbPoolExhausted
+monitoring.prometheusRule.alerts.lifecycleBreakerOpen
+monitoring.prometheusRule.alerts.csrDenied
+monitoring.prometheusRule.alerts.bmcUnreachable
+monitoring.prometheusRule.alerts.bmcCredentialsRefused
+monitoring.prometheusRule.alerts.noLeader
+monitoring.dashboard
+agent
+serviceAccount
+ipDetection
+controller
+azure
+nodeMetadata
+l2Announcement
+nodeLifecycleController
+nodeLifecycleController.image
+nodeLifecycleController.controller
+nodeLifecycleController.leaderElection
+nodeLifecycleController.serviceAccount
+nodeLifecycleController.pdb
+nodeLifecycleController.metrics
+controllerManager
+controllerManager.leaderElection
+controllerManager.kubeletServingApprover
+controllerManager.loadBalancer
+controllerManager.bmc
+nodeIpamController
+nodeIpamController.image
+nodeIpamController.leaderElection
+nodeIpamController.controller
+nodeIpamController.serviceAccount
+nodeIpamController.pdb
+nodeIpamController.metrics
+{{- end -}}
+
+{{/* The sections of local-ccm.valueSections that .Values lacks, comma-separated. */}}
+{{- define "local-ccm.missingSections" -}}
+{{- $missing := list -}}
+{{- range $path := splitList "\n" (include "local-ccm.valueSections" .) -}}
+{{- $node := $.Values -}}
+{{- $found := true -}}
+{{- range $key := splitList "." $path -}}
+{{- if and $found (kindIs "map" $node) (hasKey $node $key) -}}
+{{- $node = index $node $key -}}
+{{- else -}}
+{{- $found = false -}}
+{{- end -}}
+{{- end -}}
+{{- if not $found }}{{ $missing = append $missing $path }}{{ end -}}
+{{- end -}}
+{{- join ", " $missing -}}
+{{- end -}}
+
 {{- define "local-ccm.validate" -}}
-{{- /* `helm upgrade --reuse-values` from another chart (the Go original's) renders with that
-     chart's defaults instead of these (a known Helm behaviour), so whole sections are missing. */}}
-{{- if not (and (hasKey .Values "agent") (hasKey .Values "nodeIpamController")) }}
-{{- fail "the values lack this chart's defaults (agent, nodeIpamController): `helm upgrade --reuse-values` from another chart reuses that chart's defaults; nothing was changed. Use --reset-then-reuse-values (Helm >= 3.14) or pass your values file with -f" }}
+{{- /* `helm upgrade --reuse-values` renders with the defaults of the chart the release was
+     installed from instead of these (a known Helm behaviour): from the Go original's chart, or
+     from an earlier release of this one, whole sections are missing, and the templates would
+     stop on the first of them with a nil pointer. */}}
+{{- with include "local-ccm.missingSections" . }}
+{{- fail (printf "the values lack sections this chart's defaults have (%s): `helm upgrade --reuse-values` reuses the defaults of the chart the release was installed from; nothing was changed. Use --reset-then-reuse-values (Helm >= 3.14) or pass your values file with -f" .) }}
 {{- end }}
 {{- with include "local-ccm.foreignValues" . }}
 {{- fail (printf "these values, copied from the Go original's chart or upstream node-ipam-controller's chart, would run pods that cannot start; nothing was changed. Change them and run the command again (the chart README, Migration):%s" .) }}

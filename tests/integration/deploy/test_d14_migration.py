@@ -32,6 +32,10 @@ from tests.support.podrun import PodFields, pod_container, run_container
 
 UPSTREAM = Path(__file__).resolve().parent / "upstream-charts"
 GO_CHARTS = ("local-ccm-v0.2.1", "local-ccm-v0.3.0")
+# This chart as its first release number (0.4.0) packaged it, the one the real-node upgrade
+# test (E07) starts from.
+REALNODE = Path(__file__).resolve().parents[2] / "realnode"
+FIRST_RELEASE = REALNODE / "previous-chart" / "local-ccm-0.4.0-cfa4e7b.tgz"
 IPAM_CHART = UPSTREAM / "node-ipam-controller-aa9996c"
 OUR_IMAGE = "ghcr.io/local-ccm/local-ccm:v"
 WORKLOADS = (
@@ -141,6 +145,31 @@ def _assert_runnable(
         outcome = run_container(w, fields=fields, kubeconfig=kubeconfig, log_path=log)
         assert outcome.healthy, f"{name} did not serve /healthz:\n{outcome.log}"
         assert outcome.exit_code == 0, f"{name} exited {outcome.exit_code}:\n{outcome.log}"
+
+
+# ------------------------------------------------------------------ D14: this chart's release
+def test_d14_reuse_values_from_an_earlier_release_is_refused_naming_what_to_use(
+    releases: Releases, kube: Client, unique_name: str, test_namespace: str
+) -> None:
+    """`helm upgrade --reuse-values` renders with the defaults of the chart the release was
+    installed from (Helm's behaviour), which lack the sections added since: refused with the
+    sections and the flag to use, not a template's nil pointer; the release is unchanged, and
+    --reset-then-reuse-values upgrades it."""
+    release = _release_name(unique_name)
+    code, out = releases.run("install", release, str(FIRST_RELEASE),
+                             "--set", "apiServer.host=192.0.2.1")  # fmt: skip
+    assert code == 0, out
+    before = _workloads(kube, test_namespace)
+    code, out = releases.run("upgrade", release, str(CHART), "--reuse-values")
+    assert code != 0, out
+    assert "nil pointer" not in out, out
+    assert "the values lack sections this chart's defaults have (" in out, out
+    assert "controllerManager.bmc" in out, out  # added after the first release
+    assert "nothing was changed. Use --reset-then-reuse-values" in out, out
+    _assert_unchanged(releases, release, kube, before)
+    code, out = releases.run("upgrade", release, str(CHART), "--reset-then-reuse-values")
+    assert code == 0, out
+    assert [h["status"] for h in releases.history(release)] == ["superseded", "deployed"]
 
 
 # ------------------------------------------------------------------ D14: the Go original

@@ -36,6 +36,37 @@ def _ipam(controller: dict[str, Any]) -> dict[str, Any]:
     return {"nodeIpamController": {"enabled": True, "controller": controller}}
 
 
+# ------------------------------------------------------------------ --reuse-values
+# Kubernetes objects the chart passes through whole (toYaml): a user may set them, or parts of
+# them, to null, so their absence is no sign of another chart's defaults.
+PASSED_THROUGH = {
+    "resources", "requests", "limits", "podSecurityContext", "securityContext", "seccompProfile",
+    "capabilities", "updateStrategy", "rollingUpdate", "labels",
+}  # fmt: skip
+
+
+def test_d15_the_reuse_values_check_knows_every_section_of_values_yaml() -> None:
+    """`local-ccm.valueSections` (_helpers.tpl) lists every section of values.yaml whose keys
+    the templates read: a section added without it would make `helm upgrade --reuse-values`
+    from an earlier release stop on a nil pointer instead of naming --reset-then-reuse-values."""
+
+    def sections(values: dict[str, Any], prefix: str = "") -> list[str]:
+        found = []
+        for key, value in values.items():
+            if isinstance(value, dict) and value and key not in PASSED_THROUGH:
+                found += [f"{prefix}{key}", *sections(value, f"{prefix}{key}.")]
+        return found
+
+    chart = Path(__file__).resolve().parents[3] / "charts" / "local-ccm"
+    helpers = (chart / "templates" / "_helpers.tpl").read_text()
+    define = '{{- define "local-ccm.valueSections" -}}\n'
+    body = helpers.split(define, 1)[1].split("\n{{- end", 1)[0]
+    expected = sections(yaml.safe_load((chart / "values.yaml").read_text()))
+    assert body.splitlines() == expected, (
+        "add each new section of values.yaml to local-ccm.valueSections in _helpers.tpl"
+    )
+
+
 # ------------------------------------------------------------------ other projects' values
 @pytest.mark.parametrize("chart", ["local-ccm-v0.2.1", "local-ccm-v0.3.0"])
 def test_d15_go_chart_values_fail_naming_every_image_key(
