@@ -204,10 +204,15 @@ def inspect_raw(tools: Tools, target: Target, reference: str) -> list[str]:
     return [tools.skopeo, "inspect", "--raw", *_skopeo_tls(target, ""), f"docker://{reference}"]
 
 
-def sign(tools: Tools, target: Target, key: str, reference: str) -> list[str]:
+def sign(
+    tools: Tools, target: Target, key: str, reference: str, *, recursive: bool = False
+) -> list[str]:
+    """``recursive`` (the image): the index and each platform's manifest, so a platform's
+    digest (what a node pulled) verifies too."""
     return [
         tools.cosign, "sign", "--yes", f"--key={key}", "--tlog-upload=false",
-        "--use-signing-config=false", *_cosign_registry(target), reference,
+        "--use-signing-config=false", *(["--recursive"] if recursive else []),
+        *_cosign_registry(target), reference,
     ]  # fmt: skip
 
 
@@ -232,7 +237,7 @@ def publish_commands(
         inspect_raw(tools, target, f"{target.chart}:{release.version}"),
         push_image(tools, target, release, digest_file),
         push_chart(tools, target, release),
-        sign(tools, target, key, f"{target.image}@{image_digest}"),
+        sign(tools, target, key, f"{target.image}@{image_digest}", recursive=True),
         sign(tools, target, key, f"{target.chart}@{chart_digest}"),
     ]
 
@@ -425,8 +430,11 @@ def do_publish(
         print(f"image {target.image}:{release.image_tag}@{image_digest}", flush=True)
         pushed_chart = chart_digest(run(push_chart(tools, target, release), env))
         print(f"chart oci://{target.chart}:{release.version}@{pushed_chart}", flush=True)
-        for reference in (f"{target.image}@{image_digest}", f"{target.chart}@{pushed_chart}"):
-            run(sign(tools, target, key, reference), env)
+        for reference, recursive in (
+            (f"{target.image}@{image_digest}", True),
+            (f"{target.chart}@{pushed_chart}", False),
+        ):
+            run(sign(tools, target, key, reference, recursive=recursive), env)
             print(f"signed {reference}", flush=True)
 
 

@@ -16,6 +16,7 @@ import gzip
 import hashlib
 import json
 import shutil
+import subprocess
 import tarfile
 import tempfile
 import time
@@ -137,6 +138,25 @@ def test_d18_both_signatures_verify_with_the_public_key(published: Published) ->
     assert code == 0, output
     assert f"verified {published.name}/local-ccm:v{__version__}" in output
     assert f"verified {published.name}/charts/local-ccm:{__version__}" in output
+
+
+def test_d18_each_platform_of_the_image_is_signed_too(
+    published: Published, cosign_binary: Path
+) -> None:
+    """A node pulls its platform's manifest, not the index: that digest verifies as well."""
+    assert published.registry.ca_file is not None
+    index = published.registry.manifest(f"{PATH}/local-ccm", f"v{__version__}")
+    digests = [entry["digest"] for entry in index.body.get("manifests", [])]
+    assert len(digests) == len(index.platforms) >= 2, index.body
+    for digest in digests:
+        done = subprocess.run(
+            [str(cosign_binary), "verify", f"--key={published.keys.public}",
+             "--insecure-ignore-tlog=true", f"--registry-cacert={published.registry.ca_file}",
+             f"{published.name}/local-ccm@{digest}"],
+            env=tool_env(published.dist.parent), capture_output=True, text=True, timeout=60,
+            check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, (digest, done.stdout + done.stderr)
 
 
 def test_d18_verification_fails_with_another_key(published: Published, cosign_binary: Path) -> None:

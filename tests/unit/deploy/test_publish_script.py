@@ -143,7 +143,7 @@ def test_tls_options_per_tool() -> None:
     tools = publish.Tools()
     target = publish.Target("r.example/x", insecure=True, ca_file="/ca.pem",
                             auth_file="/a/config.json", cert_dir="/certs")  # fmt: skip
-    inspect_image, inspect_chart, skopeo, helm, image_sign, _ = publish.publish_commands(
+    inspect_image, inspect_chart, skopeo, helm, image_sign, chart_sign = publish.publish_commands(
         tools, target, release, "k", digest_file="d", image_digest="sha256:1"
     )
     assert inspect_image == ["skopeo", "inspect", "--raw", "--tls-verify=false",
@@ -163,6 +163,9 @@ def test_tls_options_per_tool() -> None:
         "--allow-insecure-registry", "--allow-http-registry", "--registry-cacert=/ca.pem",
         "r.example/x/local-ccm@sha256:1",
     ]  # fmt: skip
+    # The image's index and every platform's manifest; a chart has one manifest.
+    assert "--recursive" in image_sign
+    assert "--recursive" not in chart_sign
     plain = publish.Target("r.example/x")
     for argv in publish.publish_commands(tools, plain, release, "k", digest_file="d"):
         assert not [a for a in argv if "insecure" in a or "tls" in a or "http" in a], argv
