@@ -76,6 +76,13 @@ verify: $(VENV)/bin/local-ccm ## check the signatures of REGISTRY's image and ch
 	$(PY) scripts/publish.py verify $(PUBLISH_FLAGS) --key "$(COSIGN_PUB)" \
 		--cosign "$(call TOOL,cosign)"
 
+# The forge's release page for TAG gets dist/'s top-level files (the Talos URL of
+# docs/install.md is one) and the version's CHANGELOG section; gh, with GH_TOKEN. The release
+# workflow's last step.
+.PHONY: forge-release
+forge-release: ## attach dist/ to the forge's release of TAG=vX.Y.Z (gh; the release workflow)
+	$(PY) scripts/forge_release.py --tag "$(TAG)" $(if $(DIST),--dist "$(DIST)")
+
 .PHONY: lint
 lint: $(VENV)/bin/local-ccm ## ruff, ruff format --check, mypy --strict, import contracts, no import cycle
 	$(VENV)/bin/ruff check src tests scripts

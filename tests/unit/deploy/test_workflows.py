@@ -45,11 +45,17 @@ def test_the_release_workflow_runs_only_make_targets() -> None:
     (job,) = workflow["jobs"].values()
     runs = [" ".join(step["run"].split()) for step in job["steps"] if "run" in step]
     assert [r.split(" make ", 1)[1].split()[0] for r in runs] == [
-        "setup", "lint", "release", "publish", "verify",
+        "setup", "lint", "release", "publish", "verify", "forge-release",
     ]  # fmt: skip
     for line in runs:
         assert line.startswith('sudo -E env "PATH=$PATH" make '), line
     # A tag pushed before `make bump` stops there, before anything is built or pushed.
     assert runs[2].endswith('make release TAG="${GITHUB_REF_NAME}"'), runs[2]
+    # The release page docs/install.md's Talos URL points at: written by gh, with the token.
+    assert runs[5].endswith('make forge-release TAG="${GITHUB_REF_NAME}"'), runs[5]
+    assert job["steps"][-1]["env"] == {
+        "GH_TOKEN": "${{ github.token }}", "GH_REPO": "${{ github.repository }}",
+    }  # fmt: skip
+    assert workflow["permissions"]["contents"] == "write"
     uses = [step["uses"].split("@")[0] for step in job["steps"] if "uses" in step]
     assert uses == ["actions/checkout", "actions/setup-go"]
