@@ -738,11 +738,14 @@ monitoring.prometheusRule.alerts.nodeUninitialized
 monitoring.prometheusRule.alerts.addressDetectionFailing
 monitoring.prometheusRule.alerts.lbPoolNearlyExhausted
 monitoring.prometheusRule.alerts.lbPoolExhausted
+monitoring.prometheusRule.alerts.ipamNodesWaiting
 monitoring.prometheusRule.alerts.lifecycleBreakerOpen
 monitoring.prometheusRule.alerts.csrDenied
 monitoring.prometheusRule.alerts.bmcUnreachable
 monitoring.prometheusRule.alerts.bmcCredentialsRefused
+monitoring.prometheusRule.alerts.bmcPowerStateUnknown
 monitoring.prometheusRule.alerts.noLeader
+monitoring.prometheusRule.alerts.apiServerUnreachable
 monitoring.dashboard
 agent
 serviceAccount
