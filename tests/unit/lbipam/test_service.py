@@ -128,3 +128,35 @@ def test_the_pool_annotations_name_one_pool_and_must_agree() -> None:
     assert request.problems == (
         "the pool annotations disagree: lb.local-ccm.io/pool, metallb.io/address-pool",
     )
+
+
+def test_a_requested_address_of_a_family_the_service_does_not_have_is_a_problem() -> None:
+    """kube-proxy drops a Service's ingress IPs of another family: such an address is dead."""
+    for source in ({"annotations": {"lb.local-ccm.io/ips": "fd00::5"}},
+                   {"loadBalancerIP": "fd00::5"}):  # fmt: skip
+        annotations = source.get("annotations")
+        spec = {k: v for k, v in source.items() if k != "annotations"}
+        request = parse_service(svc(annotations, ipFamilies=["IPv4"], **spec))  # type: ignore[arg-type]
+        assert len(request.problems) == 1, source
+        assert (
+            "fd00::5 is IPv6, a family spec.ipFamilies (IPv4) does not list" in request.problems[0]
+        )
+    both = svc({"lb.local-ccm.io/ips": "10.0.0.5,fd00::5"}, ipFamilies=["IPv4"],
+               ipFamilyPolicy="SingleStack")  # fmt: skip
+    assert len(parse_service(both).problems) == 1
+    dual = svc({"lb.local-ccm.io/ips": "10.0.0.5,fd00::5"}, ipFamilies=["IPv4", "IPv6"],
+               ipFamilyPolicy="PreferDualStack")  # fmt: skip
+    assert parse_service(dual).problems == ()
+
+
+def test_require_dual_stack_asks_for_both_families_or_none() -> None:
+    families = {"ipFamilies": ["IPv6", "IPv4"], "ipFamilyPolicy": "RequireDualStack"}
+    one = parse_service(svc({"lb.local-ccm.io/ips": "fd00::5"}, **families))
+    assert one.problems == (
+        "RequireDualStack needs an address of each family and the request names no IPv4 address",
+    )
+    assert (
+        parse_service(svc({"lb.local-ccm.io/ips": "10.0.0.5,fd00::5"}, **families)).problems == ()
+    )
+    prefer = {"ipFamilies": ["IPv4", "IPv6"], "ipFamilyPolicy": "PreferDualStack"}
+    assert parse_service(svc({"lb.local-ccm.io/ips": "10.0.0.5"}, **prefer)).problems == ()

@@ -111,6 +111,27 @@ def _requested(
     return first
 
 
+def _outside_families(
+    requested: tuple[IPAddress, ...], spec: Mapping[str, Any], policy: str
+) -> list[str]:
+    """A requested address of a family `spec.ipFamilies` does not list is dead: kube-proxy
+    ignores a Service's load-balancer ingress IPs of another family than its own (its service
+    change tracker drops them), so the address would show and never carry traffic. With
+    `RequireDualStack` a request must name both families, as MetalLB requires. Without
+    `spec.ipFamilies` (the API server always fills it) nothing is checked."""
+    listed = [FAMILY_VERSIONS[f] for f in spec.get("ipFamilies") or () if f in FAMILY_VERSIONS]
+    if not requested or not listed:
+        return []
+    names = ", ".join(f"IPv{v}" for v in listed)
+    found = [f"{a} is IPv{a.version}, a family spec.ipFamilies ({names}) does not list"
+             for a in requested if a.version not in listed]  # fmt: skip
+    missing = [v for v in listed if v not in {a.version for a in requested}]
+    if not found and policy == "RequireDualStack" and missing:
+        found.append(f"RequireDualStack needs an address of each family and the request names"
+                     f" no IPv{missing[0]} address")  # fmt: skip
+    return found
+
+
 def _sharing_key(annotations: Mapping[str, str], problems: list[str]) -> str | None:
     keys = {k: annotations[k].strip() for k in SHARING_ANNOTATIONS if annotations.get(k)}
     if len(set(keys.values())) > 1:
@@ -154,13 +175,16 @@ def parse_service(obj: Mapping[str, Any]) -> ServiceRequest:
         FAMILY_VERSIONS[f] for f in spec.get("ipFamilies") or ["IPv4"] if f in FAMILY_VERSIONS
     )
     current = _current(obj)
+    policy = str(spec.get("ipFamilyPolicy") or "SingleStack")
+    requested = _requested(annotations, spec, problems, current)
+    problems += _outside_families(requested, spec, policy)
     return ServiceRequest(
         key=f"{namespace}/{metadata.get('name', '')}",
         namespace=namespace,
         labels=dict(metadata.get("labels") or {}),
         families=families or (4,),
-        family_policy=str(spec.get("ipFamilyPolicy") or "SingleStack"),
-        requested=_requested(annotations, spec, problems, current),
+        family_policy=policy,
+        requested=requested,
         sharing_key=_sharing_key(annotations, problems),
         pool=_pool(annotations, problems),
         ports=_ports(spec),
