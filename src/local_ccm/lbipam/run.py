@@ -117,7 +117,8 @@ class Controller:
         self.ledger: Ledger | None = None
         self.turns = Turns()  # the address decisions, one at a time in the queue's order
         self.first_seen: dict[str, float] = {}
-        self.waiting: set[str] = set()  # Services whose last decision was a problem
+        # Services whose last decision was a problem, or left a PreferDualStack one a family short
+        self.waiting: set[str] = set()
         self.written = LastWrites()  # see _fresh
         self.pools_dirty = asyncio.Event()
         self.node_changes = 0  # Node networks changed: the pools' conflicts are looked at again
@@ -355,7 +356,10 @@ class Controller:
         labels = self.namespaces.cache.get(key.split("/", 1)[0]) or {}
         decision = decide(request, self.pools(), self.ledger, labels, self._in_use())
         if isinstance(decision, Allocation):
-            self.waiting.discard(key)
+            if decision.wanting:
+                self.waiting.add(key)  # a release may bring the family it lacks
+            else:
+                self.waiting.discard(key)
             self._reserve(request.key, decision, request.current, request.ports)
         else:
             self.waiting.add(key)  # a problem changes nothing held

@@ -175,7 +175,20 @@ def test_prefer_dual_stack_keeps_the_family_that_has_room() -> None:
     ledger = Ledger()
     give(ledger, req("v6", families=(6,)), pools)
     request = req("x", families=(4, 6), family_policy="PreferDualStack")
-    assert allocated(decide(request, pools, ledger, {})) == ("10.0.0.0",)
+    decision = decide(request, pools, ledger, {})
+    assert allocated(decision) == ("10.0.0.0",)
+    # the family it lacks is said, and the Service waits for it (see run: `waiting`)
+    assert isinstance(decision, Allocation)
+    assert decision.wanting == (
+        "no free IPv6 address in a: PreferDualStack, given when one is free",
+    )
+    hold(ledger, decision)
+    release(ledger, "ns/v6")
+    held = req("x", families=(4, 6), family_policy="PreferDualStack", current=(ip("10.0.0.0"),))
+    again = decide(held, pools, ledger, {})
+    assert allocated(again) == ("10.0.0.0", "fd00::")
+    assert isinstance(again, Allocation)
+    assert again.wanting == ()
 
 
 def test_conflicting_requests_are_reported() -> None:

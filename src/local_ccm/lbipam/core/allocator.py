@@ -47,10 +47,13 @@ class Placement(NamedTuple):
 @dataclass(frozen=True)
 class Allocation:
     """The addresses to hold, in the Service's family order; `notes` say why a held address
-    is kept from outside the pools that select the Service."""
+    is kept from outside the pools that select the Service; `wanting` why a PreferDualStack
+    Service lacks a family it lists (its pools have no free address of it): such a Service
+    waits for a release as one refused does."""
 
     placements: tuple[Placement, ...]
     notes: tuple[str, ...] = ()
+    wanting: tuple[str, ...] = ()
 
     @property
     def addresses(self) -> tuple[IPAddress, ...]:
@@ -162,7 +165,7 @@ def _noted(decision: Decision, selecting: Sequence[Pool], every: Sequence[Pool])
     names, by_name = {p.name for p in selecting}, {p.name: p for p in every}
     notes = tuple(_kept_note(p, by_name.get(p.pool)) for p in decision.placements
                   if p.pool not in names)  # fmt: skip
-    return Allocation(decision.placements, notes)
+    return Allocation(decision.placements, notes, decision.wanting)
 
 
 def _kept_note(placement: Placement, pool: Pool | None) -> str:
@@ -186,12 +189,14 @@ def _place_families(
         return Problem("FamilyUnavailable", families)
     placements = [_place(request, v, selecting, held, ledger, in_use=in_use) for v in families]
     found = tuple(p for p in placements if p is not None)
-    partial_ok = request.family_policy == "PreferDualStack" and found
-    if len(found) < len(families) and not partial_ok:
-        missing = [f"IPv{v}" for v, p in zip(families, placements, strict=True) if p is None]
-        names = ", ".join(p.name for p in selecting)
-        return Problem("PoolExhausted", f"no free {' or '.join(missing)} address in {names}")
-    return Allocation(found)
+    if len(found) == len(families):
+        return Allocation(found)
+    missing = [f"IPv{v}" for v, p in zip(families, placements, strict=True) if p is None]
+    names = ", ".join(p.name for p in selecting)
+    message = f"no free {' or '.join(missing)} address in {names}"
+    if request.family_policy == "PreferDualStack" and found:
+        return Allocation(found, wanting=(f"{message}: PreferDualStack, given when one is free",))
+    return Problem("PoolExhausted", message)
 
 
 def _place_requested(

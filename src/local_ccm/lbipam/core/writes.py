@@ -96,7 +96,7 @@ def condition(decision: Decision | None, generation: int, now: str) -> Obj:
         status = "True"
         reason = OUTSIDE_POOLS if decision.outside else "Allocated"
         addresses = ", ".join(str(a) for a in decision.addresses)
-        message = "; ".join((f"allocated {addresses}", *decision.notes))
+        message = "; ".join((f"allocated {addresses}", *decision.notes, *decision.wanting))
     elif decision is None:
         status, reason, message = "False", "Released", "no address: released"
     else:
