@@ -246,7 +246,7 @@ class Controller:
         woken: list[str] = []  # Services a release may serve, oldest first
         try:
             if what == "forget" and (obj is None or not writes.deleting(obj)):
-                woken = self._release(key)
+                woken = self._release(key, () if obj is None else parse_service(obj).current)
             elif what == "cleanup" and obj is not None:
                 woken = await self._cleanup(key, obj)
             elif what == "allocate" and obj is not None:
@@ -279,13 +279,13 @@ class Controller:
         obj = self.services.cache.get(key)
         return created(obj) if obj is not None else ("", 0, "", key)
 
-    def _release(self, key: str) -> list[str]:
-        """Forget what `key` holds (it is gone, or no longer shows an address); returns the
-        Services the freed addresses may serve, oldest first."""
+    def _release(self, key: str, shown: Iterable[Any] = ()) -> list[str]:
+        """Forget what `key` holds (it is gone, or no longer ours), but the addresses it still
+        `shown`s; returns the Services the freed addresses may serve, oldest first."""
         assert self.ledger is not None
         self.first_seen.pop(key, None)
         self.waiting.discard(key)
-        if not release(self.ledger, key):
+        if not release(self.ledger, key, frozenset(shown)):
             return []
         self.metrics.releases.inc()
         self.pools_dirty.set()

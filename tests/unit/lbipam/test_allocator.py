@@ -206,6 +206,19 @@ def test_release_frees_the_address_for_the_next_service() -> None:
     assert give(ledger, req("y"), pools) == ("10.0.0.0",)
 
 
+def test_release_keeps_what_a_service_no_longer_ours_still_shows() -> None:
+    """Not ours any more (the class settings changed), never touched: what its status still
+    shows stays held, the rest is freed."""
+    pools = [pool("a", "10.0.0.0/32", "fd00::/128")]
+    ledger = Ledger()
+    give(ledger, req("x", families=(4, 6), family_policy="RequireDualStack"), pools)
+    assert release(ledger, "ns/x", {ip("10.0.0.0")}) == (ip("fd00::"),)
+    assert ledger.held_by("ns/x") == (ip("10.0.0.0"),)
+    assert reason(decide(req("y"), pools, ledger, {})) == "PoolExhausted"
+    assert release(ledger, "ns/x", ()) == (ip("10.0.0.0"),)
+    assert give(ledger, req("y"), pools) == ("10.0.0.0",)
+
+
 def test_rebuilt_ledger_keeps_the_first_claim_and_notes_the_second() -> None:
     pools = [pool("a", "10.0.0.0/30")]
     claims = [req("old", current=(ip("10.0.0.1"),)), req("new", current=(ip("10.0.0.1"),))]

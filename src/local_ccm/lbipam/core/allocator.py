@@ -13,7 +13,7 @@ addresses. An address in no pool's ranges is kept and flagged (`OUTSIDE_POOLS`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import NamedTuple
 
 from local_ccm.lbipam.core.ledger import Holder, Ledger, clash
@@ -327,9 +327,19 @@ def hold(ledger: Ledger, allocation: Allocation) -> None:
     ledger.hold([(p.address, p.holder) for p in allocation.placements])
 
 
-def release(ledger: Ledger, service: str) -> tuple[IPAddress, ...]:
-    """Forget a Service's addresses; returns them."""
-    return ledger.release(service)
+def release(
+    ledger: Ledger, service: str, shown: Collection[IPAddress] = ()
+) -> tuple[IPAddress, ...]:
+    """Forget a Service's addresses but those it still `shown`s; returns the ones forgotten.
+    A Service that is no longer ours while still a LoadBalancer (`--lb-class` or
+    `--lb-classless` changed) is never touched, so its status may go on showing an address:
+    that one stays held until the Service shows another or is gone, or a Service of ours
+    would be given it too."""
+    kept = [(address, holder) for address, holder in ledger.entries(service) if address in shown]
+    forgotten = ledger.release(service)
+    if kept:
+        ledger.hold(kept)
+    return tuple(a for a in forgotten if a not in shown)
 
 
 def build_ledger(
