@@ -53,7 +53,7 @@ from local_ccm.lbipam.core.model import (
     service_subject,
 )
 from local_ccm.lbipam.core.pools import Pool
-from local_ccm.lbipam.core.service import KUBEVIP_ANNOTATION, parse_service
+from local_ccm.lbipam.core.service import KUBEVIP_ANNOTATION, ServiceRequest, parse_service
 from local_ccm.lbipam.core.status import (
     InUse,
     NodeNetworks,
@@ -225,8 +225,8 @@ class Controller:
              if writes.may_hold(obj, self.settings.lb_class, classless=self.settings.classless)),
             key=created,
         )  # fmt: skip
-        self.ledger, notes = build_ledger([parse_service(o) for o in held], self.pools(),
-                                          self.namespaces.cache)  # fmt: skip
+        requests = [self._parse(o) for o in held]
+        self.ledger, notes = build_ledger(requests, self.pools(), self.namespaces.cache)
         for note in notes:
             log.warning("address claimed twice at start, the older Service keeps it: %s", note)
         log.info("allocations rebuilt from %d Services", len(held))
@@ -246,7 +246,7 @@ class Controller:
         woken: list[str] = []  # Services a release may serve, oldest first
         try:
             if what == "forget" and (obj is None or not writes.deleting(obj)):
-                woken = self._release(key, () if obj is None else parse_service(obj).current)
+                woken = self._release(key, () if obj is None else self._parse(obj).current)
             elif what == "cleanup" and obj is not None:
                 woken = await self._cleanup(key, obj)
             elif what == "allocate" and obj is not None:
@@ -352,7 +352,7 @@ class Controller:
         """One decision and its reservation, with no await between them: a decision taken
         meanwhile by another sync sees this one's addresses held."""
         assert self.ledger is not None
-        request = parse_service(obj)
+        request = self._parse(obj)
         labels = self.namespaces.cache.get(key.split("/", 1)[0]) or {}
         decision = decide(request, self.pools(), self.ledger, labels, self._in_use())
         if isinstance(decision, Allocation):
@@ -366,6 +366,9 @@ class Controller:
         if not request.current:
             self.first_seen.setdefault(key, self.clock.monotonic())
         return decision
+
+    def _parse(self, obj: Obj) -> ServiceRequest:
+        return parse_service(obj, kubevip_written=self.settings.kubevip_annotation)
 
     def _in_use(self) -> InUse:
         """The Service CIDRs' and the Nodes' addresses and podCIDRs, made again only when a

@@ -101,7 +101,9 @@ def test_a_dual_stack_service_kube_vip_cloud_provider_served_keeps_both_addresse
     `spec.loadBalancerIP` with the first; the Service keeps both after the move."""
     pools = kubevip(cidr_global="10.120.120.1/24,fe80::10/126")
     held = svc("dual", spec=DUAL, annotations=KUBEVIP_IPS, status=["fe80::10", "10.120.120.1"])
-    assert held.requested == ()  # the annotation is what it holds, the field beside it too
+    # the annotation asks for what it holds, the field beside it is part of it
+    assert [str(a) for a in held.requested] == ["fe80::10", "10.120.120.1"]
+    assert held.problems == ()
     ledger, _ = build_ledger([held], pools)
     assert give(held, pools, ledger) == ["fe80::10", "10.120.120.1"]
 

@@ -103,16 +103,28 @@ def test_an_address_repeated_in_one_annotation_is_asked_once() -> None:
     assert request.requested == (ip("10.0.0.1"),)
 
 
-def test_the_kube_vip_annotation_naming_what_the_service_holds_is_no_request() -> None:
+def test_the_kube_vip_annotation_the_controller_writes_naming_what_it_holds_is_no_request() -> None:
     held = {"loadBalancer": {"ingress": [{"ip": "10.0.0.5"}]}}
     echo = svc(annotations={"kube-vip.io/loadbalancerIPs": "10.0.0.5"})
     echo["status"] = held
-    assert parse_service(echo).requested == ()
+    assert parse_service(echo, kubevip_written=True).requested == ()
     asks = svc(annotations={"kube-vip.io/loadbalancerIPs": "10.0.0.6"})
     asks["status"] = held
-    assert [str(a) for a in parse_service(asks).requested] == ["10.0.0.6"]
+    assert [str(a) for a in parse_service(asks, kubevip_written=True).requested] == ["10.0.0.6"]
     fresh = svc(annotations={"kube-vip.io/loadbalancerIPs": "10.0.0.5"})
-    assert [str(a) for a in parse_service(fresh).requested] == ["10.0.0.5"]
+    assert [str(a) for a in parse_service(fresh, kubevip_written=True).requested] == ["10.0.0.5"]
+
+
+def test_without_writing_it_the_kube_vip_annotation_is_always_a_request() -> None:
+    """Read as an echo, an annotation naming two IPv4 addresses that a SingleStack Service
+    holds left the Service with one, which the annotation then asked back: the status
+    flipped between one and two addresses at every sync."""
+    two = svc(annotations={"kube-vip.io/loadbalancerIPs": "10.0.0.5,10.0.0.6"},
+              ipFamilies=["IPv4"], ipFamilyPolicy="SingleStack")  # fmt: skip
+    two["status"] = {"loadBalancer": {"ingress": [{"ip": "10.0.0.5"}, {"ip": "10.0.0.6"}]}}
+    assert parse_service(two).requested == (ip("10.0.0.5"), ip("10.0.0.6"))
+    two["status"] = {"loadBalancer": {"ingress": [{"ip": "10.0.0.5"}]}}
+    assert parse_service(two).requested == (ip("10.0.0.5"), ip("10.0.0.6"))
 
 
 def test_the_pool_annotations_name_one_pool_and_must_agree() -> None:
@@ -153,7 +165,8 @@ def test_require_dual_stack_asks_for_both_families_or_none() -> None:
     families = {"ipFamilies": ["IPv6", "IPv4"], "ipFamilyPolicy": "RequireDualStack"}
     one = parse_service(svc({"lb.local-ccm.io/ips": "fd00::5"}, **families))
     assert one.problems == (
-        "RequireDualStack needs an address of each family and the request names no IPv4 address",
+        "annotation lb.local-ccm.io/ips: RequireDualStack needs an address of each family and"
+        " the request names no IPv4 address",
     )
     assert (
         parse_service(svc({"lb.local-ccm.io/ips": "10.0.0.5,fd00::5"}, **families)).problems == ()

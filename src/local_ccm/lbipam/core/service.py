@@ -70,8 +70,8 @@ def _addresses(text: str, where: str, problems: list[str]) -> tuple[IPAddress, .
 
 
 def _echo(annotations: Mapping[str, str], current: tuple[IPAddress, ...]) -> bool:
-    """The kube-vip annotation names exactly the addresses the Service holds (written by the
-    controller, or by kube-vip-cloud-provider before it): what it has, not what it asks."""
+    """The kube-vip annotation names exactly the addresses the Service holds, as the
+    controller writes it with `--lb-kubevip-annotation`: what it has, not what it asks."""
     text = annotations.get(KUBEVIP_ANNOTATION)
     return bool(current) and text is not None and set(_addresses(text, "", [])) == set(current)
 
@@ -95,8 +95,10 @@ def _requested(
     spec: Mapping[str, Any],
     problems: list[str],
     current: tuple[IPAddress, ...] = (),
+    *,
+    kubevip_written: bool = False,
 ) -> tuple[IPAddress, ...]:
-    echo = _echo(annotations, current)
+    echo = kubevip_written and _echo(annotations, current)
     sources = [(f"annotation {k}", annotations[k]) for k in ADDRESS_ANNOTATIONS
                if k in annotations and not (echo and k == KUBEVIP_ANNOTATION)]  # fmt: skip
     if spec.get("loadBalancerIP") and not _beside_kubevip(annotations, spec["loadBalancerIP"]):
@@ -108,12 +110,11 @@ def _requested(
     for where, other in parsed[1:]:
         if set(other) != set(first):
             problems.append(f"{where} asks for other addresses than {first_where}")
+    problems += (f"{first_where}: {p}" for p in _outside_families(first, spec))
     return first
 
 
-def _outside_families(
-    requested: tuple[IPAddress, ...], spec: Mapping[str, Any], policy: str
-) -> list[str]:
+def _outside_families(requested: tuple[IPAddress, ...], spec: Mapping[str, Any]) -> list[str]:
     """A requested address of a family `spec.ipFamilies` does not list is dead: kube-proxy
     ignores a Service's load-balancer ingress IPs of another family than its own (its service
     change tracker drops them), so the address would show and never carry traffic. With
@@ -126,7 +127,7 @@ def _outside_families(
     found = [f"{a} is IPv{a.version}, a family spec.ipFamilies ({names}) does not list"
              for a in requested if a.version not in listed]  # fmt: skip
     missing = [v for v in listed if v not in {a.version for a in requested}]
-    if not found and policy == "RequireDualStack" and missing:
+    if not found and spec.get("ipFamilyPolicy") == "RequireDualStack" and missing:
         found.append(f"RequireDualStack needs an address of each family and the request names"
                      f" no IPv{missing[0]} address")  # fmt: skip
     return found
@@ -164,8 +165,16 @@ def _current(obj: Mapping[str, Any]) -> tuple[IPAddress, ...]:
     return tuple(found)
 
 
-def parse_service(obj: Mapping[str, Any]) -> ServiceRequest:
-    """Everything the allocator needs of one Service; problems collected, never raised."""
+def parse_service(obj: Mapping[str, Any], *, kubevip_written: bool = False) -> ServiceRequest:
+    """Everything the allocator needs of one Service; problems collected, never raised.
+
+    `kubevip_written`: the controller writes the kube-vip annotation (`--lb-kubevip-annotation`),
+    so one naming exactly what the Service holds is its own echo, not a request. Otherwise the
+    annotation is always a request (the user's, or kube-vip-cloud-provider's record of what
+    it gave, which asks for what the Service holds): read as an echo, a decision that keeps
+    fewer addresses than it names (a SingleStack Service, two addresses named) turned it back
+    into a request for all of them at the next sync, and the status flipped between the two
+    for ever."""
     metadata = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     annotations = metadata.get("annotations") or {}
@@ -175,15 +184,13 @@ def parse_service(obj: Mapping[str, Any]) -> ServiceRequest:
         FAMILY_VERSIONS[f] for f in spec.get("ipFamilies") or ["IPv4"] if f in FAMILY_VERSIONS
     )
     current = _current(obj)
-    policy = str(spec.get("ipFamilyPolicy") or "SingleStack")
-    requested = _requested(annotations, spec, problems, current)
-    problems += _outside_families(requested, spec, policy)
+    requested = _requested(annotations, spec, problems, current, kubevip_written=kubevip_written)
     return ServiceRequest(
         key=f"{namespace}/{metadata.get('name', '')}",
         namespace=namespace,
         labels=dict(metadata.get("labels") or {}),
         families=families or (4,),
-        family_policy=policy,
+        family_policy=str(spec.get("ipFamilyPolicy") or "SingleStack"),
         requested=requested,
         sharing_key=_sharing_key(annotations, problems),
         pool=_pool(annotations, problems),
