@@ -411,10 +411,9 @@ class Controller:
                 started = self.first_seen.pop(key, None)
                 if started is not None:
                     self.metrics.allocation_latency.observe(self.clock.monotonic() - started)
-                text = ", ".join(e["ip"] for e in entries)
-                log.info("svc=%s: allocated %s", key, text)
-                self.outbox.emit(ev.EventSpec("Normal", "AddressAllocated", f"allocated {text}"),
-                                 subject)  # fmt: skip
+                log.info("svc=%s: %s", key, message)
+                # the condition's message: with the notes (an address left, a family lacking)
+                self.outbox.emit(ev.EventSpec("Normal", "AddressAllocated", message), subject)
             return
         self.metrics.allocations.labels(decision.reason).inc()
         log.info("svc=%s: no address: %s: %s", key, decision.reason, decision.message)

@@ -142,6 +142,29 @@ def test_same_sharing_key_with_a_port_clash_takes_another_address() -> None:
     assert reason(decide(asked, pools, ledger, {})) == "SharingPortClash"
 
 
+def test_a_sharer_whose_ports_come_to_clash_moves_and_says_why() -> None:
+    """As MetalLB's ClearAssignment: the Service that changed leaves the shared address, and
+    the decision says which address it left and for whom."""
+    pools = [pool("a", "10.0.0.0/30")]
+    ledger = Ledger()
+    web = req("web", sharing_key="k", ports=frozenset({("TCP", 80)}))
+    dns = req("dns", sharing_key="k", ports=frozenset({("UDP", 53)}))
+    assert give(ledger, web, pools) == give(ledger, dns, pools) == ("10.0.0.0",)
+    changed = req("dns", sharing_key="k", ports=frozenset({("TCP", 80)}), current=(ip("10.0.0.0"),))
+    decision = decide(changed, pools, ledger, {})
+    assert allocated(decision) == ("10.0.0.1",)
+    assert isinstance(decision, Allocation)
+    assert decision.notes == (
+        "10.0.0.0 left: this Service's ports or sharing key no longer let it share the address"
+        " with ns/web",
+    )
+    hold(ledger, decision)
+    moved = req("dns", sharing_key="k", ports=frozenset({("TCP", 80)}), current=(ip("10.0.0.1"),))
+    again = decide(moved, pools, ledger, {})
+    assert isinstance(again, Allocation)
+    assert again.notes == ()
+
+
 def test_different_sharing_keys_never_share() -> None:
     pools = [pool("a", "10.0.0.0/30")]
     ledger = Ledger()

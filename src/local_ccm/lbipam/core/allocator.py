@@ -108,7 +108,23 @@ def decide(
         return Problem("NoPool", _no_pool(request))
     else:
         decision = _place_families(request, selecting, held, ledger, in_use)
-    return _noted(decision, selecting, every)
+    return _noted(decision, selecting, every, _left(request, held, ledger))
+
+
+def _left(
+    request: ServiceRequest, held: Mapping[IPAddress, Placement], ledger: Ledger
+) -> tuple[str, ...]:
+    """Why the Service loses an address it shows that it may no longer share (its ports or
+    its sharing key changed): MetalLB says so too (`ClearAssignment`), and without it the
+    operator sees only a new address."""
+    found = []
+    for address in request.current:
+        others = [h for h in ledger.holders(address) if h.service != request.key]
+        if address not in held and others:
+            users = ", ".join(sorted(h.service for h in others))
+            found.append(f"{address} left: this Service's ports or sharing key no longer let it"
+                         f" share the address with {users}")  # fmt: skip
+    return tuple(found)
 
 
 def _selecting(
@@ -159,13 +175,15 @@ def _no_pool(request: ServiceRequest) -> str:
     return f"no enabled pool selects {request.key}"
 
 
-def _noted(decision: Decision, selecting: Sequence[Pool], every: Sequence[Pool]) -> Decision:
+def _noted(
+    decision: Decision, selecting: Sequence[Pool], every: Sequence[Pool], left: tuple[str, ...]
+) -> Decision:
     if not isinstance(decision, Allocation):
         return decision
     names, by_name = {p.name for p in selecting}, {p.name: p for p in every}
     notes = tuple(_kept_note(p, by_name.get(p.pool)) for p in decision.placements
                   if p.pool not in names)  # fmt: skip
-    return Allocation(decision.placements, notes, decision.wanting)
+    return Allocation(decision.placements, notes + left, decision.wanting)
 
 
 def _kept_note(placement: Placement, pool: Pool | None) -> str:
