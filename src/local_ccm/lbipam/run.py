@@ -299,12 +299,18 @@ class Controller:
         DELETED event: `sync` with no object), never here, since until the apiserver has
         removed it, it still exists and may still show them. Returns the Services a release
         may serve."""
+        assert self.ledger is not None
         deleting = writes.deleting(obj)
         if not deleting:
             patch = writes.status_patch(obj, [], writes.condition(None, writes.generation(obj),
                                                               stamp(self.clock)))  # fmt: skip
             if patch is not None:
                 obj = await self._patch(key, obj, patch, status=True)
+            held = ", ".join(str(a) for a in self.ledger.held_by(key))
+            if held:  # what `kubectl describe` shows of the release, as the cloud controller does
+                message = f"released {held}: no longer a LoadBalancer this controller serves"
+                self.outbox.emit(ev.EventSpec("Normal", "AddressReleased", message),
+                                 service_subject(obj))  # fmt: skip
         patch = writes.finalizer_patch(obj) or []
         if not deleting and self.settings.kubevip_annotation:
             annotation = writes.annotation_patch(obj, KUBEVIP_ANNOTATION, None) or []

@@ -221,6 +221,12 @@ def test_lb07_type_change_clears_status_and_releases(
     eventually(cleaned, timeout=SETTLE, message="status cleared")
     assert not lb.has_finalizer(space.get("a"))
     assert lb.allocated(space, "c") == [f"{net}.4"]
+    released = eventually(
+        lambda: [e["message"] for e in space.events("a") if e["reason"] == "AddressReleased"],
+        timeout=10,
+        message="an AddressReleased Event on a",
+    )
+    assert released == [f"released {net}.4: no longer a LoadBalancer this controller serves"]
 
 
 def test_lb07_type_change_of_a_classed_service_clears_status_and_releases(
