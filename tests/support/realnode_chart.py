@@ -36,8 +36,10 @@ def _release_script() -> ModuleType:
 
 
 def package_chart(out: Path, helm_binary: Path) -> Path:
-    """``helm package charts/local-ccm`` into ``out``, exactly as `make release` does."""
-    return Path(_release_script().chart(out, helm_binary))
+    """``helm package charts/local-ccm`` into ``out``, exactly as `make release` does (its
+    files dated by the last commit)."""
+    script = _release_script()
+    return Path(script.chart(out, helm_binary, script.source_date_epoch()))
 
 
 def node_values(cluster: Cluster) -> dict[str, Any]:
