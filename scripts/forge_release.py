@@ -25,15 +25,9 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from release import ReleaseError, read_version  # a sibling: run from scripts/, as `make` does
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def read_version() -> str:
-    init = (REPO / "src" / "local_ccm" / "__init__.py").read_text()
-    found = re.search(r"^__version__(?:: *\w+)? *= *[\"']([^\"']+)[\"']", init, re.M)
-    if not found:
-        raise SystemExit("no __version__ in src/local_ccm/__init__.py")
-    return found.group(1)
 
 
 def notes(changelog: str, version: str) -> str | None:
@@ -75,7 +69,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gh", default="gh")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run none")
     args = parser.parse_args(argv)
-    version = read_version()
+    try:
+        version = read_version()
+    except ReleaseError as exc:
+        print(f"forge-release: {exc}", file=sys.stderr)
+        return 2
     changelog = (REPO / "CHANGELOG.md").read_text()
     found = problems(args.tag, version, args.dist, changelog)
     if found:

@@ -18,6 +18,8 @@ SCRIPT = REPO / "scripts" / "forge_release.py"
 
 
 def _load() -> ModuleType:
+    if str(SCRIPT.parent) not in sys.path:
+        sys.path.insert(0, str(SCRIPT.parent))  # forge_release.py imports release.py beside it
     spec = importlib.util.spec_from_file_location("forge_release", SCRIPT)
     assert spec
     assert spec.loader
