@@ -101,7 +101,12 @@ def input_labels(node: Obj) -> dict[str, str]:
     pass, without end."""
     metadata = node.get("metadata") or {}
     labels = metadata.get("labels") or {}
-    mine = mine_of(labels, read_owned(metadata.get("annotations") or {}))
+    return others_of(labels, read_owned(metadata.get("annotations") or {}))
+
+
+def others_of(labels: Mapping[str, str], owned: Mapping[str, str]) -> dict[str, str]:
+    """`labels` without those the agent wrote and still carry its value (`mine_of`)."""
+    mine = mine_of(labels, owned)
     return {k: v for k, v in labels.items() if k not in mine}
 
 
@@ -186,10 +191,11 @@ def plan_node_labels(
     ``plan_labels`` against the record."""
     metadata = node.get("metadata") or {}
     labels = metadata.get("labels") or {}
-    view = NodeView(str(metadata.get("name", "")), tuple(addresses), input_labels(node))
+    owned = read_owned(metadata.get("annotations") or {})
+    view = NodeView(str(metadata.get("name", "")), tuple(addresses), others_of(labels, owned))
     wanted = {k: d.value for k, d in desired_labels(rules, facts, view).items()}
     wanted = with_beta_twins(wanted, view.labels) if beta else wanted
-    return plan_labels(labels, read_owned(metadata.get("annotations") or {}), wanted, domains)
+    return plan_labels(labels, owned, wanted, domains)
 
 
 def with_labels(main: Patch | None, labels: Patch | None) -> Patch | None:
