@@ -5,7 +5,10 @@ permissions in a handful of requests, assigns pod CIDRs to a new Node from a Clu
 deletes a NotReady Node whose addresses do not answer (addresses inside the test's own network
 namespace: probes never leave the machine); its start-up line names only the servers it runs.
 CM02: `--controllers=node-ipam` runs IPAM alone.
-CM03: SIGTERM exits 0 and releases the Lease. CM04: the lifecycle controller sees, through the
+CM03: SIGTERM exits 0 and releases the Lease. CM05: while the Lease of the standalone
+node-ipam-controller is held (an old Pod still leading while a switch to the manager rolls out),
+the manager's node IPAM assigns nothing; once it is released, it does, never writing that Lease.
+CM04: the lifecycle controller sees, through the
 shared Node watch, only the Nodes of its `--node-selector`, as the standalone binary's own watch
 does: a Node outside it that goes NotReady starts no episode.
 """
@@ -14,7 +17,10 @@ from __future__ import annotations
 
 import signal
 import sys
+import threading
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +44,7 @@ pytestmark = pytest.mark.netns
 BINARY = Path(sys.executable).parent / "local-ccm-controller-manager"
 IPAM_GROUP = "networking.x-k8s.io"
 ASSIGNED = 15.0
+STANDALONE = ("node-lifecycle-controller", "node-ipam-controller")  # the manager's defaults
 
 
 @pytest.fixture(scope="module")
@@ -129,8 +136,10 @@ def test_cm01_one_process_one_lease_both_jobs(
         child.stop(grace=5)
     watches = [str(e) for e in _requests(world, "nodes") if e.verb == "watch"]
     assert len(watches) == 1, watches  # one Node informer for both controllers
-    leases = {e.name for e in _requests(world, "leases") if e.name}
-    assert leases == {world.lease}, leases
+    leases = {e.name for e in _requests(world, "leases") if e.name and e.verb != "get"}
+    assert leases == {world.lease}, leases  # the one Lease it holds
+    read = {e.name for e in _requests(world, "leases") if e.name and e.verb == "get"}
+    assert read == {world.lease, *STANDALONE}, read  # and the standalone ones it waits for
     reviews = _requests(world, "selfsubjectrulesreviews") + _requests(
         world, "selfsubjectaccessreviews"
     )
@@ -205,3 +214,71 @@ def test_cm04_a_node_outside_the_selector_starts_no_episode(
 def _episode_logged(child: Child, node: str) -> bool:
     lines = tail(child.log_path, 2000).splitlines()
     return any("episode started" in line and f"node={node} " in line for line in lines)
+
+
+class OldLeader:
+    """A standalone controller's Pod leading its Lease: renews it every second until
+    released, as SIGTERM releases it (empty holder, duration 1)."""
+
+    def __init__(self, world: PlaneSetup, name: str) -> None:
+        self.world, self.name, self.holder = world, name, "old-node-ipam-controller_0001"
+        self.stopped = threading.Event()
+        world.kube.create(r.LEASES, {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                     "metadata": {"name": name}, "spec": self._spec()},
+                          namespace=world.namespace)  # fmt: skip
+        self.thread = threading.Thread(target=self._renew, daemon=True)
+        self.thread.start()
+
+    def _spec(self, holder: str | None = None, duration: int = 4) -> dict[str, Any]:
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return {"holderIdentity": self.holder if holder is None else holder,
+                "leaseDurationSeconds": duration, "acquireTime": now, "renewTime": now}  # fmt: skip
+
+    def _write(self, spec: dict[str, Any]) -> None:
+        lease = self.world.kube.get(r.LEASES, self.name, namespace=self.world.namespace)
+        lease["spec"] = spec
+        self.world.kube.update(r.LEASES, lease, namespace=self.world.namespace)
+
+    def _renew(self) -> None:
+        while not self.stopped.wait(1.0):
+            self._write(self._spec())
+
+    def release(self) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=10)
+        self._write(self._spec(holder="", duration=1))
+
+    def spec(self) -> dict[str, Any]:
+        lease = self.world.kube.get(r.LEASES, self.name, namespace=self.world.namespace)
+        return dict(lease["spec"])
+
+
+@pytest.mark.timeout(120)
+def test_cm05_node_ipam_waits_for_the_standalone_lease_while_it_is_held(
+    world: PlaneSetup, test_artifacts: Path
+) -> None:
+    _pool(world, "10.79.0.0/16")
+    old = OldLeader(world, "node-ipam-controller")
+    child = _start(world, test_artifacts, "--controllers=node-lifecycle,node-ipam")
+    try:
+        eventually(lambda: bool(_holder(world)), timeout=20, message="the manager's Lease is held")
+        name = world.make_node(ready="True")["metadata"]["name"]
+        eventually(lambda: "waiting for the lease" in tail(child.log_path, 400), timeout=10,
+                   message="the manager says it waits")  # fmt: skip
+        time.sleep(5)  # five of the old leader's renewals: the manager's IPAM assigns nothing
+        assert pod_cidrs(world.kube, name) == [], "two allocators side by side"
+        old.release()
+        eventually(
+            lambda: bool(pod_cidrs(world.kube, name)),
+            timeout=ASSIGNED,
+            message="IPAM assigns a pod CIDR once the old leader released its Lease",
+        )
+        assert pod_cidrs(world.kube, name)[0].startswith("10.79.")
+        assert child.exited() is None, tail(child.log_path)
+    finally:
+        old.stopped.set()
+        child.stop(grace=5)
+    assert old.spec()["holderIdentity"] == ""  # only read, never taken
+    writes = [e for e in _requests(world, "leases") if e.name == "node-ipam-controller"
+              and e.verb != "get"]  # fmt: skip
+    assert writes == [], [str(e) for e in writes]

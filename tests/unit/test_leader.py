@@ -13,7 +13,13 @@ import pytest
 
 from local_ccm.kube.errors import Conflict, Transient
 from local_ccm.lease.election import ElectionConfig, format_micro_time
-from local_ccm.lease.elector import RELEASE_TIMEOUT, LeaderContext, LeaderElector, LeadershipLost
+from local_ccm.lease.elector import (
+    RELEASE_TIMEOUT,
+    LeaderContext,
+    LeaderElector,
+    LeadershipLost,
+    wait_until_free,
+)
 from tests.fakes.clock import START_WALL, FakeClock, settle
 from tests.fakes.lease import FakeLeaseApi, FakeLeaseServer
 
@@ -600,5 +606,87 @@ def test_leader_transitions_are_counted() -> None:
         await leading(again)
         assert spec(server)["leaseTransitions"] == 2
         assert a.gauge == b.gauge == [True, False]
+
+    run(scenario)
+
+
+# ------------------------------------------------------------ waiting for a Lease it never holds
+
+
+class Waiter:
+    """`wait_until_free` on the test Lease, as the manager runs it before a controller whose
+    standalone binary holds that Lease."""
+
+    def __init__(self, server: FakeLeaseServer, clock: FakeClock, identity: str = "manager_1"):
+        self.api = FakeLeaseApi(server, name=NAME, namespace=NAMESPACE, clock=clock)
+        self.task = asyncio.create_task(wait_until_free(self.api, identity, clock, RETRY))
+
+    def writes(self) -> list[str]:
+        return [call.verb for call in self.api.calls if call.verb != "get"]
+
+
+def test_an_absent_lease_is_free_at_once_and_only_read() -> None:
+    async def scenario() -> None:
+        clock, server = FakeClock(), FakeLeaseServer()
+        waiter = Waiter(server, clock)
+        await settle()
+        assert waiter.task.done()
+        assert [call.verb for call in waiter.api.calls] == ["get"]
+
+    run(scenario)
+
+
+def test_a_lease_renewed_by_its_holder_is_waited_for_until_released() -> None:
+    async def scenario() -> None:
+        clock, server = FakeClock(), FakeLeaseServer()
+        held_by_other(server, clock)
+        waiter = Waiter(server, clock)
+        for _ in range(20):  # the old standalone Pod renews every second for 20 s
+            await clock.advance(1.0)
+            held_by_other(server, clock)
+        assert not waiter.task.done()
+        held_by_other(server, clock, holderIdentity="", leaseDurationSeconds=1)  # SIGTERM
+        took = await clock.run_until(waiter.task.done, timeout=10)
+        assert took <= RETRY
+        assert waiter.writes() == []  # never takes the Lease: it only waits for it
+
+    run(scenario)
+
+
+def test_a_lease_its_holder_stopped_renewing_is_free_after_its_duration() -> None:
+    async def scenario() -> None:
+        clock, server = FakeClock(), FakeLeaseServer()
+        held_by_other(server, clock, leaseDurationSeconds=6)  # a Pod that vanished
+        waiter = Waiter(server, clock)
+        took = await clock.run_until(waiter.task.done, timeout=30)
+        assert 6 <= took <= 6 + RETRY  # its duration on the local clock, from the first read
+        assert waiter.writes() == []
+
+    run(scenario)
+
+
+def test_a_failed_read_is_not_free() -> None:
+    async def scenario() -> None:
+        clock, server = FakeClock(), FakeLeaseServer()
+        waiter = Waiter(server, clock)
+        waiter.api.outage = True
+        await settle()
+        # The first read already failed (unknown), so it does not start, read after read.
+        await clock.advance(10)
+        assert not waiter.task.done()
+        assert len(waiter.api.calls) >= 10
+        waiter.api.outage = False  # the answer: NotFound
+        assert await clock.run_until(waiter.task.done, timeout=10) <= RETRY
+
+    run(scenario)
+
+
+def test_a_lease_held_by_this_process_is_free() -> None:
+    async def scenario() -> None:
+        clock, server = FakeClock(), FakeLeaseServer()
+        held_by_other(server, clock, holderIdentity="manager_1")
+        waiter = Waiter(server, clock, identity="manager_1")
+        await settle()
+        assert waiter.task.done()
 
     run(scenario)

@@ -176,8 +176,11 @@ def run_main(
     *,
     table: FlagSet,
     choose: Callable[[Parsed], tuple[str, ...] | list[str]],
+    standalone: Callable[[Parsed], Mapping[str, str] | list[Problem]] = lambda parsed: {},
 ) -> int:
-    """The binary `prog`: parse `table`, run the `known` controllers `choose` names."""
+    """The binary `prog`: parse `table`, run the `known` controllers `choose` names;
+    `standalone` names the Lease each controller's standalone binary holds, which it waits
+    for (`Host.standalone`)."""
     argv = sys.argv[1:] if argv is None else argv
     env = os.environ if env is None else env
     fixed = fix_env(env, known)
@@ -187,7 +190,10 @@ def run_main(
     loaded = load(parsed, fixed, known, choose(parsed))
     cluster = credentials(parsed, env)  # its problem is listed with the flags' ones
     problems = loaded if isinstance(loaded, list) else serving_problems(loaded[0].shared())
-    if isinstance(loaded, list) or isinstance(cluster, Problem) or problems:
+    held = standalone(parsed)
+    problems = [*problems, *(held if isinstance(held, list) else [])]
+    if isinstance(loaded, list) or isinstance(held, list) or isinstance(cluster, Problem) \
+            or problems:  # fmt: skip
         return refuse(prog, [*problems, *([cluster] if isinstance(cluster, Problem) else [])])
     shared = loaded[0].shared()  # the process's settings: its first controller's options
     fields = start_fields(loaded)
@@ -195,7 +201,7 @@ def run_main(
     start_logging(prog, shared, {**chosen, **fields})
     return guarded(lambda: asyncio.run(
         with_signals(lambda stop: run_loaded(prog, env, loaded, shared=shared, cluster=cluster,
-                                               stop=stop))
+                                               stop=stop, standalone=held))
     ))  # fmt: skip
 
 
@@ -282,6 +288,7 @@ async def run_loaded(
     cluster: ClusterConfig,
     stop: asyncio.Event,
     on_running: Callable[[Servers], None] | None = None,
+    standalone: Mapping[str, str] | None = None,
 ) -> int:
     """The loaded controllers in the process host, on `cluster`, with the process's `shared`
     settings (the Lease and the servers)."""
@@ -300,7 +307,8 @@ async def run_loaded(
         if isinstance(unit, str):
             log.error("%s", unit)
             return EXIT_PRECONDITION
-    host = Host(prog, shared.serving, lease, stop, identity, tls=tls, on_running=on_running)
+    host = Host(prog, shared.serving, lease, stop, identity, tls=tls, on_running=on_running,
+                standalone=standalone or {})  # fmt: skip
     return await run_units(host, [u for u in units if not isinstance(u, str)])
 
 

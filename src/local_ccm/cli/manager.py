@@ -28,6 +28,7 @@ from local_ccm.flags.groups import by_owner
 from local_ccm.gosyntax import format_go_duration
 from local_ccm.lifecycle.core.bmc import CONTACT_REFRESH_NOT_READY
 from local_ccm.lifecycle.options import LifecycleOptions
+from local_ccm.validate import dns1123_subdomain
 
 PROG = MANAGER
 HEALTH = "health-probe-bind-address"
@@ -67,6 +68,12 @@ def _fresh_enough(options: LifecycleOptions, parsed: Parsed) -> LifecycleOptions
     return read.result(options)
 
 
+#: The Lease each controller's standalone binary holds by default, and the flag naming it here.
+STANDALONE = {
+    "node-lifecycle": ("node-lifecycle-standalone-lease", "node-lifecycle-controller"),
+    "node-ipam": ("node-ipam-standalone-lease", "node-ipam-controller"),
+}
+
 CONTROLLERS: Mapping[str, Callable[[], Row]] = {
     "node-lifecycle": lifecycle_row,
     "node-ipam": ipam.controller,
@@ -99,18 +106,44 @@ def is_enabled(name: str, on_by_default: bool, items: Sequence[str]) -> bool:
     return "*" in items and on_by_default
 
 
+def _lease_name(value: str) -> str:
+    return dns1123_subdomain(value) if value else value
+
+
+def standalone_flags() -> list[Flag]:
+    """The Leases of the standalone binaries the manager waits for (`Host.standalone`)."""
+    return [
+        Flag(flag, "string", lease, f"The Lease {lease} holds when it runs alone, in "
+             f"--leader-elect-resource-namespace: {name} starts only once no one else holds "
+             "it, so the two never act side by side while a switch to this manager rolls "
+             "out. Empty: start at once.", metavar="name", value=_lease_name)
+        for name, (flag, lease) in STANDALONE.items()
+    ]  # fmt: skip
+
+
+def standalone_leases(parsed: Parsed) -> dict[str, str] | list[Problem]:
+    """Controller name → the standalone Lease it waits for, from the flags (empty: none), or
+    every problem with them."""
+    read = Loader(parsed)
+    leases = {name: read(flag) for name, (flag, _) in STANDALONE.items()}
+    problems = [p for p in read.problems if p not in parsed.problems]
+    return problems or {name: lease for name, lease in leases.items() if lease}
+
+
 def manager_flags() -> FlagSet:
-    """The union of the controllers' tables, `--controllers`, the manager's own Lease and one
-    health-probe flag; `--help` in sections: the process's flags, then each controller's."""
-    own = Flag("controllers", "string", "*", "Controllers to run: a comma list (repeats add "
-               "up), * for every controller on by default, -name to turn one off; known: "
-               + ", ".join(CONTROLLERS) + ".", metavar="list", accumulates=True)  # fmt: skip
+    """The union of the controllers' tables, `--controllers`, the standalone Leases, the
+    manager's own Lease and one health-probe flag; `--help` in sections: the process's flags,
+    then each controller's."""
+    own = [Flag("controllers", "string", "*", "Controllers to run: a comma list (repeats add "
+                "up), * for every controller on by default, -name to turn one off; known: "
+                + ", ".join(CONTROLLERS) + ".", metavar="list", accumulates=True),
+           *standalone_flags()]  # fmt: skip
     owned = [(f"{name} flags", CONTROLLERS[name]().flags().flags) for name in CONTROLLERS]
-    united = unite(PROG, [[own], *(table for _, table in owned)], version=__version__).flags
+    united = unite(PROG, [own, *(table for _, table in owned)], version=__version__).flags
     flags = [_manager_flag(f) for f in united if f.name not in IPAM_WEB_FLAGS]
     names = {f.name for f in flags}
     sections = [replace(s, names=tuple(n for n in s.names if n in names))
-                for s in by_owner(GENERAL, [own], owned, process=PROCESS)]  # fmt: skip
+                for s in by_owner(GENERAL, own, owned, process=PROCESS)]  # fmt: skip
     return FlagSet(PROG, flags, version=__version__, sections=tuple(sections))
 
 
@@ -136,4 +169,5 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     def choose(parsed: Parsed) -> tuple[str, ...] | list[str]:
         return select(parsed.get_str("controllers"), defaults)
 
-    return run_main(PROG, argv, env, known, table=manager_flags(), choose=choose)
+    return run_main(PROG, argv, env, known, table=manager_flags(), choose=choose,
+                    standalone=standalone_leases)  # fmt: skip

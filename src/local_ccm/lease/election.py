@@ -244,13 +244,23 @@ def observe(observed: ObservedState, lease: LeaseRecord, now_mono: float) -> Obs
     return ObservedState(record=lease, observed_at=now_mono)
 
 
-def _held_by_other(config: ElectionConfig, observed: ObservedState, now_mono: float) -> bool:
-    record = observed.record
-    if record is None or observed.observed_at is None:
-        return False
-    if not record.holder_identity or record.holder_identity == config.identity:
-        return False
-    return now_mono - observed.observed_at < record.lease_duration_seconds
+def held_elsewhere(
+    identity: str, observed: ObservedState, lease: LeaseRecord | None, now_mono: float
+) -> tuple[ObservedState, str]:
+    """The observation after reading `lease` (None = NotFound) and, while a holder other than
+    `identity` is within its term, why: "held by …"; "" once the Lease is free (absent,
+    released, or unchanged for its `leaseDurationSeconds` on the local clock)."""
+    if lease is None:
+        return ObservedState(), ""
+    seen = observe(observed, lease, now_mono)
+    if not lease.holder_identity or lease.holder_identity == identity:
+        return seen, ""
+    assert seen.observed_at is not None  # set by observe()
+    age = now_mono - seen.observed_at
+    if age >= lease.lease_duration_seconds:
+        return seen, ""
+    return seen, (f"held by {lease.holder_identity}, unchanged for {age:.1f}s "
+                  f"of {lease.lease_duration_seconds}s")  # fmt: skip
 
 
 def acquired_record(
@@ -286,18 +296,12 @@ def decide(
         if leading:
             return Decision(Action.LOST, ObservedState(), reason="the lease was deleted")
         return Decision(Action.CREATE, ObservedState(), acquired_record(config, None, now_wall))
-    seen = observe(observed, lease, now_mono)
+    seen, held = held_elsewhere(config.identity, observed, lease, now_mono)
     if leading and lease.holder_identity != config.identity:
         holder = lease.holder_identity or "nobody"
         return Decision(Action.LOST, seen, reason=f"the lease is now held by {holder}")
-    if _held_by_other(config, seen, now_mono):
-        assert seen.observed_at is not None  # set by observe()
-        age = now_mono - seen.observed_at
-        reason = (
-            f"held by {lease.holder_identity}, unchanged for {age:.1f}s "
-            f"of {lease.lease_duration_seconds}s"
-        )
-        return Decision(Action.WAIT, seen, reason=reason)
+    if held:
+        return Decision(Action.WAIT, seen, reason=held)
     return Decision(Action.UPDATE, seen, acquired_record(config, lease, now_wall))
 
 

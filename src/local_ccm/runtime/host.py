@@ -10,7 +10,7 @@ import asyncio
 import logging
 import random
 import socket
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -132,6 +132,16 @@ class Host:
     status: proc.Status = field(default_factory=proc.Status)
     tls: TlsContext | None = None
     on_running: Callable[[Servers], None] | None = None
+    # unit name → the Lease its standalone binary holds (in the process's Lease namespace):
+    # the unit starts once no one else holds it. Only with leader election.
+    standalone: Mapping[str, str] = field(default_factory=dict)
+
+    def waits_for(self, unit: Unit) -> str:
+        """The standalone Lease `unit` waits for before it starts, or ""."""
+        if self.lease is None:
+            return ""
+        lease = self.standalone.get(unit.name, "")
+        return "" if lease == self.lease.lease_name else lease
 
 
 def election_config(lease: Election, identity: str) -> ElectionConfig:
@@ -203,7 +213,8 @@ def _elector(
         if leader is not None:
             leader.leading(leading)
         for unit in units:
-            unit.on_leading(leading)
+            if not (leading and host.waits_for(unit)):  # told once it starts (`_unit_work`)
+                unit.on_leading(leading)
 
     return LeaderElector(api, config, host.clock, random.Random(), on_leader_change=changed)
 
@@ -212,7 +223,24 @@ def _permissions(host: Host, units: Sequence[Unit]) -> list[Access]:
     wanted = [p for unit in units for p in unit.permissions]
     if host.lease is not None:
         wanted += lease_permissions(host.lease.namespace, host.lease.lease_name)
+        wanted += [Access("get", "leases", "coordination.k8s.io", host.lease.namespace, lease)
+                   for lease in map(host.waits_for, units) if lease]  # fmt: skip
     return sorted(set(wanted))
+
+
+async def _unit_work(host: Host, unit: Unit, context: LeaderContext | None) -> None:
+    """The unit's work for a leadership term, once the Lease of its standalone binary is free:
+    while an old node-ipam-controller or node-lifecycle-controller Pod still leads (a switch to
+    the manager rolling out), the two would act side by side."""
+    lease = host.waits_for(unit)
+    if lease and host.lease is not None:
+        from local_ccm.lease.elector import KubeLeaseApi, wait_until_free  # noqa: PLC0415
+
+        timeout = election_config(host.lease, host.identity).write_timeout
+        api = KubeLeaseApi(AsyncClient(unit.client), host.lease.namespace, lease, timeout=timeout)
+        await wait_until_free(api, host.identity, host.clock, host.lease.retry_period)
+        unit.on_leading(True)
+    await unit.work(context)
 
 
 async def run_units(host: Host, units: Sequence[Unit]) -> int:
@@ -220,11 +248,11 @@ async def run_units(host: Host, units: Sequence[Unit]) -> int:
 
     async def work(context: LeaderContext | None) -> None:
         if len(units) == 1:
-            await units[0].work(context)
+            await _unit_work(host, units[0], context)
             return
         async with asyncio.TaskGroup() as group:
             for unit in units:
-                group.create_task(unit.work(context), name=unit.name)
+                group.create_task(_unit_work(host, unit, context), name=unit.name)
 
     def running(servers: Servers) -> None:
         log.info("running", extra=kv(identity=host.identity))

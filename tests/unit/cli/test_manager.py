@@ -240,3 +240,33 @@ def test_the_single_controller_binaries_keep_one_flat_list(
     assert [t for t, _ in _sections(out)] == ["Flags"]
     names = _sections(out)[0][1]
     assert {"webserver-bind-address", "health-probe-address"} <= set(names)  # upstream's
+
+
+def test_the_standalone_leases_default_to_the_standalone_binaries_own() -> None:
+    table = manager.manager_flags()
+    assert manager.standalone_leases(flags.parse(table, [], {})) == {
+        "node-lifecycle": "node-lifecycle-controller",
+        "node-ipam": "node-ipam-controller",
+    }
+    given = ["--node-ipam-standalone-lease=ipam-old", "--node-lifecycle-standalone-lease="]
+    # empty: that controller starts at once
+    assert manager.standalone_leases(flags.parse(table, given, {})) == {"node-ipam": "ipam-old"}
+
+
+def test_a_standalone_lease_that_is_no_lease_name_exits_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["--node-ipam-standalone-lease=Old_IPAM", "--node-lifecycle-standalone-lease=-x"]
+    assert manager.main(argv, {}) == 2
+    err = capsys.readouterr().err
+    assert 'node-ipam-standalone-lease: "Old_IPAM"' in err
+    assert "node-lifecycle-standalone-lease" in err  # every problem listed
+
+
+def test_help_lists_the_standalone_leases_with_the_process_flags(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert manager.main(["--help"], {}) == 0
+    sections = dict(_sections(capsys.readouterr().out))
+    assert {"node-ipam-standalone-lease", "node-lifecycle-standalone-lease"} <= set(
+        sections[manager.GENERAL])  # fmt: skip
