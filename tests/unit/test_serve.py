@@ -125,6 +125,16 @@ def test_healthy_endpoint_answers_ok(one_server: Servers) -> None:
     assert fetch(one_server.health.port, "/healthz") == (200, "text/plain; charset=utf-8", "ok\n")
 
 
+def test_livez_is_healthz_as_kube_apiserver_names_liveness(
+    one_server: Servers, checks: tuple[Checks, Checks]
+) -> None:
+    assert one_server.health is not None
+    assert fetch(one_server.health.port, "/livez") == (200, "text/plain; charset=utf-8", "ok\n")
+    checks[0].add("evaluation", lambda: (False, "last pass 200s ago"))
+    status, _, body = fetch(one_server.health.port, "/livez")
+    assert (status, body) == (503, "[-]evaluation failed: last pass 200s ago\nlivez check failed\n")
+
+
 def test_failing_endpoint_answers_503_with_the_failing_checks(one_server: Servers) -> None:
     assert one_server.health is not None
     status, _, body = fetch(one_server.health.port, "/readyz")

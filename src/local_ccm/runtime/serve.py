@@ -3,7 +3,8 @@
 `/metrics` is the Prometheus exposition of a per-process `Registry`;
 `/healthz` and `/readyz` run registered checks and answer kube-apiserver style:
 200 `ok`, or 503 listing the failing checks; `?verbose` lists every check as
-`[+]name ok` / `[-]name failed: reason`.
+`[+]name ok` / `[-]name failed: reason`. `/livez` is `/healthz` under the name kube-apiserver
+and controller-runtime give liveness, for probes written for them.
 
 Each server runs in its own daemon threads (`runtime.httpd`: an acceptor and one
 thread per connection), so a stuck event loop cannot stop `/healthz` from
@@ -90,7 +91,8 @@ class Routes:
 def answer(routes: Routes, request: Request) -> Response:
     """The response of `routes` to a GET of `request.target`."""
     url = urlsplit(request.target)
-    checks = {"/healthz": routes.healthz, "/readyz": routes.readyz}.get(url.path)
+    checks = {"/healthz": routes.healthz, "/livez": routes.healthz,
+              "/readyz": routes.readyz}.get(url.path)  # fmt: skip
     if checks is not None:
         verbose = "verbose" in parse_qs(url.query, keep_blank_values=True)
         return _health(url.path, checks, verbose)
