@@ -70,3 +70,32 @@ def test_off_and_no_dmi_are_said_plainly() -> None:
     text = metadata_text(report)
     assert "  dmi: none (no /sys/class/dmi)" in text
     assert "  labels: (none)" in text
+
+
+def test_rules_it_cannot_judge_here_are_named_not_silently_unmatched() -> None:
+    """`detect` without --node-name (or without the Node) would show a nodeName or labels rule
+    as not matching, although the agent, which has both, would apply it."""
+    rules = parse_rules({"rules": [
+        {"name": "by-name", "match": {"nodeName": "^rack(?P<rack>[0-9]+)-"}, "zone": "r"},
+        {"name": "by-label", "match": {"labels": {"example.com/pool": "gpu"}}, "zone": "g"},
+        {"name": "by-address", "match": {"addresses": ["10.0.1.0/24"]}, "zone": "rack-1"},
+    ]})  # fmt: skip
+    assert not isinstance(rules, list)
+    report = metadata_report(source="/rules.yaml", rules=rules, facts=FACTS, dmi_missing=None,
+                             node_name="", addresses=ADDRESSES, node=None, beta=False)  # fmt: skip
+    assert report.matching == ("by-address",)
+    notes = [line for line in metadata_text(report) if line.startswith("  note: ")]
+    assert notes == [
+        "  note: rule by-name matches nodeName and no --node-name (NODE_NAME) was given: it "
+        "cannot match here",
+        "  note: rule by-label matches Node labels and the Node was not read: it cannot match here",
+    ]
+    document = metadata_json(report)
+    assert document is not None
+    assert len(document["notes"]) == 2
+    node = {"metadata": {"name": "rack7-a", "resourceVersion": "1", "labels": {}}}
+    named = metadata_report(source="/rules.yaml", rules=rules, facts=FACTS, dmi_missing=None,
+                            node_name="rack7-a", addresses=ADDRESSES, node=node,
+                            beta=False)  # fmt: skip
+    assert named.notes == ()
+    assert named.matching == ("by-name", "by-address")

@@ -36,6 +36,21 @@ class MetadataReport:
     matching: tuple[str, ...]
     labels: Mapping[str, Decided]
     plan: LabelPlan | None  # None: the Node was not read
+    notes: tuple[str, ...] = ()  # rules that could not match here, and why
+
+
+def unjudged(rules: Rules, node_name: str, node_read: bool) -> tuple[str, ...]:
+    """The rules `detect` cannot judge as the agent would: a `nodeName` condition without a
+    Node name matches nothing, and a `labels` condition without the Node read sees no labels."""
+    notes = []
+    for rule in rules.rules:
+        if rule.match.node_name is not None and not node_name:
+            notes.append(f"rule {rule.name} matches nodeName and no --node-name (NODE_NAME) "
+                         "was given: it cannot match here")  # fmt: skip
+        if rule.match.labels and not node_read:
+            notes.append(f"rule {rule.name} matches Node labels and the Node was not read: "
+                         "it cannot match here")  # fmt: skip
+    return tuple(notes)
 
 
 def metadata_report(
@@ -53,7 +68,8 @@ def metadata_report(
     if node is not None:
         plan = plan_node_labels(node, addresses, rules, facts, beta=beta, domains=domains)
     return MetadataReport(source, dict(facts), dmi_missing,
-                          tuple(matching_rules(rules, facts, view)), decided, plan)  # fmt: skip
+                          tuple(matching_rules(rules, facts, view)), decided, plan,
+                          unjudged(rules, node_name, node is not None))  # fmt: skip
 
 
 def metadata_text(report: MetadataReport | None) -> list[str]:
@@ -64,6 +80,7 @@ def metadata_text(report: MetadataReport | None) -> list[str]:
         lines.append(f"  dmi: none ({report.dmi_missing})")
     lines += [f"  fact {name} = {value}" for name, value in sorted(report.facts.items())]
     lines.append(f"  matching rules: {', '.join(report.matching) or '(none)'}")
+    lines += [f"  note: {note}" for note in report.notes]
     lines += [
         f"  label {key}={d.value}  (rule {d.rule})" for key, d in sorted(report.labels.items())
     ]
@@ -88,6 +105,7 @@ def metadata_json(report: MetadataReport | None) -> dict[str, Any] | None:
         "facts": dict(sorted(report.facts.items())),
         "dmiMissing": report.dmi_missing,
         "matchingRules": list(report.matching),
+        "notes": list(report.notes),
         "labels": {k: {"value": d.value, "rule": d.rule} for k, d in sorted(report.labels.items())},
         "node": None if plan is None else {
             "set": dict(plan.set), "remove": list(plan.remove),
