@@ -7,7 +7,9 @@ every link of the chart's README points at) are copies this script checks and re
 
     python scripts/version.py            print the version
     python scripts/version.py check      exit 1 and list every copy that differs (make lint)
-    python scripts/version.py bump X.Y.Z rewrite the definition and every copy (make bump)
+    python scripts/version.py bump X.Y.Z rewrite the definition and every copy (make bump), and
+                                         open CHANGELOG.md's ``## [X.Y.Z] - <date>`` section
+                                         with what [Unreleased] held (`release_changelog`)
 
 The chart version equals the package version, and appVersion is ``v<version>``, the image tag.
 Releases start at 0.4.0, above cozystack/local-ccm's last release (v0.3.0), so `helm history`,
@@ -16,6 +18,7 @@ Renovate and support threads can tell this project's releases from the Go origin
 
 from __future__ import annotations
 
+import datetime
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -91,6 +94,27 @@ def problems(version: str) -> list[str]:
     return found
 
 
+UNRELEASED = "## [Unreleased]"
+RELEASES = "https://github.com/local-ccm/local-ccm"
+
+
+def release_changelog(text: str, version: str, today: datetime.date) -> str:
+    """CHANGELOG.md with what ``[Unreleased]`` holds as the ``## [version] - today`` section,
+    an empty ``[Unreleased]`` above it and the links at the bottom moved (Keep a Changelog).
+    Unchanged when the version's section exists already (a bump repeated, or back to a released
+    version); the release's tag check needs that section (scripts/release.py)."""
+    if re.search(rf"^## \[{re.escape(version)}\]", text, re.MULTILINE) or UNRELEASED not in text:
+        return text
+    text = text.replace(UNRELEASED, f"{UNRELEASED}\n\n## [{version}] - {today.isoformat()}", 1)
+    link = re.search(r"^\[Unreleased\]: \S+/compare/v(\d+\.\d+\.\d+)\.\.\.HEAD$", text,
+                     re.MULTILINE)  # fmt: skip
+    if link is None:
+        return text
+    previous = link.group(1)
+    return text.replace(link.group(0), f"[Unreleased]: {RELEASES}/compare/v{version}...HEAD\n"
+                        f"[{version}]: {RELEASES}/compare/v{previous}...v{version}")  # fmt: skip
+
+
 def main(argv: Sequence[str]) -> int:
     if not argv:
         print(current())
@@ -107,6 +131,10 @@ def main(argv: Sequence[str]) -> int:
             return 2
         for copy in (DEFINITION, *COPIES):
             copy.write(version)
+        changelog = REPO / "CHANGELOG.md"
+        if changelog.exists():
+            text = changelog.read_text()
+            changelog.write_text(release_changelog(text, version, datetime.date.today()))
         return 0
     print(__doc__, file=sys.stderr)
     return 2

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime
 import shutil
 import subprocess
 import sys
@@ -74,3 +75,25 @@ def test_bump_moves_the_chart_readme_s_links_and_install_command(tmp_path: Path)
     done = script("check")
     assert done.returncode == 1
     assert "charts/local-ccm/README.md: 'v9.8.6 and v9.8.7', expected 'v9.8.7'" in done.stdout
+
+
+def test_bump_opens_the_version_s_changelog_section_with_what_was_unreleased() -> None:
+    from scripts import version  # noqa: PLC0415
+
+    text = (
+        "# Changelog\n\n## [Unreleased]\n\n### Fixed\n\n- a fix\n\n## [0.4.0]\n\nfirst\n\n"
+        "[Unreleased]: https://github.com/local-ccm/local-ccm/compare/v0.4.0...HEAD\n"
+        "[0.4.0]: https://github.com/local-ccm/local-ccm/releases/tag/v0.4.0\n"
+    )
+    day = datetime.date(2026, 12, 5)
+    released = version.release_changelog(text, "0.5.0", day)
+    assert released == (
+        "# Changelog\n\n## [Unreleased]\n\n## [0.5.0] - 2026-12-05\n\n### Fixed\n\n- a fix\n\n"
+        "## [0.4.0]\n\nfirst\n\n"
+        "[Unreleased]: https://github.com/local-ccm/local-ccm/compare/v0.5.0...HEAD\n"
+        "[0.5.0]: https://github.com/local-ccm/local-ccm/compare/v0.4.0...v0.5.0\n"
+        "[0.4.0]: https://github.com/local-ccm/local-ccm/releases/tag/v0.4.0\n"
+    )
+    # Repeated, or back to a version that has its section: nothing moves.
+    assert version.release_changelog(released, "0.5.0", day) == released
+    assert version.release_changelog(text, "0.4.0", day) == text
