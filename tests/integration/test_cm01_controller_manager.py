@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import signal
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +32,7 @@ from tests.support.audit import audited_plane
 from tests.support.binaries import Binaries
 from tests.support.controlplane import ControlPlane
 from tests.support.fixtures import run_state
+from tests.support.leases import HeldLease
 from tests.support.lifecycle_harness import FAST, SA, eligible_node
 from tests.support.lifecycle_plane import PlaneSetup, plane_setup
 from tests.support.netns import HostLink, NetnsFactory
@@ -216,49 +215,13 @@ def _episode_logged(child: Child, node: str) -> bool:
     return any("episode started" in line and f"node={node} " in line for line in lines)
 
 
-class OldLeader:
-    """A standalone controller's Pod leading its Lease: renews it every second until
-    released, as SIGTERM releases it (empty holder, duration 1)."""
-
-    def __init__(self, world: PlaneSetup, name: str) -> None:
-        self.world, self.name, self.holder = world, name, "old-node-ipam-controller_0001"
-        self.stopped = threading.Event()
-        world.kube.create(r.LEASES, {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                                     "metadata": {"name": name}, "spec": self._spec()},
-                          namespace=world.namespace)  # fmt: skip
-        self.thread = threading.Thread(target=self._renew, daemon=True)
-        self.thread.start()
-
-    def _spec(self, holder: str | None = None, duration: int = 4) -> dict[str, Any]:
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        return {"holderIdentity": self.holder if holder is None else holder,
-                "leaseDurationSeconds": duration, "acquireTime": now, "renewTime": now}  # fmt: skip
-
-    def _write(self, spec: dict[str, Any]) -> None:
-        lease = self.world.kube.get(r.LEASES, self.name, namespace=self.world.namespace)
-        lease["spec"] = spec
-        self.world.kube.update(r.LEASES, lease, namespace=self.world.namespace)
-
-    def _renew(self) -> None:
-        while not self.stopped.wait(1.0):
-            self._write(self._spec())
-
-    def release(self) -> None:
-        self.stopped.set()
-        self.thread.join(timeout=10)
-        self._write(self._spec(holder="", duration=1))
-
-    def spec(self) -> dict[str, Any]:
-        lease = self.world.kube.get(r.LEASES, self.name, namespace=self.world.namespace)
-        return dict(lease["spec"])
-
-
 @pytest.mark.timeout(120)
 def test_cm05_node_ipam_waits_for_the_standalone_lease_while_it_is_held(
     world: PlaneSetup, test_artifacts: Path
 ) -> None:
     _pool(world, "10.79.0.0/16")
-    old = OldLeader(world, "node-ipam-controller")
+    old = HeldLease(world.kube, world.namespace, "node-ipam-controller",
+                    "old-node-ipam-controller_0001")  # fmt: skip
     child = _start(world, test_artifacts, "--controllers=node-lifecycle,node-ipam")
     try:
         eventually(lambda: bool(_holder(world)), timeout=20, message="the manager's Lease is held")

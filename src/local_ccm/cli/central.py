@@ -13,6 +13,7 @@ import os
 import random
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from local_ccm import __version__, flags
@@ -32,6 +33,7 @@ from local_ccm.kube.informer import ListWatch
 from local_ccm.kube.nodes import Access
 from local_ccm.kube.resources import NODES
 from local_ccm.kube.transport import usable_config
+from local_ccm.lease.options import wait_flag, waited_leases
 from local_ccm.records import dataclass
 from local_ccm.runtime.host import (
     Host,
@@ -162,10 +164,27 @@ class Row(Protocol):
     def bind(self, parsed: Parsed, env: Env) -> Bound | list[Problem]: ...
 
 
+MANAGER_LEASE = "controller-manager-lease"
+
+
+def single_flags(spec: Row) -> FlagSet:
+    """A single-controller binary's flags: its controller's, and the manager's Lease it waits
+    for (`--controller-manager-lease`; the manager waits for this binary's Lease the same way)."""
+    table = spec.flags()
+    wait = wait_flag(MANAGER_LEASE, "", f"The Lease of {MANAGER} (in "
+                     "--leader-elect-resource-namespace): this controller starts only once no "
+                     "one holds it, so the two never act side by side while a switch from the "
+                     "manager rolls out. Empty (the default): start at once. Set it only where "
+                     "the manager, when it runs, runs this controller too.")  # fmt: skip
+    return replace(table, flags=(*table.flags, wait))
+
+
 def run_one(spec: Row, argv: Sequence[str] | None, env: Mapping[str, str] | None) -> int:
     """A single-controller binary: the manager's path with a one-row table, its own flags."""
-    return run_main(spec.prog, argv, env, [spec], table=spec.flags(),
-                    choose=lambda parsed: (spec.name,))  # fmt: skip
+    waits = {spec.name: MANAGER_LEASE}
+    return run_main(spec.prog, argv, env, [spec], table=single_flags(spec),
+                    choose=lambda parsed: (spec.name,),
+                    standalone=lambda parsed: waited_leases(parsed, waits))  # fmt: skip
 
 
 def run_main(

@@ -26,9 +26,9 @@ from local_ccm.cli.central import MANAGER, Row, run_main
 from local_ccm.flags import Flag, FlagSet, Loader, Parsed, Problem, unite
 from local_ccm.flags.groups import by_owner
 from local_ccm.gosyntax import format_go_duration
+from local_ccm.lease.options import wait_flag, waited_leases
 from local_ccm.lifecycle.core.bmc import CONTACT_REFRESH_NOT_READY
 from local_ccm.lifecycle.options import LifecycleOptions
-from local_ccm.validate import dns1123_subdomain
 
 PROG = MANAGER
 HEALTH = "health-probe-bind-address"
@@ -106,28 +106,20 @@ def is_enabled(name: str, on_by_default: bool, items: Sequence[str]) -> bool:
     return "*" in items and on_by_default
 
 
-def _lease_name(value: str) -> str:
-    return dns1123_subdomain(value) if value else value
-
-
 def standalone_flags() -> list[Flag]:
     """The Leases of the standalone binaries the manager waits for (`Host.standalone`)."""
     return [
-        Flag(flag, "string", lease, f"The Lease {lease} holds when it runs alone, in "
-             f"--leader-elect-resource-namespace: {name} starts only once no one else holds "
-             "it, so the two never act side by side while a switch to this manager rolls "
-             "out. Empty: start at once.", metavar="name", value=_lease_name)
+        wait_flag(flag, lease, f"The Lease {lease} holds when it runs alone, in "
+                  f"--leader-elect-resource-namespace: {name} starts only once no one else "
+                  "holds it, so the two never act side by side while a switch to this manager "
+                  "rolls out. Empty: start at once.")
         for name, (flag, lease) in STANDALONE.items()
     ]  # fmt: skip
 
 
 def standalone_leases(parsed: Parsed) -> dict[str, str] | list[Problem]:
-    """Controller name → the standalone Lease it waits for, from the flags (empty: none), or
-    every problem with them."""
-    read = Loader(parsed)
-    leases = {name: read(flag) for name, (flag, _) in STANDALONE.items()}
-    problems = [p for p in read.problems if p not in parsed.problems]
-    return problems or {name: lease for name, lease in leases.items() if lease}
+    """Controller name → the standalone Lease it waits for (empty: none), or every problem."""
+    return waited_leases(parsed, {name: flag for name, (flag, _) in STANDALONE.items()})
 
 
 def manager_flags() -> FlagSet:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from local_ccm.flags import Flag, Loader, invalid
+from local_ccm.flags import Flag, Loader, Parsed, Problem, invalid
 from local_ccm.flags.table import customize
 from local_ccm.flags.values import duration
 from local_ccm.gosyntax import format_go_duration, go_quote
@@ -79,6 +79,25 @@ def election_flags(
              "hostname plus a random suffix.", metavar="id"),
     ]  # fmt: skip
     return customize(flags, env, aliases)
+
+
+def _lease_name(value: str) -> str:
+    return dns1123_subdomain(value) if value else value
+
+
+def wait_flag(name: str, default: str, help_text: str) -> Flag:
+    """A flag naming a Lease, in the process's Lease namespace, that a controller waits to be
+    free before it starts (`runtime.host.Host.standalone`); empty: start at once."""
+    return Flag(name, "string", default, help_text, metavar="name", value=_lease_name)
+
+
+def waited_leases(parsed: Parsed, flags: Mapping[str, str]) -> dict[str, str] | list[Problem]:
+    """Controller name → the Lease it waits for, from the `wait_flag`s `flags` maps each
+    controller to (empty values left out), or every problem with them."""
+    read = Loader(parsed)
+    leases = {name: read(flag) for name, flag in flags.items()}
+    problems = [p for p in read.problems if p not in parsed.problems]
+    return problems or {name: lease for name, lease in leases.items() if lease}
 
 
 def election_from(read: Loader, *, empty_namespace: str = "") -> Election:

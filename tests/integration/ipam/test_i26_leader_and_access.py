@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from tests.integration.ipam.test_i01_i10_allocation import gets, name_of
 from tests.support import resources as r
 from tests.support.cleanup import Tracker
 from tests.support.controlplane import ControlPlane
+from tests.support.leases import HeldLease
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.usefixtures("crds")
@@ -67,6 +69,35 @@ def test_i26_leader_failover(
     assert writes == 1
     assert b.stop() == 0
     assert holder(kube, test_namespace) == ""
+
+
+def test_a_switch_from_the_manager_waits_for_the_manager_s_lease(
+    kube: Client,
+    start_ipam: StartIpam,
+    make_pool: Callable[..., Obj],
+    new_node: Callable[..., Obj],
+    test_namespace: str,
+) -> None:
+    """`--controller-manager-lease`: while local-ccm-controller-manager's Pod still leads (a
+    switch from the manager to the standalone Deployments rolling out), the standalone
+    controller leads its own Lease and assigns nothing; once the manager releases, it does."""
+    make_pool("w", bits=4, ipv4="10.80.0.0/24", sel={"w": "1"})
+    manager = HeldLease(kube, test_namespace, "local-ccm-controller-manager", "manager-0_00ff")
+    try:
+        proc = start_ipam(*FAST_ELECTION, "--controller-manager-lease=local-ccm-controller-manager",
+                          leader_election=True)  # fmt: skip
+        eventually(lambda: holder(kube, test_namespace) != "", timeout=15,
+                   message="it leads its own Lease")  # fmt: skip
+        node = name_of(new_node("w", labels={"w": "1"}))
+        eventually(lambda: "waiting for the lease" in proc.log(200), timeout=10,
+                   message="it says it waits")  # fmt: skip
+        time.sleep(5)  # five of the manager's renewals: nothing assigned meanwhile
+        assert not (kube.get(r.NODES, node).get("spec") or {}).get("podCIDRs"), proc.log()
+        manager.release()
+        gets(kube, node, ["10.80.0.0/28"])
+    finally:
+        manager.stopped.set()
+    assert manager.spec()["holderIdentity"] == ""  # read, never taken
 
 
 def test_missing_rbac_exits_4(

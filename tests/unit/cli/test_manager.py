@@ -270,3 +270,17 @@ def test_help_lists_the_standalone_leases_with_the_process_flags(
     sections = dict(_sections(capsys.readouterr().out))
     assert {"node-ipam-standalone-lease", "node-lifecycle-standalone-lease"} <= set(
         sections[manager.GENERAL])  # fmt: skip
+
+
+def test_the_single_binaries_wait_for_the_manager_s_lease_only_when_told() -> None:
+    from local_ccm.cli import ipam, lifecycle  # noqa: PLC0415
+    from local_ccm.lease.options import waited_leases  # noqa: PLC0415
+
+    lease = "local-ccm-controller-manager"
+    for row in (ipam.controller(), lifecycle.controller()):
+        table, waits = central.single_flags(row), {row.name: central.MANAGER_LEASE}
+        assert waited_leases(flags.parse(table, [], {}), waits) == {}  # drop-in: no wait
+        given = flags.parse(table, [f"--controller-manager-lease={lease}"], {})
+        assert waited_leases(given, waits) == {row.name: lease}
+    # The manager waits for the standalone Leases instead; it has no such flag.
+    assert manager.manager_flags().lookup("controller-manager-lease") is None
