@@ -251,6 +251,13 @@ def verify_commands(
     ]
 
 
+def compare_commands(tools: Tools, target: Target, release: Release) -> list[list[str]]:
+    """What `make verify` reads to compare the registry with dist/: the image's and the
+    chart's manifests under the release's tags."""
+    return [inspect_raw(tools, target, f"{target.image}:{release.image_tag}"),
+            inspect_raw(tools, target, f"{target.chart}:{release.version}")]  # fmt: skip
+
+
 def chart_digest(helm_output: str) -> str:
     """The manifest digest ``helm push`` reports (``Digest: sha256:...``)."""
     found = _DIGEST_RE.search(helm_output)
@@ -278,21 +285,54 @@ def image_conflict(reference: str, held: bytes | None, digest: str) -> str | Non
     return replaced("image", reference, sha256(held), digest)
 
 
-def chart_conflict(reference: str, held: bytes | None, chart: bytes) -> str | None:
-    """Why pushing the chart would replace another one: the held manifest's chart layer is
-    not this .tgz (the manifest itself differs on every push: helm stamps the time)."""
-    if held is None:
-        return None
+def chart_layers(held: bytes) -> list[str]:
+    """The chart layers' digests of a held chart manifest (the manifest itself differs on every
+    push: helm stamps the time)."""
     try:
         manifest = json.loads(held)
     except ValueError:
         manifest = None
     layers = manifest.get("layers") if isinstance(manifest, dict) else None
-    found = [layer.get("digest") for layer in layers or [] if isinstance(layer, dict)
-             and layer.get("mediaType") == CHART_LAYER]  # fmt: skip
+    return [str(layer.get("digest")) for layer in layers or [] if isinstance(layer, dict)
+            and layer.get("mediaType") == CHART_LAYER]  # fmt: skip
+
+
+def chart_conflict(reference: str, held: bytes | None, chart: bytes) -> str | None:
+    """Why pushing the chart would replace another one: the held manifest's chart layer is
+    not this .tgz."""
+    if held is None:
+        return None
+    found = chart_layers(held)
     if found == [sha256(chart)]:
         return None
-    return replaced("chart", reference, ", ".join(map(str, found)) or "no chart", sha256(chart))
+    return replaced("chart", reference, ", ".join(found) or "no chart", sha256(chart))
+
+
+def content_problems(
+    release: Release,
+    image_ref: str,
+    held_image: bytes | None,
+    chart_ref: str,
+    held_chart: bytes | None,
+) -> list[str]:
+    """What `make verify` finds when it compares the registry with dist/: the image under the
+    tag must be the archive's digest and the chart's layer dist/'s .tgz, so a tag moved to
+    other content (signed with the same key, or by anyone holding it) is not taken for this
+    release."""
+    digest = release.digest_file.read_text().strip()
+    problems = []
+    if held_image is None:
+        problems.append(f"{image_ref}: the registry has no such image")
+    elif sha256(held_image) != digest:
+        problems.append(f"{image_ref} is {sha256(held_image)}, not {digest} "
+                        f"({release.digest_file.name} in dist/)")  # fmt: skip
+    ours = sha256(release.chart.read_bytes())
+    if held_chart is None:
+        problems.append(f"{chart_ref}: the registry has no such chart")
+    elif (found := chart_layers(held_chart)) != [ours]:
+        problems.append(f"{chart_ref} holds the chart {', '.join(found) or '(none)'}, not "
+                        f"{release.chart.name} in dist/ ({ours})")  # fmt: skip
+    return problems
 
 
 def checksum_problems(dist: Path, required: Sequence[Path]) -> list[str]:
@@ -439,11 +479,26 @@ def do_publish(
 
 
 def do_verify(tools: Tools, given: Target, release: Release, public_key: str) -> None:
+    """The signatures; then, when dist/ holds this release, that the registry's image and
+    chart are dist/'s."""
     with prepared(given, os.environ) as target:
         env = tool_env(os.environ, target)
         for argv in verify_commands(tools, target, release, public_key):
             run(argv, env)
             print(f"verified {argv[-1]}", flush=True)
+        if not (release.digest_file.is_file() and release.chart.is_file()):
+            print(f"no {release.digest_file.name} and {release.chart.name} in dist/: the "
+                  "signatures only, not compared with a release", flush=True)  # fmt: skip
+            return
+        image, chart = (held(argv, env) for argv in compare_commands(tools, target, release))
+        problems = content_problems(
+            release, f"{target.image}:{release.image_tag}", image,
+            f"{target.chart}:{release.version}", chart,
+        )  # fmt: skip
+        if problems:
+            raise PublishError("the registry does not hold dist/'s release:\n"
+                               + "\n".join(f"  - {p}" for p in problems))  # fmt: skip
+        print(f"the registry holds dist/'s image and chart ({release.version})", flush=True)
 
 
 def tool_problems(tools: Tools, needed: Sequence[str]) -> list[str]:
@@ -488,7 +543,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.dry_run:
         problems += key_problems(args.key, os.environ, private=signing)
         problems += environment_problems(os.environ, signing=signing)
-        problems += tool_problems(tools, ("skopeo", "helm", "cosign") if signing else ("cosign",))
+        needed = ("skopeo", "helm", "cosign") if signing else ("skopeo", "cosign")
+        problems += tool_problems(tools, needed)
         if signing:
             problems += release_problems(release, args.dist)
     if problems:
@@ -504,7 +560,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 tools, target, release, args.key or "<key>", digest_file="image.digest"
             )
             if signing
-            else verify_commands(tools, target, release, args.key or "<public key>")
+            else [
+                *verify_commands(tools, target, release, args.key or "<public key>"),
+                *compare_commands(tools, target, release),
+            ]
         )
         for command in commands:
             print(shlex.join(command))

@@ -125,11 +125,11 @@ def test_d18_publish_pushes_the_archive_under_its_own_digest(published: Publishe
         assert f"signed {published.name}/{reference}" in published.output
 
 
-def verify(published: Published, public: Path) -> tuple[int, str]:
+def verify(published: Published, public: Path, dist: Path | None = None) -> tuple[int, str]:
     assert published.registry.ca_file is not None
     return make("verify", {
         "REGISTRY": published.name, "COSIGN_PUB": str(public),
-        "REGISTRY_CA": str(published.registry.ca_file),
+        "REGISTRY_CA": str(published.registry.ca_file), "DIST": str(dist or published.dist),
     }, tool_env(published.dist.parent))  # fmt: skip
 
 
@@ -138,6 +138,27 @@ def test_d18_both_signatures_verify_with_the_public_key(published: Published) ->
     assert code == 0, output
     assert f"verified {published.name}/local-ccm:v{__version__}" in output
     assert f"verified {published.name}/charts/local-ccm:{__version__}" in output
+    assert f"the registry holds dist/'s image and chart ({__version__})" in output
+
+
+def test_d18_verify_fails_when_the_registry_holds_another_release(
+    published: Published, tmp_path: Path
+) -> None:
+    """The signatures verify, but dist/ is another build (here its digest file and chart say
+    so): `make verify` names both digests of each and fails."""
+    other = tmp_path / "dist"
+    shutil.copytree(published.dist, other)
+    digest = other / f"local-ccm-{__version__}.oci.tar.digest"
+    digest.write_text("sha256:" + "0" * 64 + "\n")
+    chart = other / f"local-ccm-{__version__}.tgz"
+    chart.write_bytes(gzip.compress(gzip.decompress(chart.read_bytes()), mtime=1))
+    code, output = verify(published, published.keys.public, other)
+    assert code != 0, output
+    assert f"verified {published.name}/local-ccm:v{__version__}" in output  # signatures fine
+    assert "the registry does not hold dist/'s release" in output
+    assert f"{published.name}/local-ccm:v{__version__} is sha256:" in output
+    assert f"not sha256:{'0' * 64}" in output
+    assert f"not local-ccm-{__version__}.tgz in dist/" in output
 
 
 def test_d18_each_platform_of_the_image_is_signed_too(

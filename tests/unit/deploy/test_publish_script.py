@@ -264,3 +264,28 @@ def test_a_tag_holding_another_image_or_chart_is_a_conflict() -> None:
     assert publish.chart_conflict("r/c:1", index, b"tgz") is not None  # not a chart at all
     assert publish.chart_conflict("r/c:1", b"<html>", b"tgz") is not None
     assert publish.chart_conflict("r/c:1", b"[]", b"tgz") is not None
+
+
+def test_verify_compares_the_registry_with_dist(tmp_path: Path) -> None:
+    """`make verify` with dist/: the tag's image must be the archive's digest and the chart's
+    layer dist/'s .tgz; each difference is listed with both digests."""
+    release = publish.Release("1.2.3", tmp_path / "local-ccm-1.2.3.oci.tar",
+                              tmp_path / "local-ccm-1.2.3.tgz")  # fmt: skip
+    index = b'{"schemaVersion":2}'
+    release.digest_file.write_text(publish.sha256(index) + "\n")
+    release.chart.write_bytes(b"tgz")
+    layer = {"mediaType": publish.CHART_LAYER, "digest": publish.sha256(b"tgz")}
+    chart = json.dumps({"layers": [layer]}).encode()
+    assert publish.content_problems(release, "r/x:v1.2.3", index, "r/c:1.2.3", chart) == []
+    moved = b'{"schemaVersion":2 }'
+    other = json.dumps({"layers": [{**layer, "digest": publish.sha256(b"other")}]}).encode()
+    assert publish.content_problems(release, "r/x:v1.2.3", moved, "r/c:1.2.3", other) == [
+        f"r/x:v1.2.3 is {publish.sha256(moved)}, not {publish.sha256(index)} "
+        "(local-ccm-1.2.3.oci.tar.digest in dist/)",
+        f"r/c:1.2.3 holds the chart {publish.sha256(b'other')}, not local-ccm-1.2.3.tgz in "
+        f"dist/ ({publish.sha256(b'tgz')})",
+    ]
+    assert publish.content_problems(release, "r/x:v1.2.3", None, "r/c:1.2.3", None) == [
+        "r/x:v1.2.3: the registry has no such image",
+        "r/c:1.2.3: the registry has no such chart",
+    ]
