@@ -49,10 +49,11 @@ image: $(VENV)/bin/local-ccm ## build build/image/local-ccm-<version>.oci.tar, l
 	$(PY) scripts/image.py $(IMAGE_FLAGS)
 
 # Everything an operator installs from, with checksums; the helm binary is the tests' own.
-# TAG=vX.Y.Z (the release workflow's git tag) must name this version, with its CHANGELOG section.
+# TAG=vX.Y.Z (the release workflow's git tag) must name this version, with its CHANGELOG section,
+# and the checkout must be that commit unchanged (ALLOW_DIRTY=1: a rehearsal).
 .PHONY: release
 release: image manifests ## write dist/: wheel, sdist, image archive, chart, manifests, SBOM, SHA256SUMS
-	$(PY) scripts/release.py $(if $(TAG),--tag "$(TAG)") --helm "$$($(PY) -c 'from tests.support.binaries import ensure; \
+	$(PY) scripts/release.py $(if $(TAG),--tag "$(TAG)") $(if $(filter-out 0,$(ALLOW_DIRTY)),--allow-dirty) --helm "$$($(PY) -c 'from tests.support.binaries import ensure; \
 		print(ensure(["helm"], report=lambda _: None).path("helm"))')"
 
 # Push dist/ (`make release`) to your registry and sign it: make publish REGISTRY=host/path

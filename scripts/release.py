@@ -85,6 +85,35 @@ def tag_problems(tag: str, version: str, changelog: str) -> list[str]:
     return problems
 
 
+def tree_problems(tag: str, changed: str, tagged: str | None, head: str) -> list[str]:
+    """Why the checkout is not the release of ``tag``: ``changed`` is ``git status
+    --porcelain --untracked-files=no`` (tracked files changed since the commit, which the image
+    and chart would carry under the tagged version), ``tagged`` the commit the tag names here
+    (None: no such tag here, as in a rehearsal before tagging), ``head`` the checked-out
+    commit."""
+    problems = []
+    files = [line[3:] for line in changed.splitlines() if line.strip()]
+    if files:
+        shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+        problems.append(f"uncommitted changes to {shown}: a release is its tagged commit; "
+                        "commit or stash them")  # fmt: skip
+    if tagged is not None and tagged != head:
+        problems.append(f"the tag {tag} names {tagged[:12]}, not the checked-out commit "
+                        f"{head[:12]}: check out the tag")  # fmt: skip
+    return problems
+
+
+def git_tree_problems(tag: str) -> list[str]:
+    """`tree_problems` of this checkout."""
+    git = ["git", "-C", str(REPO)]
+    changed = run([*git, "status", "--porcelain", "--untracked-files=no"])
+    head = run([*git, "rev-parse", "HEAD"]).strip()
+    done = subprocess.run([*git, "rev-parse", "--verify", "--quiet", f"refs/tags/{tag}^{{commit}}"],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    tagged = done.stdout.strip() if done.returncode == 0 else None
+    return tree_problems(tag, changed, tagged, head)
+
+
 def deb_purl(p: Mapping[str, str]) -> str:
     version = quote(p["version"], safe="")
     return f"pkg:deb/debian/{p['name']}@{version}?arch={p['architecture']}&distro=debian-12"
@@ -247,10 +276,14 @@ def manifests(out: Path) -> list[Path]:
     return copies
 
 
-def release(out: Path, helm: Path, tag: str | None = None) -> list[Path]:
+def release(out: Path, helm: Path, tag: str | None = None, *, dirty: bool = False) -> list[Path]:
+    """dist/ for this checkout; with ``tag``, only when the checkout is that tag's release
+    (``dirty``: a rehearsal from a working tree with changes, whose image says ``-dirty``)."""
     version = read_version()
     if tag is not None:
         problems = tag_problems(tag, version, (REPO / "CHANGELOG.md").read_text())
+        problems += [p for p in git_tree_problems(tag)
+                     if not (dirty and p.startswith("uncommitted changes"))]  # fmt: skip
         if problems:
             raise ReleaseError("; ".join(problems))
     if not helm.is_file():
@@ -276,9 +309,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "dist", help="default: dist/")
     parser.add_argument("--helm", type=Path, required=True, help="the helm binary")
     parser.add_argument("--tag", help="the git tag being released (vX.Y.Z): checked first")
+    parser.add_argument(
+        "--allow-dirty", action="store_true", help="with --tag: uncommitted changes too"
+    )
     args = parser.parse_args(argv)
     try:
-        files = release(args.out, args.helm, args.tag)
+        files = release(args.out, args.helm, args.tag, dirty=args.allow_dirty)
     except ReleaseError as exc:
         print(f"release: {exc}", file=sys.stderr)
         return 2

@@ -104,3 +104,23 @@ def test_a_release_tag_must_name_the_version_and_its_changelog_section() -> None
     assert "no `## [1.2.4]` section" in unlisted
     assert len(tag_problems("1.2.3", "1.2.3", changelog)) == 1  # the tag has its v
     assert len(tag_problems("v1.2", "1.2", changelog)) == 1  # 1.2 is not 1.2.0 or 1.2.3
+
+
+def test_a_tagged_release_is_the_tagged_commit_unchanged() -> None:
+    tree_problems = load_release().tree_problems
+    head = "a" * 40
+    assert tree_problems("v1.2.3", "", head, head) == []
+    assert tree_problems("v1.2.3", "", None, head) == []  # a rehearsal before tagging
+    (moved,) = tree_problems("v1.2.3", "", "b" * 40, head)
+    assert moved == (
+        "the tag v1.2.3 names bbbbbbbbbbbb, not the checked-out commit aaaaaaaaaaaa: "
+        "check out the tag"
+    )
+    changed = " M src/local_ccm/__init__.py\nM  charts/local-ccm/values.yaml\n"
+    (dirty,) = tree_problems("v1.2.3", changed, head, head)
+    assert dirty.startswith(
+        "uncommitted changes to src/local_ccm/__init__.py, charts/local-ccm/values.yaml: "
+    )
+    many = "".join(f" M f{i}\n" for i in range(8))
+    (listed,) = tree_problems("v1.2.3", many, head, head)
+    assert "f0, f1, f2, f3, f4 and 3 more" in listed
