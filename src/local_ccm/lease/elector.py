@@ -334,9 +334,9 @@ async def wait_until_free(api: LeaseApi, identity: str, clock: Clock, retry_peri
     """Return once no one but `identity` holds the Lease `api` names, judged as a candidate
     judges it (`election.held_elsewhere`: absent, released, or unchanged for its duration on
     the local clock). Reads only, every `retry_period`; a read that fails is not "free", it is
-    read again. The manager calls this before a controller whose standalone binary holds that
-    Lease (KEP-2436's leader migration has the same aim: one controller, one leader, across a
-    move between processes)."""
+    read again. A controller that runs either in the manager or in its standalone binary
+    waits so for the other process's Lease before it starts (KEP-2436's leader migration has
+    the same aim: one controller, one leader, across a move between processes)."""
     lease = f"{api.namespace}/{api.name}"
     observed, waiting, last_error = ObservedState(), "", ""
     while True:

@@ -132,12 +132,14 @@ class Host:
     status: proc.Status = field(default_factory=proc.Status)
     tls: TlsContext | None = None
     on_running: Callable[[Servers], None] | None = None
-    # unit name → the Lease its standalone binary holds (in the process's Lease namespace):
-    # the unit starts once no one else holds it. Only with leader election.
+    # unit name → the Lease of the other process that may run the same controller (the
+    # standalone binary's for the manager, the manager's for a standalone binary), in this
+    # process's Lease namespace: the unit starts once no one else holds it. Only with leader
+    # election.
     standalone: Mapping[str, str] = field(default_factory=dict)
 
     def waits_for(self, unit: Unit) -> str:
-        """The standalone Lease `unit` waits for before it starts, or ""."""
+        """The other process's Lease `unit` waits for before it starts, or ""."""
         if self.lease is None:
             return ""
         lease = self.standalone.get(unit.name, "")
@@ -229,9 +231,9 @@ def _permissions(host: Host, units: Sequence[Unit]) -> list[Access]:
 
 
 async def _unit_work(host: Host, unit: Unit, context: LeaderContext | None) -> None:
-    """The unit's work for a leadership term, once the Lease of its standalone binary is free:
-    while an old node-ipam-controller or node-lifecycle-controller Pod still leads (a switch to
-    the manager rolling out), the two would act side by side."""
+    """The unit's work for a leadership term, once the other process's Lease is free: while
+    an old Pod of the other kind still leads (a switch between the manager and the standalone
+    binaries rolling out), the two would act side by side."""
     lease = host.waits_for(unit)
     if lease and host.lease is not None:
         from local_ccm.lease.elector import KubeLeaseApi, wait_until_free  # noqa: PLC0415
