@@ -236,6 +236,14 @@ def baseline_table(rounds: Mapping[str, Mapping[str, Sequence[float | None]]]) -
     return "\n".join(head + lines)
 
 
+# What the baseline's place says when the newest runs had none: a table of an older run here
+# would read as this run's.
+NO_BASELINE = (
+    "*Not in this run: it had no `BENCH_BASELINE`. The page's history keeps the "
+    "tables of earlier runs that had one; the text above sums up the newest.*"
+)
+
+
 def baseline_text(results: Mapping[str, Result]) -> str | None:
     """The baseline's table and the runs it comes from, when the newest runs have one."""
     table = baseline_table(merged_rounds(results))
@@ -420,8 +428,8 @@ def render_page(page: str, results: Mapping[str, Result]) -> str:
     page = replace_between(page, "sizing", sizing_table(sizing(summaries, settings)))
     if "join" in results:
         page = replace_between(page, "join", join_phase_table(results["join"]))
-    if (against := baseline_text(results)) is not None:
-        page = replace_between(page, "baseline", against)
+    if marker("baseline") in page:
+        page = replace_between(page, "baseline", baseline_text(results) or NO_BASELINE)
     return replace_between(page, "run", machine_text(results))
 
 

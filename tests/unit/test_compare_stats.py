@@ -211,5 +211,8 @@ def test_a_baseline_tree_is_a_checkouts_src_and_gets_its_own_table(tmp_path: Pat
             "| better beyond the spread |") in out  # fmt: skip
     assert "agent start-up API requests (audit log) | requests | 5.00 | –" not in out  # no row
     assert "agent: ours git abc1234, baseline git 3dbf06d." in out
-    # without a baseline in the results the section is left as it is
-    assert "stale" in c.render_page(page, {"agent": RESULT}).split(c.marker("baseline"))[1]
+    # Without a baseline in the results no older run's table stays under the marker (it would
+    # read as this run's): the section says there is none.
+    without = c.render_page(page, {"agent": RESULT}).split(c.marker("baseline"))[1]
+    assert "stale" not in without
+    assert without.startswith("\n" + c.NO_BASELINE)
