@@ -236,7 +236,6 @@ def test_cm05_node_ipam_waits_for_the_standalone_lease_while_it_is_held(
             timeout=ASSIGNED,
             message="IPAM assigns a pod CIDR once the old leader released its Lease",
         )
-        assert pod_cidrs(world.kube, name)[0].startswith("10.79.")
         assert child.exited() is None, tail(child.log_path)
     finally:
         old.stopped.set()
