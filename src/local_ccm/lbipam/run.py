@@ -53,7 +53,12 @@ from local_ccm.lbipam.core.model import (
     service_subject,
 )
 from local_ccm.lbipam.core.pools import Pool
-from local_ccm.lbipam.core.service import KUBEVIP_ANNOTATION, ServiceRequest, parse_service
+from local_ccm.lbipam.core.service import (
+    KUBEVIP_ANNOTATION,
+    ServiceRequest,
+    current_addresses,
+    parse_service,
+)
 from local_ccm.lbipam.core.status import (
     InUse,
     NodeNetworks,
@@ -246,7 +251,7 @@ class Controller:
         woken: list[str] = []  # Services a release may serve, oldest first
         try:
             if what == "forget" and (obj is None or not writes.deleting(obj)):
-                woken = self._release(key, () if obj is None else self._parse(obj).current)
+                woken = self._release(key, () if obj is None else current_addresses(obj))
             elif what == "cleanup" and obj is not None:
                 woken = await self._cleanup(key, obj)
             elif what == "allocate" and obj is not None:

@@ -154,7 +154,8 @@ def _ports(spec: Mapping[str, Any]) -> frozenset[Port]:
     )
 
 
-def _current(obj: Mapping[str, Any]) -> tuple[IPAddress, ...]:
+def current_addresses(obj: Mapping[str, Any]) -> tuple[IPAddress, ...]:
+    """The IP addresses `status.loadBalancer.ingress` shows (`ServiceRequest.current`)."""
     ingress = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
     found: list[IPAddress] = []
     for entry in ingress:
@@ -183,7 +184,7 @@ def parse_service(obj: Mapping[str, Any], *, kubevip_written: bool = False) -> S
     families = tuple(
         FAMILY_VERSIONS[f] for f in spec.get("ipFamilies") or ["IPv4"] if f in FAMILY_VERSIONS
     )
-    current = _current(obj)
+    current = current_addresses(obj)
     requested = _requested(annotations, spec, problems, current, kubevip_written=kubevip_written)
     return ServiceRequest(
         key=f"{namespace}/{metadata.get('name', '')}",
