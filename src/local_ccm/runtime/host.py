@@ -238,8 +238,8 @@ async def _unit_work(host: Host, unit: Unit, context: LeaderContext | None) -> N
     if lease and host.lease is not None:
         from local_ccm.lease.elector import KubeLeaseApi, wait_until_free  # noqa: PLC0415
 
-        timeout = election_config(host.lease, host.identity).write_timeout
-        api = KubeLeaseApi(AsyncClient(unit.client), host.lease.namespace, lease, timeout=timeout)
+        api = KubeLeaseApi(AsyncClient(unit.client), host.lease.namespace, lease,
+                           timeout=write_timeout_of(host.lease))  # fmt: skip
         await wait_until_free(api, host.identity, host.clock, host.lease.retry_period)
         unit.on_leading(True)
     await unit.work(context)
