@@ -27,7 +27,9 @@ ledger, the patch as ours builds it, the answer projected and the allocation com
 allocation counter and tries histogram, and the ``assigned …`` line through ours' logging. Still
 left out: the controller kit (informer, work queue and workers, the client on the event loop
 with its retries and deadlines), leader election, the pools' status, Events. So it bounds what
-any redesign of ours' per-Node path could reach while keeping those decisions.
+any redesign of ours' per-Node path could reach while keeping those decisions. A sixth,
+``coalesce-decisions``, makes the same decisions in the ``coalesce`` loop: the bound for a
+design that also wakes only once per Node at the QPS limit.
 
 Standard library and PyYAML only in the first three modes; ``asyncio`` is imported by the modes
 that use it, ``local_ccm`` by ``decisions``. Ends on SIGTERM; any unexpected answer ends it with
@@ -54,7 +56,7 @@ import yaml
 POOLS = ("10.128.0.0/9", "fd00:128::/104")  # tests.support.ipam_bench.POOL_V4, POOL_V6
 POOL_V4, POOL_V6 = (int(ipaddress.ip_network(p).network_address) for p in POOLS)
 HOST_BITS = 8  # tests.support.ipam_bench.BITS (tests/unit/test_bench_floor.py checks both)
-MODES = ("sync", "loop", "threads", "decisions", "coalesce")
+MODES = ("sync", "loop", "threads", "decisions", "coalesce", "coalesce-decisions")
 
 
 class Api:
@@ -395,7 +397,7 @@ def main(argv: Sequence[str]) -> int:
     if mode not in MODES:
         print(f"--floor-mode={mode}: one of {', '.join(MODES)}", file=sys.stderr)
         return 2
-    decisions = Decisions() if mode == "decisions" else None
+    decisions = Decisions() if mode in ("decisions", "coalesce-decisions") else None
     if decisions is not None:
         decisions.log_as_ours()
     api = Api(flags["kubeconfig"], decisions)
@@ -403,7 +405,7 @@ def main(argv: Sequence[str]) -> int:
     sock, rest = api.open_watch()
     watch = Watch(rest, decisions)
     serve_health(flags["health-probe-address"])
-    if mode == "coalesce":
+    if mode in ("coalesce", "coalesce-decisions"):
         watch.feed(b"")
         run_coalesce(api, sock, watch, bucket)
     elif mode == "sync":

@@ -9,7 +9,7 @@ allocation and until the Events about the run's Nodes stopped coming (every run 
 `compare_ipam.run_ipam`), per run and their medians.
 ``BENCH_IPAM_SCRIPTS=before=/a/run.py,after=/b/run.py`` runs each of those Python entry
 points in every round instead (interleaved before/after comparisons of two source trees).
-``BENCH_IPAM_FLOOR=sync,loop,threads,decisions,coalesce`` adds, in every round,
+``BENCH_IPAM_FLOOR=sync,loop,threads,decisions,coalesce,coalesce-decisions`` adds, in every round,
 `tests/bench/floor_ipam.py` in each of those modes: the least a Python process spends on the
 same Nodes, and (``decisions``) that plus ours' per-Node decisions without the controller kit
 (its docstring says what each leaves out). ``BENCH_IPAM_GO=1`` adds the Go
