@@ -33,10 +33,10 @@ from tests.support.binaries import Binaries
 from tests.support.controlplane import ControlPlane
 from tests.support.fixtures import run_state
 from tests.support.leases import HeldLease
-from tests.support.lifecycle_harness import FAST, SA, eligible_node
+from tests.support.lifecycle_harness import FAST, SA, eligible_node, scrape
 from tests.support.lifecycle_plane import PlaneSetup, plane_setup
 from tests.support.netns import HostLink, NetnsFactory
-from tests.support.processes import Child, spawn, tail
+from tests.support.processes import Child, free_port, spawn, tail
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.netns
@@ -222,7 +222,15 @@ def test_cm05_node_ipam_waits_for_the_standalone_lease_while_it_is_held(
     _pool(world, "10.79.0.0/16")
     old = HeldLease(world.kube, world.namespace, "node-ipam-controller",
                     "old-node-ipam-controller_0001")  # fmt: skip
-    child = _start(world, test_artifacts, "--controllers=node-lifecycle,node-ipam")
+    port = free_port()
+    metrics = (f"--metrics-bind-address=127.0.0.1:{port}", "--metrics-secure=false")
+    child = _start(world, test_artifacts, "--controllers=node-lifecycle,node-ipam", *metrics)
+
+    def waiting() -> dict[str, float]:  # controller -> local_ccm_waiting_for_lease
+        found = scrape(port).items()
+        return {dict(labels)["controller"]: value for (metric, labels), value in found
+                if metric == "local_ccm_waiting_for_lease"}  # fmt: skip
+
     try:
         eventually(lambda: bool(_holder(world)), timeout=20, message="the manager's Lease is held")
         name = world.make_node(ready="True")["metadata"]["name"]
@@ -230,12 +238,15 @@ def test_cm05_node_ipam_waits_for_the_standalone_lease_while_it_is_held(
                    message="the manager says it waits")  # fmt: skip
         time.sleep(5)  # five of the old leader's renewals: the manager's IPAM assigns nothing
         assert pod_cidrs(world.kube, name) == [], "two allocators side by side"
+        # what an alert sees: IPAM held back; the lifecycle controller's Lease is free, it runs
+        assert waiting() == {"node-ipam": 1, "node-lifecycle": 0}
         old.release()
         eventually(
             lambda: bool(pod_cidrs(world.kube, name)),
             timeout=ASSIGNED,
             message="IPAM assigns a pod CIDR once the old leader released its Lease",
         )
+        assert waiting() == {"node-ipam": 0, "node-lifecycle": 0}
         assert child.exited() is None, tail(child.log_path)
     finally:
         old.stopped.set()

@@ -619,7 +619,10 @@ class Waiter:
 
     def __init__(self, server: FakeLeaseServer, clock: FakeClock, identity: str = "manager_1"):
         self.api = FakeLeaseApi(server, name=NAME, namespace=NAMESPACE, clock=clock)
-        self.task = asyncio.create_task(wait_until_free(self.api, identity, clock, RETRY))
+        self.told: list[bool] = []  # what `on_wait` was told, in order
+        self.task = asyncio.create_task(
+            wait_until_free(self.api, identity, clock, RETRY, self.told.append)
+        )
 
     def writes(self) -> list[str]:
         return [call.verb for call in self.api.calls if call.verb != "get"]
@@ -632,6 +635,7 @@ def test_an_absent_lease_is_free_at_once_and_only_read() -> None:
         await settle()
         assert waiter.task.done()
         assert [call.verb for call in waiter.api.calls] == ["get"]
+        assert waiter.told == []  # never waited
 
     run(scenario)
 
@@ -645,10 +649,12 @@ def test_a_lease_renewed_by_its_holder_is_waited_for_until_released() -> None:
             await clock.advance(1.0)
             held_by_other(server, clock)
         assert not waiter.task.done()
+        assert waiter.told == [True]  # the metric says so for as long as it waits
         held_by_other(server, clock, holderIdentity="", leaseDurationSeconds=1)  # SIGTERM
         took = await clock.run_until(waiter.task.done, timeout=10)
         assert took <= RETRY
         assert waiter.writes() == []  # never takes the Lease: it only waits for it
+        assert waiter.told == [True, False]
 
     run(scenario)
 
@@ -688,5 +694,19 @@ def test_a_lease_held_by_this_process_is_free() -> None:
         waiter = Waiter(server, clock, identity="manager_1")
         await settle()
         assert waiter.task.done()
+
+    run(scenario)
+
+
+def test_a_wait_cut_short_says_it_no_longer_waits() -> None:
+    async def scenario() -> None:
+        clock, server = FakeClock(), FakeLeaseServer()
+        held_by_other(server, clock)
+        waiter = Waiter(server, clock)
+        await clock.advance(1.0)
+        assert waiter.told == [True]
+        waiter.task.cancel()  # this process lost its own Lease, or stops
+        await asyncio.wait({waiter.task})
+        assert waiter.told == [True, False]
 
     run(scenario)

@@ -221,3 +221,18 @@ def test_concurrent_increments_are_all_counted() -> None:
     for thread in threads:
         thread.join()
     assert counter.labels("x").get() == 8000
+
+
+def test_a_controller_held_back_by_another_process_s_lease_is_shown_while_it_waits() -> None:
+    leader = LeaderMetrics("local-ccm-controller-manager", {"node-ipam": "node-ipam-controller"})
+    wait = {"controller": "node-ipam", "lease": "node-ipam-controller"}
+
+    def waiting() -> list[float]:
+        return [s.value for s in parsed(leader.registry)["local_ccm_waiting_for_lease"][2]
+                if s.labels == wait]  # fmt: skip
+
+    assert waiting() == [0]  # from the start: an alert's `for` counts from the first 1
+    leader.waiting_for("node-ipam", True)
+    assert waiting() == [1]
+    leader.waiting_for("node-ipam", False)
+    assert waiting() == [0]

@@ -330,37 +330,50 @@ class LeaderElector:
         return task.result()
 
 
-async def wait_until_free(api: LeaseApi, identity: str, clock: Clock, retry_period: float) -> None:
+async def wait_until_free(
+    api: LeaseApi,
+    identity: str,
+    clock: Clock,
+    retry_period: float,
+    on_wait: Callable[[bool], None] = lambda waiting: None,
+) -> None:
     """Return once no one but `identity` holds the Lease `api` names, judged as a candidate
     judges it (`election.held_elsewhere`: absent, released, or unchanged for its duration on
     the local clock). Reads only, every `retry_period`; a read that fails is not "free", it is
     read again. A controller that runs either in the manager or in its standalone binary
     waits so for the other process's Lease before it starts (KEP-2436's leader migration has
-    the same aim: one controller, one leader, across a move between processes)."""
+    the same aim: one controller, one leader, across a move between processes).
+    `on_wait(True)` once it finds the Lease held, `on_wait(False)` when the wait ends (free, or
+    cancelled: the process lost its own Lease or stops)."""
     lease = f"{api.namespace}/{api.name}"
     observed, waiting, last_error = ObservedState(), "", ""
-    while True:
-        try:
-            current: Obj | None = await api.get()
-        except NotFound:
-            current = None
-        except ApiError as exc:
-            text = f"{type(exc).__name__}: {exc}"
-            level = logging.DEBUG if text == last_error else logging.WARNING
-            last_error = text
-            log.log(level, "reading the lease failed: %s", text, extra=kv(lease=lease))
+    try:
+        while True:
+            try:
+                current: Obj | None = await api.get()
+            except NotFound:
+                current = None
+            except ApiError as exc:
+                text = f"{type(exc).__name__}: {exc}"
+                level = logging.DEBUG if text == last_error else logging.WARNING
+                last_error = text
+                log.log(level, "reading the lease failed: %s", text, extra=kv(lease=lease))
+                await clock.sleep(retry_period)
+                continue
+            record = None if current is None else election.record_from_lease(current)
+            observed, held = election.held_elsewhere(identity, observed, record, clock.monotonic())
+            if not held:
+                if waiting:
+                    log.info("the lease is free", extra=kv(lease=lease))
+                return
+            if not waiting:
+                log.info("waiting for the lease: %s", held, extra=kv(lease=lease))
+                on_wait(True)
+            waiting = held
             await clock.sleep(retry_period)
-            continue
-        record = None if current is None else election.record_from_lease(current)
-        observed, held = election.held_elsewhere(identity, observed, record, clock.monotonic())
-        if not held:
-            if waiting:
-                log.info("the lease is free", extra=kv(lease=lease))
-            return
-        if not waiting:
-            log.info("waiting for the lease: %s", held, extra=kv(lease=lease))
-        waiting = held
-        await clock.sleep(retry_period)
+    finally:
+        if waiting:
+            on_wait(False)
 
 
 def _raised(task: asyncio.Future[Any]) -> bool:

@@ -230,7 +230,9 @@ def _permissions(host: Host, units: Sequence[Unit]) -> list[Access]:
     return sorted(set(wanted))
 
 
-async def _unit_work(host: Host, unit: Unit, context: LeaderContext | None) -> None:
+async def _unit_work(
+    host: Host, unit: Unit, context: LeaderContext | None, leader: LeaderMetrics | None = None
+) -> None:
     """The unit's work for a leadership term, once the other process's Lease is free: while
     an old Pod of the other kind still leads (a switch between the manager and the standalone
     binaries rolling out), the two would act side by side."""
@@ -240,28 +242,36 @@ async def _unit_work(host: Host, unit: Unit, context: LeaderContext | None) -> N
 
         api = KubeLeaseApi(AsyncClient(unit.client), host.lease.namespace, lease,
                            timeout=write_timeout_of(host.lease))  # fmt: skip
-        await wait_until_free(api, host.identity, host.clock, host.lease.retry_period)
+
+        def told(waiting: bool) -> None:
+            if leader is not None:
+                leader.waiting_for(unit.name, waiting)
+
+        await wait_until_free(api, host.identity, host.clock, host.lease.retry_period, told)
         unit.on_leading(True)
     await unit.work(context)
 
 
 async def run_units(host: Host, units: Sequence[Unit]) -> int:
     """The runtime's process around the units; every unit's client is closed at the end."""
+    leader = None
+    if host.lease is not None:
+        waits = {unit.name: lease for unit in units if (lease := host.waits_for(unit))}
+        leader = LeaderMetrics(host.lease.lease_name, waits)
 
     async def work(context: LeaderContext | None) -> None:
         if len(units) == 1:
-            await _unit_work(host, units[0], context)
+            await _unit_work(host, units[0], context, leader)
             return
         async with asyncio.TaskGroup() as group:
             for unit in units:
-                group.create_task(_unit_work(host, unit, context), name=unit.name)
+                group.create_task(_unit_work(host, unit, context, leader), name=unit.name)
 
     def running(servers: Servers) -> None:
         log.info("running", extra=kv(identity=host.identity))
         if host.on_running is not None:
             host.on_running(servers)
 
-    leader = LeaderMetrics(host.lease.lease_name) if host.lease is not None else None
     elector = _elector(host, units, leader)
     if elector is None:
         for unit in units:

@@ -18,7 +18,7 @@ The generic instruments live here, one place for every controller: the REST clie
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -173,9 +173,11 @@ class ControllerMetrics(Metrics):
 
 class LeaderMetrics:
     """client-go's leader election gauge, for the Lease `name` this process campaigns for,
-    on a registry of its own (`registry`)."""
+    on a registry of its own (`registry`); and, for each controller that starts only once
+    another process's Lease is free (`waits`: controller -> that Lease's name), whether the
+    leader is waiting for it now (0 from the start)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, waits: Mapping[str, str] | None = None) -> None:
         self.registry, self.name = Registry(), name
         self.leader = Gauge(
             "leader_election_master_status",
@@ -185,9 +187,21 @@ class LeaderMetrics:
             ("name",), registry=self.registry,
         )  # fmt: skip
         self.leader.labels(name).set(0)
+        self.waiting = Gauge(
+            "local_ccm_waiting_for_lease",
+            "1 while this process leads its Lease but holds the controller back because "
+            "another process (the standalone binary or the manager) holds the Lease named.",
+            ("controller", "lease"), registry=self.registry,
+        )  # fmt: skip
+        self.waits = dict(waits or {})
+        for controller, lease in self.waits.items():
+            self.waiting.labels(controller, lease).set(0)
 
     def leading(self, value: bool) -> None:
         self.leader.labels(self.name).set(1 if value else 0)
+
+    def waiting_for(self, controller: str, value: bool) -> None:
+        self.waiting.labels(controller, self.waits[controller]).set(1 if value else 0)
 
 
 class QueueMetrics:
