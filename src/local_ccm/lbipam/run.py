@@ -9,7 +9,8 @@ decisions are taken one at a time, in the queue's order (`runtime.turns`), each 
 the ledger before the next is taken and before its status write (with the Service's current
 addresses, until the write lands), so no failure, retry or write in flight can hand one
 address to two Services. An address is released only after the Service is gone (its DELETED
-event), or after its status is cleared (a type change); a Service being deleted that another
+event), after its status is cleared (a type change), or once a Service whose decision is a
+problem no longer shows it (`_let_go_unshown`); a Service being deleted that another
 finalizer keeps still holds what it shows. No finalizer is added, so deleting thousands of
 Services at once costs the apiserver no write of ours; the finalizer earlier releases added is
 removed where found (an upgrade), which touches no ledger. Pool status is
@@ -125,6 +126,10 @@ class Controller:
         # Services whose last decision was a problem, or left a PreferDualStack one a family short
         self.waiting: set[str] = set()
         self.written = LastWrites()  # see _fresh
+        # Services whose last status write got no answer (it may have landed or not), by the
+        # resourceVersion that write was guarded by: until the Service shows another version,
+        # its cached copy may predate what that write shows (see _let_go_unshown).
+        self.unsettled: dict[str, str] = {}
         self.pools_dirty = asyncio.Event()
         self.node_changes = 0  # Node networks changed: the pools' conflicts are looked at again
         self.overlaps: dict[str, tuple[object, list[str]]] = {}  # pool -> (basis, conflicts)
@@ -255,7 +260,7 @@ class Controller:
             elif what == "cleanup" and obj is not None:
                 woken = await self._cleanup(key, obj)
             elif what == "allocate" and obj is not None:
-                await self._allocate(key, obj, self.turns.take())  # taken before any await
+                woken = await self._allocate(key, obj, self.turns.take())  # turn before any await
         except NotFound:
             return DONE  # deleted meanwhile: its DELETED event comes
         except Conflict:
@@ -290,6 +295,7 @@ class Controller:
         assert self.ledger is not None
         self.first_seen.pop(key, None)
         self.waiting.discard(key)
+        self.unsettled.pop(key, None)
         if not release(self.ledger, key, frozenset(shown)):
             return []
         self.metrics.releases.inc()
@@ -325,10 +331,11 @@ class Controller:
             log.info("svc=%s: cleaned up", key)
         return [] if deleting else self._release(key)
 
-    async def _allocate(self, key: str, obj: Obj, turn: Turn) -> None:
+    async def _allocate(self, key: str, obj: Obj, turn: Turn) -> list[str]:
         """In `turn`, the decision (reserved at once), then its status write, which other
         decisions do not wait for; the finalizer of earlier releases, where found, is removed
-        first (once per Service, after an upgrade)."""
+        first (once per Service, after an upgrade). Returns the Services addresses freed by a
+        problem decision may serve."""
         assert self.ledger is not None
         with turn:
             patch = writes.finalizer_patch(obj)
@@ -337,7 +344,7 @@ class Controller:
                 log.info("svc=%s: finalizer of an earlier release removed", key)
             await turn.wait()
             before = self.ledger.entries(key)
-            decision = self._decide(key, obj)
+            decision, woken = self._decide(key, obj)
         entries = writes.ingress(decision.addresses) if isinstance(decision, Allocation) else None
         cond = writes.condition(decision, writes.generation(obj), stamp(self.clock))
         patch = writes.status_patch(obj, entries, cond)
@@ -350,7 +357,10 @@ class Controller:
                     # reserved go back; the retry decides again (the same address, while free).
                     self.ledger.restore(key, before)
                     self.pools_dirty.set()
+                else:  # no answer: it may land yet
+                    self.unsettled[key] = writes.version(obj)
                 raise
+            self.unsettled.pop(key, None)
             self._written(key, obj, decision, entries, str(cond["message"]))
             obj = written
         if isinstance(decision, Allocation):
@@ -358,14 +368,17 @@ class Controller:
             self.pools_dirty.set()
             if self.settings.kubevip_annotation:
                 await self._annotate(key, obj, decision)
+        return woken
 
-    def _decide(self, key: str, obj: Obj) -> Decision:
+    def _decide(self, key: str, obj: Obj) -> tuple[Decision, list[str]]:
         """One decision and its reservation, with no await between them: a decision taken
-        meanwhile by another sync sees this one's addresses held."""
+        meanwhile by another sync sees this one's addresses held. With it, the Services that
+        addresses a problem decision let go of may serve."""
         assert self.ledger is not None
         request = self._parse(obj)
         labels = self.namespaces.cache.get(key.split("/", 1)[0]) or {}
         decision = decide(request, self.pools(), self.ledger, labels, self._in_use())
+        woken: list[str] = []
         if isinstance(decision, Allocation):
             if decision.wanting:
                 self.waiting.add(key)  # a release may bring the family it lacks
@@ -373,10 +386,27 @@ class Controller:
                 self.waiting.discard(key)
             self._reserve(request.key, decision, request.current, request.ports)
         else:
-            self.waiting.add(key)  # a problem changes nothing held
+            self.waiting.add(key)  # a problem takes away nothing the Service shows
+            woken = self._let_go_unshown(key, obj, request.current)
         if not request.current:
             self.first_seen.setdefault(key, self.clock.monotonic())
-        return decision
+        return decision, woken
+
+    def _let_go_unshown(self, key: str, obj: Obj, shown: tuple[Any, ...]) -> list[str]:
+        """What the ledger holds for a Service beyond what it shows (its status was cleared,
+        or a write that did not land), freed; not while a write of ours whose outcome is
+        unknown may still show it (the Service is at the version that write was guarded by).
+        Returns the Services the freed addresses may serve, oldest first."""
+        assert self.ledger is not None
+        if self.unsettled.get(key) == writes.version(obj):
+            return []
+        self.unsettled.pop(key, None)
+        if not release(self.ledger, key, frozenset(shown)):
+            return []
+        self.metrics.releases.inc()
+        self.pools_dirty.set()
+        log.info("svc=%s: addresses it no longer shows released", key)
+        return sorted(self.waiting - {key}, key=self._age)
 
     def _parse(self, obj: Obj) -> ServiceRequest:
         return parse_service(obj, kubevip_written=self.settings.kubevip_annotation)

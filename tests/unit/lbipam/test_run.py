@@ -4,12 +4,13 @@ may and may not change in the ledger."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 from typing import Any
 
 import pytest
 
-from local_ccm.kube.errors import Conflict, NotFound
+from local_ccm.kube.errors import Conflict, NotFound, Transient
 from local_ccm.kube.informer import Change, ListWatch
 from local_ccm.lbipam import run as lbipam_run
 from local_ccm.lbipam.api import Obj
@@ -203,3 +204,90 @@ def test_a_pool_s_conflicts_are_looked_at_again_only_when_pools_or_node_networks
     asyncio.run(scenario())
     assert calls == [0, 1]
     assert any("198.18.0.9 of Node n1" in c for c in made.overlaps["p"][1])
+
+
+class NoAnswer(FakeLbApi):
+    """The next status write gets no answer: it lands (`landed`) or not, and raises Transient."""
+
+    def __init__(self, *, landed: bool) -> None:
+        super().__init__()
+        self.landed, self.silent = landed, 1
+
+    async def patch_service_status(self, namespace: str, name: str, patch: list[Obj]) -> Obj:
+        if self.silent:
+            self.silent -= 1
+            if self.landed:
+                self._apply(f"{namespace}/{name}", patch)
+            raise Transient(0, "", "timed out")
+        return self._apply(f"{namespace}/{name}", patch)
+
+
+def _made(api: FakeLbApi, *services: Obj) -> Controller:
+    for obj in services:
+        api.stored[f"ns/{obj['metadata']['name']}"] = copy.deepcopy(obj)
+    made = Controller(api, Unused(), metrics=LbMetrics(), clock=FakeClock())
+    made.services.prime(services, "1")
+    made.pool_objects.prime([POOL], "1")
+    made.namespaces.prime([{"metadata": {"name": "ns"}}], "1")
+    made.nodes.prime([], "1")
+    return made
+
+
+def _held(made: Controller, key: str) -> list[str]:
+    assert made.ledger is not None
+    return [str(a) for a in made.ledger.held_by(key)]
+
+
+def test_a_problem_decision_frees_what_the_service_no_longer_shows() -> None:
+    """Its status cleared while its decision is a problem (here: no pool any more), the
+    address the ledger held for it is free again, and the Services waiting are looked at."""
+    api = FakeLbApi()
+    made = _made(api, service("a", "ua"))
+
+    async def scenario() -> Any:
+        made._rebuild()
+        await made.sync("ns/a")
+        assert _held(made, "ns/a") == ["198.18.0.1"]
+        made.pool_objects.prime([], "2")  # the pool is gone: a's decision is a problem
+        made.services.prime([api.stored["ns/a"]], "2")
+        await made.sync("ns/a")
+        assert _held(made, "ns/a") == ["198.18.0.1"], "what it shows stays held"
+        cleared = copy.deepcopy(api.stored["ns/a"])
+        cleared["status"]["loadBalancer"] = {}
+        cleared["metadata"]["resourceVersion"] = "9"
+        api.stored["ns/a"] = cleared
+        made.services.prime([cleared], "9")
+        return await made.sync("ns/a")
+
+    done = asyncio.run(scenario())
+    assert _held(made, "ns/a") == []
+    assert made.metrics.releases.collect()[0].samples[0].value == 1
+    assert done.others == ()  # no other Service waits
+
+
+@pytest.mark.parametrize("landed", [True, False])
+def test_a_write_without_an_answer_keeps_its_address_until_the_service_shows_a_newer_version(
+    landed: bool,
+) -> None:
+    """A status write that got no answer may land later: a problem decision taken on the
+    version it was guarded by frees nothing; on a newer version the Service shows the truth."""
+    api = NoAnswer(landed=landed)
+    made = _made(api, service("a", "ua"))
+
+    async def scenario() -> None:
+        made._rebuild()
+        with pytest.raises(Transient):
+            await made.sync("ns/a")
+        made.pool_objects.prime([], "2")  # a problem from now on; the cache still shows v1
+        # Its condition's write is guarded by v1 too: refused if the first write landed.
+        with pytest.raises(Conflict) if landed else contextlib.nullcontext():
+            await made.sync("ns/a")
+        assert _held(made, "ns/a") == ["198.18.0.1"], "freed while the write may land"
+        newer = copy.deepcopy(api.stored["ns/a"])
+        newer["metadata"]["resourceVersion"] = "9"  # whatever happened meanwhile, it shows
+        api.stored["ns/a"] = newer
+        made.services.prime([newer], "9")
+        await made.sync("ns/a")
+
+    asyncio.run(scenario())
+    assert _held(made, "ns/a") == (["198.18.0.1"] if landed else [])
