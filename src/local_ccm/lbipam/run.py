@@ -292,16 +292,21 @@ class Controller:
     def _release(self, key: str, shown: Iterable[Any] = ()) -> list[str]:
         """Forget what `key` holds (it is gone, or no longer ours), but the addresses it still
         `shown`s; returns the Services the freed addresses may serve, oldest first."""
-        assert self.ledger is not None
         self.first_seen.pop(key, None)
         self.waiting.discard(key)
         self.unsettled.pop(key, None)
+        return self._free(key, shown, "addresses released")
+
+    def _free(self, key: str, shown: Iterable[Any], what: str) -> list[str]:
+        """Forget what `key` holds but the addresses it `shown`s; the Services the freed
+        addresses may serve, oldest first."""
+        assert self.ledger is not None
         if not release(self.ledger, key, frozenset(shown)):
             return []
         self.metrics.releases.inc()
         self.pools_dirty.set()
-        log.info("svc=%s: addresses released", key)
-        return sorted(self.waiting, key=self._age)
+        log.info("svc=%s: %s", key, what)
+        return sorted(self.waiting - {key}, key=self._age)
 
     async def _cleanup(self, key: str, obj: Obj) -> list[str]:
         """A Service no longer a LoadBalancer of ours: status cleared and addresses released,
@@ -397,16 +402,10 @@ class Controller:
         or a write that did not land), freed; not while a write of ours whose outcome is
         unknown may still show it (the Service is at the version that write was guarded by).
         Returns the Services the freed addresses may serve, oldest first."""
-        assert self.ledger is not None
         if self.unsettled.get(key) == writes.version(obj):
             return []
         self.unsettled.pop(key, None)
-        if not release(self.ledger, key, frozenset(shown)):
-            return []
-        self.metrics.releases.inc()
-        self.pools_dirty.set()
-        log.info("svc=%s: addresses it no longer shows released", key)
-        return sorted(self.waiting - {key}, key=self._age)
+        return self._free(key, shown, "addresses it no longer shows released")
 
     def _parse(self, obj: Obj) -> ServiceRequest:
         return parse_service(obj, kubevip_written=self.settings.kubevip_annotation)
