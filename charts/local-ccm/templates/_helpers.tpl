@@ -745,6 +745,7 @@ monitoring.prometheusRule.alerts.bmcUnreachable
 monitoring.prometheusRule.alerts.bmcCredentialsRefused
 monitoring.prometheusRule.alerts.bmcPowerStateUnknown
 monitoring.prometheusRule.alerts.noLeader
+monitoring.prometheusRule.alerts.waitingForLease
 monitoring.prometheusRule.alerts.apiServerUnreachable
 monitoring.dashboard
 agent
