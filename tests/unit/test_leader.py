@@ -681,8 +681,10 @@ def test_a_failed_read_is_not_free() -> None:
         await clock.advance(10)
         assert not waiter.task.done()
         assert len(waiter.api.calls) >= 10
+        assert waiter.told == [True]  # held back: the metric says so, as for a held Lease
         waiter.api.outage = False  # the answer: NotFound
         assert await clock.run_until(waiter.task.done, timeout=10) <= RETRY
+        assert waiter.told == [True, False]
 
     run(scenario)
 

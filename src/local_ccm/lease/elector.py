@@ -343,37 +343,44 @@ async def wait_until_free(
     read again. A controller that runs either in the manager or in its standalone binary
     waits so for the other process's Lease before it starts (KEP-2436's leader migration has
     the same aim: one controller, one leader, across a move between processes).
-    `on_wait(True)` once it finds the Lease held, `on_wait(False)` when the wait ends (free, or
-    cancelled: the process lost its own Lease or stops)."""
+    `on_wait(True)` once it must wait (the Lease held, or not readable), `on_wait(False)` when
+    the wait ends (free, or cancelled: the process lost its own Lease or stops)."""
     lease = f"{api.namespace}/{api.name}"
-    observed, waiting, last_error = ObservedState(), "", ""
+    observed, waiting, last_error, told = ObservedState(), "", "", False
     try:
         while True:
             try:
-                current: Obj | None = await api.get()
-            except NotFound:
-                current = None
+                current = await _lease_or_none(api)
             except ApiError as exc:
                 text = f"{type(exc).__name__}: {exc}"
                 level = logging.DEBUG if text == last_error else logging.WARNING
                 last_error = text
                 log.log(level, "reading the lease failed: %s", text, extra=kv(lease=lease))
-                await clock.sleep(retry_period)
-                continue
-            record = None if current is None else election.record_from_lease(current)
-            observed, held = election.held_elsewhere(identity, observed, record, clock.monotonic())
-            if not held:
-                if waiting:
-                    log.info("the lease is free", extra=kv(lease=lease))
-                return
-            if not waiting:
-                log.info("waiting for the lease: %s", held, extra=kv(lease=lease))
+            else:
+                record = None if current is None else election.record_from_lease(current)
+                now = clock.monotonic()
+                observed, held = election.held_elsewhere(identity, observed, record, now)
+                if not held:
+                    if waiting:
+                        log.info("the lease is free", extra=kv(lease=lease))
+                    return
+                if not waiting:
+                    log.info("waiting for the lease: %s", held, extra=kv(lease=lease))
+                waiting = held
+            if not told:
                 on_wait(True)
-            waiting = held
+                told = True
             await clock.sleep(retry_period)
     finally:
-        if waiting:
+        if told:
             on_wait(False)
+
+
+async def _lease_or_none(api: LeaseApi) -> Obj | None:
+    try:
+        return await api.get()
+    except NotFound:
+        return None
 
 
 def _raised(task: asyncio.Future[Any]) -> bool:

@@ -190,7 +190,8 @@ class LeaderMetrics:
         self.waiting = Gauge(
             "local_ccm_waiting_for_lease",
             "1 while this process leads its Lease but holds the controller back because "
-            "another process (the standalone binary or the manager) holds the Lease named.",
+            "another process (the standalone binary or the manager) holds the Lease named, "
+            "or that Lease cannot be read.",
             ("controller", "lease"), registry=self.registry,
         )  # fmt: skip
         self.waits = dict(waits or {})
