@@ -20,7 +20,7 @@ Events, log lines, metrics. The benchmark's control plane holds only the run's N
   process: the last answer and the watch's events are read when the token is due, so at the
   QPS limit each Node costs one wake-up instead of about two and a half.
 
-A fourth, ``decisions``, is ``loop`` plus what a controller must decide and say for each Node,
+A fifth, ``decisions``, is ``loop`` plus what a controller must decide and say for each Node,
 done by ours' own pure parts (`Decisions`): every watch event projected into a cache of views,
 the watch's echo of a write told apart from news, the CIDRs from the real allocator and its
 ledger, the patch as ours builds it, the answer projected and the allocation committed, the
@@ -31,9 +31,9 @@ any redesign of ours' per-Node path could reach while keeping those decisions. A
 ``coalesce-decisions``, makes the same decisions in the ``coalesce`` loop: the bound for a
 design that also wakes only once per Node at the QPS limit.
 
-Standard library and PyYAML only in the first three modes; ``asyncio`` is imported by the modes
-that use it, ``local_ccm`` by ``decisions``. Ends on SIGTERM; any unexpected answer ends it with
-a message.
+Standard library and PyYAML only in the first four modes; ``asyncio`` is imported by the modes
+that use it, ``local_ccm`` by the two that make decisions. Ends on SIGTERM; any unexpected
+answer ends it with a message.
 """
 
 from __future__ import annotations
