@@ -12,6 +12,7 @@ deadline, so a deposed leader's write cannot land after a successor acquired the
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -136,21 +137,42 @@ class NodeListWatch:
 
 class TokenBucket:
     """Client-side rate limit: `qps` tokens per second, at most `burst` stored. A request
-    reserves the next token, there or not yet, and sleeps until it is there (as Go's
+    reserves the next token, there or not yet, and sleeps until it may go (as Go's
     `rate.Limiter.Wait`): callers are served in order, each wakes once. A reservation whose
-    caller is cancelled meanwhile is spent: the rate can only fall short, never exceed."""
+    caller is cancelled meanwhile is spent: the rate can only fall short, never exceed.
 
-    def __init__(self, qps: float, burst: int, now: Callable[[], float] = time.monotonic) -> None:
+    With `group` > 1, requests that have to wait go in groups: time is cut into slots of
+    `group` tokens (`group / qps` seconds, on a fixed grid), and a request waits until the end
+    of the slot its token falls into, so the requests of one slot wake together. No request
+    goes before its token is there, a slot holds at most `group` (≤ `burst`) tokens, and each
+    waits less than one slot longer than alone. A request with a token at hand goes at
+    once. Why: a process held at its rate limit otherwise wakes once per request, each time on
+    caches other processes have used since (docs/benchmarks.md, "Paced requests in groups")."""
+
+    def __init__(
+        self, qps: float, burst: int, now: Callable[[], float] = time.monotonic, group: int = 1
+    ) -> None:
         self._qps, self._burst, self._now = qps, max(1, burst), now
-        self._tokens = float(self._burst)  # below zero: tokens already promised
-        self._stamp = now()
+        self._tokens = float(self._burst)  # at `_stamp`, after the requests reserved until then
+        self._stamp = now()  # when the last reserved request goes (later than now while held)
+        self._slot = min(max(1, group), self._burst) / qps  # seconds; one token's: no groups
+        self._grouped = self._slot * qps > 1
 
     def reserve(self) -> float:
-        """Take the next token; the seconds until it is there."""
+        """Take the next token; the seconds until the request may go. The bucket is kept at
+        the time the last request goes, so requests go in order and the tokens a held request
+        finds when it goes are those the bucket really has then (never more than `burst`)."""
         now = self._now()
-        self._tokens = min(self._burst, self._tokens + (now - self._stamp) * self._qps) - 1
-        self._stamp = now
-        return 0.0 if self._tokens >= 0 else -self._tokens / self._qps
+        at = max(now, self._stamp)
+        tokens = min(self._burst, self._tokens + (at - self._stamp) * self._qps)
+        if tokens < 1:
+            due = at + (1 - tokens) / self._qps
+            if self._grouped:  # the end of the token's slot (a token due on it, within float
+                due = max(due, math.ceil(due / self._slot - 1e-9) * self._slot)  # error, is in)
+            tokens = min(self._burst, tokens + (due - at) * self._qps)
+            at = due
+        self._tokens, self._stamp = tokens - 1, at
+        return at - now
 
     async def take(self) -> None:
         delay = self.reserve()

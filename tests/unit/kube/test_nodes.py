@@ -8,6 +8,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from local_ccm.kube import errors as ke
 from local_ccm.kube.aio import AsyncClient
@@ -127,6 +129,53 @@ def test_requests_beyond_the_burst_are_spaced_in_order_and_time_pays_back() -> N
     assert [round(bucket.reserve(), 3) for _ in range(5)] == [0.0, 0.0, 0.2, 0.4, 0.6]
     now[0] = 1.0  # five tokens came back, three of them were promised
     assert [round(bucket.reserve(), 3) for _ in range(3)] == [0.0, 0.0, 0.2]
+
+
+def test_waiting_requests_go_in_groups_at_the_end_of_their_slot() -> None:
+    now = [0.0]
+    bucket = TokenBucket(qps=5.0, burst=3, now=lambda: now[0], group=3)  # slots of 0.6 s
+    delays = [round(bucket.reserve(), 3) for _ in range(9)]
+    # tokens due at 0.2, 0.4, 0.6 go at 0.6; those due at 0.8, 1.0, 1.2 at 1.2
+    assert delays == [0.0, 0.0, 0.0, 0.6, 0.6, 0.6, 1.2, 1.2, 1.2]
+    now[0] = 5.0  # the bucket refilled: a request with a token at hand goes at once
+    assert [round(bucket.reserve(), 3) for _ in range(4)] == [0.0, 0.0, 0.0, 0.4]  # 5.2 → 5.4
+
+
+def test_a_group_is_never_larger_than_the_burst() -> None:
+    now = [0.0]
+    bucket = TokenBucket(qps=1.0, burst=2, now=lambda: now[0], group=10)  # slots of 2 s
+    assert [round(bucket.reserve(), 3) for _ in range(6)] == [0.0, 0.0, 2.0, 2.0, 4.0, 4.0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    qps=st.sampled_from([0.5, 1.0, 5.0, 20.0, 50.0]),
+    burst=st.integers(1, 12),
+    group=st.integers(1, 6),
+    gaps=st.lists(st.floats(0.0, 1.5, allow_nan=False), min_size=1, max_size=60),
+    start=st.floats(0.0, 1000.0, allow_nan=False),
+)
+def test_grouped_requests_keep_the_rate_and_wait_at_most_one_slot_longer(
+    qps: float, burst: int, group: int, gaps: list[float], start: float
+) -> None:
+    """Whatever the arrivals: every request goes once its token is there (a token bucket of
+    the same rate and burst never runs short at the send times), and less than one slot
+    (`group` tokens' time) later than it would alone."""
+    arrivals = [start + sum(gaps[: i + 1]) for i in range(len(gaps))]
+    now = [start]
+    grouped = TokenBucket(qps, burst, now=lambda: now[0], group=group)
+    alone = TokenBucket(qps, burst, now=lambda: now[0])
+    sends = []
+    for t in arrivals:
+        now[0] = t
+        send, due = t + grouped.reserve(), t + alone.reserve()
+        assert due - 1e-9 <= send < due + min(group, burst) / qps
+        sends.append(send)
+    tokens, last = float(burst), start
+    for t in sorted(sends):
+        tokens = min(burst, tokens + (t - last) * qps) - 1
+        last = t
+        assert tokens >= -1e-6
 
 
 def test_the_rate_limit_spends_the_burst_then_refills_with_time() -> None:
