@@ -155,7 +155,7 @@ def test_a_group_is_never_larger_than_the_burst() -> None:
     gaps=st.lists(st.floats(0.0, 1.5, allow_nan=False), min_size=1, max_size=60),
     start=st.floats(0.0, 1000.0, allow_nan=False),
 )
-def test_grouped_requests_keep_the_rate_and_wait_at_most_one_slot_longer(
+def test_grouped_requests_keep_the_rate_and_wait_less_than_one_slot_longer(
     qps: float, burst: int, group: int, gaps: list[float], start: float
 ) -> None:
     """Whatever the arrivals: every request goes once its token is there (a token bucket of
