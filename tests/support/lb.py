@@ -24,6 +24,10 @@ BINARY = Path(sys.executable).parent / "local-ccm-controller-manager"
 ARGS = ("--controllers=service-lb-ipam", "--metrics-bind-address=0",
         "--health-probe-bind-address=0")  # fmt: skip
 _blocks = itertools.count(1 + secrets.randbelow(200))
+# Pool names, unique within a process (a space's name is the test's own). They were two random
+# hex bytes, which can repeat within a test: a CI run's LB17 was refused its third pool with
+# 409 AlreadyExists.
+_pools = itertools.count(1)
 
 
 def start(kubeconfig: Path, log: Path, *extra: str, leader_elect: bool = False) -> Child:
@@ -47,7 +51,7 @@ class Space:
     label: str
 
     def pool(self, addresses: Sequence[str], **spec: Any) -> str:
-        name = f"{self.name}-{secrets.token_hex(2)}"
+        name = f"{self.name}-{next(_pools)}"
         selector = {"matchLabels": {"lbtest": self.label}}
         spec = {"addresses": list(addresses), "namespaceSelector": selector, **spec}
         body = {"apiVersion": POOLS.api_version, "kind": POOLS.kind,
