@@ -155,8 +155,8 @@ class TokenBucket:
         self._qps, self._burst, self._now = qps, max(1, burst), now
         self._tokens = float(self._burst)  # at `_stamp`, after the requests reserved until then
         self._stamp = now()  # when the last reserved request goes (later than now while held)
-        self._slot = min(max(1, group), self._burst) / qps  # seconds; one token's: no groups
-        self._grouped = self._slot * qps > 1
+        group = min(max(1, group), self._burst)
+        self._slot, self._grouped = group / qps, group > 1  # seconds of one slot
 
     def reserve(self) -> float:
         """Take the next token; the seconds until the request may go. The bucket is kept at
