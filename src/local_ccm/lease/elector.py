@@ -188,9 +188,7 @@ class LeaderElector:
             except Conflict:
                 log.log(V2, "the lease changed since our last write; reading it")
         try:
-            current: Obj | None = await self._api.get()
-        except NotFound:
-            current = None
+            current = await _lease_or_none(self._api)
         except ApiError as exc:
             self._warn("reading the lease failed: %s", exc)
             return False
@@ -377,6 +375,7 @@ async def wait_until_free(
 
 
 async def _lease_or_none(api: LeaseApi) -> Obj | None:
+    """The Lease, or None when there is none."""
     try:
         return await api.get()
     except NotFound:
